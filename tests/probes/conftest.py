@@ -1,0 +1,101 @@
+"""Fixtures shared by the probes of one cell: its profile, the tiny model, shared engines.
+
+Engines are expensive (15-60 s each on 2 cores), so one TP=1 and one TP=2 engine serve all
+probes of a cell. Every probe builds its own scheduler and requests, and leaves the engine as
+it found it, so probes stay independent.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import itertools
+import os
+
+import pytest
+
+from compat.profiles import Profile, profile_for
+
+_request_ids = itertools.count()
+
+
+@pytest.fixture(scope="session")
+def speculators_version() -> str:
+    return importlib.metadata.version("speculators")
+
+
+@pytest.fixture(scope="session")
+def profile(speculators_version: str) -> Profile:
+    return profile_for(speculators_version)
+
+
+@pytest.fixture(scope="session")
+def in_process(profile: Profile, speculators_version: str) -> Profile:
+    """The profile, for probes of contracts only the in-process generator uses."""
+    if not profile.in_process:
+        pytest.skip(f"n/a: speculators {speculators_version} does not use this contract ({profile.note})")
+    return profile
+
+
+@pytest.fixture(scope="session")
+def model_dir() -> str:
+    path = os.environ.get("COMPAT_MODEL_DIR")
+    if path:
+        if not os.path.isfile(os.path.join(path, "config.json")):
+            raise FileNotFoundError(
+                f"COMPAT_MODEL_DIR={path} has no config.json; expected a model folder "
+                "such as the one `python -m fixtures.tiny_llama` prints")
+        return path
+    from fixtures import tiny_llama
+
+    return str(tiny_llama.ensure())
+
+
+class _Engines:
+    def __init__(self, model_dir: str):
+        self.model_dir = model_dir
+        self.running: dict[int, object] = {}
+        self.failed: dict[int, BaseException] = {}
+
+    def get(self, tp: int):
+        from compat import vllm_setup
+
+        if tp in self.failed:
+            raise RuntimeError(f"the TP={tp} engine failed to start earlier") from self.failed[tp]
+        if tp not in self.running:
+            try:
+                self.running[tp] = vllm_setup.start_engine(self.model_dir, tp)
+            except BaseException as exc:
+                self.failed[tp] = exc
+                raise
+        return self.running[tp]
+
+    def shutdown(self) -> None:
+        for engine in self.running.values():
+            try:
+                engine.shutdown()
+            except Exception:  # noqa: BLE001 - the orchestrator kills leftovers anyway
+                pass
+
+
+@pytest.fixture(scope="session")
+def engines(model_dir: str):
+    pool = _Engines(model_dir)
+    yield pool
+    pool.shutdown()
+
+
+@pytest.fixture
+def engine(engines, in_process):
+    return engines.get(1)
+
+
+@pytest.fixture
+def request_id():
+    """Fresh request ids: probes share workers, whose caches are keyed by request id."""
+    return lambda: f"compat-{os.getpid()}-{next(_request_ids)}"
+
+
+@pytest.fixture
+def prompt() -> list[int]:
+    """40 tokens: more than two full 16-token KV blocks, so block hashing matters."""
+    return [5 + (i * 7) % 500 for i in range(40)]

