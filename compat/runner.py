@@ -1,0 +1,120 @@
+"""`python -m compat run`: the matrix, one cell after another, each result kept as it finishes.
+
+Every finished cell is written to results/<cell>.json and merged into reports/compat.json at
+once (atomically), so a failing or interrupted later cell never loses earlier ones.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+from typing import Any, Sequence
+
+from compat.envs import REPO_ROOT
+from compat.matrix import Cell, MatrixError, cells_for, check_released, describe_cells, parse_cli
+from compat.pypi import PackageIndex, PackageIndexError
+from compat.recipe import RecipeError, derive_recipe
+from compat.results import ResultFileError, load_cell, write_json_atomic
+
+
+def runner_options(argv: Sequence[str]) -> tuple[argparse.Namespace, list[str]]:
+    parser = argparse.ArgumentParser(prog="nox -s compat --", add_help=False)
+    parser.add_argument("--results", type=Path, default=REPO_ROOT / "results",
+                        help="folder for per-cell results and logs (default: results/)")
+    parser.add_argument("--reports", type=Path, default=REPO_ROOT / "reports",
+                        help="folder for compat.json/html/md and JUnit (default: reports/)")
+    parser.add_argument("--reinstall", action="store_true", help="rebuild cell venvs (from uv's cache)")
+    parser.add_argument("--probe-timeout", type=int, default=300, help="seconds per probe (default 300)")
+    parser.add_argument("--cell-timeout", type=int, default=1200, help="seconds per cell's probes (default 1200)")
+    parser.add_argument("--model", type=Path, default=None,
+                        help="model folder for the probes (default: the tiny Llama built by fixtures/)")
+    return parser.parse_known_args(list(argv))
+
+
+def main(argv: Sequence[str]) -> int:
+    options, rest = runner_options(argv)
+    try:
+        request = parse_cli(rest)
+        cells = cells_for(request)
+    except MatrixError as exc:
+        print(f"compat: {exc}", file=sys.stderr)
+        return 2
+    if request.list_cells:
+        print(describe_cells(cells, as_json=request.json))
+        return 0
+    index = PackageIndex()
+    try:
+        check_released(cells, index)
+    except (MatrixError, PackageIndexError) as exc:
+        print(f"compat: {exc}", file=sys.stderr)
+        return 2
+    model_dir = resolve_model(options.model)
+    records = run_matrix(cells, index, options, model_dir)
+    return finish(records, options)
+
+
+def resolve_model(path: Path | None) -> Path:
+    if path is None:
+        from fixtures import tiny_llama
+
+        return tiny_llama.ensure()
+    if not (path / "config.json").is_file():
+        raise SystemExit(f"compat: --model {path}: no config.json there; expected a Hugging Face model folder")
+    return path.resolve()
+
+
+def run_matrix(cells: list[Cell], index, options: argparse.Namespace, model_dir: Path) -> list[dict[str, Any]]:
+    from compat.cell_run import base_record, run_cell
+
+    records: list[dict[str, Any]] = []
+    started = time.monotonic()
+    print(f"[compat] {len(cells)} cell(s): {', '.join(c.id for c in cells)}", flush=True)
+    for number, cell in enumerate(cells, 1):
+        print(f"[compat] cell {number}/{len(cells)}: {cell.id}", flush=True)
+        work_dir = options.results / cell.id
+        work_dir.mkdir(parents=True, exist_ok=True)
+        try:
+            recipe = derive_recipe(cell, index)
+        except (RecipeError, PackageIndexError) as exc:
+            record = base_record(cell)
+            record.update(verdict="install-error", error=f"no install recipe: {exc}")
+            print(f"[compat] {cell.id}: install-error: {exc}", flush=True)
+        else:
+            record = run_cell(cell, recipe, work_dir, model_dir=model_dir, reinstall=options.reinstall,
+                              probe_timeout=options.probe_timeout, cell_timeout=options.cell_timeout,
+                              echo=lambda line: print(line, flush=True))
+        write_json_atomic(options.results / f"{cell.id}.json", record)
+        records.append(record)
+        write_merged(records, options.reports)
+    print(f"[compat] matrix done in {time.monotonic() - started:.0f}s", flush=True)
+    return records
+
+
+def write_merged(records: list[dict[str, Any]], reports: Path) -> int:
+    """compat.json, html, md and JUnit for the cells run so far; returns the gate's exit code."""
+    from compat.report import build_report, write_reports
+
+    report = build_report(records)
+    write_reports(report, reports)
+    return report["summary"]["exit_code"]
+
+
+def finish(records: list[dict[str, Any]], options: argparse.Namespace) -> int:
+    """The exit code a CI job gates on: 0 unless a NEW breakage or a probe `error` (compat.classify)."""
+    code = write_merged(records, options.reports)
+    print(f"[compat] reports in {options.reports}: compat.json, compat.html, compat.md, junit/ "
+          f"(exit {code})", flush=True)
+    return code
+
+
+def load_results(results_dir: Path, cell_ids: Sequence[str] | None = None) -> list[dict[str, Any]]:
+    records = []
+    for path in sorted(results_dir.glob("*.json")):
+        if cell_ids is None or path.stem in cell_ids:
+            try:
+                records.append(load_cell(path))
+            except ResultFileError as exc:
+                print(f"compat: skipping {exc}", file=sys.stderr)
+    return records

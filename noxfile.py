@@ -1,0 +1,37 @@
+"""Sessions: `compat` runs the matrix (default), `tests` is what CI runs, `report` rebuilds reports."""
+
+import nox
+
+nox.options.sessions = ["compat"]
+nox.options.default_venv_backend = "uv|virtualenv"
+nox.options.reuse_existing_virtualenvs = True
+
+PYTHON = "3.11"
+
+
+def install_harness(session, *extras):
+    session.install("uv")
+    session.install("-e", f".[{','.join(extras)}]" if extras else ".")
+
+
+@nox.session(python=PYTHON)
+def compat(session):
+    """The (vLLM, speculators) matrix on this machine: `nox -s compat -- --vllm V --speculators S`."""
+    install_harness(session)
+    session.run("python", "-m", "compat", "run", *session.posargs)
+
+
+@nox.session(python=PYTHON)
+def report(session):
+    """Rebuild reports/ from stored results/ without running anything: `-- --baseline OLD.json`."""
+    install_harness(session)
+    session.run("python", "-m", "compat.report_cli", *session.posargs)
+
+
+@nox.session(python=PYTHON)
+def tests(session):
+    """Our unit tests, then the default matrix for real, then checks of what it found."""
+    install_harness(session, "test")
+    session.run("pytest", "tests/unit", *session.posargs)
+    session.run("python", "-m", "compat", "run", success_codes=[0, 1])
+    session.run("pytest", "tests/integration")

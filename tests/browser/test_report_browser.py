@@ -1,0 +1,205 @@
+"""Open the rendered HTML report in headless Debian chromium and check it works.
+
+Results: COMPAT_REPORT_RESULTS (a results/ directory of <cell>.json files) when set, else
+sample result files written to tmp_path (compat.report.sample). The report is rendered into a
+temporary directory; screenshots go to reports/compat-screenshot.png (desktop, full page) and
+reports/compat-screenshot-mobile.png (390 px wide).
+
+Without /usr/bin/chromium or /usr/bin/chromedriver the tests skip, unless COMPAT_REQUIRE_BROWSER
+is set (to anything but "" or "0"): then a missing browser fails.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from compat.junit import cell_id
+from compat.report import build_report, write_reports
+from compat.report.sample import write_sample_results
+from compat.results import load_cell, probe_key, read_json
+
+REPO = Path(__file__).resolve().parents[2]
+CHROMEDRIVER = "/usr/bin/chromedriver"
+CHROMIUM_FLAGS = (
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+)
+
+
+def _required() -> bool:
+    return os.environ.get("COMPAT_REQUIRE_BROWSER", "") not in ("", "0")
+
+
+def _chromium() -> str | None:
+    for name in ("/usr/bin/chromium", "/usr/bin/chromium-browser"):
+        if os.path.exists(name):
+            return name
+    return shutil.which("chromium")
+
+
+def _unavailable(why: str):
+    if _required():
+        pytest.fail(f"COMPAT_REQUIRE_BROWSER is set but {why}")
+    pytest.skip(why)
+
+
+@pytest.fixture(scope="module")
+def rendered(tmp_path_factory):
+    base = tmp_path_factory.mktemp("report")
+    results = os.environ.get("COMPAT_REPORT_RESULTS")
+    if results:
+        results_dir = Path(results)
+        assert results_dir.is_dir(), f"COMPAT_REPORT_RESULTS={results} is not a directory"
+    else:
+        results_dir = base / "results"
+        write_sample_results(results_dir)
+    files = sorted(p for p in results_dir.glob("*.json") if not p.name.startswith("."))
+    cells = [load_cell(p) for p in files if not p.name.startswith("kimi")]
+    kimi_files = [p for p in files if p.name.startswith("kimi")]
+    kimi = read_json(kimi_files[0], "kimi result") if kimi_files else None
+    assert cells, f"no cell result files in {results_dir}"
+    report = build_report(cells, kimi=kimi)
+    out = base / "reports"
+    write_reports(report, out)
+    return out / "compat.html", report
+
+
+@pytest.fixture(scope="module")
+def driver():
+    browser = _chromium()
+    if browser is None:
+        _unavailable("chromium is not installed (apt-get install -y chromium chromium-driver)")
+    if not os.path.exists(CHROMEDRIVER):
+        _unavailable(f"{CHROMEDRIVER} is not installed (apt-get install -y chromium-driver)")
+    try:
+        from selenium import webdriver
+        from selenium.webdriver.chrome.service import Service
+    except ImportError:
+        _unavailable("selenium is not installed")
+    profile = tempfile.mkdtemp(prefix="compat-chromium-")
+    options = webdriver.ChromeOptions()
+    options.binary_location = browser
+    for flag in CHROMIUM_FLAGS:
+        options.add_argument(flag)
+    options.add_argument(f"--user-data-dir={profile}")
+    options.add_argument("--window-size=1280,900")
+    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
+    drv = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
+    try:
+        yield drv
+    finally:
+        drv.quit()
+        shutil.rmtree(profile, ignore_errors=True)
+
+
+def _open(driver, html: Path, width: int = 1280, height: int = 900, hash_: str = "") -> None:
+    driver.set_window_size(width, height)
+    driver.get(html.as_uri() + hash_)
+    driver.get_log("browser")  # drop entries from earlier pages
+    driver.refresh()
+
+
+def _severe(driver) -> list[dict]:
+    return [e for e in driver.get_log("browser") if e.get("level") == "SEVERE"]
+
+
+def _css_str(value: str) -> str:
+    return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def test_every_cell_and_probe_is_present(driver, rendered):
+    from selenium.webdriver.common.by import By
+
+    html, report = rendered
+    _open(driver, html)
+    assert "vLLM × speculators" in driver.title
+    for cell in report["cells"]:
+        cid = cell_id(cell)
+        buttons = driver.find_elements(By.CSS_SELECTOR, f"a.cellbtn[data-cell={_css_str(cid)}]")
+        assert len(buttons) == 1, f"matrix has no cell {cid}"
+        text = buttons[0].text
+        assert cell["verdict"] in text, f"cell {cid} does not show its verdict word: {text!r}"
+        articles = driver.find_elements(By.CSS_SELECTOR, f"article.cell-detail[data-cell={_css_str(cid)}]")
+        assert len(articles) == 1, f"no detail for {cid}"
+        for probe in cell["probes"]:
+            key = probe_key(probe)
+            found = articles[0].find_elements(By.CSS_SELECTOR, f"li.probe[data-probe={_css_str(key)}]")
+            assert len(found) == 1, f"{cid}: probe {key} missing"
+    assert _severe(driver) == []
+
+
+def test_clicking_a_cell_shows_its_probes(driver, rendered):
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support import expected_conditions as EC
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    html, report = rendered
+    for width, height in ((1280, 900), (390, 844)):
+        _open(driver, html, width, height)
+        cells = [c for c in report["cells"] if c["probes"]] or report["cells"]
+        # Prefer a cell with a NEW or broken probe: the one people click first.
+        cells.sort(key=lambda c: 0 if any(p["status"] == "broken" for p in c["probes"]) else 1)
+        cell = cells[0]
+        cid = cell_id(cell)
+        article = driver.find_element(By.CSS_SELECTOR, f"article.cell-detail[data-cell={_css_str(cid)}]")
+        assert not article.is_displayed(), "details should be closed until a cell is selected"
+        button = driver.find_element(By.CSS_SELECTOR, f"a.cellbtn[data-cell={_css_str(cid)}]")
+        driver.execute_script("arguments[0].scrollIntoView({block: 'center', inline: 'center'});", button)
+        button.click()
+        WebDriverWait(driver, 5).until(EC.visibility_of(article))
+        for probe in cell["probes"]:
+            li = article.find_element(By.CSS_SELECTOR, f"li.probe[data-probe={_css_str(probe_key(probe))}]")
+            assert li.is_displayed(), f"{cid}: probe {probe_key(probe)} not visible after the click"
+            assert probe["status"] in li.text
+        others = [
+            a for a in driver.find_elements(By.CSS_SELECTOR, "article.cell-detail") if a.get_attribute("data-cell") != cid
+        ]
+        assert not any(a.is_displayed() for a in others), "only the selected cell should be open"
+        page_width = driver.execute_script("return document.documentElement.scrollWidth")
+        view_width = driver.execute_script("return document.documentElement.clientWidth")
+        assert page_width <= view_width + 1, f"page scrolls sideways at {width}px ({page_width} > {view_width})"
+        assert _severe(driver) == []
+
+
+def _full_page_screenshot(driver, path: Path, width: int) -> None:
+    height = driver.execute_script("return Math.max(document.body.scrollHeight, document.documentElement.scrollHeight)")
+    driver.set_window_size(width, min(int(height) + 140, 12000))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    assert driver.save_screenshot(str(path)), f"could not write {path}"
+
+
+def test_screenshot(driver, rendered):
+    from selenium.webdriver.common.by import By
+
+    html, report = rendered
+    def interest(c):  # show the cell a reader would open first: NEW, then incompatible, then any breakage
+        kinds = {(p.get("classification") or {}).get("kind") for p in c["probes"]}
+        return (
+            "new" not in kinds,
+            c["verdict"] != "incompatible",
+            not any(p["status"] == "broken" and not p.get("advisory") for p in c["probes"]),
+        )
+
+    ranked = sorted(report["cells"], key=interest)
+    target = ranked[0] if ranked else None
+    hash_ = f"#cell-{cell_id(target)}" if target else ""
+    _open(driver, html, 1280, 900, hash_)
+    if target:
+        assert driver.find_element(By.CSS_SELECTOR, f"article.cell-detail[data-cell={_css_str(cell_id(target))}]").is_displayed()
+    driver.execute_script("window.scrollTo(0, 0)")
+    _full_page_screenshot(driver, REPO / "reports" / "compat-screenshot.png", 1280)
+    _open(driver, html, 390, 844, hash_)
+    driver.execute_script("window.scrollTo(0, 0)")
+    _full_page_screenshot(driver, REPO / "reports" / "compat-screenshot-mobile.png", 390)
+    assert _severe(driver) == []

@@ -1,0 +1,279 @@
+"""Registry and classification: known / new / fixed / as-expected-ok, and the CI exit code."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from compat import breakages
+from compat.breakages import BY_ID, REGISTRY, Breakage, Symptom
+from compat.classify import annotate, classify_probe, counts, exit_code
+from compat.results import load_cell, write_json_atomic
+
+CONTRACT_PROBES = {
+    "scheduler_config_fields", "kv_cache_config_api", "scheduler_signature", "request_signature", "block_hasher",
+    "embed_input_ids", "two_phase_execute", "collective_rpc_unique_reply_rank", "aux_hidden_states_truthiness",
+    "worker_logging", "hidden_states_match_reference",
+}
+
+
+def probe(pid, status="ok", etype=None, message="", where=None, **kw):
+    return {
+        "id": pid, "case": kw.get("case"), "status": status, "with_compat": kw.get("with_compat"),
+        "advisory": pid == "worker_logging",
+        "error": {"type": etype, "message": message, "where": where} if etype else None,
+        "reason": kw.get("reason"), "seconds": 0.1, "detail": kw.get("detail", {}),
+    }
+
+
+def cell(vllm, spec, probes, verdict="incompatible"):
+    return {"id": f"vllm-{vllm}__speculators-{spec}__cpu", "vllm": vllm, "speculators": spec, "backend": "cpu",
+            "verdict": verdict, "env": {}, "seconds": {}, "env_shims": [], "probes": probes}
+
+
+# --------------------------------------------------------------------------- registry
+
+
+def test_registry_covers_every_contract_probe_and_the_silent_entries():
+    ids = {e.id for e in REGISTRY}
+    assert CONTRACT_PROBES <= ids
+    assert {"prefix_caching_default", "chunked_prefill_default"} <= ids
+    assert BY_ID["worker_logging"].advisory
+    for e in REGISTRY:
+        assert e.adapter == e.id
+        assert e.title and e.fix and e.references
+        assert "\n" not in e.fix
+    for e in ("prefix_caching_default", "chunked_prefill_default", "hidden_states_match_reference"):
+        assert BY_ID[e].symptom.silent
+
+
+def test_registry_entries_are_frozen():
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        BY_ID["block_hasher"].title = "x"
+
+
+def test_duplicate_ids_are_refused():
+    with pytest.raises(ValueError, match="duplicate"):
+        breakages._index([BY_ID["block_hasher"], BY_ID["block_hasher"]])
+
+
+def test_bad_versions_are_refused_at_definition():
+    with pytest.raises(Exception):
+        Breakage(id="x", title="x", introduced_in="not-a-version", affects="<1", symptom=Symptom(), fix="x")
+
+
+@pytest.mark.parametrize(
+    "entry, vllm, spec, expected",
+    [
+        ("scheduler_config_fields", "0.11.2", "0.3.0", False),
+        ("scheduler_config_fields", "0.12.0", "0.3.0", True),
+        ("scheduler_config_fields", "0.16.0", "0.4.0.1", False),
+        ("scheduler_signature", "0.11.1", "0.3.0", True),
+        ("request_signature", "0.16.0", "0.3.0", False),
+        ("request_signature", "0.17.0", "0.4.0.1", True),
+        ("request_signature", "0.18.1", "0.5.0", False),
+        ("block_hasher", "0.16.1.dev3+gabc", "0.3.0", True),
+        ("block_hasher", "0.16.0+cpu", "0.3.0", True),
+        ("worker_logging", "0.11.0", "0.3.0", True),
+        ("kv_cache_config_api", "garbage", "0.3.0", False),
+    ],
+)
+def test_applies(entry, vllm, spec, expected):
+    assert BY_ID[entry].applies(vllm, spec) is expected
+
+
+# --------------------------------------------------------------------------- classification
+
+
+def test_known_breakage_with_qualified_exception_name():
+    p = probe("scheduler_config_fields", "broken", "pydantic_core._pydantic_core.ValidationError",
+              "1 validation error for SchedulerConfig\nis_encoder_decoder\n  Field required [type=missing]")
+    c = classify_probe(p, "0.16.0", "0.3.0")
+    assert (c.kind, c.breakage.id) == ("known", "scheduler_config_fields")
+
+
+def test_bare_assertion_in_block_pool_is_known():
+    p = probe("block_hasher", "broken", "AssertionError", "", "vllm/v1/core/block_pool.py:238")
+    assert classify_probe(p, "0.16.0", "0.3.0").kind == "known"
+
+
+def test_unexpected_exception_for_an_entry_is_new():
+    p = probe("kv_cache_config_api", "broken", "ValueError", "KV cache layout has not been resolved yet")
+    c = classify_probe(p, "0.30.0", "0.3.0")
+    assert c.kind == "new"
+    assert c.breakage.id == "kv_cache_config_api"
+    assert "expected" in c.note and "ValueError" in c.note
+
+
+def test_right_exception_wrong_message_is_new():
+    p = probe("request_signature", "broken", "TypeError", "Request.__init__() missing 1 required positional argument: 'x'")
+    assert classify_probe(p, "0.17.1", "0.3.0").kind == "new"
+
+
+def test_symptom_outside_its_versions_is_new():
+    p = probe("request_signature", "broken", "TypeError", "Request.__init__() got an unexpected keyword argument 'eos_token_id'")
+    c = classify_probe(p, "0.16.0", "0.3.0")
+    assert c.kind == "new"
+    assert c.breakage.id == "request_signature"
+    assert "does not expect" in c.note
+
+
+def test_failure_without_any_entry_is_new():
+    c = classify_probe(probe("some_e2e_probe", "broken", "KeyError", "x"), "0.16.0", "0.3.0")
+    assert (c.kind, c.breakage) == ("new", None)
+
+
+def test_expected_breakage_that_passes_is_fixed():
+    c = classify_probe(probe("block_hasher"), "0.16.0", "0.3.0")
+    assert (c.kind, c.breakage.id) == ("fixed", "block_hasher")
+
+
+def test_ok_without_expectation_is_as_expected():
+    assert classify_probe(probe("block_hasher"), "0.11.0", "0.3.0").kind == "as-expected-ok"
+    assert classify_probe(probe("request_signature"), "0.16.0", "0.3.0").kind == "as-expected-ok"
+
+
+def test_error_and_not_run():
+    assert classify_probe(probe("block_hasher", "error", reason="timeout"), "0.16.0", "0.3.0").kind == "error"
+    for status in ("skipped", "n/a", "unsupported-on-cpu"):
+        assert classify_probe(probe("block_hasher", status), "0.16.0", "0.3.0").kind == "not-run"
+
+
+@pytest.mark.parametrize(
+    "case, entry",
+    [("repeated_call", "prefix_caching_default"), ("shared_prefix", "prefix_caching_default"),
+     ("large_batch", "chunked_prefill_default"), ("basic", "hidden_states_match_reference")],
+)
+def test_silent_breakages_by_reference_case(case, entry):
+    p = probe("hidden_states_match_reference", "broken", "AssertionError", "captured shape (0, 256)", case=case)
+    c = classify_probe(p, "0.16.0", "0.3.0")
+    assert (c.kind, c.breakage.id) == ("known", entry)
+
+
+def test_reference_probe_sees_the_first_api_breakage():
+    p = probe("hidden_states_match_reference", "broken", "TypeError",
+              "Scheduler.__init__() missing 1 required positional argument: 'block_size'", case="basic")
+    c = classify_probe(p, "0.16.0", "0.3.0")
+    assert (c.kind, c.breakage.id) == ("known", "scheduler_signature")
+
+
+def test_reference_probe_new_exception_is_new():
+    p = probe("hidden_states_match_reference", "broken", "KeyError", "'req_0_1'", case="basic")
+    assert classify_probe(p, "0.16.0", "0.3.0").kind == "new"
+
+
+def test_silent_entry_on_a_version_that_should_be_fine_is_new():
+    p = probe("hidden_states_match_reference", "broken", "AssertionError", "max abs error 0.46", case="shared_prefix")
+    assert classify_probe(p, "0.11.0", "0.3.0").kind == "new"
+
+
+def test_passing_reference_case_fixes_only_its_specific_entry():
+    ok_prefix = probe("hidden_states_match_reference", case="shared_prefix")
+    c = classify_probe(ok_prefix, "0.16.0", "0.3.0")
+    assert (c.kind, c.breakage.id) == ("fixed", "prefix_caching_default")
+    ok_basic = probe("hidden_states_match_reference", case="basic")
+    assert classify_probe(ok_basic, "0.16.0", "0.3.0").kind == "as-expected-ok"
+
+
+def test_result_can_name_its_breakage():
+    p = probe("hidden_states_match_reference", "broken", detail={"breakage": "chunked_prefill_default"}, case="x")
+    assert classify_probe(p, "0.16.0", "0.3.0").breakage.id == "chunked_prefill_default"
+    p = probe("hidden_states_match_reference", "broken", detail={"breakage": "no_such_entry"}, case="x")
+    assert classify_probe(p, "0.16.0", "0.3.0").kind == "new"
+
+
+def test_advisory_probe_is_flagged():
+    p = probe("worker_logging", "broken", "AssertionError", "INFO line not seen in the log")
+    c = classify_probe(p, "0.16.0", "0.3.0")
+    assert c.advisory and c.kind == "known"
+
+
+def test_adding_an_entry_is_one_place():
+    extra = Breakage(
+        id="server_thing", title="t", introduced_in="0.22.0", affects=">=0.5", fix="f",
+        symptom=Symptom(exception=("RuntimeError",), message="boom"), references=("x",),
+    )
+    registry = REGISTRY + (extra,)
+    p = probe("server_thing", "broken", "RuntimeError", "boom!")
+    assert classify_probe(p, "0.22.0", "0.9.0", registry).kind == "known"
+    assert classify_probe(p, "0.22.0", "0.9.0").kind == "new"
+
+
+def test_annotate_and_counts_read_result_files(tmp_path):
+    record = cell("0.16.0", "0.3.0", [
+        probe("block_hasher", "broken", "AssertionError", "", "vllm/v1/core/block_pool.py:238", with_compat="ok"),
+        probe("request_signature"),
+        probe("worker_logging", "broken", "AssertionError", "INFO log missing"),
+    ])
+    path = tmp_path / "results" / "c.json"
+    write_json_atomic(path, record)
+    loaded = load_cell(path)
+    out = annotate(loaded)
+    assert [p["classification"]["kind"] for p in out["probes"]] == ["known", "as-expected-ok", "known"]
+    assert "classification" not in loaded["probes"][0]  # annotate copies
+    json.dumps(out)
+    n = counts([loaded])
+    assert n["known"] == 1 and n["as-expected-ok"] == 1  # the advisory probe is not counted
+
+
+# --------------------------------------------------------------------------- exit code
+
+
+def test_exit_code_zero_for_known_fixed_and_not_run():
+    cells = [cell("0.16.0", "0.3.0", [
+        probe("block_hasher", "broken", "AssertionError", ""),
+        probe("scheduler_signature"),  # fixed: does not gate
+        probe("request_signature", "skipped", reason="gated"),
+        probe("embed_input_ids", "unsupported-on-cpu"),
+    ])]
+    assert exit_code(cells) == 0
+
+
+def test_exit_code_new_fails():
+    cells = [cell("0.30.0", "0.3.0", [probe("kv_cache_config_api", "broken", "ValueError", "layout")])]
+    assert exit_code(cells) == 1
+
+
+def test_exit_code_error_fails():
+    cells = [cell("0.16.0", "0.3.0", [probe("block_hasher", "error", reason="timeout")])]
+    assert exit_code(cells) == 2
+
+
+def test_exit_code_new_wins_over_error():
+    cells = [cell("0.16.0", "0.3.0", [probe("block_hasher", "error"), probe("x", "broken", "KeyError", "k")])]
+    assert exit_code(cells) == 1
+
+
+def test_advisory_probes_never_gate():
+    cells = [cell("0.16.0", "0.3.0", [
+        probe("worker_logging", "broken", "KeyError", "completely unexpected"),
+        probe("worker_logging", "error", reason="x", case="b"),
+    ])]
+    assert exit_code(cells) == 0
+
+
+def test_install_error_cell_without_probes_does_not_gate():
+    assert exit_code([cell("0.11.0", "0.4.0.1", [], verdict="install-error")]) == 0
+    assert exit_code([]) == 0
+
+
+statuses = st.sampled_from(["ok", "broken", "error", "skipped", "n/a", "unsupported-on-cpu"])
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(sorted(CONTRACT_PROBES) + ["other"]), statuses,
+                          st.sampled_from(["AssertionError", "TypeError", "KeyError"])), max_size=12),
+       st.sampled_from(["0.11.0", "0.12.0", "0.16.0", "0.17.1", "0.30.0"]),
+       st.sampled_from(["0.3.0", "0.4.0.1", "0.9.0"]))
+def test_exit_code_is_zero_iff_no_deciding_new_or_error(items, vllm, spec):
+    probes = [probe(pid, status, etype if status == "broken" else None, "m") for pid, status, etype in items]
+    c = cell(vllm, spec, probes)
+    classes = [p["classification"] for p in annotate(c)["probes"]]
+    deciding_bad = any(
+        not cl["advisory"] and (cl["kind"] == "new" or p["status"] == "error") for p, cl in zip(probes, classes)
+    )
+    assert (exit_code([c]) != 0) == deciding_bad

