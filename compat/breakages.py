@@ -264,7 +264,7 @@ _ENTRIES: list[Breakage] = [
         introduced_in="0.11.1",
         affects=_GENERATOR_ERA,
         symptom=Symptom(
-            exception=("AssertionError", "TypeError", "RuntimeError"),
+            exception=("ContractViolation", "AssertionError", "TypeError", "RuntimeError"),
             message=r"(?i)unique_reply_rank|single result|\blist\b|tuple",
             description="collective_rpc(fn, unique_reply_rank=0) returns rank 0's value itself, so speculators' [0] takes the first layer tensor",
         ),
@@ -295,7 +295,7 @@ _ENTRIES: list[Breakage] = [
         affects="<0.5",
         advisory=True,
         symptom=Symptom(
-            exception=("AssertionError",),
+            exception=("ContractViolation", "AssertionError"),
             message=r"(?i)log|INFO",
             description="logger.info in speculators' custom_worker propagates to an unconfigured root logger in spawned workers; only WARNING+ is shown",
         ),
@@ -309,7 +309,7 @@ _ENTRIES: list[Breakage] = [
         introduced_in="0.12.0",
         affects=_GENERATOR_ERA,
         symptom=Symptom(
-            exception=("AssertionError",),
+            exception=("WrongHiddenStates", "AssertionError"),
             silent=True,
             description="wrong rows or shapes with batch > 1, repeated calls or multi-step batches; no exception",
         ),
@@ -324,7 +324,7 @@ _ENTRIES: list[Breakage] = [
         affects=_GENERATOR_ERA,
         probe=REFERENCE_PROBE,
         symptom=Symptom(
-            exception=("AssertionError",),
+            exception=("WrongHiddenStates", "AssertionError"),
             silent=True,
             cases=r"(?i)repeat|prefix|again|cache",
             description="repeated call or shared prefix: too few rows (e.g. (18,256),(0,256)) or rows of the wrong sequence (max error ~0.5)",
@@ -340,7 +340,7 @@ _ENTRIES: list[Breakage] = [
         affects=_GENERATOR_ERA,
         probe=REFERENCE_PROBE,
         symptom=Symptom(
-            exception=("AssertionError",),
+            exception=("WrongHiddenStates", "AssertionError"),
             silent=True,
             cases=r"(?i)chunk|big|large|multi.?step|budget",
             description="batch above max_num_batched_tokens: the last scheduled sequence comes back short (e.g. (192,256) instead of (500,256))",

@@ -115,3 +115,7 @@ def raise_if_worker_failed(reply: Any) -> Any:
     if isinstance(reply, dict) and reply.get("__worker_error__"):
         raise WorkerError(reply["type"], reply["message"], reply["where"])
     return reply
+
+
+class WrongHiddenStates(ContractViolation):
+    """Extraction returned without an error, but the hidden states differ from the reference."""

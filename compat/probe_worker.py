@@ -13,8 +13,21 @@ import os
 
 from compat.observe import definition_site, worker_failure
 
+try:  # the cell's speculators release: probes then call its RPC names, as it does
+    from speculators.data_generation.custom_worker import HiddenStatesWorkerExtension as _Base
+except Exception:  # noqa: BLE001 - server-era releases ship no worker extension
+    _Base = object
 
-class ProbeWorkerExtension:
+
+class ProbeWorkerExtension(_Base):  # type: ignore[misc, valid-type]
+    def compat_prepare_captured(self, shape: str, num_layers: int, num_tokens: int):
+        """What the next `_get_captured_states` returns: real tensors in the release's shape."""
+        self._compat_captured = (shape, num_layers, num_tokens)
+
+    def _get_captured_states(self):
+        shape, num_layers, num_tokens = getattr(self, "_compat_captured", ("list", 3, 8))
+        return self.compat_captured_states(shape, num_layers, num_tokens)
+
     def compat_identity(self):
         from vllm.distributed import get_tp_group
 
@@ -27,12 +40,20 @@ class ProbeWorkerExtension:
             return model.get_language_model().model
         return model.model
 
-    def compat_call_embedding(self, lookup: str, method: str, token_ids: list[int]):
-        """Call the embedding method speculators' patched forward calls, on the real model."""
+    def compat_call_embedding(self, lookup: str, method: str, token_ids: list[int], bridge: bool = False):
+        """Call the embedding method speculators' patched forward calls, on the real model.
+
+        With `bridge`, the compat adapter's name bridge is applied first and undone after.
+        """
         import torch
 
+        added: list[str] = []
         try:
             base = self.compat_base_model(lookup)
+            if bridge:
+                from compat.compat_worker import bridge_embedding_names
+
+                added = bridge_embedding_names(base)
             ids = torch.tensor(token_ids, dtype=torch.long)
             try:
                 embed = getattr(base, method)
@@ -41,9 +62,13 @@ class ProbeWorkerExtension:
                 record["where"] = definition_site(type(base))
                 return record
             out = embed(ids)
-            return {"shape": list(out.shape), "dtype": str(out.dtype), "class": type(base).__name__}
+            return {"shape": list(out.shape), "dtype": str(out.dtype), "class": type(base).__name__,
+                    "bridged": added}
         except Exception as exc:  # noqa: BLE001 - reported to the parent as the observation
             return worker_failure(exc)
+        finally:
+            for name in added:
+                delattr(base, name)
 
     def compat_captured_states(self, shape: str, num_layers: int, num_tokens: int):
         """Real tensors in the reply shape of speculators' `_get_captured_states`.
@@ -56,7 +81,7 @@ class ProbeWorkerExtension:
         layers = [torch.full((num_tokens, hidden), float(i + 1)) for i in range(num_layers)]
         return {"req_0": layers} if shape == "dict" else layers
 
-    def compat_logging_reach(self, logger_name: str, level: int = logging.INFO):
+    def compat_logging_reach(self, logger_name: str, level: int = logging.INFO, fix: bool = False):
         """Does `logging.getLogger(logger_name).log(level, ...)` in this worker reach the output?
 
         Emits a unique line while the worker's stdout and stderr file descriptors point at a
@@ -67,6 +92,10 @@ class ProbeWorkerExtension:
 
         logger = logging.getLogger(logger_name)
         marker = f"compat-log-probe-{os.getpid()}-{id(self)}"
+        if fix:
+            from compat.compat_worker import make_worker_logs_visible
+
+            make_worker_logs_visible()
         saved = {fd: os.dup(fd) for fd in (1, 2)}
         with tempfile.TemporaryFile(mode="w+b") as sink:
             try:

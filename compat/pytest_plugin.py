@@ -34,6 +34,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "probe(id): the stable probe id this test reports as")
     config.addinivalue_line("markers", "tp(n): tensor-parallel size the probe case needs")
+    config.addinivalue_line("markers", "compat_mode(mode): 'with_compat' runs fill the raw record's with_compat")
     config._compat_records = []  # type: ignore[attr-defined]
     config._compat_collected = []  # type: ignore[attr-defined]
 
@@ -42,6 +43,7 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     """Record what will run, so probes a crash never reached can be reported as `error`."""
     session.config._compat_collected = [  # type: ignore[attr-defined]
         {k: _record(item)[k] for k in ("id", "case", "advisory")} for item in session.items
+        if not _is_with_compat(item)
     ]
     _write(session.config)
 
@@ -58,7 +60,8 @@ def _record(item: pytest.Item) -> dict[str, Any]:
         probe_id = marker.args[0] if marker else item.name
         callspec = getattr(item, "callspec", None)
         tp = item.get_closest_marker("tp")
-        case = "-".join(filter(None, [callspec.id if callspec else None, f"tp{tp.args[0]}" if tp else None]))
+        params = {k: v for k, v in (callspec.params.items() if callspec else []) if k != "compat_mode"}
+        case = "-".join(filter(None, [*(str(v) for v in params.values()), f"tp{tp.args[0]}" if tp else None]))
         item.stash[RECORD_KEY] = {
             "id": probe_id,
             "case": case or None,
@@ -123,10 +126,33 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):
         record["status"] = "error"
         record["reason"] = "the probe produced no outcome"
     config = item.config
-    config._compat_records.append(record)  # type: ignore[attr-defined]
+    if _is_with_compat(item):
+        record = _merge_with_compat(config._compat_records, record)  # type: ignore[attr-defined]
+    else:
+        config._compat_records.append(record)  # type: ignore[attr-defined]
     _write(config)
     _progress(config, record)
     return result
+
+
+def _is_with_compat(item: pytest.Item) -> bool:
+    marker = item.get_closest_marker("compat_mode")
+    callspec = getattr(item, "callspec", None)
+    mode = marker.args[0] if marker else (callspec.params.get("compat_mode") if callspec else None)
+    return mode == "with_compat"
+
+
+def _merge_with_compat(records: list[dict[str, Any]], adapted: dict[str, Any]) -> dict[str, Any]:
+    """The adapted run of a probe fills `with_compat` of the raw run's record."""
+    raw = next((r for r in records if (r["id"], r["case"]) == (adapted["id"], adapted["case"])), None)
+    if raw is None:
+        raw = {**adapted, "status": "error", "reason": "the raw run of this probe did not report",
+               "error": None, "detail": {}}
+        records.append(raw)
+    raw["with_compat"] = adapted["status"]
+    raw["detail"]["with_compat"] = {k: adapted[k] for k in ("status", "error", "reason", "detail")}
+    raw["seconds"] = round(raw["seconds"] + adapted["seconds"], 3)
+    return raw
 
 
 def _write(config: pytest.Config) -> None:

@@ -7,6 +7,7 @@ once (atomically), so a failing or interrupted later cell never loses earlier on
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 import time
 from pathlib import Path
@@ -34,6 +35,8 @@ def runner_options(argv: Sequence[str]) -> tuple[argparse.Namespace, list[str]]:
 
 
 def main(argv: Sequence[str]) -> int:
+    # A plain SIGTERM would skip the `finally` blocks that stop a cell's processes.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     options, rest = runner_options(argv)
     try:
         request = parse_cli(rest)

@@ -99,3 +99,37 @@ def request_id():
 def prompt() -> list[int]:
     """40 tokens: more than two full 16-token KV blocks, so block hashing matters."""
     return [5 + (i * 7) % 500 for i in range(40)]
+
+
+def pytest_generate_tests(metafunc):
+    """Probes that take `compat_mode` run twice: as the release is, then with compat adapters."""
+    if "compat_mode" in metafunc.fixturenames:
+        metafunc.parametrize("compat_mode", ["raw", "with_compat"], ids=["raw", "with_compat"])
+
+
+@pytest.fixture
+def adapter_plan(in_process, compat_mode):
+    """The adapters in force for this run of the probe (none when raw)."""
+    from compat import adapters, datagen
+
+    g = datagen.generator_module()
+    adapters.restore(g)
+    return adapters.plan(g, in_process) if compat_mode == "with_compat" else []
+
+
+@pytest.fixture
+def ns(adapter_plan):
+    """speculators' generator module, whose names the probes call as the release calls them;
+    with compat, the adapters have rebound those names. Restored after the probe."""
+    from compat import adapters, datagen
+
+    g = datagen.generator_module()
+    adapters.apply(g, adapter_plan)
+    yield g
+    adapters.restore(g)
+
+
+@pytest.fixture
+def adapted(adapter_plan):
+    """Ids of the adapters in force, to switch the worker- and executor-side fixes on."""
+    return {a.id for a in adapter_plan}

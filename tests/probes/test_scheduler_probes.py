@@ -8,71 +8,66 @@ from compat import vllm_setup
 from compat.observe import ContractViolation, speculators_call
 
 
-@pytest.mark.probe("scheduler_signature")
-def test_scheduler_signature(engine, in_process, probe_detail):
-    from vllm.v1.core.sched.scheduler import Scheduler
-    from vllm.v1.structured_output import StructuredOutputManager
+def original(obj):
+    """The vLLM object behind an adapter's wrapper (for `where` in a failure)."""
+    return getattr(obj, "__compat_original__", obj)
 
+
+@pytest.mark.probe("scheduler_signature")
+def test_scheduler_signature(engine, in_process, ns, compat_mode, probe_detail):
     config = engine.vllm_config
     kwargs = {"vllm_config": config, "kv_cache_config": engine.kv_cache_config,
-              "structured_output_manager": StructuredOutputManager(vllm_config=config)}
+              "structured_output_manager": ns.StructuredOutputManager(vllm_config=config)}
     if in_process.scheduler_passes_block_size:
         kwargs["block_size"] = vllm_setup.BLOCK_SIZE
     probe_detail["call"] = f"Scheduler({', '.join(kwargs)})"
-    with speculators_call(Scheduler):
-        Scheduler(**kwargs)
+    with speculators_call(original(ns.Scheduler)):
+        ns.Scheduler(**kwargs)
+
+
+def speculators_request(ns, in_process, request_id, prompt, config):
+    """Request(...) exactly as the release builds it (0.4 builds its own block hasher)."""
+    kwargs = {"request_id": request_id, "prompt_token_ids": prompt,
+              "sampling_params": ns.SamplingParams(max_tokens=1, temperature=0.0), "pooling_params": None,
+              "eos_token_id": 2, "arrival_time": 0.0}
+    if in_process.request_passes_block_hasher:
+        kwargs["block_hasher"] = hasher_as_0_4_builds_it(ns, config)
+    return ns.Request(**kwargs), kwargs
+
+
+def hasher_as_0_4_builds_it(ns, config):
+    hash_fn = ns.get_hash_fn_by_name(config.cache_config.prefix_caching_hash_algo)
+    ns.init_none_hash(hash_fn)
+    return ns.get_request_block_hasher(config.cache_config.block_size, hash_fn)
 
 
 @pytest.mark.probe("request_signature")
-def test_request_signature(engine, in_process, request_id, prompt, probe_detail):
-    from vllm.sampling_params import SamplingParams
-    from vllm.v1.request import Request
-
-    kwargs = {"request_id": request_id(), "prompt_token_ids": prompt,
-              "sampling_params": SamplingParams(max_tokens=1, temperature=0.0), "pooling_params": None,
-              "eos_token_id": 2, "arrival_time": 0.0}
-    if in_process.request_passes_block_hasher:
-        kwargs["block_hasher"] = vllm_setup.block_hasher(engine.vllm_config)
+def test_request_signature(engine, in_process, ns, compat_mode, request_id, prompt, probe_detail):
+    with speculators_call(original(ns.Request)):
+        _, kwargs = speculators_request(ns, in_process, request_id(), prompt, engine.vllm_config)
     probe_detail["call"] = f"Request({', '.join(kwargs)})"
-    with speculators_call(Request):
-        Request(**kwargs)
 
 
 @pytest.mark.probe("block_hasher")
-def test_block_hasher(engine, in_process, request_id, prompt, probe_detail):
+def test_block_hasher(engine, in_process, ns, compat_mode, request_id, prompt, probe_detail):
     """Schedule a request the way the release builds it, under the CacheConfig it builds.
 
     0.3 passes no block_hasher and leaves prefix caching at vLLM's default; 0.4 builds the hasher
     itself (vllm.utils.hashing, init_none_hash, get_request_block_hasher) and turns caching off.
     """
-    from vllm.config import CacheConfig
-
     cache_kwargs = {"block_size": vllm_setup.BLOCK_SIZE, "gpu_memory_utilization": 0.8}
     if in_process.cache_config_prefix_caching is not None:
         cache_kwargs["enable_prefix_caching"] = in_process.cache_config_prefix_caching
     config = copy.copy(engine.vllm_config)
-    config.cache_config = CacheConfig(**cache_kwargs)
+    config.cache_config = ns.CacheConfig(**cache_kwargs)
     config.cache_config.num_gpu_blocks = engine.kv_cache_config.num_blocks
     probe_detail["enable_prefix_caching"] = config.cache_config.enable_prefix_caching
     scheduler = vllm_setup.make_scheduler(config, engine.kv_cache_config)
-    hasher = None
-    with speculators_call():
-        if in_process.request_passes_block_hasher:
-            hasher = _hasher_as_0_4_builds_it(config)
-    request = vllm_setup.make_request(request_id(), prompt, hasher=hasher)
     with speculators_call(scheduler.schedule):
+        request, _ = speculators_request(ns, in_process, request_id(), prompt, config)
         scheduler.add_request(request)
         output = scheduler.schedule()
         scheduled = output.num_scheduled_tokens.get(request.request_id, 0)
         probe_detail["scheduled_tokens"] = scheduled
         if scheduled != len(prompt):
             raise ContractViolation(f"Scheduler.schedule() scheduled {scheduled} of {len(prompt)} prompt tokens")
-
-
-def _hasher_as_0_4_builds_it(config):
-    from vllm.utils.hashing import get_hash_fn_by_name
-    from vllm.v1.core.kv_cache_utils import get_request_block_hasher, init_none_hash
-
-    hash_fn = get_hash_fn_by_name(config.cache_config.prefix_caching_hash_algo)
-    init_none_hash(hash_fn)
-    return get_request_block_hasher(config.cache_config.block_size, hash_fn)

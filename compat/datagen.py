@@ -1,0 +1,100 @@
+"""Running the cell's own speculators data generator (the in-process VllmHiddenStatesGenerator
+of speculators 0.3.x/0.4.x) as a user would, with or without compat adapters.
+
+Modes:
+- "raw": the release as installed (plus CPU environment shims and a pinned dtype);
+- "api_only": adapters for the breakages that raise, not for changed defaults, which shows the
+  silent wrong-data faults those defaults cause;
+- "with_compat": every adapter the pair needs.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+from compat import adapters, env_shims
+from compat.profiles import Profile
+from compat.vllm_setup import omp_binding
+
+MODES = ("raw", "api_only", "with_compat")
+DATA_DEFAULT_ADAPTERS = frozenset({"prefix_caching_default", "chunked_prefill_default"})
+DTYPE = "float32"  # the generator hard-codes dtype="auto", which is bfloat16 on CPU
+
+
+def generator_module():
+    return importlib.import_module(adapters.GENERATOR_MODULE)
+
+
+def _pin_dtype(g) -> None:
+    adapters._wrap(g, "ModelConfig", lambda cls: adapters._keyword_filler(
+        cls, lambda kw: kw.__setitem__("dtype", DTYPE)))
+
+
+@dataclass
+class Generator:
+    """A constructed generator (or the exception its construction raised) and what was applied."""
+
+    mode: str
+    tp: int
+    instance: Any = None
+    failure: BaseException | None = None
+    module: Any = None
+    planned: list = field(default_factory=list)
+    env_shims: list = field(default_factory=list)
+    adapters: list = field(default_factory=list)
+
+    def bind(self) -> None:
+        """Rebind the generator module's names for this mode. The generator looks them up at
+        call time, so this runs before every use: generators of several modes may coexist."""
+        adapters.restore(self.module)
+        self.env_shims = env_shims.apply_cpu_shims(self.module)
+        _pin_dtype(self.module)
+        self.adapters = adapters.apply(self.module, self.planned)
+
+    @property
+    def live(self) -> bool:
+        return getattr(self.instance, "executor", None) is not None
+
+    def generate(self, sequences: Sequence[Sequence[int]]) -> list[list[Any]]:
+        """Hidden states per sequence, per requested layer (raises what the generator raises)."""
+        if self.failure is not None:
+            raise self.failure
+        self.bind()
+        results = self.instance.generate([list(s) for s in sequences])
+        return [list(r["hidden_states"]) for r in results]
+
+    def shutdown(self) -> None:
+        executor = getattr(self.instance, "executor", None)
+        if executor is not None:
+            executor.shutdown()
+            self.instance.executor = None  # its __del__ would shut down again
+
+
+def adapters_for(mode: str, g, profile: Profile) -> list:
+    if mode == "raw":
+        return []
+    planned = adapters.plan(g, profile)
+    if mode == "api_only":
+        planned = [a for a in planned if a.id not in DATA_DEFAULT_ADAPTERS]
+    return planned
+
+
+def build(profile: Profile, model_dir: str, *, mode: str, layer_ids: list[int], tp: int = 1,
+          max_model_len: int = 512) -> Generator:
+    """Construct the release's generator in `mode` (the construction's exception is kept)."""
+    g = generator_module()
+    adapters.restore(g)
+    planned = adapters_for(mode, g, profile)
+    generator = Generator(mode=mode, tp=tp, module=g, planned=planned)
+    generator.bind()
+    os.environ["VLLM_CPU_OMP_THREADS_BIND"] = omp_binding(tp)
+    try:
+        generator.instance = g.VllmHiddenStatesGenerator(
+            model_path=model_dir, layer_ids=layer_ids, max_model_len=max_model_len,
+            tensor_parallel_size=tp)
+    except Exception as exc:  # noqa: BLE001 - the construction's failure is the observation
+        generator.failure = exc
+    return generator

@@ -1,0 +1,125 @@
+"""The Hugging Face reference: the same tiny model in transformers, float32, one forward per
+sequence, and the comparison of extracted hidden states against it with explicit tolerances.
+
+Reference table per sequence: index 0 = embeddings, index k = output of decoder layer k-1 as it
+enters the next layer (hidden + residual), *before* the final norm. In this table speculators
+0.3/0.4's captured layer i sits at index i+1, and vLLM's extract_hidden_states layer id k at
+index k (id == num_layers is the last layer's output before the norm; HF's own last
+`hidden_states` entry is after the norm). Runs inside a cell venv (needs torch, transformers).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+ATOL = 1e-4  # float32 end to end: observed errors are ~5e-7; a wrong row is off by ~0.3
+RTOL = 1e-4  # of the reference's largest magnitude in that layer and sequence
+
+
+@dataclass(frozen=True)
+class Tolerance:
+    atol: float = ATOL
+    rtol: float = RTOL
+
+    def allows(self, max_abs: float, scale: float) -> bool:
+        return max_abs <= self.atol + self.rtol * scale
+
+
+def load_reference_model(model_dir: str):
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32) if _takes_dtype() else \
+        AutoModelForCausalLM.from_pretrained(model_dir, torch_dtype=torch.float32)
+    return model.eval()
+
+
+def _takes_dtype() -> bool:
+    import transformers
+    from packaging.version import Version
+
+    return Version(transformers.__version__) >= Version("4.56")
+
+
+def reference_states(model, sequences: Sequence[Sequence[int]]) -> list[list[Any]]:
+    """Per sequence, the table [embeddings, after layer 0, ..., after last layer (pre-norm)]."""
+    import torch
+
+    layers = _decoder_layers(model)
+    tables = []
+    for ids in sequences:
+        captured: list[Any] = []
+        hooks = [layer.register_forward_hook(lambda _m, _i, out: captured.append(
+            (out[0] if isinstance(out, tuple) else out)[0].detach().clone())) for layer in layers]
+        try:
+            with torch.no_grad():
+                out = model(torch.tensor([list(ids)]), output_hidden_states=True)
+        finally:
+            for hook in hooks:
+                hook.remove()
+        tables.append([out.hidden_states[0][0].detach().clone(), *captured])
+    return tables
+
+
+def _decoder_layers(model):
+    base = getattr(model, "model", model)
+    return list(base.layers)
+
+
+def compare(returned: Sequence[Sequence[Any]], reference: Sequence[Sequence[Any]],
+            expected_index: Sequence[int], tolerance: Tolerance = Tolerance()) -> dict[str, Any]:
+    """Compare returned[seq][layer] with reference[seq][expected_index[layer]].
+
+    Returns per layer and sequence: shape, max abs and relative error, and which reference index
+    the returned tensor matches best (the layer-index semantics actually observed).
+    """
+    import torch
+
+    rows = []
+    problems = []
+    for s, (got_layers, table) in enumerate(zip(returned, reference)):
+        if len(got_layers) != len(expected_index):
+            problems.append(f"sequence {s}: {len(got_layers)} layers returned, {len(expected_index)} requested")
+            continue
+        for position, (got, index) in enumerate(zip(got_layers, expected_index)):
+            want = table[index]
+            row = {"sequence": s, "layer": position, "expected_index": index,
+                   "shape": list(got.shape), "expected_shape": list(want.shape)}
+            if tuple(got.shape) != tuple(want.shape):
+                problems.append(f"sequence {s} layer {position}: shape {list(got.shape)}, expected {list(want.shape)}")
+                row.update(max_abs_error=None, max_rel_error=None, matches_index=None)
+            else:
+                got32 = got.to(torch.float32)
+                scale = float(want.abs().max())
+                max_abs = float((got32 - want).abs().max()) if want.numel() else 0.0
+                row.update(max_abs_error=max_abs, max_rel_error=max_abs / scale if scale else max_abs,
+                           matches_index=best_index(got32, table, tolerance))
+                if not tolerance.allows(max_abs, scale):
+                    problems.append(f"sequence {s} layer {position}: max abs error {max_abs:.3g} "
+                                    f"(reference index {index}, scale {scale:.3g})")
+            rows.append(row)
+    if len(returned) != len(reference):
+        problems.append(f"{len(returned)} sequences returned, {len(reference)} sent")
+    errors = [r["max_abs_error"] for r in rows if r["max_abs_error"] is not None]
+    rel = [r["max_rel_error"] for r in rows if r["max_rel_error"] is not None]
+    return {
+        "ok": not problems,
+        "problems": problems[:20],
+        "tolerance": {"atol": tolerance.atol, "rtol": tolerance.rtol},
+        "max_abs_error": max(errors) if errors else None,
+        "max_rel_error": max(rel) if rel else None,
+        "layer_semantics": sorted({(r["expected_index"], r["matches_index"]) for r in rows
+                                   if r["matches_index"] is not None}),
+        "rows": rows,
+    }
+
+
+def best_index(tensor, table, tolerance: Tolerance) -> int | None:
+    """The reference index this tensor matches within tolerance, if any."""
+    for index, candidate in enumerate(table):
+        if tuple(candidate.shape) == tuple(tensor.shape):
+            scale = float(candidate.abs().max())
+            if tolerance.allows(float((tensor - candidate).abs().max()), scale):
+                return index
+    return None

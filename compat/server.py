@@ -1,0 +1,172 @@
+"""A real `vllm serve` on 127.0.0.1: start on a free port, wait for /health, always stop.
+
+The server runs in its own process group (API server, engine core and workers), so stopping it
+kills the whole group. Its log is kept in the cell's work dir (env COMPAT_WORK_DIR).
+Imports nothing from vLLM: the server is a subprocess of the cell's Python.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Sequence
+
+LOG_TAIL_LINES = 30
+# A line that states an error: "ValueError: ...", "torch.AcceleratorError: ...", pydantic's
+# "  Value error, ..." or "AssertionError" alone. Log prefixes such as "(EngineCore pid=1) " vary.
+_ERROR_LINE = re.compile(r"\b((?:[\w.]+\.)?\w*(?:Error|Exception)\b(?::.*)?$|Value error, .*$)")
+_VLLM_FRAME = re.compile(r'File "[^"]*/(vllm/[^"]+)", line (\d+)')
+_NOT_ROOT_CAUSE = re.compile(r"EngineDeadError|Engine core initialization failed|EngineCore encountered an issue"
+                             r"|APIServer|Worker failed with error|RuntimeError: Worker failed")
+
+
+class ServerFailed(RuntimeError):
+    """The server exited or never became ready; carries what its log says."""
+
+    def __init__(self, message: str, log_tail: str, where: str | None = None):
+        super().__init__(message)
+        self.log_tail = log_tail
+        self.where = where
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def work_dir() -> Path:
+    given = os.environ.get("COMPAT_WORK_DIR")
+    path = Path(given) if given else Path(tempfile.gettempdir()) / "compat-server"
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def failure_line(log_text: str) -> str | None:
+    """The most telling error line of a server log: the last stated error that is not a
+    wrapper (EngineDeadError and friends), else the last stated error."""
+    found = []
+    for raw in log_text.splitlines():
+        line = raw.strip()
+        match = _ERROR_LINE.search(line)
+        if match and not line.startswith(("File ", "raise ", "During handling")):
+            found.append(match.group(1).strip())
+    causes = [line for line in found if not _NOT_ROOT_CAUSE.search(line)]
+    return (causes or found or [None])[-1]
+
+
+def vllm_frame(log_text: str) -> str | None:
+    """vllm/...:line of the innermost vLLM frame of the last traceback in the log."""
+    frames = _VLLM_FRAME.findall(log_text)
+    return f"{frames[-1][0]}:{frames[-1][1]}" if frames else None
+
+
+class VllmServer:
+    """`python -m vllm.entrypoints.cli.main serve MODEL ARGS --host 127.0.0.1 --port P`."""
+
+    def __init__(self, python: str, model: str, args: Sequence[str], log_path: Path,
+                 env: dict[str, str] | None = None, ready_timeout: float = 240.0,
+                 command: Sequence[str] | None = None):
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.log_path = log_path
+        self.ready_timeout = ready_timeout
+        self.command = list(command) if command else [
+            python, "-m", "vllm.entrypoints.cli.main", "serve", model, *args,
+            "--host", "127.0.0.1", "--port", str(self.port)]
+        self.env = env
+        self.process: subprocess.Popen | None = None
+        self.ready_seconds: float | None = None
+
+    def __enter__(self) -> "VllmServer":
+        self.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    def start(self) -> None:
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        with self.log_path.open("w") as log:
+            log.write(f"$ {' '.join(self.command)}\n")
+            log.flush()
+            self.process = subprocess.Popen(self.command, stdout=log, stderr=subprocess.STDOUT,
+                                            stdin=subprocess.DEVNULL, env=self.env, start_new_session=True)
+        started = time.monotonic()
+        try:
+            self._wait_ready(started)
+        except BaseException:
+            self.stop()
+            raise
+        self.ready_seconds = round(time.monotonic() - started, 1)
+
+    def _wait_ready(self, started: float) -> None:
+        while True:
+            if self.process.poll() is not None:
+                raise self.failure(f"vllm serve exited {self.process.returncode} before it was ready")
+            if self.healthy():
+                return
+            if time.monotonic() - started > self.ready_timeout:
+                raise self.failure(f"vllm serve was not ready within {self.ready_timeout:.0f}s")
+            time.sleep(1.0)
+
+    def healthy(self) -> bool:
+        try:
+            with urllib.request.urlopen(f"{self.url}/health", timeout=2) as response:
+                return response.status == 200
+        except (urllib.error.URLError, OSError):
+            return False
+
+    def alive(self) -> bool:
+        return self.process is not None and self.process.poll() is None
+
+    def log_text(self) -> str:
+        try:
+            return self.log_path.read_text(errors="replace")
+        except OSError:
+            return ""
+
+    def log_tail(self, lines: int = LOG_TAIL_LINES) -> str:
+        return "\n".join(self.log_text().splitlines()[-lines:])
+
+    def failure(self, what: str) -> ServerFailed:
+        text = self.log_text()
+        cause = failure_line(text)
+        return ServerFailed(f"{what}: {cause}" if cause else what, self.log_tail(), vllm_frame(text))
+
+    def stop(self, grace: float = 15.0) -> None:
+        """SIGTERM to the process group, SIGKILL after `grace` seconds; waits for the leader."""
+        if self.process is None:
+            return
+        pgid = self.process.pid  # start_new_session: the group id is the leader's pid
+        for sig, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, 10.0)):
+            try:
+                os.killpg(pgid, sig)
+            except ProcessLookupError:
+                break
+            if _group_gone(pgid, self.process, wait):
+                break
+        try:
+            self.process.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            pass
+
+
+def _group_gone(pgid: int, leader: subprocess.Popen, wait: float) -> bool:
+    deadline = time.monotonic() + wait
+    while time.monotonic() < deadline:
+        leader.poll()  # reap the leader so it does not linger as a zombie of the group
+        try:
+            os.killpg(pgid, 0)
+        except ProcessLookupError:
+            return True
+        time.sleep(0.2)
+    return False
