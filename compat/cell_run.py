@@ -33,7 +33,7 @@ def base_record(cell: Cell) -> dict[str, Any]:
 
 
 def run_cell(cell: Cell, recipe: Recipe, work_dir: Path, *, model_dir: Path, reinstall: bool = False,
-             probe_timeout: int = 300, cell_timeout: int = 1200, suites: tuple[str, ...] = ("tests/probes",),
+             probe_timeout: int = 300, cell_timeout: int = 1200, suites: tuple[str, ...] = ("tests/probes", "tests/server"),
              echo=print) -> dict[str, Any]:
     record = base_record(cell)
     record["recipe_notes"] = list(recipe.notes)
@@ -74,6 +74,8 @@ def probe_environment(cell: Cell, model_dir: Path, token: str) -> dict[str, str]
         "PYTHONUNBUFFERED": "1",
         "TOKENIZERS_PARALLELISM": "false",
     })
+    # Idle workers otherwise spin on their message queue, taking cores from the busy ones.
+    env.setdefault("VLLM_SLEEP_WHEN_IDLE", "1")
     if cell.backend == "cpu":
         env.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
         env.setdefault("VLLM_MLA_DISABLE", "1")
@@ -105,7 +107,7 @@ def run_probes(cell: Cell, env: CellEnv, work_dir: Path, *, model_dir: Path, pro
     probes = _read_probes(result_file)
     if error:
         probes = _mark_unfinished(probes, result_file, error, log_path)
-    return {"probes": [p for p in probes if "_collected" not in p], "error": error}
+    return {"probes": probes, "error": error, "token": token}
 
 
 def _relay(process: subprocess.Popen, log, echo, deadline: float) -> str | None:

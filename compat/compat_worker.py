@@ -18,6 +18,7 @@ class CompatWorkerExtension(custom_worker.HiddenStatesWorkerExtension):
         base = model.get_language_model().model if hasattr(model, "get_language_model") else model.model
         bridge_embedding_names(base)
         make_worker_logs_visible()
+        eagle3_support_check(model)
         return super()._setup_hidden_states_capture(layer_ids)
 
 
@@ -41,3 +42,28 @@ def make_worker_logs_visible() -> None:
         logger.addHandler(handler)
     if logger.getEffectiveLevel() > logging.INFO:
         logger.setLevel(logging.INFO)
+
+
+# eagle3_support_check: speculators 0.3 refuses any model that is not SupportsEagle3, and vLLM
+# marks DeepseekV2ForCausalLM (DeepseekV3, Kimi-K2.x) so only from 0.18.1. Its patched forward
+# needs only model.model's layers/norm and calls layer(positions=, hidden_states=, residual=),
+# which DeepseekV2DecoderLayer accepts (llama_4_scaling defaults to None); so the check is
+# relaxed for that family alone, and only when the config asks for no llama_4_scaling.
+def eagle3_support_check(model) -> bool:
+    """Let a DeepSeek-family model through speculators 0.3's check; True when it was needed."""
+    check = getattr(custom_worker, "supports_eagle3", None)
+    if check is None or check(model) or not is_deepseek_family(model):
+        return False
+    if getattr(getattr(model, "config", None), "llama_4_scaling", None) is not None:
+        return False  # the patched forward would drop the scaling: keep the refusal
+
+    def supports_eagle3_or_deepseek(candidate) -> bool:
+        return candidate is model or check(candidate)
+
+    supports_eagle3_or_deepseek.__compat_original__ = check
+    custom_worker.supports_eagle3 = supports_eagle3_or_deepseek
+    return True
+
+
+def is_deepseek_family(model) -> bool:
+    return any(cls.__name__ == "DeepseekV2ForCausalLM" for cls in type(model).__mro__)

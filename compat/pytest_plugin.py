@@ -129,6 +129,7 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):
     if _is_with_compat(item):
         record = _merge_with_compat(config._compat_records, record)  # type: ignore[attr-defined]
     else:
+        _supersede_not_applicable(config._compat_records, record)  # type: ignore[attr-defined]
         config._compat_records.append(record)  # type: ignore[attr-defined]
     _write(config)
     _progress(config, record)
@@ -142,9 +143,18 @@ def _is_with_compat(item: pytest.Item) -> bool:
     return mode == "with_compat"
 
 
+def _supersede_not_applicable(records: list[dict[str, Any]], record: dict[str, Any]) -> None:
+    """Two suites may report the same (id, case), one per profile (tests/probes in-process,
+    tests/server for speculators >= 0.5): the suite where the contract applies replaces `n/a`."""
+    if record["status"] == "n/a":
+        return
+    records[:] = [r for r in records
+                  if not ((r["id"], r["case"]) == (record["id"], record["case"]) and r["status"] == "n/a")]
+
+
 def _merge_with_compat(records: list[dict[str, Any]], adapted: dict[str, Any]) -> dict[str, Any]:
     """The adapted run of a probe fills `with_compat` of the raw run's record."""
-    raw = next((r for r in records if (r["id"], r["case"]) == (adapted["id"], adapted["case"])), None)
+    raw = next((r for r in reversed(records) if (r["id"], r["case"]) == (adapted["id"], adapted["case"])), None)
     if raw is None:
         raw = {**adapted, "status": "error", "reason": "the raw run of this probe did not report",
                "error": None, "detail": {}}
@@ -170,5 +180,7 @@ def _progress(config: pytest.Config, record: dict[str, Any]) -> None:
         why = f" — {record['error']['type']}: {(record['error']['message'] or '').partition(chr(10))[0][:160]}"
     elif record["reason"]:
         why = f" — {record['reason'].splitlines()[0][:160]}"
-    sys.__stderr__.write(f"[compat] {label} {name}: {record['status']} ({record['seconds']:.1f}s){why}\n")
+    status = record["status"] if record["with_compat"] is None else \
+        f"{record['status']}, with compat: {record['with_compat']}"
+    sys.__stderr__.write(f"[compat] {label} {name}: {status} ({record['seconds']:.1f}s){why}\n")
     sys.__stderr__.flush()

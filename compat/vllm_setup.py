@@ -170,13 +170,18 @@ def make_scheduler(config: Any, kv_cache_config: Any):
     return Scheduler(**kwargs)
 
 
+def hash_function(algo: str):
+    """get_hash_fn_by_name moved from vllm.utils to vllm.utils.hashing in 0.11.1."""
+    get_hash_fn_by_name = (_optional_attr("vllm.utils.hashing", "get_hash_fn_by_name")
+                           or _optional_attr("vllm.utils", "get_hash_fn_by_name"))
+    return get_hash_fn_by_name(algo)
+
+
 def block_hasher(config: Any):
     """The request block hasher EngineCore builds when prefix caching is on."""
     from vllm.v1.core import kv_cache_utils as kvu
 
-    get_hash_fn_by_name = (_optional_attr("vllm.utils.hashing", "get_hash_fn_by_name")
-                           or _optional_attr("vllm.utils", "get_hash_fn_by_name"))
-    hash_fn = get_hash_fn_by_name(config.cache_config.prefix_caching_hash_algo)
+    hash_fn = hash_function(config.cache_config.prefix_caching_hash_algo)
     kvu.init_none_hash(hash_fn)
     return kvu.get_request_block_hasher(scheduler_block_size(config), hash_fn)
 

@@ -101,6 +101,12 @@ def prompt() -> list[int]:
     return [5 + (i * 7) % 500 for i in range(40)]
 
 
+def pytest_collection_modifyitems(items):
+    """The end-to-end reference runs go last: they shut the probes' shared engines down first."""
+    items.sort(key=lambda item: item.get_closest_marker("probe") is not None
+               and item.get_closest_marker("probe").args[0] == "hidden_states_match_reference")
+
+
 def pytest_generate_tests(metafunc):
     """Probes that take `compat_mode` run twice: as the release is, then with compat adapters."""
     if "compat_mode" in metafunc.fixturenames:

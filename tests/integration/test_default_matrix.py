@@ -1,0 +1,91 @@
+"""What the default matrix must find, from the seeds and shared/research (measured there on
+these machines). A difference here is news about vLLM or speculators, or a harness defect."""
+
+import pytest
+
+from conftest import probes_by_key
+
+API_PROBES = ["scheduler_config_fields", "kv_cache_config_api", "scheduler_signature", "request_signature",
+              "block_hasher", "embed_input_ids", "two_phase_execute", "aux_hidden_states_truthiness"]
+CASES = ["batch", "repeated", "shared_prefix", "multi_step", "tp2"]
+FLOAT32_TOLERANCE = 1e-4
+
+BROKEN_ON_016_WITH_030 = {
+    ("scheduler_config_fields", None): ("ValidationError", "is_encoder_decoder"),
+    ("kv_cache_config_api", None): ("TypeError", "kv_cache_specs"),
+    ("scheduler_signature", None): ("TypeError", "block_size"),
+    ("block_hasher", None): ("AssertionError", ""),
+    ("embed_input_ids", None): ("AttributeError", "get_input_embeddings"),
+    ("two_phase_execute", None): ("RuntimeError", "sample_tokens() must be called after execute_model() returns None"),
+    ("collective_rpc_unique_reply_rank", "tp1"): ("ContractViolation", "got list[3 × Tensor"),
+    ("collective_rpc_unique_reply_rank", "tp2"): ("ContractViolation", "got list[3 × Tensor"),
+    ("aux_hidden_states_truthiness", None): ("RuntimeError", "Boolean value of Tensor with more than one value is ambiguous"),
+}
+
+
+def test_pinned_pair_is_compatible(cell):
+    record = cell("0.11.0", "0.3.0")
+    assert record["verdict"] == "compatible", record["verdict"]
+    for probe in record["probes"]:
+        if not probe["advisory"]:
+            assert probe["status"] == "ok", (probe["id"], probe["case"], probe["error"], probe["reason"])
+
+
+def test_pinned_pair_matches_reference_in_float32(cell):
+    probes = probes_by_key(cell("0.11.0", "0.3.0"))
+    for case in CASES:
+        detail = probes[("hidden_states_match_reference", case)]["detail"]
+        assert detail["max_abs_error"] < FLOAT32_TOLERANCE, (case, detail["max_abs_error"])
+        assert detail["layer_semantics"] == [[2, 2], [4, 4], [6, 6]], detail["layer_semantics"]
+
+
+@pytest.mark.parametrize("key", sorted(BROKEN_ON_016_WITH_030, key=str))
+def test_seeds_breakages_each_found_on_their_own(cell, key):
+    probe = probes_by_key(cell("0.16.0", "0.3.0"))[key]
+    exc_type, message = BROKEN_ON_016_WITH_030[key]
+    assert probe["status"] == "broken", (key, probe["status"], probe["reason"])
+    assert probe["error"]["type"] == exc_type
+    assert message in probe["error"]["message"]
+    assert probe["with_compat"] == "ok", (key, probe["detail"].get("with_compat"))
+
+
+def test_request_signature_still_binds_on_016(cell):
+    assert probes_by_key(cell("0.16.0", "0.3.0"))[("request_signature", None)]["status"] == "ok"
+
+
+def test_silent_faults_behind_the_exceptions_on_016(cell):
+    """With only the exception-fixing adapters, 0.3.0 returns wrong data (prefix caching and
+    chunked prefill now default on); with all adapters it matches the reference."""
+    probes = probes_by_key(cell("0.16.0", "0.3.0"))
+    for case in ("repeated", "shared_prefix", "multi_step"):
+        probe = probes[("hidden_states_match_reference", case)]
+        assert probe["status"] == "broken"
+        assert probe["detail"]["api_only"]["status"] == "broken", (case, probe["detail"]["api_only"])
+    assert probes[("hidden_states_match_reference", "batch")]["detail"]["api_only"]["status"] == "ok"
+    for case in CASES:
+        adapted = probes[("hidden_states_match_reference", case)]["detail"]["with_compat"]
+        assert adapted["status"] == "ok", (case, adapted)
+        assert adapted["detail"]["max_abs_error"] < FLOAT32_TOLERANCE
+
+
+def test_seeds_pair_is_fixed_by_compat(cell):
+    assert cell("0.16.0", "0.3.0")["verdict"] == "compatible-with-compat"
+
+
+def test_040_is_judged_by_its_own_call_shapes_and_data(cell):
+    record = cell("0.16.0", "0.4.0.1")
+    probes = probes_by_key(record)
+    for probe_id in API_PROBES:
+        assert probes[(probe_id, None)]["status"] == "ok", (probe_id, probes[(probe_id, None)]["error"])
+    reference = {case: probes[("hidden_states_match_reference", case)] for case in CASES}
+    assert all(p["with_compat"] == "ok" for p in reference.values()), {c: p["with_compat"] for c, p in reference.items()}
+    assert record["verdict"] in ("compatible", "compatible-with-compat")
+
+
+def test_every_probe_could_run(cell):
+    """`error` means a probe could not decide: never acceptable in the default matrix."""
+    for pair in (("0.11.0", "0.3.0"), ("0.16.0", "0.3.0"), ("0.16.0", "0.4.0.1")):
+        for probe in cell(*pair)["probes"]:
+            assert probe["status"] != "error", (pair, probe["id"], probe["case"], probe["reason"])
+            assert probe["with_compat"] != "error", (pair, probe["id"], probe["case"],
+                                                     probe["detail"].get("with_compat"))

@@ -1,0 +1,226 @@
+"""Probes of vLLM's extract_hidden_states + ExampleHiddenStatesConnector contract (speculators >= 0.5).
+
+Every file-level probe runs twice: "raw" (vLLM as shipped, its status) and "with_compat" (the
+CPU connector shim, and --no-enable-chunked-prefill where raw was refused for it), which the
+plugin merges into the raw record's `with_compat`.
+"""
+
+from __future__ import annotations
+
+import typing
+
+import pytest
+
+from compat import breakages
+from compat.observe import ContractViolation, speculators_call
+from compat.reference import compare, reference_states
+
+from server_run import CASES, ModeRun, vllm_version
+
+pytestmark = pytest.mark.timeout(900)  # the first file probe of a mode starts the server and runs the client
+
+CONNECTOR = "ExampleHiddenStatesConnector"
+CONNECTOR_MODULE = "vllm.distributed.kv_transfer.kv_connector.v1.example_hidden_states_connector"
+
+
+def literal_values(annotation) -> set:
+    """Every value a (nested) Literal/Union annotation admits."""
+    if typing.get_origin(annotation) is typing.Literal:
+        return {v for arg in typing.get_args(annotation) for v in (literal_values(arg) or {arg})}
+    return {v for arg in typing.get_args(annotation) for v in literal_values(arg)}
+
+
+@pytest.mark.probe("extract_hidden_states_method")
+def test_extract_hidden_states_method(server_profile, probe_detail):
+    import vllm.config.speculative as speculative
+
+    methods = literal_values(getattr(speculative, "SpeculativeMethod", None))
+    probe_detail["methods"] = sorted(str(m) for m in methods)
+    with speculators_call(getattr(speculative, "SpeculativeConfig", None)):
+        if "extract_hidden_states" not in methods:
+            raise ContractViolation("SpeculativeConfig does not accept method 'extract_hidden_states' "
+                                    f"(accepted: {', '.join(sorted(map(str, methods))) or 'none found'})",
+                                    where="vllm/config/speculative.py")
+
+
+@pytest.mark.probe("hidden_states_connector")
+def test_hidden_states_connector(server_profile, probe_detail):
+    import importlib
+
+    from vllm.distributed.kv_transfer.kv_connector.factory import KVConnectorFactory
+
+    with speculators_call(KVConnectorFactory):
+        registered = CONNECTOR in getattr(KVConnectorFactory, "_registry", {})
+        probe_detail["registered"] = registered
+        module = importlib.import_module(CONNECTOR_MODULE)
+        if not registered or not hasattr(module, CONNECTOR):
+            raise ContractViolation(f"{CONNECTOR} is not registered with KVConnectorFactory",
+                                    where="vllm/distributed/kv_transfer/kv_connector/factory.py")
+
+
+# -- outcome of a mode's run -------------------------------------------------------------------
+def settle(run: ModeRun, probe_detail: dict) -> None:
+    """Turn a run that did not produce files into this probe's outcome."""
+    probe_detail["run"] = run.summary()
+    if run.env_shims:
+        probe_detail["env_shims"] = run.env_shims
+    if run.harness_error:
+        raise RuntimeError(run.harness_error)
+    if run.interrupted:
+        raise RuntimeError(run.interrupted)
+    if run.unsupported:
+        pytest.skip(f"unsupported-on-cpu: {run.unsupported}")
+    if run.failure:
+        error = {"type": "ContractViolation", "message": str(run.failure)}
+        import importlib.metadata
+
+        spec = importlib.metadata.version("speculators")
+        named = [e.id for e in breakages.applicable(vllm_version(), spec)
+                 if not e.symptom.silent and e.symptom.matches(error)]
+        if named:
+            probe_detail["breakage"] = named[0]
+        with speculators_call():
+            raise ContractViolation(str(run.failure), where=run.failure.where)
+
+
+def load(path):
+    from safetensors.torch import load_file
+
+    return load_file(str(path))
+
+
+def returned_layers(tensors) -> list:
+    states = tensors["hidden_states"]
+    return [states[:, j, :] for j in range(states.shape[1])]
+
+
+# -- probes of the written files ---------------------------------------------------------------
+def payload_schema(run: ModeRun, ids: list[int], probe_detail: dict) -> None:
+    import torch
+
+    settle(run, probe_detail)
+    problems, seen = [], []
+    for case, items in run.files.items():
+        for prompt, path in items:
+            if not path.is_file():
+                problems.append(f"{case}: {path.name} missing")
+                continue
+            tensors = load(path)
+            keys = sorted(tensors)
+            if not {"token_ids", "hidden_states"} <= set(keys):
+                problems.append(f"{case}/{path.name}: keys {keys}")
+                continue
+            hs, tok = tensors["hidden_states"], tensors["token_ids"]
+            seen.append({"case": case, "file": path.name, "keys": keys, "hidden_states": list(hs.shape),
+                         "dtype": str(hs.dtype).removeprefix("torch."), "token_ids_dtype": str(tok.dtype).removeprefix("torch.")})
+            if hs.ndim != 3 or hs.shape[0] != len(prompt) or hs.shape[1] != len(ids):
+                problems.append(f"{case}/{path.name}: hidden_states {list(hs.shape)}, expected [{len(prompt)}, {len(ids)}, hidden]")
+            if hs.dtype != torch.float32:
+                problems.append(f"{case}/{path.name}: hidden_states dtype {hs.dtype}, served as float32")
+            if tok.tolist() != list(prompt):
+                problems.append(f"{case}/{path.name}: token_ids differ from the prompt")
+    probe_detail["files"] = seen
+    with speculators_call():
+        if problems:
+            raise ContractViolation("; ".join(problems[:6]))
+
+
+def write_completion(run: ModeRun, probe_detail: dict) -> None:
+    settle(run, probe_detail)
+    folders = [d for d in [run.storage, *run.out_dirs] if d and d.exists()]
+    locks = sorted(str(p.relative_to(run.storage.parent)) for d in folders for p in d.rglob("*.lock"))
+    unmoved = sorted(p.name for p in run.storage.rglob("*.safetensors")) if run.storage.exists() else []
+    short = [f"{case}/{path.name}" for case, items in run.files.items() for prompt, path in items
+             if not path.is_file() or load(path)["hidden_states"].shape[0] != len(prompt)]
+    probe_detail.update(lock_files_left=locks, files_left_in_storage=unmoved, incomplete=short)
+    with speculators_call():
+        if locks or short:
+            raise ContractViolation(f"after the client finished: lock files left {locks[:4]}, "
+                                    f"incomplete or missing files {short[:4]}")
+
+
+def layer_numbering(run: ModeRun, ids: list[int], model, probe_detail: dict) -> None:
+    import torch
+
+    settle(run, probe_detail)
+    items = run.files["batch"]
+    prompts = [p for p, _ in items]
+    got = [returned_layers(load(path)) for _, path in items]
+    tables = reference_states(model, prompts)
+    result = compare(got, tables, expected_index=ids)
+    matches = {}
+    for row in result["rows"]:
+        matches.setdefault(ids[row["layer"]], set()).add(row["matches_index"])
+    probe_detail["id_to_reference_index"] = {str(k): sorted(v, key=str) for k, v in matches.items()}
+    last = len(tables[0]) - 1  # == num_layers: the last layer's output before the final norm
+    if last in ids:
+        with torch.no_grad():
+            post_norm = model.model.norm(tables[0][last])
+        diff = float((got[0][ids.index(last)] - post_norm).abs().max())
+        probe_detail["num_layers_id"] = {"id": last, "is": "pre-norm" if matches.get(last) == {last} else "other",
+                                         "max_abs_diff_to_post_norm": diff}
+    with speculators_call():
+        wrong = {k: sorted(v, key=str) for k, v in matches.items() if v != {k}}
+        if wrong:
+            raise ContractViolation(f"layer id -> reference index {wrong}: expected id k to be the output of "
+                                    f"decoder layer k-1 (0 = embeddings, {last} = last layer before the norm)")
+
+
+def match_reference(run: ModeRun, ids: list[int], model, case: str, probe_detail: dict) -> None:
+    settle(run, probe_detail)
+    items = run.files[case]
+    got = [returned_layers(load(path)) for _, path in items]
+    result = compare(got, reference_states(model, [p for p, _ in items]), expected_index=ids)
+    probe_detail.update({k: result[k] for k in ("max_abs_error", "max_rel_error", "tolerance", "problems")},
+                        layer_ids=ids, sequences=[len(p) for p, _ in items])
+    with speculators_call():
+        if not result["ok"]:
+            raise ContractViolation(f"hidden states differ from the transformers reference ({case}): "
+                                    + "; ".join(result["problems"][:3]))
+
+
+# -- the probes, raw then with_compat ----------------------------------------------------------
+@pytest.mark.probe("payload_schema")
+def test_payload_schema(extraction_runs, probe_detail):
+    payload_schema(extraction_runs.get("raw"), extraction_runs.ids, probe_detail)
+
+
+@pytest.mark.probe("write_completion")
+def test_write_completion(extraction_runs, probe_detail):
+    write_completion(extraction_runs.get("raw"), probe_detail)
+
+
+@pytest.mark.probe("layer_numbering")
+def test_layer_numbering(extraction_runs, reference_model, probe_detail):
+    layer_numbering(extraction_runs.get("raw"), extraction_runs.ids, reference_model, probe_detail)
+
+
+@pytest.mark.probe("hidden_states_match_reference")
+@pytest.mark.parametrize("case", CASES)
+def test_reference(extraction_runs, reference_model, case, probe_detail):
+    match_reference(extraction_runs.get("raw"), extraction_runs.ids, reference_model, case, probe_detail)
+
+
+@pytest.mark.probe("payload_schema")
+@pytest.mark.compat_mode("with_compat")
+def test_payload_schema_with_compat(extraction_runs, probe_detail):
+    payload_schema(extraction_runs.get("with_compat"), extraction_runs.ids, probe_detail)
+
+
+@pytest.mark.probe("write_completion")
+@pytest.mark.compat_mode("with_compat")
+def test_write_completion_with_compat(extraction_runs, probe_detail):
+    write_completion(extraction_runs.get("with_compat"), probe_detail)
+
+
+@pytest.mark.probe("layer_numbering")
+@pytest.mark.compat_mode("with_compat")
+def test_layer_numbering_with_compat(extraction_runs, reference_model, probe_detail):
+    layer_numbering(extraction_runs.get("with_compat"), extraction_runs.ids, reference_model, probe_detail)
+
+
+@pytest.mark.probe("hidden_states_match_reference")
+@pytest.mark.compat_mode("with_compat")
+@pytest.mark.parametrize("case", CASES)
+def test_reference_with_compat(extraction_runs, reference_model, case, probe_detail):
+    match_reference(extraction_runs.get("with_compat"), extraction_runs.ids, reference_model, case, probe_detail)

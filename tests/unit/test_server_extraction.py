@@ -1,0 +1,52 @@
+"""compat.extraction: the launch configuration of each speculators release, as arguments."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from compat.extraction import NO_CHUNKED_PREFILL, SHIM_MODULE, has_cli, layer_ids, serve_args, write_rows
+
+
+def _config(args: list[str], flag: str) -> dict:
+    return json.loads(args[args.index(flag) + 1])
+
+
+def test_layer_ids_are_distinct_and_include_num_layers():
+    assert layer_ids(6) == [1, 3, 5, 6]
+    assert layer_ids(32)[-1] == 32
+
+
+def test_serve_args_match_launch_vllm():
+    args = serve_args("0.9.0", [1, 3, 5, 6], Path("/tmp/hs"))
+    spec = _config(args, "--speculative_config")
+    assert spec == {"method": "extract_hidden_states", "num_speculative_tokens": 1,
+                    "draft_model_config": {"hf_config": {"eagle_aux_hidden_state_layer_ids": [1, 3, 5, 6]}}}
+    transfer = _config(args, "--kv_transfer_config")
+    assert transfer == {"kv_connector": "ExampleHiddenStatesConnector", "kv_role": "kv_producer",
+                        "kv_connector_extra_config": {"shared_storage_path": "/tmp/hs"}}
+    assert NO_CHUNKED_PREFILL not in args
+    assert args[-5:] == ["--dtype", "float32", "--enforce-eager", "--max-model-len", "256"]
+
+
+def test_releases_0_6_and_0_7_disable_chunked_prefill_themselves():
+    assert NO_CHUNKED_PREFILL in serve_args("0.6.0.1", [1], Path("/x"))
+    assert NO_CHUNKED_PREFILL in serve_args("0.7.0.2", [1], Path("/x"))
+    assert NO_CHUNKED_PREFILL not in serve_args("0.5.0", [1], Path("/x"))
+    assert serve_args("0.7.0", [1], Path("/x"), no_chunked_prefill=True).count(NO_CHUNKED_PREFILL) == 1
+
+
+def test_shim_is_loaded_by_module_path():
+    transfer = _config(serve_args("0.8.1", [1], Path("/x"), shim=True), "--kv_transfer_config")
+    assert transfer["kv_connector"] == "ExampleHiddenStatesConnector"
+    assert transfer["kv_connector_module_path"] == SHIM_MODULE
+
+
+def test_cli_from_0_8():
+    assert not has_cli("0.7.0.2")
+    assert has_cli("0.8.0") and has_cli("0.9.0")
+
+
+def test_rows_are_pretokenized(tmp_path):
+    write_rows(tmp_path / "rows.jsonl", [[5, 6, 7]])
+    assert json.loads((tmp_path / "rows.jsonl").read_text()) == {"input_ids": [5, 6, 7], "loss_mask": [1, 1, 1]}

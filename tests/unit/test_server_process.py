@@ -1,0 +1,117 @@
+"""compat.server with stand-in commands: readiness, failures with the log's cause, stopping the group."""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from compat.server import ServerFailed, VllmServer, failure_line, vllm_frame
+
+HEALTHY = (
+    "import http.server, sys, subprocess\n"
+    "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(300)'])  # a worker of the group\n"
+    "class H(http.server.BaseHTTPRequestHandler):\n"
+    "    def do_GET(self):\n"
+    "        self.send_response(200); self.end_headers()\n"
+    "    def log_message(self, *a):\n"
+    "        pass\n"
+    "http.server.HTTPServer(('127.0.0.1', int(sys.argv[1])), H).serve_forever()\n"
+)
+
+LOG_0_22 = """INFO 11-30 04:00:00 [api_server.py:1] vLLM API server version 0.22.1
+Traceback (most recent call last):
+  File "/venv/lib/python3.11/site-packages/vllm/engine/arg_utils.py", line 1700, in create_engine_config
+    config = VllmConfig(
+  File "/venv/lib/python3.11/site-packages/vllm/config/vllm.py", line 744, in __post_init__
+    raise ValueError(
+pydantic_core._pydantic_core.ValidationError: 1 validation error for VllmConfig
+  Value error, ExampleHiddenStatesConnector does not support chunked prefill. Please disable chunked prefill (--no-enable-chunked-prefill). [type=value_error]
+"""
+
+LOG_0_32 = """(EngineCore pid=77) ERROR 11-30 [core.py:1] EngineCore encountered an issue
+(EngineCore pid=77)   File "/v/site-packages/vllm/distributed/kv_transfer/kv_connector/v1/example_hidden_states_connector.py", line 402, in _submit_async_write
+(EngineCore pid=77) RuntimeError: pin_memory=True requires a CUDA or other accelerator backend; no pinned memory allocator is available on this system.
+(APIServer pid=70) vllm.v1.engine.exceptions.EngineDeadError: EngineCore encountered an issue. See stack trace (above) for the root cause.
+"""
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    stat = Path(f"/proc/{pid}/stat")
+    return stat.exists() and stat.read_text().split()[2] != "Z"
+
+
+def _group(pgid: int) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(fields[2]) == pgid and fields[0] != "Z":
+                found.append(int(entry.name))
+    return found
+
+
+def test_failure_line_prefers_the_root_cause():
+    assert failure_line(LOG_0_22).startswith("Value error, ExampleHiddenStatesConnector does not support chunked prefill")
+    assert failure_line(LOG_0_32).startswith("RuntimeError: pin_memory=True requires a CUDA")
+    assert failure_line("INFO all good\n") is None
+
+
+def test_vllm_frame_is_the_innermost_vllm_frame():
+    assert vllm_frame(LOG_0_22) == "vllm/config/vllm.py:744"
+    assert vllm_frame(LOG_0_32).endswith("example_hidden_states_connector.py:402")
+
+
+def test_ready_then_stop_kills_the_whole_group(tmp_path):
+    server = VllmServer(sys.executable, "model", [], tmp_path / "server.log", ready_timeout=30)
+    server.command = [sys.executable, "-c", HEALTHY, str(server.port)]
+    with server:
+        assert server.healthy()
+        time.sleep(0.5)
+        members = _group(server.process.pid)
+        assert len(members) >= 2  # the leader and its stand-in worker
+    assert not server.alive()
+    assert not [pid for pid in members if _alive(pid)]
+
+
+def test_exit_before_ready_carries_the_logged_cause(tmp_path):
+    server = VllmServer(sys.executable, "model", [], tmp_path / "server.log", ready_timeout=30,
+                        command=[sys.executable, "-c", "print('AssertionError: spec decode is not supported.'); raise SystemExit(3)"])
+    with pytest.raises(ServerFailed) as caught:
+        server.start()
+    assert "exited 3" in str(caught.value)
+    assert "spec decode is not supported" in str(caught.value)
+    assert "spec decode" in caught.value.log_tail
+
+
+def test_readiness_timeout_stops_the_server(tmp_path):
+    server = VllmServer(sys.executable, "model", [], tmp_path / "server.log", ready_timeout=2,
+                        command=[sys.executable, "-c", "import time; time.sleep(300)"])
+    started = time.monotonic()
+    with pytest.raises(ServerFailed, match="not ready within 2s"):
+        server.start()
+    assert time.monotonic() - started < 30
+    assert not server.alive()
+
+
+def test_stop_escalates_to_sigkill(tmp_path):
+    stubborn = "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); print('up', flush=True); time.sleep(300)"
+    server = VllmServer(sys.executable, "model", [], tmp_path / "server.log",
+                        command=[sys.executable, "-c", stubborn])
+    server.command = [sys.executable, "-c", stubborn]
+    server.process = __import__("subprocess").Popen(server.command, start_new_session=True)
+    time.sleep(0.5)
+    started = time.monotonic()
+    server.stop(grace=1.0)
+    assert server.process.returncode == -9
+    assert time.monotonic() - started < 15
