@@ -49,12 +49,15 @@ def make_worker_logs_visible() -> None:
 # needs only model.model's layers/norm and calls layer(positions=, hidden_states=, residual=),
 # which DeepseekV2DecoderLayer accepts (llama_4_scaling defaults to None); so the check is
 # relaxed for that family alone, and only when the config asks for no llama_4_scaling.
+# Kimi-K2.5 wraps the DeepseekV3 model (KimiK25ForConditionalGeneration.language_model);
+# speculators 0.3 reads model.model, so the wrapper gets that name pointing at the text model.
 def eagle3_support_check(model) -> bool:
     """Let a DeepSeek-family model through speculators 0.3's check; True when it was needed."""
     check = getattr(custom_worker, "supports_eagle3", None)
-    if check is None or check(model) or not is_deepseek_family(model):
+    language_model = model.get_language_model() if hasattr(model, "get_language_model") else model
+    if check is None or check(model) or not is_deepseek_family(language_model):
         return False
-    if getattr(getattr(model, "config", None), "llama_4_scaling", None) is not None:
+    if getattr(getattr(language_model, "config", None), "llama_4_scaling", None) is not None:
         return False  # the patched forward would drop the scaling: keep the refusal
 
     def supports_eagle3_or_deepseek(candidate) -> bool:
@@ -62,6 +65,8 @@ def eagle3_support_check(model) -> bool:
 
     supports_eagle3_or_deepseek.__compat_original__ = check
     custom_worker.supports_eagle3 = supports_eagle3_or_deepseek
+    if language_model is not model and not hasattr(model, "model"):
+        object.__setattr__(model, "model", language_model.model)  # a plain alias, not a submodule
     return True
 
 

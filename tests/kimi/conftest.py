@@ -1,0 +1,146 @@
+"""The Kimi suite's shared run: one generator, built once, through the matrix's extraction path
+(compat.datagen with adapters); the tests only check what it returned.
+
+Settings come from compat.kimi through the environment (COMPAT_KIMI_*). With COMPAT_KIMI_SKIP
+set (the gate is closed) every test is skipped with that reason before anything is imported.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import importlib.util
+import os
+import random
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+
+LENGTHS = (512, 257, 100, 33)  # the seeds' 512-token rows, plus uneven ones for the batch
+
+
+@dataclass(frozen=True)
+class Settings:
+    model: str
+    tp: int
+    layers: list[int]
+    hidden_size: int
+    scale: bool
+
+    @property
+    def dtype(self) -> str:
+        # The tiny fixture is float32 (compared with transformers); Kimi's INT4 kernels need 16-bit.
+        return "float32" if self.scale else "auto"
+
+
+@dataclass
+class Extraction:
+    settings: Settings
+    sequences: list[list[int]]
+    failure: BaseException | None = None
+    batch: list = field(default_factory=list)
+    repeat: list = field(default_factory=list)
+    singles: list = field(default_factory=list)
+    figures: dict[str, Any] = field(default_factory=dict)
+
+    def require(self) -> None:
+        """Re-raise the extraction's failure inside the calling test (read as `broken`)."""
+        if self.failure is not None:
+            raise self.failure
+
+
+@pytest.fixture(autouse=True)
+def kimi_gate():
+    reason = os.environ.get("COMPAT_KIMI_SKIP")
+    if reason:
+        pytest.skip(reason)
+
+
+@pytest.fixture(scope="session")
+def settings() -> Settings:
+    return Settings(model=os.environ["COMPAT_KIMI_MODEL"], tp=int(os.environ["COMPAT_KIMI_TP"]),
+                    layers=[int(x) for x in os.environ["COMPAT_KIMI_LAYERS"].split(",")],
+                    hidden_size=int(os.environ["COMPAT_KIMI_HIDDEN"]),
+                    scale=os.environ.get("COMPAT_KIMI_SCALE") == "1")
+
+
+def sequences(vocab_size: int) -> list[list[int]]:
+    rng = random.Random(20260221)
+    return [[rng.randrange(4, vocab_size) for _ in range(n)] for n in LENGTHS]
+
+
+@pytest.fixture(scope="session")
+def extraction(settings: Settings):
+    from compat.profiles import profile_for
+
+    version = importlib.metadata.version("speculators")
+    profile = profile_for(version)
+    if not profile.in_process:
+        if importlib.util.find_spec("compat.server") is None:
+            pytest.skip(f"speculators {version} uses the server path ({profile.note}); compat/server.py, "
+                        "which drives it, is not in this checkout yet")
+        pytest.skip(f"speculators {version} uses the server path; tests/kimi does not drive compat.server yet")
+    run = Extraction(settings, sequences(_vocab_size(settings.model)))
+    generator = _extract(run, profile)
+    yield run
+    if generator is not None:
+        generator.shutdown()
+
+
+def _vocab_size(model: str) -> int:
+    import json
+    from pathlib import Path
+
+    from compat.kimi import text_config
+
+    return min(int(text_config(json.loads((Path(model) / "config.json").read_text()))["vocab_size"]), 100_000)
+
+
+def _extract(run: Extraction, profile):
+    """Build the generator, time the batch call, then the repeat and the single calls."""
+    from compat import datagen, kimi
+
+    settings = run.settings
+    datagen.DTYPE = settings.dtype  # read by datagen's ModelConfig wrapper at call time
+    started = time.monotonic()
+    generator = datagen.build(profile, settings.model, mode="with_compat", layer_ids=settings.layers,
+                              tp=settings.tp, max_model_len=max(LENGTHS) + 16)
+    run.figures["load_seconds"] = round(time.monotonic() - started, 2)
+    run.figures["adapters"] = [a["id"] for a in generator.adapters] + _worker_adapters(generator)
+    run.figures["env_shims"] = [s["id"] for s in generator.env_shims]
+    try:
+        started = time.monotonic()
+        run.batch = generator.generate(run.sequences)
+        seconds = time.monotonic() - started
+        tokens = sum(map(len, run.sequences))
+        run.figures.update(tokens=tokens, sequences=len(run.sequences),
+                           tokens_per_second=round(tokens / seconds, 1))
+        run.repeat = generator.generate(run.sequences)
+        run.singles = [generator.generate([s])[0] for s in run.sequences]
+        peaks = generator.instance.executor.collective_rpc(kimi.peak_gpu_memory)
+        if all(p is None for p in peaks):
+            run.figures["peak_gpu_memory_bytes"] = None
+            run.figures["peak_gpu_memory_note"] = f"no GPU: CPU run, {len(peaks)} rank(s) answered None"
+        else:
+            run.figures["peak_gpu_memory_bytes"] = {f"rank {r}": p for r, p in enumerate(peaks)}
+            run.figures["peak_gpu_memory_note"] = "torch.cuda.max_memory_allocated() per rank"
+    except Exception as exc:  # noqa: BLE001 - the tests report it
+        run.failure = exc
+    return generator
+
+
+def _worker_adapters(generator) -> list[str]:
+    """eagle3_support_check runs inside the workers; say here whether this pair needed it."""
+    from compat.compat_worker import is_deepseek_family  # noqa: F401 - the adapter's home
+
+    if generator.module is None or not hasattr(generator.module, "MultiprocExecutor"):
+        return []
+    from speculators.data_generation import custom_worker
+
+    if not hasattr(custom_worker, "supports_eagle3"):
+        return []
+    from vllm.model_executor.models import deepseek_v2, interfaces
+
+    return [] if issubclass(deepseek_v2.DeepseekV2ForCausalLM, interfaces.SupportsEagle3) else \
+        ["eagle3_support_check"]
