@@ -99,10 +99,12 @@ def _pass_block_hasher(g: ModuleType) -> None:
 
     from compat.vllm_setup import hash_function
 
-    cache = g.CacheConfig(block_size=g.VLLM_BLOCK_SIZE)
-    hash_fn = hash_function(cache.prefix_caching_hash_algo)
-    kvu.init_none_hash(hash_fn)
-    hasher = kvu.get_request_block_hasher(g.VLLM_BLOCK_SIZE, hash_fn)
+    hasher = getattr(g, "_compat_block_hasher", None)
+    if hasher is None:  # once per process, as EngineCore does: init_none_hash reseeds every hash
+        cache = g.CacheConfig(block_size=g.VLLM_BLOCK_SIZE)
+        hash_fn = hash_function(cache.prefix_caching_hash_algo)
+        kvu.init_none_hash(hash_fn)
+        hasher = g._compat_block_hasher = kvu.get_request_block_hasher(g.VLLM_BLOCK_SIZE, hash_fn)
     _wrap(g, "Request", lambda cls: _keyword_filler(cls, lambda kw: kw.setdefault("block_hasher", hasher)))
 
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from compat.states import rank_reply
+
 
 def executor_class(base: type) -> type:
     """A subclass of vLLM's MultiprocExecutor (`base`) that keeps 0.3's single-phase loop and
@@ -19,7 +21,8 @@ def executor_class(base: type) -> type:
         def collective_rpc(self, method, *args: Any, unique_reply_rank=None, **kwargs: Any):
             if unique_reply_rank is None or not _is_speculators_rpc(method):
                 return super().collective_rpc(method, *args, unique_reply_rank=unique_reply_rank, **kwargs)
-            return [super().collective_rpc(method, *args, **kwargs)[unique_reply_rank]]
+            replies = super().collective_rpc(method, *args, **kwargs)
+            return [rank_reply(replies, unique_reply_rank, len(replies), single_result=False)]
 
     CompatMultiprocExecutor.__qualname__ = f"Compat{base.__qualname__}"
     return CompatMultiprocExecutor

@@ -22,7 +22,7 @@ from typing import Sequence
 LOG_TAIL_LINES = 30
 # A line that states an error: "ValueError: ...", "torch.AcceleratorError: ...", pydantic's
 # "  Value error, ..." or "AssertionError" alone. Log prefixes such as "(EngineCore pid=1) " vary.
-_ERROR_LINE = re.compile(r"\b((?:[\w.]+\.)?\w*(?:Error|Exception)\b(?::.*)?$|Value error, .*$)")
+_ERROR_LINE = re.compile(r"(?:^|[\s\]])((?:[\w.]+\.)?[A-Z]\w*(?:Error|Exception)(?::\s.*)?$|Value error, .*$)")
 _VLLM_FRAME = re.compile(r'File "[^"]*/(vllm/[^"]+)", line (\d+)')
 _NOT_ROOT_CAUSE = re.compile(r"EngineDeadError|Engine core initialization failed|EngineCore encountered an issue"
                              r"|APIServer|Worker failed with error|RuntimeError: Worker failed")
@@ -53,27 +53,36 @@ def work_dir() -> Path:
 def failure_line(log_text: str) -> str | None:
     """The most telling error line of a server log: the last stated error that is not a
     wrapper (EngineDeadError and friends), else the last stated error."""
-    found = []
-    for raw in log_text.splitlines():
-        line = raw.strip()
-        match = _ERROR_LINE.search(line)
-        if match and not line.startswith(("File ", "raise ", "During handling")):
-            found.append(match.group(1).strip())
-    causes = [line for line in found if not _NOT_ROOT_CAUSE.search(line)]
-    return (causes or found or [None])[-1]
+    return failure_site(log_text)[0]
 
 
 def vllm_frame(log_text: str) -> str | None:
-    """vllm/...:line of the innermost vLLM frame of the last traceback in the log."""
-    frames = _VLLM_FRAME.findall(log_text)
-    return f"{frames[-1][0]}:{frames[-1][1]}" if frames else None
+    """vllm/...:line of the innermost vLLM frame of the traceback that ends in failure_line."""
+    return failure_site(log_text)[1]
+
+
+def failure_site(log_text: str) -> tuple[str | None, str | None]:
+    lines = log_text.splitlines()
+    found = []  # (line number, error text)
+    for number, raw in enumerate(lines):
+        line = raw.strip()
+        match = _ERROR_LINE.search(line)
+        if match and "File \"" not in line:
+            found.append((number, match.group(1).strip()))
+    causes = [item for item in found if not _NOT_ROOT_CAUSE.search(item[1])]
+    if not (causes or found):
+        return None, None
+    number, text = (causes or found)[-1]
+    frames = [_VLLM_FRAME.search(line) for line in lines[:number]]
+    frames = [f for f in frames if f]
+    return text, (f"{frames[-1].group(1)}:{frames[-1].group(2)}" if frames else None)
 
 
 class VllmServer:
     """`python -m vllm.entrypoints.cli.main serve MODEL ARGS --host 127.0.0.1 --port P`."""
 
     def __init__(self, python: str, model: str, args: Sequence[str], log_path: Path,
-                 env: dict[str, str] | None = None, ready_timeout: float = 240.0,
+                 env: dict[str, str] | None = None, ready_timeout: float = 420.0,
                  command: Sequence[str] | None = None):
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"

@@ -215,4 +215,7 @@ def run_step(executor: Any, scheduler_output: Any):
 
 def rpc_from_rank(executor: Any, method: str, *args: Any, rank: int = 0) -> Any:
     """One rank's reply. Without unique_reply_rank, collective_rpc returns a list in every release."""
-    return executor.collective_rpc(method, args=args)[rank]
+    from compat.states import rank_reply
+
+    replies = executor.collective_rpc(method, args=args)
+    return rank_reply(replies, rank, len(replies), single_result=False)

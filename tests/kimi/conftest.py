@@ -50,7 +50,7 @@ class Extraction:
             raise self.failure
 
 
-@pytest.fixture(autouse=True)
+@pytest.fixture(scope="session", autouse=True)
 def kimi_gate():
     reason = os.environ.get("COMPAT_KIMI_SKIP")
     if reason:
@@ -58,7 +58,7 @@ def kimi_gate():
 
 
 @pytest.fixture(scope="session")
-def settings() -> Settings:
+def settings(kimi_gate) -> Settings:
     return Settings(model=os.environ["COMPAT_KIMI_MODEL"], tp=int(os.environ["COMPAT_KIMI_TP"]),
                     layers=[int(x) for x in os.environ["COMPAT_KIMI_LAYERS"].split(",")],
                     hidden_size=int(os.environ["COMPAT_KIMI_HIDDEN"]),
