@@ -411,9 +411,10 @@ _ENTRIES: list[Breakage] = [
         affects=_SERVER_ERA,
         symptom=Symptom(
             exception=("ContractViolation", "RuntimeError", "AttributeError", "AcceleratorError"),
-            message=r"pin_memory|_EventPlaceholder|_StreamPlaceholder|torch\.cuda|CUDA",
-            description="the request returns a hidden_states_path, only <file>.lock is written, then the engine dies "
-                        "(0.26/0.32: pin_memory=True / placeholder without query/wait_event; 0.22.1: torch.cuda.Stream())",
+            message=r"pin_memory|NVIDIA driver|_EventPlaceholder|_StreamPlaceholder|torch\.cuda|CUDA",
+            description="the request returns a hidden_states_path, no file is written, then the engine dies "
+                        "(0.26/0.32: pin_memory=True, which with PyPI's CUDA torch reads 'Found no NVIDIA driver', or a "
+                        "placeholder without query/wait_event; 0.22.1: torch.cuda.Stream())",
         ),
         fix="CPU only: the env shim compat/cpu_connector_shim.py (kv_connector_module_path). GPU builds are not affected.",
         references=("research: cpu-run-server-era.md",),

@@ -12,6 +12,7 @@ Imports nothing from vLLM; the client parts import speculators only when run.
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -20,6 +21,8 @@ from pathlib import Path
 from typing import Sequence
 
 from packaging.version import Version
+
+from compat.server import failure_line
 
 SERVE_FLAGS = ("--dtype", "float32", "--enforce-eager", "--max-model-len", "256")
 SHIM_MODULE = "compat.cpu_connector_shim"
@@ -94,7 +97,9 @@ def _start(command: list[str], log: Path) -> subprocess.Popen:
     with log.open("w") as handle:
         handle.write(f"$ {' '.join(command)}\n")
         handle.flush()
-        return subprocess.Popen(command, stdout=handle, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        # rich wraps tracebacks at the terminal width (80 without a tty); keep lines whole
+        env = {**os.environ, "COLUMNS": "400"}
+        return subprocess.Popen(command, stdout=handle, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env)
 
 
 def wait(process: subprocess.Popen, log: Path, timeout: float, what: str) -> None:
@@ -108,12 +113,16 @@ def wait(process: subprocess.Popen, log: Path, timeout: float, what: str) -> Non
         raise ClientFailed(f"{what} exited {code}: {last_words(log)}")
 
 
-def last_words(log: Path, lines: int = 3) -> str:
+def last_words(log: Path, lines: int = 2) -> str:
+    """The error the client states, else its last lines."""
     try:
-        text = [line for line in log.read_text(errors="replace").splitlines() if line.strip()]
+        text = log.read_text(errors="replace")
     except OSError:
         return "(no log)"
-    return " | ".join(line.strip()[:300] for line in text[-lines:])
+    stated = failure_line(text)
+    if stated:
+        return stated[:500]
+    return " | ".join(line.strip()[:300] for line in text.splitlines() if line.strip())[-600:]
 
 
 def read_prepared(prepared: Path) -> list[list[int]]:

@@ -126,11 +126,8 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):
         record["status"] = "error"
         record["reason"] = "the probe produced no outcome"
     config = item.config
-    if _is_with_compat(item):
-        record = _merge_with_compat(config._compat_records, record)  # type: ignore[attr-defined]
-    else:
-        _supersede_not_applicable(config._compat_records, record)  # type: ignore[attr-defined]
-        config._compat_records.append(record)  # type: ignore[attr-defined]
+    records = config._compat_records  # type: ignore[attr-defined]
+    record = _merge_with_compat(records, record) if _is_with_compat(item) else _add_raw(records, record)
     _write(config)
     _progress(config, record)
     return result
@@ -143,18 +140,29 @@ def _is_with_compat(item: pytest.Item) -> bool:
     return mode == "with_compat"
 
 
-def _supersede_not_applicable(records: list[dict[str, Any]], record: dict[str, Any]) -> None:
+def _same_probe(records: list[dict[str, Any]], record: dict[str, Any]) -> dict[str, Any] | None:
+    return next((r for r in records if (r["id"], r["case"]) == (record["id"], record["case"])), None)
+
+
+def _add_raw(records: list[dict[str, Any]], record: dict[str, Any]) -> dict[str, Any]:
     """Two suites may report the same (id, case), one per profile (tests/probes in-process,
-    tests/server for speculators >= 0.5): the suite where the contract applies replaces `n/a`."""
-    if record["status"] == "n/a":
-        return
-    records[:] = [r for r in records
-                  if not ((r["id"], r["case"]) == (record["id"], record["case"]) and r["status"] == "n/a")]
+    tests/server for speculators >= 0.5): the run where the contract applies wins over `n/a`,
+    whichever came first, and each (id, case) appears once."""
+    existing = _same_probe(records, record)
+    if existing is None:
+        records.append(record)
+        return record
+    if existing["status"] == "n/a" and record["status"] != "n/a":
+        records[records.index(existing)] = record
+        return record
+    return existing
 
 
 def _merge_with_compat(records: list[dict[str, Any]], adapted: dict[str, Any]) -> dict[str, Any]:
     """The adapted run of a probe fills `with_compat` of the raw run's record."""
-    raw = next((r for r in reversed(records) if (r["id"], r["case"]) == (adapted["id"], adapted["case"])), None)
+    raw = _same_probe(records, adapted)
+    if raw is not None and adapted["status"] == "n/a" and raw["status"] != "n/a":
+        return raw  # the other suite's adapted run of a probe that does not apply there
     if raw is None:
         raw = {**adapted, "status": "error", "reason": "the raw run of this probe did not report",
                "error": None, "detail": {}}

@@ -107,9 +107,9 @@ def _extract(run: Extraction, profile):
     generator = datagen.build(profile, settings.model, mode="with_compat", layer_ids=settings.layers,
                               tp=settings.tp, max_model_len=max(LENGTHS) + 16)
     run.figures["load_seconds"] = round(time.monotonic() - started, 2)
-    run.figures["adapters"] = [a["id"] for a in generator.adapters] + _worker_adapters(generator)
-    run.figures["env_shims"] = [s["id"] for s in generator.env_shims]
     try:
+        run.figures["adapters"] = [a["id"] for a in generator.adapters] + _worker_adapters(generator)
+        run.figures["env_shims"] = [s["id"] for s in generator.env_shims]
         started = time.monotonic()
         run.batch = generator.generate(run.sequences)
         seconds = time.monotonic() - started
@@ -132,15 +132,11 @@ def _extract(run: Extraction, profile):
 
 def _worker_adapters(generator) -> list[str]:
     """eagle3_support_check runs inside the workers; say here whether this pair needed it."""
-    from compat.compat_worker import is_deepseek_family  # noqa: F401 - the adapter's home
-
-    if generator.module is None or not hasattr(generator.module, "MultiprocExecutor"):
-        return []
     from speculators.data_generation import custom_worker
 
     if not hasattr(custom_worker, "supports_eagle3"):
         return []
-    from vllm.model_executor.models import deepseek_v2, interfaces
+    from vllm.model_executor.models import deepseek_v2
 
-    return [] if issubclass(deepseek_v2.DeepseekV2ForCausalLM, interfaces.SupportsEagle3) else \
-        ["eagle3_support_check"]
+    bases = {cls.__name__ for cls in deepseek_v2.DeepseekV2ForCausalLM.__mro__}
+    return [] if "SupportsEagle3" in bases else ["eagle3_support_check"]

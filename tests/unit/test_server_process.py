@@ -36,6 +36,7 @@ LOG_0_32 = """(EngineCore pid=77) ERROR 11-30 [core.py:1] EngineCore encountered
 (EngineCore pid=77)   File "/v/site-packages/vllm/distributed/kv_transfer/kv_connector/v1/example_hidden_states_connector.py", line 402, in _submit_async_write
 (EngineCore pid=77) RuntimeError: pin_memory=True requires a CUDA or other accelerator backend; no pinned memory allocator is available on this system.
 (APIServer pid=70) vllm.v1.engine.exceptions.EngineDeadError: EngineCore encountered an issue. See stack trace (above) for the root cause.
+INFO:     127.0.0.1:46580 - "POST /v1/completions HTTP/1.1" 500 Internal Server Error
 """
 
 
@@ -106,9 +107,7 @@ def test_readiness_timeout_stops_the_server(tmp_path):
 
 def test_stop_escalates_to_sigkill(tmp_path):
     stubborn = "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); print('up', flush=True); time.sleep(300)"
-    server = VllmServer(sys.executable, "model", [], tmp_path / "server.log",
-                        command=[sys.executable, "-c", stubborn])
-    server.command = [sys.executable, "-c", stubborn]
+    server = VllmServer(sys.executable, "model", [], tmp_path / "server.log", command=[sys.executable, "-c", stubborn])
     server.process = __import__("subprocess").Popen(server.command, start_new_session=True)
     time.sleep(0.5)
     started = time.monotonic()
