@@ -1,0 +1,88 @@
+"""How the plugin turns pytest outcomes into probe statuses (synthetic probes, run by pytester)."""
+
+import json
+
+PROBES = '''
+import pytest
+from compat.observe import ContractViolation, speculators_call
+
+@pytest.fixture
+def broken_engine():
+    raise RuntimeError("engine did not start")
+
+@pytest.mark.probe("passes")
+def test_passes(probe_detail):
+    probe_detail["seen"] = 1
+
+@pytest.mark.probe("contract_fails")
+def test_contract_fails():
+    with speculators_call():
+        raise TypeError("Scheduler.__init__() missing 1 required positional argument: 'block_size'")
+
+@pytest.mark.probe("harness_fault")
+def test_harness_fault():
+    {}["missing"]
+
+@pytest.mark.probe("setup_fails")
+def test_setup_fails(broken_engine):
+    pass
+
+@pytest.mark.probe("not_used")
+def test_not_used():
+    pytest.skip("n/a: this release does not make that call")
+
+@pytest.mark.probe("cpu_refuses")
+def test_cpu_refuses():
+    pytest.skip("unsupported-on-cpu: spec decode is not supported.")
+
+@pytest.mark.probe("worker_logging")
+def test_advisory():
+    with speculators_call():
+        raise ContractViolation("INFO never shows")
+
+@pytest.mark.probe("both_modes")
+@pytest.mark.parametrize("compat_mode", ["raw", "with_compat"])
+def test_both_modes(compat_mode):
+    if compat_mode == "raw":
+        with speculators_call():
+            raise AssertionError("wrong rows")
+
+@pytest.mark.probe("hangs")
+def test_hangs():
+    import time
+    time.sleep(30)
+'''
+
+
+def run(pytester):
+    pytester.makepyfile(test_probes=PROBES)
+    out = pytester.path / "result.json"
+    pytester.runpytest_subprocess("-p", "compat.pytest_plugin", f"--compat-result={out}", "--timeout=3",
+                                  "-p", "no:cacheprovider")
+    data = json.loads(out.read_text())
+    return {p["id"]: p for p in data["probes"]}, data["collected"]
+
+
+def test_outcomes_become_statuses(pytester):
+    probes, collected = run(pytester)
+    assert probes["passes"]["status"] == "ok" and probes["passes"]["detail"] == {"seen": 1}
+    assert probes["contract_fails"]["status"] == "broken"
+    assert probes["contract_fails"]["error"]["type"] == "TypeError"
+    assert "block_size" in probes["contract_fails"]["error"]["message"]
+    assert probes["harness_fault"]["status"] == "error"
+    assert probes["harness_fault"]["reason"].startswith("harness fault: KeyError")
+    assert probes["setup_fails"]["status"] == "error"
+    assert probes["setup_fails"]["reason"].startswith("could not set up: RuntimeError")
+    assert probes["not_used"]["status"] == "n/a"
+    assert probes["cpu_refuses"]["status"] == "unsupported-on-cpu"
+    assert "spec decode is not supported" in probes["cpu_refuses"]["reason"]
+    assert probes["worker_logging"]["status"] == "broken" and probes["worker_logging"]["advisory"] is True
+    assert probes["hangs"]["status"] == "error" and probes["hangs"]["reason"].startswith("timeout")
+    assert len([c for c in collected if c["id"] == "both_modes"]) == 1
+
+
+def test_the_adapted_run_fills_with_compat_of_the_same_record(pytester):
+    probes, _ = run(pytester)
+    both = probes["both_modes"]
+    assert (both["status"], both["with_compat"]) == ("broken", "ok")
+    assert both["detail"]["with_compat"]["status"] == "ok"

