@@ -127,9 +127,10 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):
         record["reason"] = "the probe produced no outcome"
     config = item.config
     records = config._compat_records  # type: ignore[attr-defined]
-    record = _merge_with_compat(records, record) if _is_with_compat(item) else _add_raw(records, record)
+    kept = _merge_with_compat(records, record) if _is_with_compat(item) else _add_raw(records, record)
     _write(config)
-    _progress(config, record)
+    if kept is not None:
+        _progress(config, kept)
     return result
 
 
@@ -144,7 +145,7 @@ def _same_probe(records: list[dict[str, Any]], record: dict[str, Any]) -> dict[s
     return next((r for r in records if (r["id"], r["case"]) == (record["id"], record["case"])), None)
 
 
-def _add_raw(records: list[dict[str, Any]], record: dict[str, Any]) -> dict[str, Any]:
+def _add_raw(records: list[dict[str, Any]], record: dict[str, Any]) -> dict[str, Any] | None:
     """Two suites may report the same (id, case), one per profile (tests/probes in-process,
     tests/server for speculators >= 0.5): the run where the contract applies wins over `n/a`,
     whichever came first, and each (id, case) appears once."""
@@ -155,14 +156,14 @@ def _add_raw(records: list[dict[str, Any]], record: dict[str, Any]) -> dict[str,
     if existing["status"] == "n/a" and record["status"] != "n/a":
         records[records.index(existing)] = record
         return record
-    return existing
+    return None
 
 
-def _merge_with_compat(records: list[dict[str, Any]], adapted: dict[str, Any]) -> dict[str, Any]:
+def _merge_with_compat(records: list[dict[str, Any]], adapted: dict[str, Any]) -> dict[str, Any] | None:
     """The adapted run of a probe fills `with_compat` of the raw run's record."""
     raw = _same_probe(records, adapted)
     if raw is not None and adapted["status"] == "n/a" and raw["status"] != "n/a":
-        return raw  # the other suite's adapted run of a probe that does not apply there
+        return None  # the other suite's adapted run of a probe that does not apply there
     if raw is None:
         raw = {**adapted, "status": "error", "reason": "the raw run of this probe did not report",
                "error": None, "detail": {}}
