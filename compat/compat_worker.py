@@ -19,6 +19,7 @@ class CompatWorkerExtension(custom_worker.HiddenStatesWorkerExtension):
         bridge_embedding_names(base)
         make_worker_logs_visible()
         eagle3_support_check(model)
+        cpu_native_rotary(model)
         return super()._setup_hidden_states_capture(layer_ids)
 
 
@@ -72,3 +73,23 @@ def eagle3_support_check(model) -> bool:
 
 def is_deepseek_family(model) -> bool:
     return any(cls.__name__ == "DeepseekV2ForCausalLM" for cls in type(model).__mro__)
+
+
+# cpu_native_rotary (an environment shim: CPU only). With vLLM's CPU rotary kernel, DeepSeek
+# attention (VLLM_MLA_DISABLE=1, vLLM 0.16.0) gets every position after the first wrong
+# (max error ~2-4 vs transformers); with forward_native it matches to 5e-6. Measured; the likely
+# cause is that the kernel rotates q_pe, a strided slice of q, in place as if contiguous.
+def cpu_native_rotary(model) -> int:
+    """On CPU, route DeepSeek-family rotary embeddings to forward_native; returns how many."""
+    import torch
+
+    language_model = model.get_language_model() if hasattr(model, "get_language_model") else model
+    if torch.cuda.is_available() or not is_deepseek_family(language_model):
+        return 0
+    changed = 0
+    for module in language_model.modules():
+        if hasattr(module, "forward_native") and hasattr(module, "_forward_method") \
+                and "Rotary" in type(module).__name__:
+            module._forward_method = module.forward_native
+            changed += 1
+    return changed

@@ -63,7 +63,7 @@ def cell_verdict(probes: Iterable[dict[str, Any]]) -> str:
     broken = [p for p in deciding if p["status"] == "broken"]
     errors = [p for p in deciding if p["status"] == "error"]
     fixable = bool(broken) and all(p.get("with_compat") == "ok" for p in broken)
-    reference = [p for p in deciding if p["id"] == REFERENCE_PROBE]
+    reference = [p for p in deciding if p["id"] == REFERENCE_PROBE and p["status"] != "n/a"]
     reference_ok_with_compat = bool(reference) and all(
         (p.get("with_compat") or p["status"]) == "ok" for p in reference
     )

