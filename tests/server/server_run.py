@@ -64,6 +64,7 @@ class ModeRun:
     interrupted: str | None = None  # the server was killed from outside: `error`
     unsupported: str | None = None  # the CPU build refuses this path: `unsupported-on-cpu`
     harness_error: str | None = None  # our side failed (data preparation, ...): `error`
+    case_failures: dict[str, ContractViolation] = field(default_factory=dict)  # the server lived on
     seconds: dict[str, float] = field(default_factory=dict)
     env_shims: list[dict[str, str]] = field(default_factory=list)
 
@@ -119,7 +120,12 @@ class Extraction:
         run.seconds["server_start"] = server.ready_seconds
         try:
             for case in CASES:
-                self._drive(run, server, case, base)
+                try:
+                    self._drive(run, server, case, base)
+                except extraction.ClientFailed as exc:
+                    if not server.alive():
+                        raise
+                    run.case_failures[case] = self._violation(server, exc)
         except (extraction.ClientFailed, OSError) as exc:
             self._judge(run, server, exc)
         finally:
@@ -138,10 +144,16 @@ class Extraction:
             if cause and pattern.search(cause) and (needs is None or needs in text):
                 run.unsupported = cause
                 return
-        state = "running" if server.alive() else f"exited {code}"
+        run.failure = self._violation(server, exc)
+
+    @staticmethod
+    def _violation(server: VllmServer, exc: Exception) -> ContractViolation:
+        text = server.log_text()
+        cause = failure_line(text)
+        state = "running" if server.alive() else f"exited {server.process.poll()}"
         message = str(exc) if isinstance(exc, ServerFailed) else \
             f"{exc}; vLLM server ({state}): {cause or 'no error in its log'}"
-        run.failure = ContractViolation(message, where=vllm_frame(text) if cause else None)
+        return ContractViolation(message, where=vllm_frame(text) if cause else None)
 
     def _start_preparing(self) -> None:
         if not extraction.has_cli(self.speculators) or self._preparing:

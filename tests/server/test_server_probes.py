@@ -59,8 +59,8 @@ def test_hidden_states_connector(server_profile, probe_detail):
 
 
 # -- outcome of a mode's run -------------------------------------------------------------------
-def settle(run: ModeRun, probe_detail: dict) -> None:
-    """Turn a run that did not produce files into this probe's outcome."""
+def settle(run: ModeRun, probe_detail: dict, cases=CASES) -> None:
+    """Turn a run (or, for `cases`, a client run) that did not produce files into this probe's outcome."""
     probe_detail["run"] = run.summary()
     if run.env_shims:
         probe_detail["env_shims"] = run.env_shims
@@ -70,8 +70,11 @@ def settle(run: ModeRun, probe_detail: dict) -> None:
         raise RuntimeError(run.interrupted)
     if run.unsupported:
         pytest.skip(f"unsupported-on-cpu: {run.unsupported}")
-    if run.failure:
-        error = {"type": "ContractViolation", "message": str(run.failure)}
+    failure = run.failure or next((ContractViolation(f"[{case}] {run.case_failures[case]}",
+                                                     where=run.case_failures[case].where)
+                                   for case in cases if case in run.case_failures), None)
+    if failure:
+        error = {"type": "ContractViolation", "message": str(failure)}
         import importlib.metadata
 
         spec = importlib.metadata.version("speculators")
@@ -80,7 +83,7 @@ def settle(run: ModeRun, probe_detail: dict) -> None:
         if named:
             probe_detail["breakage"] = named[0]
         with speculators_call():
-            raise ContractViolation(str(run.failure), where=run.failure.where)
+            raise ContractViolation(str(failure), where=failure.where)
 
 
 def load(path):
@@ -142,8 +145,8 @@ def write_completion(run: ModeRun, probe_detail: dict) -> None:
 def layer_numbering(run: ModeRun, ids: list[int], model, probe_detail: dict) -> None:
     import torch
 
-    settle(run, probe_detail)
-    items = run.files["batch"]
+    settle(run, probe_detail, cases=[next((c for c in CASES if c in run.files), CASES[0])])
+    items = next(iter(run.files.values()))
     prompts = [p for p, _ in items]
     got = [returned_layers(load(path)) for _, path in items]
     tables = reference_states(model, prompts)
@@ -167,7 +170,7 @@ def layer_numbering(run: ModeRun, ids: list[int], model, probe_detail: dict) -> 
 
 
 def match_reference(run: ModeRun, ids: list[int], model, case: str, probe_detail: dict) -> None:
-    settle(run, probe_detail)
+    settle(run, probe_detail, cases=[case])
     items = run.files[case]
     got = [returned_layers(load(path)) for _, path in items]
     result = compare(got, reference_states(model, [p for p, _ in items]), expected_index=ids)
