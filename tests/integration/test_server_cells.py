@@ -1,0 +1,32 @@
+"""What the server-era cells must find (speculators >= 0.5 drives `vllm serve` with
+extract_hidden_states + ExampleHiddenStatesConnector; measured on these machines)."""
+
+from conftest import probes_by_key
+
+FILE_PROBES = [("payload_schema", None), ("write_completion", None), ("layer_numbering", None),
+               ("hidden_states_match_reference", "batch"), ("hidden_states_match_reference", "repeated"),
+               ("hidden_states_match_reference", "shared_prefix")]
+
+
+def test_newest_pair_matches_the_reference_with_the_cpu_connector_shim(cell):
+    record = cell("0.32.0", "0.9.0")
+    probes = probes_by_key(record)
+    assert probes[("extract_hidden_states_method", None)]["status"] == "ok"
+    assert probes[("hidden_states_connector", None)]["status"] == "ok"
+    for key in FILE_PROBES:
+        # As shipped, the connector's write path needs CUDA (pinned memory, streams): broken on CPU.
+        assert probes[key]["status"] == "broken", (key, probes[key]["status"], probes[key]["reason"])
+        assert probes[key]["with_compat"] == "ok", (key, probes[key]["detail"].get("with_compat"))
+    assert "cpu_hidden_states_connector" in {s["id"] for s in record["env_shims"]}
+    assert record["verdict"] == "compatible-with-compat"
+
+
+def test_022_refuses_chunked_prefill_and_drops_prefix_cached_rows(cell):
+    record = cell("0.22.1", "0.8.1")
+    probes = probes_by_key(record)
+    raw = probes[("hidden_states_match_reference", "batch")]
+    assert raw["status"] == "broken"
+    assert "does not support chunked prefill" in raw["error"]["message"]
+    assert raw["with_compat"] == "ok"
+    assert probes[("hidden_states_match_reference", "repeated")]["with_compat"] == "broken"
+    assert record["verdict"] == "incompatible"
