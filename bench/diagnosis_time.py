@@ -1,7 +1,7 @@
 """Time to full diagnosis: one cell cold (empty uv cache, no venv) and warm (venv reused), and
 the default matrix warm. Also the reference checks' share of each cell's probe time.
 
-    python bench/diagnosis_time.py [--cell CELL_ID] [--skip-cold] [--out bench/RESULTS.md]
+    python bench/diagnosis_time.py [--cell CELL_ID] [--skip-cold] [--skip-matrix] [--out bench/RESULTS.md]
 
 Runs the real harness (`python -m compat run`) in subprocesses; writes a Markdown table.
 """
@@ -44,6 +44,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--cell", default=DEFAULT_CELL)
     parser.add_argument("--skip-cold", action="store_true")
+    parser.add_argument("--skip-matrix", action="store_true", help="time one cell only")
     parser.add_argument("--out", type=Path, default=REPO / "bench" / "RESULTS.md")
     args = parser.parse_args()
     rows = []
@@ -56,8 +57,9 @@ def main() -> int:
             rows.append(("one cell, cold (empty uv cache, new venv)", seconds, cells))
         seconds, cells = run(["--only", args.cell], dict(os.environ), tmp_path / "warm")
         rows.append(("one cell, warm (venv reused)", seconds, cells))
-        seconds, cells = run([], dict(os.environ), tmp_path / "matrix")
-        rows.append(("default matrix, warm", seconds, cells))
+        if not args.skip_matrix:
+            seconds, cells = run([], dict(os.environ), tmp_path / "matrix")
+            rows.append(("default matrix, warm", seconds, cells))
     lines = ["| run | wall s | install s | probes s | reference checks s (share of probes) |",
              "|---|---|---|---|---|"]
     for label, seconds, cells in rows:
