@@ -1,10 +1,12 @@
-"""Fault injection for the harness's own tests (never part of a matrix run): a probe whose engine
-loses a worker process mid-run, then hangs. The cell runner must report `error` and leave no
-process behind."""
+"""Fault injection for the harness's own tests (never part of a matrix run): a TP=2 engine loses
+one worker mid-run, then the probe hangs. The cell runner must report `error` and leave no
+process behind, the surviving worker included."""
 
+import json
 import os
 import signal
 import time
+from pathlib import Path
 
 import pytest
 
@@ -13,7 +15,8 @@ import pytest
 def test_worker_killed_then_hang(model_dir):
     from compat import vllm_setup
 
-    engine = vllm_setup.start_engine(model_dir, 1)
-    identity = vllm_setup.rpc_from_rank(engine.executor, "compat_identity")
-    os.kill(identity["pid"], signal.SIGKILL)
+    engine = vllm_setup.start_engine(model_dir, 2)
+    workers = [reply["pid"] for reply in engine.executor.collective_rpc("compat_identity")]
+    Path(os.environ["COMPAT_WORK_DIR"], "worker_pids.json").write_text(json.dumps(workers))
+    os.kill(workers[1], signal.SIGKILL)
     time.sleep(3600)  # the cell's deadline ends this
