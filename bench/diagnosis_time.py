@@ -35,7 +35,8 @@ def reference_share(cell: dict) -> tuple[float, float]:
     spent = 0.0
     for probe in cell["probes"]:
         if probe["id"] == "hidden_states_match_reference":
-            for detail in (probe["detail"], probe["detail"].get("with_compat", {}).get("detail", {})):
+            adapted = (probe["detail"].get("with_compat") or {}).get("detail") or {}
+            for detail in (probe["detail"], probe["detail"].get("api_only") or {}, adapted):
                 spent += detail.get("reference_seconds") or 0.0
     return spent, cell["seconds"]["probes"]
 
