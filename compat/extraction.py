@@ -27,6 +27,7 @@ from compat.server import failure_line
 SERVE_FLAGS = ("--dtype", "float32", "--enforce-eager", "--max-model-len", "256")
 SHIM_MODULE = "compat.cpu_connector_shim"
 NO_CHUNKED_PREFILL = "--no-enable-chunked-prefill"
+NO_PREFIX_CACHING = "--no-enable-prefix-caching"
 
 
 def layer_ids(num_layers: int) -> list[int]:
@@ -41,7 +42,7 @@ def launch_flags_of(speculators: str) -> tuple[str, ...]:
 
 
 def serve_args(speculators: str, ids: Sequence[int], storage: Path, *, shim: bool = False,
-               no_chunked_prefill: bool = False) -> list[str]:
+               no_chunked_prefill: bool = False, no_prefix_caching: bool = False) -> list[str]:
     speculative = {"method": "extract_hidden_states", "num_speculative_tokens": 1,
                    "draft_model_config": {"hf_config": {"eagle_aux_hidden_state_layer_ids": list(ids)}}}
     transfer = {"kv_connector": "ExampleHiddenStatesConnector", "kv_role": "kv_producer",
@@ -51,6 +52,8 @@ def serve_args(speculators: str, ids: Sequence[int], storage: Path, *, shim: boo
     flags = list(launch_flags_of(speculators))
     if no_chunked_prefill and NO_CHUNKED_PREFILL not in flags:
         flags.append(NO_CHUNKED_PREFILL)
+    if no_prefix_caching:
+        flags.append(NO_PREFIX_CACHING)
     return ["--speculative_config", json.dumps(speculative), "--kv_transfer_config", json.dumps(transfer),
             *flags, *SERVE_FLAGS]
 

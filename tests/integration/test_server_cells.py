@@ -21,14 +21,16 @@ def test_newest_pair_matches_the_reference_with_the_cpu_connector_shim(cell):
     assert record["verdict"] == "compatible-with-compat"
 
 
-def test_022_refuses_chunked_prefill_and_drops_prefix_cached_rows(cell):
+def test_022_refuses_chunked_prefill_and_works_without_prefix_caching(cell):
+    """0.22.x refuses the connector with chunked prefill; with it off, the connector writes only
+    the rows it computed (prefix-cached tokens go missing: 72 of 200 rows, measured), so the
+    with_compat server also runs with --no-enable-prefix-caching, and then every file matches."""
     record = cell("0.22.1", "0.8.1")
     probes = probes_by_key(record)
-    raw = probes[("hidden_states_match_reference", "batch")]
-    assert raw["status"] == "broken"
-    assert "does not support chunked prefill" in raw["error"]["message"]
-    # The same prompt again hits the prefix cache, and the connector writes only the uncached rows.
-    repeated = probes[("hidden_states_match_reference", "repeated")]["detail"]["with_compat"]
-    assert repeated["status"] == "broken"
-    assert "doesn't match num tokens" in repeated["error"]["message"]
-    assert record["verdict"] == "incompatible"
+    for key in FILE_PROBES:
+        assert probes[key]["status"] == "broken", (key, probes[key]["status"], probes[key]["reason"])
+        assert "does not support chunked prefill" in probes[key]["error"]["message"]
+        assert probes[key]["with_compat"] == "ok", (key, probes[key]["detail"].get("with_compat"))
+    serve_args = probes[("payload_schema", None)]["detail"]["with_compat"]["detail"]["run"]["serve_args"]
+    assert "--no-enable-chunked-prefill" in serve_args and "--no-enable-prefix-caching" in serve_args
+    assert record["verdict"] == "compatible-with-compat"

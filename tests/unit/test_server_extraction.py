@@ -50,3 +50,10 @@ def test_cli_from_0_8():
 def test_rows_are_pretokenized(tmp_path):
     write_rows(tmp_path / "rows.jsonl", [[5, 6, 7]])
     assert json.loads((tmp_path / "rows.jsonl").read_text()) == {"input_ids": [5, 6, 7], "loss_mask": [1, 1, 1]}
+
+
+def test_with_compat_flags_for_022():
+    args = serve_args("0.8.1", [1, 3, 5, 6], Path("/tmp/hs"), shim=True, no_chunked_prefill=True,
+                      no_prefix_caching=True)
+    assert args.count(NO_CHUNKED_PREFILL) == 1 and args.count("--no-enable-prefix-caching") == 1
+    assert "--no-enable-prefix-caching" not in serve_args("0.8.1", [1, 3, 5, 6], Path("/tmp/hs"))
