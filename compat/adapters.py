@@ -219,12 +219,6 @@ ADAPTERS = (
             "speculators' RPCs with unique_reply_rank"),
 )
 
-COVERS = {  # breakage ids fixed by an adapter filed under another id
-    "collective_rpc_unique_reply_rank": "two_phase_execute",
-    "aux_hidden_states_truthiness": "two_phase_execute",
-    "worker_logging": "embed_input_ids",
-}
-
 
 def plan(g: ModuleType, profile: Profile) -> list[Adapter]:
     """The adapters this (speculators, vLLM) pair needs, by feature detection."""

@@ -19,7 +19,6 @@ from compat import adapters, env_shims
 from compat.profiles import Profile
 from compat.vllm_setup import omp_binding
 
-MODES = ("raw", "api_only", "with_compat")
 DATA_DEFAULT_ADAPTERS = frozenset({"prefix_caching_default", "chunked_prefill_default"})
 DTYPE = "float32"  # the generator hard-codes dtype="auto", which is bfloat16 on CPU
 

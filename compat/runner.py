@@ -18,7 +18,7 @@ from compat.envs import REPO_ROOT
 from compat.matrix import Cell, MatrixError, cells_for, check_released, describe_cells, parse_cli
 from compat.pypi import PackageIndex, PackageIndexError
 from compat.recipe import RecipeError, derive_recipe
-from compat.results import ResultFileError, load_cell, write_json_atomic
+from compat.results import write_json_atomic
 
 
 def runner_options(argv: Sequence[str]) -> tuple[argparse.Namespace, list[str]]:
@@ -119,14 +119,3 @@ def finish(records: list[dict[str, Any]], options: argparse.Namespace) -> int:
     print(f"[compat] reports in {options.reports}: compat.json, compat.html, compat.md, junit/ "
           f"(exit {code})", flush=True)
     return code
-
-
-def load_results(results_dir: Path, cell_ids: Sequence[str] | None = None) -> list[dict[str, Any]]:
-    records = []
-    for path in sorted(results_dir.glob("*.json")):
-        if cell_ids is None or path.stem in cell_ids:
-            try:
-                records.append(load_cell(path))
-            except ResultFileError as exc:
-                print(f"compat: skipping {exc}", file=sys.stderr)
-    return records

@@ -38,16 +38,9 @@ def in_process(profile: Profile, speculators_version: str) -> Profile:
 
 @pytest.fixture(scope="session")
 def model_dir() -> str:
-    path = os.environ.get("COMPAT_MODEL_DIR")
-    if path:
-        if not os.path.isfile(os.path.join(path, "config.json")):
-            raise FileNotFoundError(
-                f"COMPAT_MODEL_DIR={path} has no config.json; expected a model folder "
-                "such as the one `python -m fixtures.tiny_llama` prints")
-        return path
     from fixtures import tiny_llama
 
-    return str(tiny_llama.ensure())
+    return str(tiny_llama.from_env())
 
 
 class _Engines:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import importlib.metadata
 import json
-import os
 from pathlib import Path
 
 import pytest
@@ -29,12 +28,9 @@ def server_profile(speculators_version: str) -> Profile:
 
 @pytest.fixture(scope="session")
 def model_dir() -> str:
-    path = os.environ.get("COMPAT_MODEL_DIR")
-    if path:
-        return path
     from fixtures import tiny_llama
 
-    return str(tiny_llama.ensure())
+    return str(tiny_llama.from_env())
 
 
 @pytest.fixture(scope="session")
