@@ -18,7 +18,8 @@ from compat.envs import REPO_ROOT, CellEnv, InstallError, ensure_env, tail
 from compat.matrix import Cell
 from compat.profiles import profile_for
 from compat.recipe import Recipe
-from compat.results import ResultFileError, cell_verdict, read_json
+from compat.results import ResultFileError, read_json
+from compat.verdict import decide
 
 TOKEN_VARIABLE = "COMPAT_CELL_TOKEN"
 PYTEST_EXIT_MEANING = {0: "all probes passed", 1: "some probes failed", 2: "interrupted",
@@ -58,7 +59,7 @@ def run_cell(cell: Cell, recipe: Recipe, work_dir: Path, *, model_dir: Path, rei
     record["probes"] = outcome["probes"]
     record["error"] = outcome["error"]
     record["env_shims"] = merge_shims(record["env_shims"], outcome["probes"])
-    record["verdict"] = cell_verdict(record["probes"])
+    record["verdict"] = decide(record).verdict
     echo(f"[compat] {cell.id}: {record['verdict']} (install {record['seconds']['install']:.0f}s, "
          f"probes {record['seconds']['probes']:.0f}s)")
     return record

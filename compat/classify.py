@@ -1,15 +1,21 @@
 """Compare each probe of a cell with the registry of known breakages (compat.breakages).
 
 Classes (`ProbeClass.kind`):
-- ``known``: the probe is `broken`, and an entry that applies to this (vLLM, speculators) pair
-  explains it (exception type and message match the entry's symptom).
-- ``new``: a `broken` probe no applicable entry explains; this includes a failure that looks
-  like an entry's symptom but with an unexpected exception type or message, and a failure that
-  matches an entry which does not apply to this pair (versions outside the entry's range).
-- ``fixed``: an applicable entry says this pair should be broken here, but the probe is `ok`.
+- ``known``: the probe is `broken`, and an entry that applies to this (vLLM, speculators,
+  backend) explains it: exception type, message and the vLLM file where it was raised all fit
+  (a silent entry: the case and the data symptom fit). A probe that names its breakage in
+  `detail["breakage"]` is believed only when its failure also fits that entry.
+- ``new``: a `broken` probe no applicable entry explains, with the candidates and why each was
+  rejected in the note.
+- ``fixed``: an applicable entry says this probe should fail here, but it is `ok`.
 - ``as-expected-ok``: `ok`, and no entry expects otherwise.
 - ``error``: the probe could not run (status `error`).
 - ``not-run``: `skipped`, `n/a` or `unsupported-on-cpu`.
+
+Beside the kind: `behind` classifies what the api_only run (exception-fixing adapters only) of
+the reference probe found behind the raw exception, and `adapter_regression` says where the
+with-compat run failed although the raw failure is a known breakage with an adapter, or where
+the adapters broke a passing probe.
 """
 
 from __future__ import annotations
@@ -17,13 +23,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Iterable
 
-from compat.breakages import REFERENCE_PROBE, REGISTRY, Breakage
+from compat.breakages import REFERENCE_PROBE, REGISTRY, Breakage, data_symptoms
 from compat.results import ADVISORY_PROBES
 
 KINDS = ("known", "new", "fixed", "as-expected-ok", "error", "not-run")
 
-# Probes that run the whole generator, so any breakage (not only their own) can be the first
-# failure they see.
+# Probes that run the whole generator, so any exception-raising breakage (not only their own)
+# can be the first failure they see.
 COMPOSITE_PROBES = frozenset({REFERENCE_PROBE})
 
 
@@ -33,14 +39,20 @@ class ProbeClass:
     breakage: Breakage | None = None
     note: str = ""
     advisory: bool = False
+    behind: "ProbeClass | None" = None
+    adapter_regression: str = ""
 
     def as_dict(self) -> dict[str, Any]:
-        return {
+        out = {
             "kind": self.kind,
             "breakage": self.breakage.id if self.breakage else None,
             "note": self.note,
             "advisory": self.advisory,
+            "adapter_regression": self.adapter_regression or None,
         }
+        if self.behind is not None:
+            out["behind"] = self.behind.as_dict()
+        return out
 
 
 def is_advisory(probe: dict[str, Any], registry: Iterable[Breakage] = REGISTRY) -> bool:
@@ -49,14 +61,36 @@ def is_advisory(probe: dict[str, Any], registry: Iterable[Breakage] = REGISTRY) 
     return any(e.advisory and e.probe == probe.get("id") for e in registry)
 
 
-def _own_entries(probe_id: str, entries: Iterable[Breakage]) -> list[Breakage]:
-    own = [e for e in entries if e.probe == probe_id]
-    # Specific silent entries (with a case pattern) before a catch-all one.
-    return sorted(own, key=lambda e: 0 if e.symptom.cases else 1)
+def _failure(probe: dict[str, Any]) -> tuple[dict | None, set[str]]:
+    detail = probe.get("detail") if isinstance(probe.get("detail"), dict) else {}
+    return probe.get("error"), data_symptoms(detail)
 
 
-def _fits(entry: Breakage, probe: dict[str, Any]) -> bool:
-    return entry.symptom.matches(probe.get("error"), probe.get("case"))
+def explain_failure(
+    pid: str, case: str | None, error: dict | None, data: set[str], candidates: list[Breakage]
+) -> tuple[Breakage | None, list[str]]:
+    """The first candidate the failure fits, else None and why each candidate was rejected."""
+    rejected = []
+    for entry in candidates:
+        why_not = entry.symptom.mismatch(error, case, data)
+        if why_not is None:
+            return entry, []
+        rejected.append(f"{entry.id}: {why_not}")
+    return None, rejected
+
+
+def _candidates(pid: str, applicable: list[Breakage]) -> list[Breakage]:
+    own = [e for e in applicable if e.probe == pid]
+    if pid in COMPOSITE_PROBES:
+        own += [e for e in applicable if e.probe != pid and not e.symptom.silent]
+    return own
+
+
+def _got(error: dict | None, data: set[str]) -> str:
+    if error and error.get("type"):
+        where = f" at {error['where']}" if error.get("where") else ""
+        return f"{error['type']}: {str(error.get('message') or '')[:120]}{where}"
+    return f"data symptoms {sorted(data) or 'none recorded'}"
 
 
 def classify_probe(
@@ -64,84 +98,108 @@ def classify_probe(
     vllm: str,
     speculators: str,
     registry: tuple[Breakage, ...] = REGISTRY,
+    backend: str = "cpu",
 ) -> ProbeClass:
-    """The class of one probe of the cell (vllm, speculators)."""
+    """The class of one probe of the cell (vllm, speculators, backend)."""
     advisory = is_advisory(probe, registry)
     status = probe.get("status")
-    pid = probe.get("id", "")
-    applicable = [e for e in registry if e.applies(vllm, speculators)]
-    by_id = {e.id: e for e in registry}
-
     if status == "error":
-        return ProbeClass("error", None, probe.get("reason") or "could not run", advisory)
+        return ProbeClass("error", None, probe.get("reason") or "could not run", advisory,
+                          adapter_regression=_adapter_regression(probe, None))
     if status not in ("ok", "broken"):
-        return ProbeClass("not-run", None, probe.get("reason") or str(status), advisory)
+        return ProbeClass("not-run", None, probe.get("reason") or str(status), advisory,
+                          adapter_regression=_adapter_regression(probe, None))
 
-    own = _own_entries(pid, applicable)
+    pid, case = probe.get("id", ""), probe.get("case")
+    applicable = [e for e in registry if e.applies(vllm, speculators, backend)]
     if status == "ok":
-        for entry in own:
-            if entry.symptom.cases and not (probe.get("case") and _fits(entry, probe)):
-                continue
-            if entry.symptom.silent and not entry.symptom.cases and probe.get("case"):
-                continue  # a catch-all silent entry is not disproved by one passing case
-            return ProbeClass(
-                "fixed", entry, f"registry expects {entry.id} for vLLM {vllm} / speculators {speculators}", advisory
-            )
-        return ProbeClass("as-expected-ok", None, "", advisory)
+        return _classify_ok(probe, pid, case, applicable, advisory, vllm, speculators, backend)
 
-    # broken
-    detail = probe.get("detail") or {}
-    named = detail.get("breakage") if isinstance(detail, dict) else None
+    error, data = _failure(probe)
+    detail = probe.get("detail") if isinstance(probe.get("detail"), dict) else {}
+    named = detail.get("breakage")
     if named:
-        entry = by_id.get(named)
-        if entry is None:
-            return ProbeClass("new", None, f"result names breakage {named!r}, which is not in the registry", advisory)
-        if entry in applicable:
-            return ProbeClass("known", entry, "named by the probe", advisory)
-        return ProbeClass(
-            "new", entry, f"named {entry.id}, but that entry does not apply to vLLM {vllm} / speculators {speculators}", advisory
-        )
-
-    candidates = list(own)
-    if pid in COMPOSITE_PROBES:
-        candidates += [e for e in applicable if e not in own and not e.symptom.silent]
-    for entry in candidates:
-        if _fits(entry, probe):
-            return ProbeClass("known", entry, "", advisory)
-
-    error = probe.get("error") or {}
-    if own:
-        entry = own[0]
-        got = f"{error.get('type') or 'no exception'}: {str(error.get('message') or '')[:120]}"
-        return ProbeClass(
-            "new", entry, f"expected {entry.id} ({_expected(entry)}), got {got}", advisory
-        )
-    # Matches a known symptom, but the entry does not apply to this pair?
-    for entry in registry:
-        if entry.probe == pid and not entry.symptom.silent and _fits(entry, probe):
-            return ProbeClass(
-                "new",
-                entry,
-                f"looks like {entry.id}, but the registry does not expect it for vLLM {vllm} / speculators {speculators} "
-                f"(introduced in vLLM {entry.introduced_in}, speculators {entry.affects})",
-                advisory,
-            )
-    return ProbeClass("new", None, "no registry entry explains this failure", advisory)
+        cls = _classify_named(named, pid, case, error, data, registry, applicable, vllm, speculators, backend)
+    else:
+        entry, rejected = explain_failure(pid, case, error, data, _candidates(pid, applicable))
+        if entry is not None:
+            cls = ProbeClass("known", entry)
+        else:
+            cls = ProbeClass("new", None, _new_note(pid, case, error, data, rejected, registry, vllm, speculators, backend))
+    return ProbeClass(cls.kind, cls.breakage, cls.note, advisory,
+                      behind=_behind(probe, pid, case, applicable, registry, vllm, speculators, backend),
+                      adapter_regression=_adapter_regression(probe, cls))
 
 
-def _expected(entry: Breakage) -> str:
-    s = entry.symptom
-    if s.silent:
-        return s.description or "silent mismatch"
-    return f"{'/'.join(s.exception) or 'any exception'} matching /{s.message}/"
+def _classify_ok(probe, pid, case, applicable, advisory, vllm, speculators, backend) -> ProbeClass:
+    """`fixed` when an applicable entry expects this probe (this case) to fail here."""
+    for entry in applicable:
+        if entry.probe != pid or not entry.symptom.expects_case(case):
+            continue
+        return ProbeClass("fixed", entry,
+                          f"registry expects {entry.id} for vLLM {vllm} / speculators {speculators} on {backend}",
+                          advisory, adapter_regression=_adapter_regression(probe, None))
+    return ProbeClass("as-expected-ok", None, "", advisory, adapter_regression=_adapter_regression(probe, None))
+
+
+def _classify_named(named, pid, case, error, data, registry, applicable, vllm, speculators, backend) -> ProbeClass:
+    entry = next((e for e in registry if e.id == named), None)
+    if entry is None:
+        return ProbeClass("new", None, f"the probe names breakage {named!r}, which is not in the registry")
+    if entry not in applicable:
+        return ProbeClass("new", entry, f"the probe names {entry.id}, which the registry does not expect for "
+                                        f"vLLM {vllm} / speculators {speculators} on {backend} ({entry.scope()})")
+    why_not = entry.symptom.mismatch(error, case, data)
+    if why_not is not None:
+        return ProbeClass("new", entry, f"the probe names {entry.id}, but its failure does not fit: {why_not}")
+    return ProbeClass("known", entry, "named by the probe, and its failure fits")
+
+
+def _new_note(pid, case, error, data, rejected, registry, vllm, speculators, backend) -> str:
+    got = _got(error, data)
+    if rejected:
+        return f"no applicable entry fits {got}; rejected: " + "; ".join(rejected[:4])
+    elsewhere = [e for e in registry if e.probe == pid and not e.applies(vllm, speculators, backend)
+                 and e.symptom.mismatch(error, case, data) is None]
+    if elsewhere:
+        e = elsewhere[0]
+        return (f"looks like {e.id}, but the registry does not expect it for vLLM {vllm} / speculators "
+                f"{speculators} on {backend} ({e.scope()})")
+    return f"no registry entry explains {got}"
+
+
+def _behind(probe, pid, case, applicable, registry, vllm, speculators, backend) -> ProbeClass | None:
+    """What the api_only run found behind the raw exception: a silent entry of this case, or NEW."""
+    detail = probe.get("detail") if isinstance(probe.get("detail"), dict) else {}
+    api_only = detail.get("api_only")
+    if not isinstance(api_only, dict) or api_only.get("status") != "broken":
+        return None
+    data = data_symptoms(api_only)
+    if not data:
+        return ProbeClass("error", None, f"the api_only run did not finish: {str(api_only.get('error'))[:200]}")
+    silent = [e for e in applicable if e.probe == pid and e.symptom.silent]
+    entry, rejected = explain_failure(pid, case, None, data, silent)
+    if entry is not None:
+        return ProbeClass("known", entry, "found behind the exception by the api_only run")
+    return ProbeClass("new", None, _new_note(pid, case, None, data, rejected, registry, vllm, speculators, backend))
+
+
+def _adapter_regression(probe: dict[str, Any], cls: ProbeClass | None) -> str:
+    compat = probe.get("with_compat")
+    if compat in (None, "ok", "n/a"):
+        return ""
+    if probe.get("status") != "broken" and compat == "broken":
+        return f"{probe.get('status')} as released, broken with compat adapters"
+    if cls is not None and cls.kind == "known" and cls.breakage is not None and cls.breakage.adapter:
+        return f"known {cls.breakage.id}, but its repair ({cls.breakage.adapter}) leaves it {compat}"
+    return ""
 
 
 def classify_cell(cell: dict[str, Any], registry: tuple[Breakage, ...] = REGISTRY) -> list[tuple[dict[str, Any], ProbeClass]]:
     """Every probe of a cell record with its class."""
-    return [
-        (probe, classify_probe(probe, str(cell.get("vllm")), str(cell.get("speculators")), registry))
-        for probe in cell.get("probes") or []
-    ]
+    vllm, speculators = str(cell.get("vllm")), str(cell.get("speculators"))
+    backend = str(cell.get("backend") or "cpu")
+    return [(probe, classify_probe(probe, vllm, speculators, registry, backend)) for probe in cell.get("probes") or []]
 
 
 def annotate(cell: dict[str, Any], registry: tuple[Breakage, ...] = REGISTRY) -> dict[str, Any]:
@@ -156,9 +214,11 @@ def annotate(cell: dict[str, Any], registry: tuple[Breakage, ...] = REGISTRY) ->
 
 
 def counts(cells: Iterable[dict[str, Any]], registry: tuple[Breakage, ...] = REGISTRY) -> dict[str, int]:
-    """How many probes of each class, over deciding probes only ("advisory" counted apart)."""
+    """How many probes of each class, over deciding probes only ("advisory" counted apart);
+    NEW findings behind an exception count as `new`, adapter regressions apart."""
     out = {k: 0 for k in KINDS}
     out["advisory-new"] = 0
+    out["adapter-regression"] = 0
     for cell in cells:
         for _probe, cls in classify_cell(cell, registry):
             if cls.advisory:
@@ -166,35 +226,8 @@ def counts(cells: Iterable[dict[str, Any]], registry: tuple[Breakage, ...] = REG
                     out["advisory-new"] += 1
                 continue
             out[cls.kind] += 1
+            if cls.behind is not None and cls.behind.kind == "new":
+                out["new"] += 1
+            if cls.adapter_regression:
+                out["adapter-regression"] += 1
     return out
-
-
-def exit_code(cells: Iterable[dict[str, Any]], registry: tuple[Breakage, ...] = REGISTRY) -> int:
-    """The CI gate: 0 only when nothing is NEW and no deciding probe is `error`.
-
-    - 1: at least one deciding probe is classified ``new`` (a breakage the registry does not
-      explain, or one that appears where the registry does not expect it).
-    - 2: no NEW breakage, but at least one deciding probe has status `error` (it could not run,
-      so the question is open).
-    - 0: otherwise. Known breakages, ``fixed`` entries (an expected breakage that now passes:
-      update the registry, but it does not fail the gate), skipped / n/a / unsupported-on-cpu
-      probes do not fail the gate.
-
-    Advisory probes (e.g. ``worker_logging``) never affect the exit code. A cell without probes
-    (e.g. verdict ``install-error``) has no deciding probe and does not affect it either; it is
-    shown in the report.
-    """
-    new = errors = 0
-    for cell in cells:
-        for probe, cls in classify_cell(cell, registry):
-            if cls.advisory:
-                continue
-            if cls.kind == "new":
-                new += 1
-            elif probe.get("status") == "error":
-                errors += 1
-    if new:
-        return 1
-    if errors:
-        return 2
-    return 0

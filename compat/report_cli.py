@@ -5,8 +5,11 @@
 Reads results/<cell>.json (every *.json except kimi*.json, which is the Kimi section), writes
 <out>/compat.json, compat.html, compat.md and junit/<cell-id>.xml.
 
-Exit status: compat.classify.exit_code of the cells (0 pass, 1 NEW breakage, 2 a deciding probe
-could not run) unless --no-gate (then 0); 3 when an input could not be read (the reports are
+Every cell's verdict is derived again from its probe records (compat.verdict); where the stored
+verdict disagrees, the report says so.
+
+Exit status: the gate of compat.verdict (0 pass, 1 NEW breakage or adapter regression, 2 something
+could not be tested) unless --no-gate (then 0); 3 when an input could not be read (the reports are
 still written from the files that could be read), or when there is no result file at all.
 """
 
@@ -61,6 +64,10 @@ def main(argv: list[str] | None = None) -> int:
         f"{len(cells)} cell(s), {summary['probes']['known']} known, {summary['probes']['new']} NEW, "
         f"{summary['probes']['fixed']} fixed, {summary['probes']['error']} error"
     )
+    for cell in report["cells"]:
+        if cell.get("stored_verdict"):
+            print(f"note: {cell.get('id') or cell['vllm'] + ' x ' + cell['speculators']}: the result file says "
+                  f"{cell['stored_verdict']}, its probes give {cell['verdict']}", file=sys.stderr)
     for problem in problems:
         print(f"error: {problem}", file=sys.stderr)
     if problems:

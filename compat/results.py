@@ -1,4 +1,4 @@
-"""Result records: the words a verdict may use, the cell verdict rule, atomic JSON I/O.
+"""Result records: the words a verdict may use, atomic JSON I/O (the verdict rule is compat.verdict).
 
 Shape of one cell record (the contract of ../shared/DESIGN.md plus extra keys):
 
@@ -22,7 +22,7 @@ import json
 import os
 import tempfile
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 PROBE_STATUSES = ("ok", "broken", "error", "skipped", "n/a", "unsupported-on-cpu")
 CELL_VERDICTS = (
@@ -34,7 +34,6 @@ CELL_VERDICTS = (
     "error",
 )
 ADVISORY_PROBES = frozenset({"worker_logging"})
-REFERENCE_PROBE = "hidden_states_match_reference"
 
 
 class ResultFileError(ValueError):
@@ -45,39 +44,6 @@ def probe_key(probe: dict[str, Any]) -> str:
     """`id` or `id[case]`: unique within a cell."""
     case = probe.get("case")
     return f"{probe['id']}[{case}]" if case else probe["id"]
-
-
-def cell_verdict(probes: Iterable[dict[str, Any]]) -> str:
-    """The verdict of a cell whose probes ran.
-
-    Advisory probes never decide. A `broken` probe makes the cell incompatible unless every
-    broken probe is `ok` with compat adapters and the reference-data probe ran and passed with
-    them (`compatible-with-compat` is proven by the data, not by absent exceptions). A probe that
-    could not run (`error`) leaves the question open: `error`, unless something is already
-    known broken beyond repair.
-    """
-    deciding = [p for p in probes if not p.get("advisory") and p["id"] not in ADVISORY_PROBES]
-    if not deciding:
-        return "error"
-    statuses = {p["status"] for p in deciding}
-    broken = [p for p in deciding if p["status"] == "broken"]
-    errors = [p for p in deciding if p["status"] == "error"]
-    fixable = bool(broken) and all(p.get("with_compat") == "ok" for p in broken)
-    reference = [p for p in deciding if p["id"] == REFERENCE_PROBE and p["status"] != "n/a"]
-    reference_ok_with_compat = bool(reference) and all(
-        (p.get("with_compat") or p["status"]) == "ok" for p in reference
-    )
-    if broken and not (fixable and reference_ok_with_compat):
-        return "incompatible"
-    if errors:
-        return "error"
-    if broken:
-        return "compatible-with-compat"
-    if statuses <= {"unsupported-on-cpu", "n/a", "skipped"} and "unsupported-on-cpu" in statuses:
-        return "unsupported-on-cpu"
-    if "ok" not in statuses:
-        return "error"
-    return "compatible"
 
 
 def write_json_atomic(path: Path, data: Any) -> None:

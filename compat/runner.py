@@ -114,7 +114,8 @@ def write_merged(records: list[dict[str, Any]], reports: Path) -> int:
 
 
 def finish(records: list[dict[str, Any]], options: argparse.Namespace) -> int:
-    """The exit code a CI job gates on: 0 unless a NEW breakage or a probe `error` (compat.classify)."""
+    """The exit code a CI job gates on (compat.verdict): 0 pass, 1 NEW breakage or adapter regression,
+    2 something could not be tested (no cell, install-error, error, a deciding probe `error`)."""
     code = write_merged(records, options.reports)
     print(f"[compat] reports in {options.reports}: compat.json, compat.html, compat.md, junit/ "
           f"(exit {code})", flush=True)

@@ -25,7 +25,8 @@ from packaging.version import InvalidVersion, Version
 
 from compat import baseline as _baseline
 from compat.breakages import BY_ID, get as get_breakage
-from compat.classify import annotate, counts, exit_code
+from compat.classify import annotate, counts
+from compat.verdict import GATE_WORDS, decide, matrix_gate
 from compat.junit import cell_id, write_junit
 from compat.results import CELL_VERDICTS, probe_key, write_json_atomic
 
@@ -109,9 +110,11 @@ def build_report(
 ) -> dict[str, Any]:
     """The merged report: contract keys plus harness_version, generated_at, machine, summary."""
     raw = list(cells)
-    annotated = [annotate(c) for c in sorted(raw, key=_cell_sort_key)]
+    annotated = [_decided(c) for c in sorted(raw, key=_cell_sort_key)]
     used = sorted(
         {p["classification"]["breakage"] for c in annotated for p in c["probes"] if p["classification"]["breakage"]}
+        | {p["classification"]["behind"]["breakage"] for c in annotated for p in c["probes"]
+           if (p["classification"].get("behind") or {}).get("breakage")}
     )
     report: dict[str, Any] = {
         "harness_version": harness_version(),
@@ -119,9 +122,9 @@ def build_report(
         or _dt.datetime.now(_dt.timezone.utc).replace(microsecond=0).isoformat().replace("+00:00", "Z"),
         "machine": machine_info(raw),
         "summary": {
-            "verdicts": {v: sum(1 for c in raw if c.get("verdict") == v) for v in CELL_VERDICTS},
+            "verdicts": {v: sum(1 for c in annotated if c["verdict"] == v) for v in CELL_VERDICTS},
             "probes": counts(raw),
-            "exit_code": exit_code(raw),
+            "exit_code": matrix_gate(raw),
         },
         "cells": annotated,
         "breakages": [BY_ID[b].as_dict() for b in used if b in BY_ID],
@@ -131,6 +134,19 @@ def build_report(
     if baseline is not None:
         report["changes"] = _baseline.diff(baseline, annotated)
     return report
+
+
+def _decided(cell: dict[str, Any]) -> dict[str, Any]:
+    """The cell with classified probes and the verdict derived from them (compat.verdict); a stored
+    verdict that disagrees is kept as `stored_verdict`, and the report says so."""
+    decision = decide(cell)
+    out = annotate(cell)
+    out.update(verdict=decision.verdict, verdict_reasons=list(decision.reasons), gate=decision.gate)
+    if cell.get("verdict") != decision.verdict:
+        out["stored_verdict"] = cell.get("verdict")
+    else:
+        out.pop("stored_verdict", None)
+    return out
 
 
 def _version_key(text: Any) -> tuple:
@@ -253,7 +269,8 @@ def _probe_view(probe: dict[str, Any], cid: str) -> dict[str, Any]:
     key = probe_key(probe)
     kind = cls.get("kind") or ""
     return {
-        "listed": status in ("broken", "error") or kind in ("new", "fixed"),
+        "listed": status in ("broken", "error") or kind in ("new", "fixed") or bool(cls.get("adapter_regression"))
+        or (cls.get("behind") or {}).get("kind") == "new",
         "key": key,
         "id": probe.get("id"),
         "case": probe.get("case"),
@@ -270,8 +287,17 @@ def _probe_view(probe: dict[str, Any], cid: str) -> dict[str, Any]:
         "reason": probe.get("reason"),
         "seconds": probe.get("seconds"),
         "entry": _entry_view(cls.get("breakage")),
+        "behind": _behind_view(cls.get("behind")),
+        "adapter_regression": cls.get("adapter_regression") or "",
         "figures": figure_tables(probe.get("detail")),
     }
+
+
+def _behind_view(behind: dict[str, Any] | None) -> dict[str, Any] | None:
+    if not behind:
+        return None
+    return {"kind": behind.get("kind"), "label": CLASS_LABELS.get(behind.get("kind") or "", "") or behind.get("kind"),
+            "note": behind.get("note") or "", "entry": _entry_view(behind.get("breakage"))}
 
 
 def _cell_view(cell: dict[str, Any]) -> dict[str, Any]:
@@ -280,6 +306,8 @@ def _cell_view(cell: dict[str, Any]) -> dict[str, Any]:
     probes.sort(key=lambda p: 0 if p["kind"] == "new" else 1)  # stable: NEW first, then probe order
     verdict = cell.get("verdict") or "error"
     tally = {k: sum(1 for p in probes if p["kind"] == k and not p["advisory"]) for k in ("known", "new", "fixed")}
+    tally["new"] += sum(1 for p in probes if (p["behind"] or {}).get("kind") == "new" and not p["advisory"])
+    tally["regressions"] = sum(1 for p in probes if p["adapter_regression"] and not p["advisory"])
     tally["error"] = sum(1 for p in probes if p["status"] == "error" and not p["advisory"])
     seconds = cell.get("seconds") or {}
     return {
@@ -291,6 +319,8 @@ def _cell_view(cell: dict[str, Any]) -> dict[str, Any]:
         "profile": cell.get("profile"),
         "verdict": verdict,
         "verdict_symbol": VERDICT_SYMBOLS.get(verdict, "?"),
+        "verdict_reasons": cell.get("verdict_reasons") or [],
+        "stored_verdict": cell.get("stored_verdict"),
         "label": _baseline.cell_label(cell),
         "env": cell.get("env") or {},
         "env_shims": cell.get("env_shims") or [],
@@ -318,6 +348,7 @@ def view_model(report: dict[str, Any]) -> dict[str, Any]:
         for c in cells
         for p in c["probes"]
         if p["kind"] in ("new", "fixed") or (p["status"] == "error" and not p["advisory"])
+        or p["adapter_regression"] or (p["behind"] or {}).get("kind") == "new"
     ]
     attention.sort(key=lambda a: {"new": 0, "error": 1}.get(a["probe"]["kind"], 2))
     kimi = report.get("kimi")
@@ -346,7 +377,7 @@ def view_model(report: dict[str, Any]) -> dict[str, Any]:
         "changes": report.get("changes"),
         "changes_empty": _baseline.is_empty(report["changes"]) if report.get("changes") else True,
         "kimi": kimi_view,
-        "gate": {0: "pass", 1: "fail: NEW breakage", 2: "fail: probe errors"}.get(summary.get("exit_code"), "unknown"),
+        "gate": GATE_WORDS.get(summary.get("exit_code"), "unknown"),
     }
 
 

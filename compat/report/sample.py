@@ -3,7 +3,7 @@
     python -m compat.report.sample OUT_DIR     # writes OUT_DIR/<cell-id>.json and kimi.json
 
 The figures and messages follow /work/shared/research/cpu-run-speculators-0.3.0.md; the
-verdicts are computed with compat.results.cell_verdict, as the harness does.
+verdicts are computed with compat.verdict.decide, as the harness does.
 """
 
 from __future__ import annotations
@@ -12,7 +12,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from compat.results import cell_verdict, write_json_atomic
+from compat.results import write_json_atomic
+from compat.verdict import decide
 
 GEN = "vllm_hidden_states_generator.py"
 ENV_SHIMS = [
@@ -35,8 +36,10 @@ def _probe(pid: str, status: str = "ok", with_compat: str | None = None, error: 
     }
 
 
-def _ref(case: str, status: str, err: tuple | None = None, l1: float = 3.0e-7, with_compat: str = "ok") -> dict[str, Any]:
+def _ref(case: str, status: str, err: tuple | None = None, l1: float = 3.0e-7, with_compat: str = "ok",
+         problems: list[str] | None = None) -> dict[str, Any]:
     detail = {
+        "problems": problems or [],
         "max_abs_error": {"L1": l1, "L3": l1 * 1.33, "L4": l1 * 1.4},
         "off_by_one_max_abs_error": 0.30,
         "sequences": 3,
@@ -52,7 +55,7 @@ def _cell(vllm: str, spec: str, probes: list[dict[str, Any]], **kw: Any) -> dict
         "speculators": spec,
         "backend": "cpu",
         "profile": "generator-0.3" if spec.startswith("0.3") else "generator-0.4",
-        "verdict": kw.pop("verdict", None) or cell_verdict(probes),
+        "verdict": kw.pop("verdict", None),
         "env": {
             "python": "3.11.7",
             "torch": "2.8.0+cu128" if vllm == "0.11.0" else "2.10.0+cu128",
@@ -67,6 +70,7 @@ def _cell(vllm: str, spec: str, probes: list[dict[str, Any]], **kw: Any) -> dict
         "probes": probes,
     }
     cell.update(kw)
+    cell["verdict"] = cell["verdict"] or decide(cell).verdict
     return cell
 
 
@@ -75,7 +79,8 @@ def _worker_logging() -> dict[str, Any]:
         "worker_logging",
         "broken",
         "ok",
-        ("AssertionError", "INFO line logged by the worker extension did not reach the parent's log"),
+        ("ContractViolation", "logging.getLogger('speculators.data_generation.custom_worker').info(...) in a worker "
+         "process: the line never shows in the worker's output (effective level 30, handlers: none)"),
     )
 
 
@@ -84,11 +89,11 @@ def _generator_016(vllm: str, spec: str = "0.3.0") -> list[dict[str, Any]]:
     return [
         _probe("scheduler_config_fields", "broken", "ok", ("pydantic_core._pydantic_core.ValidationError",
                "1 validation error for SchedulerConfig\nis_encoder_decoder\n  Field required [type=missing, input_value=ArgsKwargs(()), input_type=ArgsKwargs]",
-               f"{GEN}:194")),
+               "vllm/config/scheduler.py:25")),
         _probe("kv_cache_config_api", "broken", "ok", ("TypeError",
-               "get_kv_cache_config_from_groups() got an unexpected keyword argument 'kv_cache_specs'", f"{GEN}:136")),
+               "get_kv_cache_config_from_groups() got an unexpected keyword argument 'kv_cache_specs'", "vllm/v1/core/kv_cache_utils.py:1090")),
         _probe("scheduler_signature", "broken", "ok", ("TypeError",
-               "Scheduler.__init__() missing 1 required positional argument: 'block_size'", f"{GEN}:148")),
+               "Scheduler.__init__() missing 1 required positional argument: 'block_size'", "vllm/v1/core/sched/scheduler.py:52")),
         _probe("request_signature", "broken", "ok", ("TypeError",
                "Request.__init__() got an unexpected keyword argument 'eos_token_id'", "vllm/v1/request.py:58"))
         if eos_broken else _probe("request_signature"),
@@ -99,19 +104,26 @@ def _generator_016(vllm: str, spec: str = "0.3.0") -> list[dict[str, Any]]:
         _probe("two_phase_execute", "broken", "ok", ("RuntimeError",
                "Worker failed with error 'State error: sample_tokens() must be called after execute_model() returns None.', please check the stack trace above for the root cause",
                "vllm/v1/worker/gpu_model_runner.py:3318")),
-        _probe("collective_rpc_unique_reply_rank", "broken", "ok", ("AssertionError",
-               "collective_rpc(..., unique_reply_rank=0) returned a tuple, expected a list of one reply", "vllm/v1/executor/multiproc_executor.py:307")),
+        _probe("collective_rpc_unique_reply_rank", "broken", "ok", ("ContractViolation",
+               "MultiprocExecutor.collective_rpc(unique_reply_rank=0) at TP=1: return changed: speculators expects "
+               "list[1] of tuple[3], got tuple[3]", "vllm/v1/executor/multiproc_executor.py:307"), case="tp1"),
         _probe("aux_hidden_states_truthiness", "broken", "ok", ("RuntimeError",
-               "Boolean value of Tensor with more than one value is ambiguous", f"{GEN}:273")),
+               "Boolean value of Tensor with more than one value is ambiguous")),
         _worker_logging(),
-        _ref("basic", "broken", ("pydantic_core._pydantic_core.ValidationError",
-             "1 validation error for SchedulerConfig\nis_encoder_decoder\n  Field required [type=missing]", f"{GEN}:194"), l1=3.0e-7),
-        _ref("repeated_call", "broken", ("AssertionError",
-             "sequence 1: captured shape (0, 256), reference (100, 256)"), l1=3.0e-7),
-        _ref("shared_prefix", "broken", ("AssertionError",
-             "sequence 0: max abs error 0.46 > 1e-05 (layer 1)"), l1=1.8e-7),
-        _ref("large_batch", "broken", ("AssertionError",
-             "sequence 16: captured shape (192, 256), reference (500, 256)"), l1=1.8e-7),
+        _ref("batch", "broken", ("pydantic_core._pydantic_core.ValidationError",
+             "1 validation error for SchedulerConfig\nis_encoder_decoder\n  Field required [type=missing]",
+             "vllm/config/scheduler.py:25"), l1=3.0e-7),
+        _ref("repeated", "broken", ("WrongHiddenStates",
+             "hidden states differ from the transformers reference (repeated): sequence 1 layer 0: shape [0, 256], "
+             "expected [100, 256]"), l1=3.0e-7, problems=["sequence 1 layer 0: shape [0, 256], expected [100, 256]"]),
+        _ref("shared_prefix", "broken", ("WrongHiddenStates",
+             "hidden states differ from the transformers reference (shared_prefix): sequence 0 layer 1: max abs error "
+             "0.46 (reference index 2, scale 3.1)"), l1=1.8e-7,
+             problems=["sequence 0 layer 1: max abs error 0.46 (reference index 2, scale 3.1)"]),
+        _ref("multi_step", "broken", ("WrongHiddenStates",
+             "hidden states differ from the transformers reference (multi_step): sequence 16 layer 0: shape "
+             "[192, 256], expected [500, 256]"), l1=1.8e-7,
+             problems=["sequence 16 layer 0: shape [192, 256], expected [500, 256]"]),
     ]
 
 
@@ -124,7 +136,7 @@ def sample_cells() -> list[dict[str, Any]]:
             "aux_hidden_states_truthiness",
         )
     ] + [_worker_logging()] + [
-        _ref(case, "ok", l1=l1) for case, l1 in (("basic", 2.4e-7), ("repeated_call", 2.4e-7), ("shared_prefix", 2.9e-7), ("large_batch", 2.5e-7))
+        _ref(case, "ok", l1=l1) for case, l1 in (("batch", 2.4e-7), ("repeated", 2.4e-7), ("shared_prefix", 2.9e-7), ("multi_step", 2.5e-7))
     ]
     cells = [_cell("0.11.0", "0.3.0", ok_011), _cell("0.16.0", "0.3.0", _generator_016("0.16.0")),
              _cell("0.17.1", "0.3.0", _generator_016("0.17.1"))]
@@ -151,15 +163,16 @@ def sample_cells() -> list[dict[str, Any]]:
 
     # speculators 0.4.0.1: fine on 0.16.0, request_signature on 0.17.1, install-error on 0.11.0.
     p040 = [_probe(p["id"]) if p["id"] != "worker_logging" else p for p in _generator_016("0.16.0") if p["id"] != "hidden_states_match_reference"]
-    p040 += [_ref(case, "ok", l1=3.1e-7) for case in ("basic", "repeated_call", "shared_prefix", "large_batch")]
+    p040 += [_ref(case, "ok", l1=3.1e-7) for case in ("batch", "repeated", "shared_prefix", "multi_step")]
     cells.append(_cell("0.16.0", "0.4.0.1", p040))
     p041 = [dict(p) for p in p040]
     for i, p in enumerate(p041):
         if p["id"] == "request_signature":
             p041[i] = _probe("request_signature", "broken", "ok", ("TypeError",
-                             "Request.__init__() got an unexpected keyword argument 'eos_token_id'", "speculators/data_generation/vllm_hidden_states_generator.py:281"))
+                             "Request.__init__() got an unexpected keyword argument 'eos_token_id'", "vllm/v1/request.py:58"))
         if p["id"] == "hidden_states_match_reference":
-            p041[i] = _ref(p["case"], "broken", ("TypeError", "Request.__init__() got an unexpected keyword argument 'eos_token_id'"), l1=3.4e-7)
+            p041[i] = _ref(p["case"], "broken", ("TypeError", "Request.__init__() got an unexpected keyword argument "
+                                                 "'eos_token_id'", "vllm/v1/request.py:58"), l1=3.4e-7)
     cells.append(_cell("0.17.1", "0.4.0.1", p041))
     cells.append(
         _cell(

@@ -9,8 +9,8 @@ from compat.report import build_report, render_html, render_markdown, write_repo
 from compat.results import load_report, write_json_atomic
 
 
-def probe(pid, status="ok", etype=None, message="", case=None, detail=None):
-    return {"id": pid, "case": case, "status": status, "with_compat": "ok", "advisory": False,
+def probe(pid, status="ok", etype=None, message="", case=None, detail=None, with_compat="ok"):
+    return {"id": pid, "case": case, "status": status, "with_compat": with_compat, "advisory": False,
             "error": {"type": etype, "message": message, "where": None} if etype else None,
             "reason": None, "seconds": 0.1, "detail": detail or {}}
 
@@ -39,7 +39,8 @@ OLD = {
 def new_cells():
     return [
         cell("0.16.0", "0.3.0", "incompatible", [probe("block_hasher"),
-                                                 probe("request_signature", "broken", "TypeError", "eos_token_id"),
+                                                 probe("request_signature", "broken", "TypeError", "eos_token_id",
+                                                       with_compat="broken"),
                                                  ref(0.46, t=9.0)]),
         cell("0.11.0", "0.3.0", "compatible", [probe("block_hasher"), ref(2.5e-7, t=3.0)]),
         cell("0.17.1", "0.3.0", "incompatible", [probe("request_signature", "broken", "TypeError", "x")]),

@@ -20,10 +20,14 @@ def options(tmp_path):
 
 
 def finished(cell, verdict="compatible"):
+    """A record whose probes give `verdict` (compatible, or incompatible: a failure the adapters leave)."""
     record = cell_run.base_record(cell)
-    record.update(verdict=verdict, probes=[{"id": "request_signature", "case": None, "status": "ok",
-                                            "with_compat": "ok", "advisory": False, "error": None,
-                                            "reason": None, "seconds": 0.1, "detail": {}}])
+    status = "ok" if verdict == "compatible" else "broken"
+    record.update(verdict=verdict, probes=[
+        {"id": pid, "case": case, "status": status, "with_compat": status, "advisory": False,
+         "error": None if status == "ok" else {"type": "TypeError", "message": "boom", "where": None},
+         "reason": None, "seconds": 0.1, "detail": {}}
+        for pid, case in (("request_signature", None), ("hidden_states_match_reference", "batch"))])
     return record
 
 
