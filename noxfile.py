@@ -1,4 +1,5 @@
-"""Sessions: `compat` runs the matrix (default), `tests` is what CI runs, `report` rebuilds reports."""
+"""Sessions: `compat` runs the matrix (default), `tests` is what CI runs, `report` rebuilds reports,
+`explain` matches a traceback against the registry, `kimi` the gated GPU suite."""
 
 import nox
 
@@ -26,6 +27,13 @@ def report(session):
     """Rebuild reports/ from stored results/ without running anything: `-- --baseline OLD.json`."""
     install_harness(session)
     session.run("python", "-m", "compat.report_cli", *session.posargs)
+
+
+@nox.session(python=PYTHON)
+def explain(session):
+    """Which known breakage is this? `nox -s explain -- FILE` (a traceback, a log, a result file) or stdin."""
+    install_harness(session)
+    session.run("python", "-m", "compat.explain", *session.posargs)
 
 
 @nox.session(python=PYTHON)

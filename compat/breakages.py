@@ -63,6 +63,10 @@ class Symptom:
     description: str = ""
     cases: str | None = None
     data: tuple[str, ...] = ()
+    # Raised while Python or pydantic binds the call's arguments (TypeError, ValidationError): there is
+    # no vLLM frame, so an error without `where` fits (the message names the callee); one with a `where`
+    # must still match it.
+    binding: bool = False
 
     def __post_init__(self) -> None:
         unknown = set(self.data) - set(DATA_SYMPTOMS)
@@ -98,6 +102,8 @@ class Symptom:
         if not re.search(self.message, message):
             return f"message {message[:80]!r} does not match /{self.message}/"
         where = str(error.get("where") or "")
+        if self.binding and not where:
+            return None
         if self.where is NOT_IN_VLLM:
             if where:
                 return f"raised in {where}, expected outside vLLM"
@@ -246,6 +252,7 @@ _ENTRIES: list[Breakage] = [
         backends=("cpu",),
         adapter="scheduler_config_fields",
         symptom=Symptom(
+            binding=True,
             exception=("ValidationError", "TypeError"),
             message=r"is_encoder_decoder",
             where=r"vllm/config/scheduler\.py",
@@ -263,6 +270,7 @@ _ENTRIES: list[Breakage] = [
         backends=("cpu",),
         adapter="kv_cache_config_api",
         symptom=Symptom(
+            binding=True,
             exception=("TypeError",),
             message=r"unexpected keyword argument 'kv_cache_specs'",
             where=r"vllm/v1/core/kv_cache_utils\.py",
@@ -283,6 +291,7 @@ _ENTRIES: list[Breakage] = [
         backends=("cpu",),
         adapter="scheduler_signature",
         symptom=Symptom(
+            binding=True,
             exception=("TypeError",),
             message=r"missing 1 required positional argument: 'block_size'",
             where=r"vllm/v1/core/sched/scheduler\.py",
@@ -302,6 +311,7 @@ _ENTRIES: list[Breakage] = [
         backends=("cpu", "gpu"),
         adapter="request_signature",
         symptom=Symptom(
+            binding=True,
             exception=("TypeError",),
             message=r"unexpected keyword argument 'eos_token_id'",
             where=r"vllm/v1/request\.py",
@@ -555,7 +565,8 @@ _ENTRIES: list[Breakage] = [
         backends=("cpu",),
         symptom=Symptom(
             exception=("ContractViolation", "RuntimeError", "AttributeError", "AcceleratorError"),
-            message=r"pin_memory|Found no NVIDIA driver|_EventPlaceholder|_StreamPlaceholder|torch\.cuda\.Stream",
+            message=r"pin_memory=True requires|Found no NVIDIA driver|_EventPlaceholder|_StreamPlaceholder"
+                    r"|CUDA driver version is insufficient|torch\.cuda\.Stream requires CUDA",
             where=WHERE_ANY,
             description="the request returns a hidden_states_path, no file is written, then the engine dies "
                         "(0.26/0.32: pin_memory=True, which with PyPI's CUDA torch reads 'Found no NVIDIA driver', or a "

@@ -118,6 +118,8 @@ def classify_probe(
     error, data = _failure(probe)
     detail = probe.get("detail") if isinstance(probe.get("detail"), dict) else {}
     named = detail.get("breakage")
+    if named and isinstance(detail.get("api_only"), dict):
+        named = None  # the name is the api_only run's finding, classified as `behind` below
     if named:
         cls = _classify_named(named, pid, case, error, data, registry, applicable, vllm, speculators, backend)
     else:

@@ -2,7 +2,8 @@
 
     python -m compat.explain LOG_OR_RESULT [--vllm V] [--speculators S] [--backend cpu|gpu]
 
-Reads a pasted traceback, a failing log (a server log, pytest output), or a cell result file
+Reads a pasted traceback, a failing log (a server log, a worker's log lines, pytest's output), or a
+cell result file
 (results/<cell>.json), finds each exception in it (type, message, the innermost vLLM file:line
 of its traceback) and matches it against the registry with the same matcher the report uses
 (compat.breakages.Symptom). For each: the breakages it matches (title, since which vLLM
@@ -29,6 +30,9 @@ _FRAME = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+)')
 _EXCEPTION = re.compile(
     r"^(?:\(\w+ pid=\d+\)\s*)?(?:[\w.]+\.)?(?P<type>[A-Z]\w*(?:Error|Exception|Violation|Exit|Interrupt|Warning|States))"
     r"(?::\s?(?P<message>.*))?$")
+_PYTEST_SECTION = re.compile(r"^_{3,} .+ _{3,}$")
+_PYTEST_LOCATION = re.compile(r'^(?P<file>\S+\.py):(?P<line>\d+):(?: \w+)?\s*$')
+_PYTEST_E = re.compile(r"^E(?: {2,}|$)(?P<text>.*)$")
 _LOG_PREFIX = re.compile(r"^(?:\(\w+(?: pid=\d+)?\)\s*|\[[^\]]*\]\s*|(?:ERROR|INFO|WARNING|DEBUG)\s+\S+\s+\S+\s+\[[^\]]*\]\s*)+")
 
 
@@ -87,6 +91,36 @@ def find_exceptions(text: str) -> list[Found]:
             i = j
             continue
         i += 1
+    return found
+
+
+def find_pytest_failures(text: str) -> list[Found]:
+    """The exception of each failure section of pytest's output (`E   Type: message` lines), with the
+    innermost vLLM location among the section's `path.py:line:` lines."""
+    found: list[Found] = []
+    sections: list[tuple[int, list[str]]] = []
+    for number, line in enumerate(text.splitlines(), 1):
+        if _PYTEST_SECTION.match(line.strip()) or not sections:
+            sections.append((number, []))
+        sections[-1][1].append(line.rstrip("\n"))
+    for start, lines in sections:
+        frames = [loc for line in lines if (m := _PYTEST_LOCATION.match(line))
+                  and (loc := vllm_location(m.group("file"), m.group("line")))]
+        blocks: list[tuple[int, list[str]]] = []
+        for offset, line in enumerate(lines):
+            m = _PYTEST_E.match(line)
+            if not m:
+                continue
+            if blocks and blocks[-1][0] + len(blocks[-1][1]) == offset:
+                blocks[-1][1].append(m.group("text").strip())
+            else:
+                blocks.append((offset, [m.group("text").strip()]))
+        for offset, block in reversed(blocks):
+            head = _EXCEPTION.match(block[0])
+            if head:
+                message = "\n".join([head.group("message") or "", *block[1:]]).strip()
+                found.append(Found(head.group("type"), message, frames[-1] if frames else None, start + offset, frames))
+                break
     return found
 
 
@@ -188,9 +222,12 @@ def main(argv: Sequence[str] | None = None, stdin: TextIO = sys.stdin) -> int:
         data = json.loads(text)
     except ValueError:
         data = None
-    found = from_result(data) if isinstance(data, dict) and "probes" in data else find_exceptions(text)
+    if isinstance(data, dict) and "probes" in data:
+        found = from_result(data)
+    else:
+        found = find_exceptions(text) + find_pytest_failures(text)
     if not found:
-        print(f"explain: no exception found in {args.file or 'standard input'}; expected a Python traceback "
+        print(f"explain: no exception found in {args.file if args.file not in (None, '-') else 'standard input'}; expected a Python traceback "
               "(a 'Traceback (most recent call last):' block) or a cell result with broken probes", file=sys.stderr)
         return 2
     explanations = [explain(f, args.vllm, args.speculators, args.backend) for f in found]

@@ -66,7 +66,63 @@ def test_duplicate_ids_are_refused():
 
 def test_bad_versions_are_refused_at_definition():
     with pytest.raises(Exception):
-        Breakage(id="x", title="x", introduced_in="not-a-version", affects="<1", symptom=Symptom(), fix="x")
+        Breakage(id="x", title="x", introduced_in="not-a-version", affects="<1", backends=("cpu",), fix="x",
+                 symptom=Symptom(exception=("TypeError",), message="some message"))
+
+
+def test_symptoms_must_be_specific():
+    with pytest.raises(ValueError, match="exception types and a message"):
+        Symptom(exception=("TypeError",))
+    with pytest.raises(ValueError, match="names the vLLM file"):
+        Symptom(exception=("AssertionError",), message=breakages.EMPTY_MESSAGE)
+    with pytest.raises(ValueError, match="cases and its data"):
+        Symptom(exception=("WrongHiddenStates",), silent=True, cases="batch")
+    with pytest.raises(ValueError, match="unknown data symptom"):
+        Symptom(exception=("WrongHiddenStates",), silent=True, cases="batch", data=("rows_shuffled",))
+    with pytest.raises(ValueError, match="unknown backend"):
+        Breakage(id="x", title="x", introduced_in="0.1", affects="<1", backends=("tpu",), fix="x",
+                 symptom=Symptom(exception=("TypeError",), message="some message"))
+
+
+def _alternatives(pattern):
+    """Top-level alternatives of a regex (the registry's patterns group nothing that holds a '|')."""
+    depth, part, out = 0, "", []
+    for i, ch in enumerate(pattern):
+        if ch in "([" and (i == 0 or pattern[i - 1] != "\\"):
+            depth += 1
+        elif ch in ")]" and pattern[i - 1] != "\\":
+            depth -= 1
+        if ch == "|" and depth == 0:
+            out.append(part)
+            part = ""
+        else:
+            part += ch
+    return out + [part]
+
+
+def test_no_bare_word_patterns():
+    """Each alternative of a message pattern holds two words or an identifier of 12+ characters, so a
+    stray `CUDA`, `list` or `log` in an unrelated failure cannot match; an empty message needs a file."""
+    import re
+
+    for entry in REGISTRY:
+        s = entry.symptom
+        if s.silent:
+            continue
+        for alt in _alternatives(s.message):
+            if alt == breakages.EMPTY_MESSAGE:
+                assert s.where, entry.id
+                continue
+            literal = re.sub(r"\\[dswDSW][+*?]?|\\|[\^$()?*+]|\{\d+(,\d*)?\}", " ", alt)
+            words = [w for w in re.split(r"[^A-Za-z0-9_'.=]+", literal) if w]
+            assert len(words) >= 2 or any(len(w) >= 12 for w in words), f"{entry.id}: bare pattern /{alt}/"
+
+
+def test_binding_errors_fit_without_a_vllm_frame_but_not_with_a_wrong_one():
+    msg = "Scheduler.__init__() missing 1 required positional argument: 'block_size'"
+    assert classify_probe(probe("scheduler_signature", "broken", "TypeError", msg), "0.16.0", "0.3.0").kind == "known"
+    wrong = probe("scheduler_signature", "broken", "TypeError", msg, "vllm/v1/engine/core.py:88")
+    assert classify_probe(wrong, "0.16.0", "0.3.0").kind == "new"
 
 
 @pytest.mark.parametrize(
@@ -102,8 +158,7 @@ def test_entries_apply_only_on_the_backends_they_were_observed_on():
 
 def test_known_breakage_with_qualified_exception_name():
     p = probe("scheduler_config_fields", "broken", "pydantic_core._pydantic_core.ValidationError",
-              "1 validation error for SchedulerConfig\nis_encoder_decoder\n  Field required [type=missing]")
-    p["error"]["where"] = SCHED_CONFIG
+              "1 validation error for SchedulerConfig\nis_encoder_decoder\n  Field required [type=missing]", SCHED_CONFIG)
     c = classify_probe(p, "0.16.0", "0.3.0")
     assert (c.kind, c.breakage.id) == ("known", "scheduler_config_fields")
 
