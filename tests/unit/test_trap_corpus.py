@@ -1,0 +1,196 @@
+"""Result files that differ from a real run in one way each: the verdict and exit status each must give.
+
+The bases are real cell results (tests/unit/corpus/real/, written by `python -m compat run`); each
+trap copies one, changes one thing, and the test runs it through `nox -s report`'s entry point.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+from typing import Callable
+
+import pytest
+
+from compat.report_cli import main as report_main
+from compat.results import write_json_atomic
+from compat.verdict import FINDING, PASS, UNTESTED, decide, matrix_gate
+
+REAL = Path(__file__).parent / "corpus" / "real"
+REF = "hidden_states_match_reference"
+
+
+def real(name: str) -> dict:
+    return json.loads((REAL / f"{name}.json").read_text())
+
+
+PINNED = "vllm-0.11.0__speculators-0.3.0__cpu"  # compatible as run
+SEEDS = "vllm-0.16.0__speculators-0.3.0__cpu"  # compatible-with-compat as run
+SERVER = "vllm-0.32.0__speculators-0.9.0__cpu"
+
+
+def find(cell: dict, pid: str, case: str | None = None) -> dict:
+    return next(p for p in cell["probes"] if p["id"] == pid and p.get("case") == case)
+
+
+# --------------------------------------------------------------------------- the traps
+
+
+def wrong_data_in_batch(cell):
+    p = find(cell, REF, "batch")
+    p.update(status="broken", with_compat="broken",
+             error={"type": "WrongHiddenStates", "message": "hidden states differ from the transformers reference "
+                    "(batch): sequence 1 layer 0: max abs error 0.31 (reference index 2, scale 3.3)", "where": None})
+    p["detail"] = {"problems": ["sequence 1 layer 0: max abs error 0.31 (reference index 2, scale 3.3)"],
+                   "rows_returned": [37, 100, 9], "rows_expected": [37, 100, 9]}
+
+
+def adapter_stopped_working(cell):
+    find(cell, "block_hasher")["with_compat"] = "broken"
+
+
+def bare_assert_elsewhere(cell):
+    find(cell, "block_hasher")["error"]["where"] = "vllm/v1/core/sched/scheduler.py:401"
+
+
+def stored_verdict_lies(cell):
+    cell["verdict"] = "compatible"
+
+
+def block_hasher_reports_the_request_typeerror(cell):
+    cell["vllm"] = "0.17.1"
+    for p in cell["probes"]:
+        if p["id"] == "request_signature":
+            p.update(status="broken", with_compat="ok", error={
+                "type": "TypeError", "message": "Request.__init__() got an unexpected keyword argument 'eos_token_id'",
+                "where": "vllm/v1/request.py:58"})
+    find(cell, "block_hasher")["error"] = dict(find(cell, "request_signature")["error"])
+
+
+def harness_fault_in_reference(cell):
+    p = find(cell, REF, "batch")
+    p.update(status="error", with_compat="error", error=None,
+             reason="harness fault: OSError: cannot load the transformers reference model")
+
+
+def run_timed_out(cell):
+    cell["error"] = "timeout: the cell's probes did not finish within the cell time limit"
+    p = find(cell, REF, "tp2")
+    p.update(status="error", with_compat=None, reason="did not run: timeout")
+
+
+def tp2_skipped_on_one_gpu(cell):
+    p = find(cell, REF, "tp2")
+    p.update(status="skipped", with_compat="skipped", reason="TP=2 needs 2 GPUs; this host has 1")
+
+
+def adapters_break_a_passing_probe(cell):
+    find(cell, "request_signature")["with_compat"] = "broken"
+
+
+def new_fault_behind_the_exception(cell):
+    find(cell, REF, "batch")["detail"]["api_only"] = {
+        "status": "broken", "problems": ["sequence 0 layer 1: max abs error 0.42 (reference index 4, scale 5.5)"],
+        "rows_returned": [37, 100, 9], "rows_expected": [37, 100, 9]}
+
+
+def advisory_noise(cell):
+    find(cell, "worker_logging").update(status="broken", with_compat="broken",
+                                        error={"type": "KeyError", "message": "'handlers'", "where": None})
+
+
+def no_reference_data(cell):
+    cell["probes"] = [p for p in cell["probes"] if p["id"] != REF]
+
+
+def nothing_applies(cell):
+    for p in cell["probes"]:
+        p.update(status="n/a", with_compat="n/a")
+
+
+def install_error(cell):
+    cell.update(verdict="install-error", probes=[], error="`venv --seed -p 3.11 ...` exited 2",
+                install_log_tail="error: No interpreter found for Python 3.11 in managed installations or search path")
+
+
+def unchanged(cell):
+    pass
+
+
+TRAPS: list[tuple[str, Callable, str, int]] = [
+    (PINNED, unchanged, "compatible", PASS),
+    (SEEDS, unchanged, "compatible-with-compat", PASS),
+    (SEEDS, wrong_data_in_batch, "incompatible", FINDING),
+    (SEEDS, adapter_stopped_working, "incompatible", FINDING),
+    (SEEDS, bare_assert_elsewhere, "compatible-with-compat", FINDING),
+    (SEEDS, stored_verdict_lies, "compatible-with-compat", PASS),
+    (SEEDS, block_hasher_reports_the_request_typeerror, "compatible-with-compat", FINDING),
+    (SEEDS, new_fault_behind_the_exception, "compatible-with-compat", FINDING),
+    (PINNED, harness_fault_in_reference, "error", UNTESTED),
+    (PINNED, run_timed_out, "error", UNTESTED),
+    (PINNED, tp2_skipped_on_one_gpu, "error", UNTESTED),
+    (PINNED, adapters_break_a_passing_probe, "incompatible", FINDING),
+    (PINNED, advisory_noise, "compatible", PASS),
+    (PINNED, no_reference_data, "error", UNTESTED),
+    (PINNED, nothing_applies, "error", UNTESTED),
+    (PINNED, install_error, "install-error", UNTESTED),
+]
+
+
+def trapped(base: str, trap: Callable) -> dict:
+    cell = copy.deepcopy(real(base))
+    trap(cell)
+    return cell
+
+
+@pytest.mark.parametrize("base, trap, verdict, gate", TRAPS, ids=[f"{t.__name__}@{b.split('__')[0]}" for b, t, _, _ in TRAPS])
+def test_each_trap_gives_its_verdict_and_exit_status(tmp_path, base, trap, verdict, gate):
+    cell = trapped(base, trap)
+    decision = decide(cell)
+    assert (decision.verdict, decision.gate) == (verdict, gate), decision.reasons
+    results = tmp_path / "results"
+    write_json_atomic(results / f"{cell['id']}.json", cell)
+    assert report_main(["--results", str(results), "--out", str(tmp_path / "reports")]) == gate
+    report = json.loads((tmp_path / "reports" / "compat.json").read_text())
+    shown = report["cells"][0]
+    assert shown["verdict"] == verdict
+    if cell["verdict"] != verdict:
+        assert shown["stored_verdict"] == cell["verdict"]
+        assert "its probe records give" in (tmp_path / "reports" / "compat.html").read_text()
+
+
+def test_the_bare_assert_elsewhere_is_new_not_known():
+    from compat.classify import classify_cell
+
+    classes = dict((p["id"], c) for p, c in classify_cell(trapped(SEEDS, bare_assert_elsewhere)) if not p.get("case"))
+    assert classes["block_hasher"].kind == "new"
+    assert "block_pool" in classes["block_hasher"].note
+
+
+def test_one_root_cause_is_not_reported_as_another_probes_breakage():
+    from compat.classify import classify_cell
+
+    classes = dict((p["id"], c) for p, c in classify_cell(trapped(SEEDS, block_hasher_reports_the_request_typeerror))
+                   if not p.get("case"))
+    assert classes["request_signature"].kind == "known"
+    assert classes["block_hasher"].kind == "new"
+
+
+def test_the_real_seeds_pair_is_all_known_and_the_silent_faults_behind_it_are_named():
+    from compat.classify import classify_cell
+
+    cell = real(SEEDS)
+    for probe, cls in classify_cell(cell):
+        if probe["status"] == "broken" and not cls.advisory:
+            assert cls.kind == "known", (probe["id"], probe.get("case"), cls.note)
+    behind = {p["case"]: c.behind.breakage.id for p, c in classify_cell(cell) if c.behind is not None}
+    assert behind == {"repeated": "prefix_caching_default", "shared_prefix": "prefix_caching_default",
+                      "multi_step": "chunked_prefill_default"}
+
+
+def test_a_matrix_that_installed_nothing_exits_non_zero(tmp_path):
+    only = trapped(PINNED, install_error)
+    assert matrix_gate([only]) == UNTESTED
+    write_json_atomic(tmp_path / "results" / "only.json", only)
+    assert report_main(["--results", str(tmp_path / "results"), "--out", str(tmp_path / "reports")]) == UNTESTED
