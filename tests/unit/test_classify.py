@@ -294,7 +294,7 @@ def test_result_can_name_its_breakage_only_when_its_failure_fits():
 def test_advisory_probe_is_flagged():
     p = probe("worker_logging", "broken", "ContractViolation", "logging.getLogger('x').info(...) in a worker process: "
               "the line never shows in the worker's output")
-    c = classify_probe(p, "0.16.0", "0.3.0")
+    c = classify_probe(p, "0.11.0", "0.3.0")
     assert c.advisory and c.kind == "known"
 
 
@@ -319,10 +319,11 @@ def test_annotate_and_counts_read_result_files(tmp_path):
     write_json_atomic(path, record)
     loaded = load_cell(path)
     out = annotate(loaded)
-    assert [p["classification"]["kind"] for p in out["probes"]] == ["known", "as-expected-ok", "known"]
+    assert [p["classification"]["kind"] for p in out["probes"]] == ["known", "as-expected-ok", "new"]
     assert "classification" not in loaded["probes"][0]  # annotate copies
     json.dumps(out)
     n = counts([loaded])
-    assert n["known"] == 1 and n["as-expected-ok"] == 1  # the advisory probe is not counted
+    assert n["known"] == 1 and n["as-expected-ok"] == 1 and n["new"] == 0  # the advisory probe is not counted
+    assert n["advisory-new"] == 1
 
 
