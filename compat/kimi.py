@@ -49,8 +49,9 @@ DEFAULT_TP = 8
 SCALE_TP = 2
 MODEL_VARIABLE = "COMPAT_KIMI_MODEL"
 SUITE = "tests/kimi"
-MLA_OFF_EFFECT = ("so DeepSeek attention runs with the MLA weights expanded to plain multi-head attention "
-                  "(VLLM_MLA_DISABLE=1); the GPU run uses MLA")
+MLA_OFF = "MLA off (VLLM_MLA_DISABLE=1)"
+MLA_OFF_EFFECT = ("DeepSeek attention runs with the MLA weights expanded to plain multi-head attention; "
+                  "the GPU run uses MLA")
 FIGURE_KEYS = ("load_seconds", "tokens_per_second", "tokens", "sequences", "peak_gpu_memory_bytes",
                "peak_gpu_memory_note", "max_abs_error_vs_reference", "adapters", "env_shims",
                "suite_fixes", "use_mla", "attention_impls")
@@ -97,7 +98,7 @@ for name, module, cls in json.loads(sys.argv[1]):
         elif prefill is not None:
             found[name]["prefill"] = [k for k, ok in prefill.items() if ok]
     except Exception as exc:
-        found[name] = {"missing": f"{module}.{cls}: {type(exc).__name__}: {str(exc)[:200]}"}
+        found[name] = {"missing": f"{name} ({module}): {type(exc).__name__}: {str(exc)[:200]}"}
 amx = False
 if "missing" not in found.get("AMX_MLA", {"missing": 1}):
     try:
@@ -280,17 +281,17 @@ def choose_mla(found: dict[str, dict], latent: int | None, dtype: str | None = N
     usable = {name: b for name, b in found.items() if "missing" not in b}
     if not usable:
         missing = "; ".join(b["missing"] for b in found.values())
-        return MlaChoice(False, f"this vLLM build has no MLA attention backend here ({missing}), "
-                         + MLA_OFF_EFFECT, plain, latent, found)
+        return MlaChoice(False, f"{MLA_OFF}: this vLLM build has no usable MLA attention backend here "
+                         f"({missing}); {MLA_OFF_EFFECT}", plain, latent, found)
     fitting = {name: b for name, b in usable.items() if not b["head_sizes"] or latent in b["head_sizes"]}
     if not fitting:
         sizes = sorted({h for b in usable.values() for h in b["head_sizes"]})
-        return MlaChoice(False, f"{', '.join(usable)} take(s) a latent of {sizes} only; this model's is {latent} "
-                         "(kv_lora_rank + qk_rope_head_dim; --mla-fixture builds 512 + 64 = 576), "
+        return MlaChoice(False, f"{MLA_OFF}: {', '.join(usable)} take(s) a latent of {sizes} only; this model's is "
+                         f"{latent} (kv_lora_rank + qk_rope_head_dim; --mla-fixture builds 512 + 64 = 576); "
                          + MLA_OFF_EFFECT, plain, latent, found)
     dtypes = sorted({d for b in fitting.values() for d in b["dtypes"]})
     if dtype is not None and dtype not in dtypes:
-        return MlaChoice(False, f"--dtype {dtype}: {', '.join(fitting)} take(s) {dtypes} only, "
+        return MlaChoice(False, f"{MLA_OFF}: --dtype {dtype}, but {', '.join(fitting)} take(s) {dtypes} only; "
                          + MLA_OFF_EFFECT, dtype, latent, found)
     chosen = dtype or ("float32" if "float32" in dtypes else "bfloat16")
     note = "" if dtype or chosen == "float32" else "; no float32 there, so the scale model runs in bfloat16"

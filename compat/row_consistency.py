@@ -113,7 +113,8 @@ def compare_rows(got: Sequence[Sequence[Any]], want: Sequence[Sequence[Any]],
                  layer_names: Sequence[Any] | None = None) -> dict[str, Any]:
     """Compare got[seq][layer] ([seq_len, hidden]) with want[seq][layer], row by row.
 
-    Returns ok, problems (the first few, then a count), max_relative_error, worst_row,
+    Returns ok, problems (the first few, then a count), rows and failed_rows (counts),
+    median_relative_error, max_relative_error, worst_row,
     max_separation_ratio (own distance / nearest other row's; must be <= separation),
     min_other_relative_distance (nearest other row / ||want_i||: what a wrong row would score
     against the bound), and the bound and separation used.
@@ -125,7 +126,7 @@ def compare_rows(got: Sequence[Sequence[Any]], want: Sequence[Sequence[Any]],
     rows = _stack(want, names)
     shared = shared_prefix_lengths(tokens)
     problems: list[str] = []
-    worst = {"relative": 0.0, "ratio": 0.0, "other": float("inf"), "row": None}
+    worst = {"relative": 0.0, "ratio": 0.0, "other": float("inf"), "row": None, "errors": [], "failed": 0}
     for s, (got_layers, want_layers) in enumerate(zip(got, want)):
         if len(got_layers) != len(want_layers):
             problems.append(f"sequence {s}: {len(got_layers)} layers; expected {len(want_layers)}")
@@ -141,7 +142,10 @@ def compare_rows(got: Sequence[Sequence[Any]], want: Sequence[Sequence[Any]],
     ok = not problems
     shown = problems[:MAX_PROBLEMS] + ([f"... and {len(problems) - MAX_PROBLEMS} more"]
                                        if len(problems) > MAX_PROBLEMS else [])
-    return {"ok": ok, "problems": shown, "max_relative_error": worst["relative"],
+    errors = np.concatenate(worst["errors"]) if worst["errors"] else np.zeros(0)
+    return {"ok": ok, "problems": shown, "rows": int(errors.size), "failed_rows": worst["failed"],
+            "median_relative_error": float(np.median(errors)) if errors.size else None,
+            "max_relative_error": worst["relative"],
             "worst_row": worst["row"], "max_separation_ratio": worst["ratio"],
             "min_other_relative_distance": None if worst["other"] == float("inf") else worst["other"],
             "bound": bound, "separation": separation}
@@ -154,6 +158,7 @@ def _compare_block(a, b, s, layer, rows: _Rows, shared, bound, separation, name,
     own = np.sqrt(((whitened - b / rows.unit) ** 2).sum(axis=1))
     other, nearest = _nearest_other(whitened, s, layer, rows, shared)
     ratio = _ratio(own, other)
+    worst["errors"].append(relative)
     for t in range(len(a)):
         if relative[t] > worst["relative"]:
             worst.update(relative=float(relative[t]), row=f"{name} row {t}")
@@ -162,6 +167,7 @@ def _compare_block(a, b, s, layer, rows: _Rows, shared, bound, separation, name,
             wrong = float(np.sqrt(((a[t] - rows.raw[nearest[t]]) ** 2).sum())) / float(norms[t])
             worst["other"] = min(worst["other"], wrong)
         if relative[t] > bound or not ratio[t] <= separation:
+            worst["failed"] += 1
             label = "its own row" if own[t] <= other[t] else _row_label(rows, nearest[t])
             problems.append(_describe(name, t, relative[t], ratio[t], bound, separation, label))
 

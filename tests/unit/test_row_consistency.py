@@ -160,6 +160,15 @@ def test_margins_are_reported():
     result = compare_rows(copy(want), want, tokens, BF16)
     assert 0 < result["min_other_relative_distance"] < 0.2  # what a wrong row would score
     assert result["bound"] == BF16 and result["separation"] == 0.5
+    assert (result["rows"], result["failed_rows"], result["median_relative_error"]) == (4 * (40 + 23 + 9), 0, 0.0)
+
+
+def test_failed_rows_are_counted():
+    want, tokens = deepseek_like(14)
+    got = copy(want)
+    got[0][0][[1, 2, 3]] = 0.0
+    result = compare_rows(got, want, tokens, BF16)
+    assert result["failed_rows"] == 3 and result["median_relative_error"] == 0.0
 
 
 def test_bad_inputs_are_named():
