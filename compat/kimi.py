@@ -443,7 +443,7 @@ def run(options: argparse.Namespace, record: dict[str, Any]) -> int:
     cell, env = Cell(options.vllm, options.speculators, backend), None
     if options.python is not None:
         cell, env = existing_env(options.python, backend)
-        record.update(python=str(options.python), vllm=cell.vllm, speculators=cell.speculators)
+        record.update(python=str(Path(options.python).absolute()), vllm=cell.vllm, speculators=cell.speculators)
     elif skip is None or not _has_pytest():
         env = _install(cell, options, work_dir)
     record["cell"] = cell.id
