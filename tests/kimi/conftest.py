@@ -30,8 +30,9 @@ class Settings:
 
     @property
     def dtype(self) -> str:
-        # The tiny fixture is float32 (compared with transformers); Kimi's INT4 kernels need 16-bit.
-        return "float32" if self.scale else "auto"
+        # compat.kimi picks it (COMPAT_KIMI_DTYPE): the tiny fixture runs float32 where the
+        # attention backend takes it (else bfloat16); Kimi's INT4 kernels need 16-bit ("auto").
+        return os.environ.get("COMPAT_KIMI_DTYPE") or ("float32" if self.scale else "auto")
 
 
 @dataclass
@@ -104,10 +105,15 @@ def _extract(run: Extraction, profile):
     settings = run.settings
     datagen.DTYPE = settings.dtype  # read by datagen's ModelConfig wrapper at call time
     started = time.monotonic()
-    generator = datagen.build(profile, settings.model, mode="with_compat", layer_ids=settings.layers,
-                              tp=settings.tp, max_model_len=max(LENGTHS) + 16)
+    fixes: list[dict] = []
+    with kimi.tokenizer_trusting_remote_code(datagen.generator_module(), fixes):
+        generator = datagen.build(profile, settings.model, mode="with_compat", layer_ids=settings.layers,
+                                  tp=settings.tp, max_model_len=max(LENGTHS) + 16)
     run.figures["load_seconds"] = round(time.monotonic() - started, 2)
+    run.figures["suite_fixes"] = fixes
     try:
+        run.figures["use_mla"] = bool(generator.instance.vllm_config.model_config.use_mla)
+        run.figures["attention_impls"] = generator.instance.executor.collective_rpc(kimi.attention_impls)[0]
         run.figures["adapters"] = [a["id"] for a in generator.adapters] + _worker_adapters(generator)
         run.figures["env_shims"] = [s["id"] for s in generator.env_shims] + _worker_shims()
         started = time.monotonic()

@@ -14,23 +14,23 @@ def _check(condition: bool, message: str) -> None:
         raise ContractViolation(message)
 
 
-def _tolerance(settings):
-    from compat.reference import Tolerance
-
-    # float32 on CPU is deterministic to ~1e-6; bf16 with other batch shapes is not bitwise.
-    return Tolerance() if settings.dtype == "float32" else Tolerance(atol=0.1, rtol=0.05)
+def _dtype(states) -> str:
+    """The dtype vLLM returned (bfloat16 for Kimi's "auto"), which picks the per-row bound."""
+    return str(states[0][0].dtype).removeprefix("torch.")
 
 
-def _max_difference(first, second, tolerance) -> tuple[float, bool]:
-    worst, ok = 0.0, True
-    for a_layers, b_layers in zip(first, second):
-        for a, b in zip(a_layers, b_layers):
-            if tuple(a.shape) != tuple(b.shape):
-                return float("inf"), False
-            diff = float((a.float() - b.float()).abs().max())
-            worst = max(worst, diff)
-            ok = ok and tolerance.allows(diff, float(b.float().abs().max()))
-    return worst, ok
+def _arrays(states):
+    return [[t.float().cpu().numpy() for t in layers] for layers in states]
+
+
+def _compare_rows(first, second, extraction, probe_detail) -> dict:
+    """compat.row_consistency over every row, every layer, every sequence; detail gets the figures."""
+    from compat.row_consistency import bound_for, compare_rows
+
+    result = compare_rows(_arrays(first), _arrays(second), extraction.sequences, bound_for(_dtype(first)),
+                          layer_names=extraction.settings.layers)
+    probe_detail.update(dtype=_dtype(first), **{k: v for k, v in result.items() if k != "ok"})
+    return result
 
 
 @pytest.mark.probe("kimi_layers_returned")
@@ -90,20 +90,16 @@ def test_not_degenerate(extraction):
 def test_batch_matches_single_calls(extraction, probe_detail):
     with speculators_call():
         extraction.require()
-        tolerance = _tolerance(extraction.settings)
-        worst, ok = _max_difference(extraction.batch, extraction.singles, tolerance)
-        probe_detail.update(max_abs_difference=worst, atol=tolerance.atol, rtol=tolerance.rtol)
-        _check(ok, f"batch and single calls differ by up to {worst:.3g}")
+        result = _compare_rows(extraction.batch, extraction.singles, extraction, probe_detail)
+        _check(result["ok"], "batch and single calls differ row by row: " + "; ".join(result["problems"]))
 
 
 @pytest.mark.probe("kimi_repeat_consistency")
 def test_repeated_call_matches_first(extraction, probe_detail):
     with speculators_call():
         extraction.require()
-        tolerance = _tolerance(extraction.settings)
-        worst, ok = _max_difference(extraction.repeat, extraction.batch, tolerance)
-        probe_detail.update(max_abs_difference=worst, atol=tolerance.atol, rtol=tolerance.rtol)
-        _check(ok, f"the repeated call differs from the first by up to {worst:.3g}")
+        result = _compare_rows(extraction.repeat, extraction.batch, extraction, probe_detail)
+        _check(result["ok"], "the repeated call differs from the first row by row: " + "; ".join(result["problems"]))
 
 
 @pytest.mark.probe("kimi_performance")
@@ -125,8 +121,37 @@ def test_matches_transformers_reference(extraction, probe_detail):
         model = reference.load_reference_model(extraction.settings.model)
         tables = reference.reference_states(model, extraction.sequences)
         # speculators 0.3/0.4 capture layer i's output: reference index i + 1
-        result = reference.compare(extraction.batch, tables, [i + 1 for i in extraction.settings.layers])
+        indexes = [i + 1 for i in extraction.settings.layers]
+        if _dtype(extraction.batch) != "float32":
+            _check_16bit_against_reference(extraction, tables, indexes, probe_detail)
+            return
+        result = reference.compare(extraction.batch, tables, indexes)
         probe_detail.update(max_abs_error_vs_reference=result["max_abs_error"],
                             max_rel_error=result["max_rel_error"], tolerance=result["tolerance"],
                             layer_semantics=result["layer_semantics"], problems=result["problems"])
         _check(result["ok"], "hidden states differ from transformers: " + "; ".join(result["problems"][:3]))
+
+
+# 16-bit against the float32 reference cannot hold every row: a bfloat16 rounding that flips an
+# MoE route moves that row (and later ones, through attention) by up to its whole norm. Measured
+# on the scale model with transformers' own bfloat16 forward: median per-row relative error
+# 0.010-0.020 by layer, 2-10% of rows beyond 0.05, the worst 0.99. So here the rule is on the
+# bulk: median within the 16-bit bound and at most UNSTABLE_ROWS of the rows outside it. The
+# every-row rule applies to batch and repeat (same dtype, same kernels).
+UNSTABLE_ROWS = 0.2
+
+
+def _check_16bit_against_reference(extraction, tables, indexes, probe_detail) -> None:
+    """A 16-bit run (the scale model with MLA on a GPU, whose MLA kernels take no float32) against
+    the float32 reference."""
+    wanted = [[table[i] for i in indexes] for table in tables]
+    worst = max(float((got.float() - want.float()).abs().max())
+                for got_layers, want_layers in zip(extraction.batch, wanted)
+                for got, want in zip(got_layers, want_layers))
+    probe_detail.update(max_abs_error_vs_reference=worst, unstable_rows_allowed=UNSTABLE_ROWS)
+    result = _compare_rows(extraction.batch, wanted, extraction, probe_detail)
+    bulk_ok = result["median_relative_error"] <= result["bound"] and \
+        result["failed_rows"] <= UNSTABLE_ROWS * result["rows"]
+    _check(bulk_ok, f"hidden states differ from transformers beyond bfloat16's routing noise: median relative "
+                    f"error {result['median_relative_error']:.3g} (bound {result['bound']:g}), "
+                    f"{result['failed_rows']}/{result['rows']} rows outside it; " + "; ".join(result["problems"][:3]))

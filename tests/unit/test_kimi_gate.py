@@ -143,3 +143,141 @@ def test_wrong_model_path_exits_2_and_records_the_error(tmp_path, capsys):
     record = json.loads((tmp_path / "r" / "kimi.json").read_text())
     assert record["status"] == "error" and str(tmp_path / "nope") in record["reason"]
     assert "nope" in (tmp_path / "o" / "compat.md").read_text()
+
+
+# --- MLA: on wherever the build has a backend for the model's latent ---------------------------
+
+NO_CPU_MLA = {"CPU_MLA": {"missing": "vllm.v1.attention.backends.mla.cpu_mla.CPUMLABackend: ModuleNotFoundError"}}
+CPU_MLA_032 = {"CPU_MLA": {"head_sizes": [576], "dtypes": ["float16", "bfloat16", "float32"]}}
+TRITON_MLA = {"TRITON_MLA": {"head_sizes": [], "dtypes": ["float16", "bfloat16"]}}
+
+
+def test_mla_off_where_the_cpu_build_has_no_mla_backend():
+    choice = kimi.choose_mla(NO_CPU_MLA, 96)
+    assert not choice.enabled and choice.dtype == "float32"
+    assert choice.reason.startswith("MLA off (VLLM_MLA_DISABLE=1): this vLLM build has no usable MLA attention backend")
+    assert "cpu_mla" in choice.reason
+    assert "VLLM_MLA_DISABLE=1" in choice.reason
+
+
+def test_mla_off_where_the_latent_does_not_fit_and_the_fixture_option_is_named():
+    choice = kimi.choose_mla(CPU_MLA_032, 96)
+    assert not choice.enabled and "[576] only; this model's is 96" in choice.reason
+    assert "--mla-fixture" in choice.reason
+
+
+def test_mla_on_for_a_latent_of_576_on_cpu_in_float32():
+    choice = kimi.choose_mla(CPU_MLA_032, 576)
+    assert choice.enabled and choice.dtype == "float32" and choice.latent == 576
+
+
+def test_mla_on_on_gpu_in_bfloat16_since_no_gpu_mla_kernel_takes_float32():
+    choice = kimi.choose_mla(TRITON_MLA, 96)
+    assert choice.enabled and choice.dtype == "bfloat16" and "no float32" in choice.reason
+    assert kimi.choose_mla(TRITON_MLA, 576, "bfloat16").enabled
+
+
+def test_float32_asked_for_where_mla_takes_none_turns_mla_off_and_says_why():
+    choice = kimi.choose_mla(TRITON_MLA, 96, "float32")
+    assert not choice.enabled and choice.dtype == "float32" and "--dtype float32" in choice.reason
+
+
+def test_a_model_without_mla():
+    assert not kimi.choose_mla(TRITON_MLA, None).enabled
+
+
+def test_mla_latent_reads_top_level_or_text_config(tmp_path):
+    top = write_config(tmp_path / "a", kv_lora_rank=512, qk_rope_head_dim=64, num_hidden_layers=7)
+    nested = write_config(tmp_path / "b", text_config={"kv_lora_rank": 64, "qk_rope_head_dim": 32,
+                                                       "num_hidden_layers": 7})
+    plain = write_config(tmp_path / "c", num_hidden_layers=7)
+    assert [kimi.mla_latent(p / "config.json") for p in (top, nested, plain)] == [576, 96, None]
+
+
+def test_suite_environment_turns_mla_on_or_off_explicitly():
+    on = kimi.MlaChoice(True, "MLA on", "bfloat16", 96)
+    env = kimi.suite_environment(None, 2, True, None, on)
+    assert env["VLLM_MLA_DISABLE"] == "0" and env["COMPAT_KIMI_DTYPE"] == "bfloat16"
+    off = kimi.MlaChoice(False, "no backend", "float32", 96)
+    assert kimi.suite_environment(None, 2, True, None, off)["VLLM_MLA_DISABLE"] == "1"
+    assert "COMPAT_KIMI_DTYPE" not in kimi.suite_environment(None, 8, False, None, on)  # Kimi: "auto"
+
+
+@pytest.mark.parametrize("argv", [["--mla-fixture"], ["--dtype", "float32"],
+                                  ["--python", "/bin/sh", "--vllm", "0.16.0"], ["--python", "/nonexistent/python"]])
+def test_variant_and_interpreter_options_are_checked(argv):
+    with pytest.raises(SystemExit) as exc:
+        kimi.parse_options(argv)
+    assert exc.value.code == 2
+
+
+def test_python_option_keeps_versions_from_the_interpreter():
+    options = kimi.parse_options(["--scale-model", "--python", "/bin/sh"])
+    assert options.python.as_posix() == "/bin/sh"
+
+
+def test_an_interpreter_without_vllm_is_refused_with_what_was_found():
+    import sys
+
+    with pytest.raises(kimi.KimiError) as exc:
+        kimi.existing_env(sys.executable, "cpu")
+    assert f"--python {sys.executable}: found vllm None" in str(exc.value)
+    assert "expected an interpreter with both installed" in str(exc.value)
+
+
+# --- the tokenizer: trust_remote_code, as Kimi's custom tokenizer needs -------------------------
+
+class RecordingAutoTokenizer:
+    calls: list = []
+
+    @classmethod
+    def from_pretrained(cls, *args, **kwargs):
+        cls.calls.append((args, kwargs))
+        return "tokenizer"
+
+
+def release_module():
+    """speculators 0.3.0/0.4.0.1's generator module, as far as the tokenizer goes."""
+    import types
+
+    module = types.SimpleNamespace(AutoTokenizer=RecordingAutoTokenizer)
+
+    class VllmHiddenStatesGenerator:
+        def __init__(self, model_path):
+            self.tokenizer = module.AutoTokenizer.from_pretrained(model_path)  # line 84 / 90
+
+    module.VllmHiddenStatesGenerator = VllmHiddenStatesGenerator
+    return module
+
+
+def test_the_suite_builds_the_generator_with_a_tokenizer_that_trusts_remote_code():
+    RecordingAutoTokenizer.calls = []
+    module, applied = release_module(), []
+    with kimi.tokenizer_trusting_remote_code(module, applied):
+        module.VllmHiddenStatesGenerator("/models/Kimi-K2.5")
+    assert RecordingAutoTokenizer.calls == [(("/models/Kimi-K2.5",), {"trust_remote_code": True})]
+    assert applied == [kimi.TOKENIZER_FIX] and "tokenization_kimi.py" in applied[0]["why"]
+    assert module.AutoTokenizer is RecordingAutoTokenizer  # restored after the build
+
+
+def test_without_the_fix_the_release_asks_for_no_remote_code():
+    RecordingAutoTokenizer.calls = []
+    release_module().VllmHiddenStatesGenerator("/models/Kimi-K2.5")
+    assert RecordingAutoTokenizer.calls == [(("/models/Kimi-K2.5",), {})]
+
+
+def test_a_release_that_decides_trust_remote_code_itself_is_left_alone():
+    RecordingAutoTokenizer.calls = []
+    module, applied = release_module(), []
+    with kimi.tokenizer_trusting_remote_code(module, applied):
+        module.AutoTokenizer.from_pretrained("/m", trust_remote_code=False)
+    assert RecordingAutoTokenizer.calls == [(("/m",), {"trust_remote_code": False})] and applied == []
+
+
+def test_the_kimi_conftest_builds_through_the_fix():
+    """The suite's one generator build is inside the fix (tests/kimi/conftest.py)."""
+    from pathlib import Path
+
+    source = (Path(kimi.REPO_ROOT) / "tests" / "kimi" / "conftest.py").read_text()
+    build = source.index("datagen.build(")
+    assert source.rindex("with kimi.tokenizer_trusting_remote_code(datagen.generator_module()", 0, build) > 0
