@@ -549,7 +549,7 @@ _ENTRIES: list[Breakage] = [
         symptom=Symptom(
             exception=("ContractViolation", "ValidationError"),
             message=r"does not support chunked prefill",
-            where=WHERE_ANY,
+            where=r"vllm/engine/arg_utils\.py|vllm/config/vllm\.py",
             description="`vllm serve` exits at startup: 'ExampleHiddenStatesConnector does not support chunked prefill. Please disable chunked prefill (--no-enable-chunked-prefill).'",
         ),
         fix="Launch vLLM with --no-enable-chunked-prefill (speculators 0.6.x/0.7.x launch_vllm.py appended it; 0.8+ does not).",
@@ -570,7 +570,7 @@ _ENTRIES: list[Breakage] = [
             exception=("ContractViolation", "RuntimeError", "AttributeError", "AcceleratorError"),
             message=r"pin_memory=True requires|Found no NVIDIA driver|_EventPlaceholder|_StreamPlaceholder"
                     r"|CUDA driver version is insufficient|torch\.cuda\.Stream requires CUDA",
-            where=WHERE_ANY,
+            where=r"kv_connector/v1/example_hidden_states_connector\.py|vllm/v1/executor/multiproc_executor\.py",
             description="the request returns a hidden_states_path, no file is written, then the engine dies "
                         "(0.26/0.32: pin_memory=True, which with PyPI's CUDA torch reads 'Found no NVIDIA driver', or a "
                         "placeholder without query/wait_event; 0.22.1: torch.cuda.Stream())",

@@ -88,3 +88,15 @@ def test_bad_input_is_named(tmp_path, capsys):
         assert "missing.log" in str(exc) and "expected a log" in str(exc)
     else:
         raise AssertionError("a missing file must stop with a message")
+
+
+def test_server_logs_of_the_default_server_cells_name_their_breakage():
+    refusal = LOGS / "vllm-0.22.1__speculators-0.8.1__cpu.server-raw.log"
+    code, text = run([str(refusal), "--vllm", "0.22.1", "--speculators", "0.8.1", "--backend", "cpu"])
+    assert code == 0 and "known breakage connector_chunked_prefill" in text
+    cpu_write = LOGS / "vllm-0.32.0__speculators-0.9.0__cpu.server-raw.log"
+    _, text = run([str(cpu_write), "--vllm", "0.32.0", "--speculators", "0.9.0", "--backend", "cpu"])
+    assert "known breakage payload_schema" in text
+    # the same log read for a GPU cell: the CPU-only entry does not apply there
+    _, text = run([str(cpu_write), "--vllm", "0.32.0", "--speculators", "0.9.0", "--backend", "gpu"])
+    assert "payload_schema" not in text and "no known breakage matches" in text

@@ -27,7 +27,9 @@ def real(name: str) -> dict:
 
 PINNED = "vllm-0.11.0__speculators-0.3.0__cpu"  # compatible as run
 SEEDS = "vllm-0.16.0__speculators-0.3.0__cpu"  # compatible-with-compat as run
-SERVER = "vllm-0.32.0__speculators-0.9.0__cpu"
+SERVER = "vllm-0.32.0__speculators-0.9.0__cpu"  # compatible-with-compat as run (raw run without the CPU shim)
+SERVER_022 = "vllm-0.22.1__speculators-0.8.1__cpu"  # compatible-with-compat as run (launch flags)
+FILE_PROBES = ("payload_schema", "write_completion", "layer_numbering", REF)
 
 
 def find(cell: dict, pid: str, case: str | None = None) -> dict:
@@ -118,6 +120,32 @@ def unchanged(cell):
     pass
 
 
+def refused_by_the_cpu_build(cell):
+    """A server-era pair the CPU build refuses: the static probes pass, every file probe is refused."""
+    cell["vllm"] = "0.19.1"
+    for p in cell["probes"]:
+        if p["id"] in FILE_PROBES:
+            p.update(status="unsupported-on-cpu", with_compat="unsupported-on-cpu", error=None,
+                     reason="unsupported-on-cpu: spec decode is not supported. (vllm/v1/worker/cpu_model_runner.py)")
+
+
+def on_a_gpu_without_the_cpu_fault(cell):
+    """The same pair on a GPU: nothing breaks (vLLM 0.24.0 ran raw on an H200)."""
+    cell["backend"] = "gpu"
+    for p in cell["probes"]:
+        if p["status"] == "broken":
+            p.update(status="ok", with_compat="ok", error=None)
+            p["detail"].pop("breakage", None)
+
+
+def cuda_oom_on_a_gpu_server(cell):
+    on_a_gpu_without_the_cpu_fault(cell)
+    find(cell, "payload_schema").update(status="broken", with_compat="broken", error={
+        "type": "ContractViolation", "where": "vllm/v1/worker/gpu_model_runner.py:2210",
+        "message": "vllm serve exited 1 before it was ready: torch.OutOfMemoryError: CUDA out of memory. "
+                   "Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 139.81 GiB"})
+
+
 TRAPS: list[tuple[str, Callable, str, int]] = [
     (PINNED, unchanged, "compatible", PASS),
     (SEEDS, unchanged, "compatible-with-compat", PASS),
@@ -135,6 +163,11 @@ TRAPS: list[tuple[str, Callable, str, int]] = [
     (PINNED, no_reference_data, "error", UNTESTED),
     (PINNED, nothing_applies, "error", UNTESTED),
     (PINNED, install_error, "install-error", UNTESTED),
+    (SERVER, unchanged, "compatible-with-compat", PASS),
+    (SERVER_022, unchanged, "compatible-with-compat", PASS),
+    (SERVER, refused_by_the_cpu_build, "unsupported-on-cpu", UNTESTED),
+    (SERVER, on_a_gpu_without_the_cpu_fault, "compatible", PASS),
+    (SERVER, cuda_oom_on_a_gpu_server, "incompatible", FINDING),
 ]
 
 
@@ -187,6 +220,14 @@ def test_the_real_seeds_pair_is_all_known_and_the_silent_faults_behind_it_are_na
     behind = {p["case"]: c.behind.breakage.id for p, c in classify_cell(cell) if c.behind is not None}
     assert behind == {"repeated": "prefix_caching_default", "shared_prefix": "prefix_caching_default",
                       "multi_step": "chunked_prefill_default"}
+
+
+def test_a_cpu_only_breakage_is_not_expected_on_a_gpu():
+    from compat.classify import classify_cell
+
+    kinds = {(p["id"], p.get("case")): c.kind for p, c in classify_cell(trapped(SERVER, on_a_gpu_without_the_cpu_fault))}
+    assert kinds[("payload_schema", None)] == "as-expected-ok"  # not `fixed`: payload_schema was seen on CPU only
+    assert "fixed" not in kinds.values()
 
 
 def test_a_matrix_that_installed_nothing_exits_non_zero(tmp_path):
