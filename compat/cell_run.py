@@ -104,6 +104,8 @@ def cell_settings(cell: Cell, asked: dict[str, str] | None, *, existing: bool) -
     settings = {name: os.environ.get(name, value) for name, value in GPU_SETTINGS.items()} \
         if cell.backend == "gpu" else {}
     settings.update(asked or {})
+    if os.environ.get("COMPAT_SERVE_ARGS"):  # extraction.serve_args adds them to `vllm serve`
+        settings["COMPAT_SERVE_ARGS"] = os.environ["COMPAT_SERVE_ARGS"]
     if existing:
         settings["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")]))
     return settings

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -56,6 +57,8 @@ def serve_args(speculators: str, ids: Sequence[int], storage: Path, *, shim: boo
         flags.append(NO_PREFIX_CACHING)
     if os.environ.get("COMPAT_GPU_MEMORY_UTILIZATION"):  # the runner's --gpu-memory-utilization
         flags += ["--gpu-memory-utilization", os.environ["COMPAT_GPU_MEMORY_UTILIZATION"]]
+    # the environment's own needs, e.g. --attention-backend TRITON_ATTN for a build without FlashAttention
+    flags += shlex.split(os.environ.get("COMPAT_SERVE_ARGS", ""))
     return ["--speculative_config", json.dumps(speculative), "--kv_transfer_config", json.dumps(transfer),
             *flags, *SERVE_FLAGS]
 
