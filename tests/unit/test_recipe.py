@@ -317,3 +317,24 @@ def test_real_pypi_recipe(tmp_path):
     assert {"torch==2.10.0", "torchaudio==2.10.0", "torchvision==0.25.0", "speculators==0.3.0"} <= set(recipe.requirements)
     assert not any(Requirement(r).name == "triton" for r in recipe.requirements)
     assert "transformers<5" in recipe.constraints
+
+
+def test_python_choice_follows_what_uv_finds():
+    """A GPU image with only 3.12: the candidates uv finds come first; none found keeps the order."""
+    from compat.recipe import python_candidates
+
+    assert python_candidates(lambda v: v == "3.12") == (["3.12", "3.11"], ["3.12"])
+    assert python_candidates(lambda v: True) == (["3.11", "3.12"], ["3.11", "3.12"])
+    assert python_candidates(lambda v: False) == (["3.11", "3.12"], [])
+
+
+def test_recipe_takes_the_python_uv_finds_and_says_so(index, monkeypatch):
+    import compat.recipe as recipe_module
+
+    monkeypatch.setattr(recipe_module, "uv_finds_python", lambda version: version == "3.12")
+    recipe = derive_recipe(Cell("0.16.0", "0.3.0"), index, NO_OVERRIDES)
+    assert recipe.python == "3.12"
+    monkeypatch.setattr(recipe_module, "uv_finds_python", lambda version: False)
+    recipe = derive_recipe(Cell("0.16.0", "0.3.0"), index, NO_OVERRIDES)
+    assert recipe.python == "3.11"
+    assert any("3.11: uv finds no interpreter here" in note for note in recipe.notes)
