@@ -223,6 +223,10 @@ class _Draft:
 
 def derive_recipe(cell: Cell, index: Index, overrides: Iterable[Override] | None = None) -> Recipe:
     overrides = load_overrides() if overrides is None else list(overrides)
+    if cell.vllm_wheel:
+        from compat.pypi import WheelOverlay
+
+        index = WheelOverlay(index, Path(cell.vllm_wheel))
     vllm_dist = VLLM_DIST[cell.backend]
     spec_meta = _metadata(index, SPECULATORS_DIST, cell.speculators, PYTHONS[0])
     python, vllm_meta, passed_over = _choose_python(cell, index, vllm_dist, spec_meta)
@@ -236,11 +240,14 @@ def derive_recipe(cell: Cell, index: Index, overrides: Iterable[Override] | None
         _drop_triton(draft)
         _match_torch_companions(draft, index, spec_requirements, cell)
     else:
-        draft = _Draft(requirements=[Requirement(f"vllm=={cell.vllm}")])
+        wanted = f"vllm @ {Path(cell.vllm_wheel).as_uri()}" if cell.vllm_wheel else f"vllm=={cell.vllm}"
+        draft = _Draft(requirements=[Requirement(wanted)])
         no_deps = ()
         torch_pins = [pinned_version(r) for r in base_requirements(vllm_meta, python) if canonicalize_name(r.name) == "torch"]
         draft.torch = str(torch_pins[0]) if torch_pins and torch_pins[0] else ""
 
+    if cell.vllm_wheel:
+        draft.notes.append(f"{vllm_dist} {cell.vllm} from the local wheel {cell.vllm_wheel} (--vllm PATH.whl), not the index")
     if passed_over:
         draft.notes.append(f"python {python}; passed over: {'; '.join(passed_over)}")
     draft.requirements.append(Requirement(f"{SPECULATORS_DIST}=={cell.speculators}"))
