@@ -14,7 +14,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from compat.envs import REPO_ROOT, CellEnv, InstallError, ensure_env, tail
+from compat.envs import REPO_ROOT, CellEnv, InstallError, ensure_env, existing_env, tail
 from compat.matrix import Cell
 from compat.profiles import profile_for
 from compat.recipe import Recipe
@@ -30,23 +30,31 @@ def base_record(cell: Cell) -> dict[str, Any]:
     return {"id": cell.id, "vllm": cell.vllm, "speculators": cell.speculators, "backend": cell.backend,
             "profile": profile_for(cell.speculators).name, "verdict": "error", "env": {},
             "seconds": {"install": 0.0, "probes": 0.0}, "env_shims": [], "probes": [],
-            "install_log_tail": None, "error": None, "recipe_notes": []}
+            "install_log_tail": None, "error": None, "recipe_notes": [], "settings": {}}
 
 
-def run_cell(cell: Cell, recipe: Recipe, work_dir: Path, *, model_dir: Path, reinstall: bool = False,
+def run_cell(cell: Cell, recipe: Recipe | None, work_dir: Path, *, model_dir: Path, reinstall: bool = False,
              probe_timeout: int = 300, cell_timeout: int = 1200, suites: tuple[str, ...] = ("tests/probes", "tests/server"),
-             echo=print) -> dict[str, Any]:
+             echo=print, python: Path | None = None, settings: dict[str, str] | None = None) -> dict[str, Any]:
+    """One cell: its venv built from `recipe`, or (`python`) an interpreter the user already has,
+    into which nothing is installed. `settings`: environment variables the runner's options set."""
     record = base_record(cell)
-    record["recipe_notes"] = list(recipe.notes)
     started = time.monotonic()
-    echo(f"[compat] {cell.id}: installing ({recipe.vllm_dist}, torch {recipe.torch}, python {recipe.python})")
-    try:
-        env = ensure_env(cell, recipe, work_dir / "install.log", reinstall=reinstall)
-    except InstallError as exc:
-        record.update(verdict="install-error", error=str(exc), install_log_tail=exc.log_tail)
-        record["seconds"]["install"] = round(time.monotonic() - started, 2)
-        echo(f"[compat] {cell.id}: install-error: {exc}")
-        return record
+    if python is not None:
+        env = existing_env(python, cell.backend)
+        record["recipe_notes"] = existing_env_notes(python, env)
+        echo(f"[compat] {cell.id}: existing environment {python}: nothing installed")
+    else:
+        record["recipe_notes"] = list(recipe.notes)
+        echo(f"[compat] {cell.id}: installing ({recipe.vllm_dist}, torch {recipe.torch}, python {recipe.python})")
+        try:
+            env = ensure_env(cell, recipe, work_dir / "install.log", reinstall=reinstall)
+        except InstallError as exc:
+            record.update(verdict="install-error", error=str(exc), install_log_tail=exc.log_tail)
+            record["seconds"]["install"] = round(time.monotonic() - started, 2)
+            echo(f"[compat] {cell.id}: install-error: {exc}")
+            return record
+    record["settings"] = cell_settings(cell, settings, existing=python is not None)
     record["seconds"]["install"] = env.seconds
     record["env"] = {k: env.info.get(k) for k in ("python", "torch", "transformers", "vllm_dist", "speculators")}
     record["env_shims"] = list(env.shims)
@@ -54,7 +62,7 @@ def run_cell(cell: Cell, recipe: Recipe, work_dir: Path, *, model_dir: Path, rei
          f"{' (reused)' if env.reused else ''}; running probes")
     probes_started = time.monotonic()
     outcome = run_probes(cell, env, work_dir, model_dir=model_dir, probe_timeout=probe_timeout,
-                         cell_timeout=cell_timeout, suites=suites, echo=echo)
+                         cell_timeout=cell_timeout, suites=suites, echo=echo, settings=record["settings"])
     record["seconds"]["probes"] = round(time.monotonic() - probes_started, 2)
     record["probes"] = outcome["probes"]
     record["error"] = outcome["error"]
@@ -77,8 +85,36 @@ def merge_shims(shims: list[dict], probes: list[dict[str, Any]]) -> list[dict]:
     return list(found.values())
 
 
-def probe_environment(cell: Cell, model_dir: Path, token: str, work_dir: Path) -> dict[str, str]:
-    env = {**os.environ}
+def existing_env_notes(python: Path, env: CellEnv) -> list[str]:
+    notes = [f"existing environment {python} (prefix {env.path}): nothing installed; versions read from it, "
+             f"no release check; the harness ran from {REPO_ROOT} on PYTHONPATH"]
+    notes += [f"modified that environment: {shim['why']}" for shim in env.shims]
+    return notes
+
+
+# Measured on an H200 (../shared/research/gpu-run-h200.md): Triton's float32 dot products default
+# to TF32 (max abs error 5.2e-3 against the reference; 6e-6 with ieee), and workers forked after
+# CUDA was initialised in the probe process die ("Cannot re-initialize CUDA in forked subprocess").
+GPU_SETTINGS = {"TRITON_F32_DEFAULT": "ieee", "VLLM_WORKER_MULTIPROC_METHOD": "spawn"}
+
+
+def cell_settings(cell: Cell, asked: dict[str, str] | None, *, existing: bool) -> dict[str, str]:
+    """The environment variables the harness sets for this cell's probes (recorded in the result):
+    the runner's options, the GPU settings on gpu cells, the harness on PYTHONPATH for an
+    existing environment. A variable already set in the caller's environment wins."""
+    settings = {name: os.environ.get(name, value) for name, value in GPU_SETTINGS.items()} \
+        if cell.backend == "gpu" else {}
+    settings.update(asked or {})
+    if os.environ.get("COMPAT_SERVE_ARGS"):  # extraction.serve_args adds them to `vllm serve`
+        settings["COMPAT_SERVE_ARGS"] = os.environ["COMPAT_SERVE_ARGS"]
+    if existing:
+        settings["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")]))
+    return settings
+
+
+def probe_environment(cell: Cell, model_dir: Path, token: str, work_dir: Path,
+                      settings: dict[str, str] | None = None) -> dict[str, str]:
+    env = {**os.environ, **(settings or {})}
     env.pop("VIRTUAL_ENV", None)
     env.update({
         TOKEN_VARIABLE: token,
@@ -91,6 +127,9 @@ def probe_environment(cell: Cell, model_dir: Path, token: str, work_dir: Path) -
     })
     # Idle workers otherwise spin on their message queue, taking cores from the busy ones.
     env.setdefault("VLLM_SLEEP_WHEN_IDLE", "1")
+    if cell.backend == "gpu":
+        for name, value in GPU_SETTINGS.items():
+            env.setdefault(name, value)
     if cell.backend == "cpu":
         env.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
         env.setdefault("VLLM_MLA_DISABLE", "1")
@@ -98,7 +137,7 @@ def probe_environment(cell: Cell, model_dir: Path, token: str, work_dir: Path) -
 
 
 def run_probes(cell: Cell, env: CellEnv, work_dir: Path, *, model_dir: Path, probe_timeout: int,
-               cell_timeout: int, suites: tuple[str, ...], echo) -> dict[str, Any]:
+               cell_timeout: int, suites: tuple[str, ...], echo, settings: dict[str, str] | None = None) -> dict[str, Any]:
     token = uuid.uuid4().hex
     result_file = work_dir / "probes.json"
     result_file.unlink(missing_ok=True)
@@ -108,7 +147,7 @@ def run_probes(cell: Cell, env: CellEnv, work_dir: Path, *, model_dir: Path, pro
                "-q", f"--timeout={probe_timeout}", "-o", "addopts=", "-rN"]
     error = None
     with log_path.open("w") as log:
-        process = subprocess.Popen(command, cwd=REPO_ROOT, env=probe_environment(cell, model_dir, token, work_dir),
+        process = subprocess.Popen(command, cwd=REPO_ROOT, env=probe_environment(cell, model_dir, token, work_dir, settings),
                                    stdout=log, stderr=subprocess.PIPE, text=True, start_new_session=True)
         try:
             error = _relay(process, log, echo, deadline=time.monotonic() + cell_timeout)

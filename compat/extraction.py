@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -24,7 +25,7 @@ from packaging.version import Version
 
 from compat.server import failure_line
 
-SERVE_FLAGS = ("--dtype", "float32", "--enforce-eager", "--max-model-len", "256")
+SERVE_FLAGS = ("--dtype", os.environ.get("COMPAT_DTYPE") or "float32", "--enforce-eager", "--max-model-len", "256")
 SHIM_MODULE = "compat.cpu_connector_shim"
 NO_CHUNKED_PREFILL = "--no-enable-chunked-prefill"
 NO_PREFIX_CACHING = "--no-enable-prefix-caching"
@@ -54,6 +55,10 @@ def serve_args(speculators: str, ids: Sequence[int], storage: Path, *, shim: boo
         flags.append(NO_CHUNKED_PREFILL)
     if no_prefix_caching:
         flags.append(NO_PREFIX_CACHING)
+    if os.environ.get("COMPAT_GPU_MEMORY_UTILIZATION"):  # the runner's --gpu-memory-utilization
+        flags += ["--gpu-memory-utilization", os.environ["COMPAT_GPU_MEMORY_UTILIZATION"]]
+    # the environment's own needs, e.g. --attention-backend TRITON_ATTN for a build without FlashAttention
+    flags += shlex.split(os.environ.get("COMPAT_SERVE_ARGS", ""))
     return ["--speculative_config", json.dumps(speculative), "--kv_transfer_config", json.dumps(transfer),
             *flags, *SERVE_FLAGS]
 

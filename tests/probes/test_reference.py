@@ -4,7 +4,8 @@ Cases: a batch of different lengths, the same batch again, prompts sharing a lon
 batch larger than the scheduler's token budget (several steps), and TP=2. Each case runs raw
 (the release as installed) and with compat adapters; when the raw generator stops at an
 exception, the case also runs with only the exception-fixing adapters, to show the silent
-faults behind it. float32 everywhere; tolerance in compat.reference.
+faults behind it. float32 unless the runner's --dtype says bfloat16 (the reference stays
+float32); tolerance per dtype in compat.reference.
 """
 
 import random
@@ -105,7 +106,8 @@ def _summary(result: dict) -> dict:
 def run_case(session: DatagenSession, mode: str, case: str, probe_detail: dict) -> None:
     probe_detail["mode"] = mode
     probe_detail["layer_ids"] = LAYER_IDS
-    probe_detail["dtype"] = f"{datagen.DTYPE} (pinned: the generator's dtype='auto' is bfloat16 on CPU)"
+    probe_detail["dtype"] = (f"{datagen.DTYPE} (pinned: the generator's dtype='auto' is bfloat16 on CPU; "
+                             f"the reference is float32)")
     with speculators_call():
         try:
             result = extract_and_compare(session, mode, case)

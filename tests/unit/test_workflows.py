@@ -128,3 +128,19 @@ def test_cell_list_command_prints_json_ids():
                           capture_output=True, text=True, cwd=ROOT, check=True)
     ids = __import__("json").loads(done.stdout)
     assert ids and all("__speculators-" in i for i in ids)
+
+
+def test_gpu_cells_job_runs_what_ran_on_the_h200():
+    """The cells and options of reports/gpu-h200, on 2 GPUs: installed from the index, and over a
+    prebuilt image's interpreter with --python."""
+    text = (ROOT / ".github/workflows/gpu-cells.yml").read_text()
+    assert text.count("runs-on: [self-hosted, linux, gpu-2]") == 2
+    assert "GPU_OPTIONS: --gpu-memory-utilization 0.8" in text
+    for pair in ("--vllm 0.22.1 --speculators 0.3.0 --speculators 0.4.0.1 --speculators 0.8.1",
+                 "--vllm 0.24.0 --speculators 0.9.0 --results results/float32",
+                 "--dtype bfloat16 \\\n            --vllm 0.24.0 --speculators 0.9.0"):
+        assert pair in text, pair
+    assert text.count("nox -s compat -- --backend gpu") == 3
+    assert '-m compat run --python "$CELL_PYTHON"' in text
+    script = (ROOT / ".github/gpu/h200-cells.sh").read_text()
+    assert "--gpu-memory-utilization 0.8" in script and '--python "$(command -v python3)"' in script

