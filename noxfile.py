@@ -1,13 +1,17 @@
 """Sessions: `compat` runs the matrix (default), `tests` is what CI runs, `report` rebuilds reports,
 `explain` matches a traceback against the registry, `kimi` the gated GPU suite."""
 
+import shutil
+
 import nox
 
 nox.options.sessions = ["compat"]
 nox.options.default_venv_backend = "uv|virtualenv"
 nox.options.reuse_existing_virtualenvs = True
 
-PYTHON = "3.11"
+# The harness's own interpreter: 3.11 where it exists, else the first other supported one on PATH
+# (a GPU image often has only its own 3.12); the cell venvs choose theirs from each recipe.
+PYTHON = next((v for v in ("3.11", "3.12", "3.13", "3.10") if shutil.which(f"python{v}")), "3.11")
 
 
 def install_harness(session, *extras):
