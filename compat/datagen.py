@@ -3,8 +3,8 @@ of speculators 0.3.x/0.4.x) as a user would, with or without compat adapters.
 
 Modes:
 - "raw": the release as installed (plus CPU environment shims and a pinned dtype);
-- "api_only": adapters for the breakages that raise, not for changed defaults, which shows the
-  silent wrong-data faults those defaults cause;
+- "api_only": only the adapters for breakages that raise (kind "exception"), none of the
+  data-fixing ones, which shows the silent wrong-data faults behind the exceptions;
 - "with_compat": every adapter the pair needs.
 """
 
@@ -19,7 +19,6 @@ from compat import adapters, env_shims
 from compat.profiles import Profile
 from compat.vllm_setup import omp_binding
 
-DATA_DEFAULT_ADAPTERS = frozenset({"prefix_caching_default", "chunked_prefill_default"})
 DTYPE = "float32"  # the generator hard-codes dtype="auto", which is bfloat16 on CPU
 
 
@@ -72,13 +71,13 @@ class Generator:
             self.instance.executor = None  # its __del__ would shut down again
 
 
+MODE_KINDS = {"raw": (), "api_only": (adapters.EXCEPTION,), "with_compat": adapters.KINDS}
+
+
 def adapters_for(mode: str, g, profile: Profile) -> list:
-    if mode == "raw":
-        return []
-    planned = adapters.plan(g, profile)
-    if mode == "api_only":
-        planned = [a for a in planned if a.id not in DATA_DEFAULT_ADAPTERS]
-    return planned
+    if mode not in MODE_KINDS:
+        raise ValueError(f"datagen mode {mode!r}: expected one of {', '.join(MODE_KINDS)}")
+    return adapters.plan(g, profile, kinds=MODE_KINDS[mode]) if MODE_KINDS[mode] else []
 
 
 def build(profile: Profile, model_dir: str, *, mode: str, layer_ids: list[int], tp: int = 1,
