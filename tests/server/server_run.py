@@ -39,7 +39,7 @@ PROMPTS["repeated"] = PROMPTS["batch"]
 CASES = ("batch", "repeated", "shared_prefix")
 PREFIX_CACHED_CASES = ("repeated", "shared_prefix")  # their prompts' first blocks are cached by then
 # What speculators' --validate-outputs says when a file has fewer rows than the prompt.
-SHORT_ROWS = re.compile(r"Sequence length of hidden states \d+ doesn't match num tokens")
+SHORT_ROWS = re.compile(r"Sequence length of hidden states \d+ doesn't match num tokens \d+")
 # CPU builds that cannot run this path at all, shim or not (refusal text, and where it must come from).
 CPU_REFUSALS = (
     (re.compile(r"spec decode is not supported"), None),
