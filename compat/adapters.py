@@ -20,12 +20,22 @@ GENERATOR_MODULE = "speculators.data_generation.vllm_hidden_states_generator"
 WORKER_EXTENSION = "compat.compat_worker.CompatWorkerExtension"
 
 
+EXCEPTION = "exception"  # fixes a call that raises: without it the release stops
+DATA = "data"  # fixes wrong or missing data behind calls that succeed (a changed default, an order)
+KINDS = (EXCEPTION, DATA)
+
+
 @dataclass(frozen=True)
 class Adapter:
     id: str  # the breakage registry id it fixes
+    kind: str  # EXCEPTION or DATA: the api_only run applies only the exception-fixing ones
     needed: Callable[[ModuleType, Profile], bool]  # feature detection on the installed packages
     apply: Callable[[ModuleType], None]
     what: str
+
+    def __post_init__(self) -> None:
+        if self.kind not in KINDS:
+            raise ValueError(f"adapter {self.id}: kind {self.kind!r}, expected one of {', '.join(KINDS)}")
 
 
 def _wrap(module: ModuleType, name: str, make: Callable[[Any], Any]) -> None:
@@ -197,38 +207,38 @@ def _compat_executor(g: ModuleType) -> None:
 
 
 ADAPTERS = (
-    Adapter("scheduler_config_fields", _needs_encoder_decoder, _fill_encoder_decoder,
+    Adapter("scheduler_config_fields", EXCEPTION, _needs_encoder_decoder, _fill_encoder_decoder,
             "SchedulerConfig(..., is_encoder_decoder=False)"),
-    Adapter("chunked_prefill_default", _needs_no_chunking, _no_chunking,
+    Adapter("chunked_prefill_default", DATA, _needs_no_chunking, _no_chunking,
             "SchedulerConfig(..., enable_chunked_prefill=False)"),
-    Adapter("result_order", _needs_input_order, _restore_input_order,
+    Adapter("result_order", DATA, _needs_input_order, _restore_input_order,
             "generate() results put back in prompt order (matched by their input_ids)"),
-    Adapter("block_hasher", _needs_block_hasher, _pass_block_hasher,
+    Adapter("block_hasher", EXCEPTION, _needs_block_hasher, _pass_block_hasher,
             "Request(..., block_hasher=get_request_block_hasher(...)) after init_none_hash"),
-    Adapter("prefix_caching_default", _needs_no_prefix_caching, _no_prefix_caching,
+    Adapter("prefix_caching_default", DATA, _needs_no_prefix_caching, _no_prefix_caching,
             "CacheConfig(..., enable_prefix_caching=False)"),
-    Adapter("kv_cache_config_api", _needs_drop_kv_specs, _drop_kv_specs,
+    Adapter("kv_cache_config_api", EXCEPTION, _needs_drop_kv_specs, _drop_kv_specs,
             "get_kv_cache_config_from_groups without kv_cache_specs"),
-    Adapter("scheduler_signature", _needs_block_size, _pass_block_size,
+    Adapter("scheduler_signature", EXCEPTION, _needs_block_size, _pass_block_size,
             "Scheduler(..., block_size=cache block size x DCP x PCP)"),
-    Adapter("request_signature", _needs_drop_eos, _drop_eos, "Request(...) without eos_token_id"),
-    Adapter("embed_input_ids", _needs_worker_fixes, _use_compat_worker,
+    Adapter("request_signature", EXCEPTION, _needs_drop_eos, _drop_eos, "Request(...) without eos_token_id"),
+    Adapter("embed_input_ids", EXCEPTION, _needs_worker_fixes, _use_compat_worker,
             "worker extension subclass: embedding-method alias, visible INFO logs"),
-    Adapter("two_phase_execute", _needs_executor_fixes, _compat_executor,
+    Adapter("two_phase_execute", EXCEPTION, _needs_executor_fixes, _compat_executor,
             "executor subclass: sample_tokens after execute_model returns None; list reply for "
             "speculators' RPCs with unique_reply_rank"),
 )
 
 
-def plan(g: ModuleType, profile: Profile) -> list[Adapter]:
-    """The adapters this (speculators, vLLM) pair needs, by feature detection."""
-    return [a for a in ADAPTERS if a.needed(g, profile)]
+def plan(g: ModuleType, profile: Profile, kinds: tuple[str, ...] = KINDS) -> list[Adapter]:
+    """The adapters of these kinds this (speculators, vLLM) pair needs, by feature detection."""
+    return [a for a in ADAPTERS if a.kind in kinds and a.needed(g, profile)]
 
 
 def apply(g: ModuleType, adapters: list[Adapter]) -> list[dict[str, str]]:
     for adapter in adapters:
         adapter.apply(g)
-    return [{"id": a.id, "what": a.what} for a in adapters]
+    return [{"id": a.id, "kind": a.kind, "what": a.what} for a in adapters]
 
 
 def restore(g: ModuleType) -> None:

@@ -148,7 +148,7 @@ def run_probes(cell: Cell, env: CellEnv, work_dir: Path, *, model_dir: Path, pro
     error = None
     with log_path.open("w") as log:
         process = subprocess.Popen(command, cwd=REPO_ROOT, env=probe_environment(cell, model_dir, token, work_dir, settings),
-                                   stdout=log, stderr=subprocess.PIPE, text=True, start_new_session=True)
+                                   stdout=log, stderr=subprocess.PIPE, start_new_session=True)
         try:
             error = _relay(process, log, echo, deadline=time.monotonic() + cell_timeout)
         finally:
@@ -165,30 +165,62 @@ def run_probes(cell: Cell, env: CellEnv, work_dir: Path, *, model_dir: Path, pro
 
 
 def _relay(process: subprocess.Popen, log, echo, deadline: float) -> str | None:
-    """Copy the probe process's stderr into the log, echoing our progress lines; enforce the deadline."""
+    """Copy the probe process's stderr into the log, echoing our progress lines; enforce the deadline.
+
+    Reads whatever bytes are there (os.read on the descriptor), never a whole line: a process that
+    stops mid-line must not hold us past the deadline, nor skip the cleanup that follows.
+    """
     import selectors
 
     selector = selectors.DefaultSelector()
     selector.register(process.stderr, selectors.EVENT_READ)
-    while True:
-        remaining = deadline - time.monotonic()
-        if remaining <= 0:
-            return "timeout: the cell's probes did not finish within the cell time limit"
-        if not selector.select(timeout=min(remaining, 5.0)):
-            if process.poll() is not None:
+    lines = LineSplitter(log, echo)
+    try:
+        while True:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return "timeout: the cell's probes did not finish within the cell time limit"
+            if not selector.select(timeout=min(remaining, 5.0)):
+                if process.poll() is not None:
+                    break
+                continue
+            chunk = os.read(process.stderr.fileno(), 65536)
+            if not chunk:
                 break
-            continue
-        line = process.stderr.readline()
-        if not line:
-            break
-        log.write(line)
-        if line.startswith("[compat]"):
-            echo(line.rstrip())
+            lines.feed(chunk)
+    finally:
+        lines.close()
+        selector.close()
     try:
         process.wait(timeout=max(1.0, deadline - time.monotonic()))
     except subprocess.TimeoutExpired:
         return "timeout: the probe process did not exit within the cell time limit"
     return None
+
+
+class LineSplitter:
+    """Bytes in, whole lines out: every line goes to the log, our `[compat]` lines also to echo."""
+
+    def __init__(self, log, echo):
+        self.log, self.echo = log, echo
+        self.pending = b""
+
+    def feed(self, chunk: bytes) -> None:
+        *whole, self.pending = (self.pending + chunk).split(b"\n")
+        for raw in whole:
+            self._emit(raw.decode(errors="replace") + "\n")
+
+    def close(self) -> None:
+        """What is left without a newline (a process that stopped mid-line) still reaches the log."""
+        if self.pending:
+            self._emit(self.pending.decode(errors="replace") + "\n")
+            self.pending = b""
+        self.log.flush()
+
+    def _emit(self, line: str) -> None:
+        self.log.write(line)
+        if line.startswith("[compat]"):
+            self.echo(line.rstrip())
 
 
 def kill_cell_processes(process: subprocess.Popen, token: str) -> int:

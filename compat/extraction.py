@@ -43,7 +43,9 @@ def launch_flags_of(speculators: str) -> tuple[str, ...]:
 
 
 def serve_args(speculators: str, ids: Sequence[int], storage: Path, *, shim: bool = False,
-               no_chunked_prefill: bool = False, no_prefix_caching: bool = False) -> list[str]:
+               extra_flags: Sequence[str] = ()) -> list[str]:
+    """`vllm serve` arguments as the release's launch script builds them, plus `extra_flags`
+    (chosen by the harness from what a run observed) and our fixed dtype/length flags."""
     speculative = {"method": "extract_hidden_states", "num_speculative_tokens": 1,
                    "draft_model_config": {"hf_config": {"eagle_aux_hidden_state_layer_ids": list(ids)}}}
     transfer = {"kv_connector": "ExampleHiddenStatesConnector", "kv_role": "kv_producer",
@@ -51,10 +53,7 @@ def serve_args(speculators: str, ids: Sequence[int], storage: Path, *, shim: boo
     if shim:
         transfer["kv_connector_module_path"] = SHIM_MODULE
     flags = list(launch_flags_of(speculators))
-    if no_chunked_prefill and NO_CHUNKED_PREFILL not in flags:
-        flags.append(NO_CHUNKED_PREFILL)
-    if no_prefix_caching:
-        flags.append(NO_PREFIX_CACHING)
+    flags += [flag for flag in extra_flags if flag not in flags]
     if os.environ.get("COMPAT_GPU_MEMORY_UTILIZATION"):  # the runner's --gpu-memory-utilization
         flags += ["--gpu-memory-utilization", os.environ["COMPAT_GPU_MEMORY_UTILIZATION"]]
     # the environment's own needs, e.g. --attention-backend TRITON_ATTN for a build without FlashAttention

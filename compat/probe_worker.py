@@ -15,11 +15,17 @@ from compat.observe import definition_site, worker_failure
 
 try:  # the cell's speculators release: probes then call its RPC names, as it does
     from speculators.data_generation.custom_worker import HiddenStatesWorkerExtension as _Base
-except Exception:  # noqa: BLE001 - server-era releases ship no worker extension
-    _Base = object
+    RELEASE_EXTENSION_ERROR: str | None = None
+except Exception as exc:  # noqa: BLE001 - reported: the worker probes then say `error` with this
+    _Base = object  # server-era releases ship no worker extension (their probes are n/a)
+    RELEASE_EXTENSION_ERROR = f"{type(exc).__name__}: {exc}"
 
 
 class ProbeWorkerExtension(_Base):  # type: ignore[misc, valid-type]
+    def compat_release_extension(self):
+        """Which class this extension is built on, and why not the release's when it is not."""
+        return {"base": f"{_Base.__module__}.{_Base.__qualname__}", "import_error": RELEASE_EXTENSION_ERROR}
+
     def compat_prepare_captured(self, shape: str, num_layers: int, num_tokens: int):
         """What the next `_get_captured_states` returns: real tensors in the release's shape."""
         self._compat_captured = (shape, num_layers, num_tokens)
@@ -76,11 +82,15 @@ class ProbeWorkerExtension(_Base):  # type: ignore[misc, valid-type]
         """Real tensors in the reply shape of speculators' `_get_captured_states`.
 
         0.3: a list with one [tokens, hidden] tensor per layer; 0.4: {request_id: that list}.
+        Each value tells its rank and layer (rank * 100 + layer + 1), so the parent can tell
+        which rank's reply it was handed.
         """
         import torch
+        from vllm.distributed import get_tp_group
 
         hidden = self.model_runner.model_config.get_hidden_size()
-        layers = [torch.full((num_tokens, hidden), float(i + 1)) for i in range(num_layers)]
+        rank = get_tp_group().rank_in_group
+        layers = [torch.full((num_tokens, hidden), float(rank * 100 + i + 1)) for i in range(num_layers)]
         return {"req_0": layers} if shape == "dict" else layers
 
     def compat_logging_reach(self, logger_name: str, level: int = logging.INFO, fix: bool = False):

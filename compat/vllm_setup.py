@@ -209,10 +209,10 @@ def block_hasher(config: Any):
     return kvu.get_request_block_hasher(scheduler_block_size(config), hash_fn)
 
 
-def make_request(request_id: str, token_ids: list[int], *, eos_token_id: int = 2,
-                 hasher: Any = None):
+def request_kwargs(request_cls: Any, request_id: str, token_ids: list[int], *, eos_token_id: int = 2,
+                   hasher: Any = None) -> dict[str, Any]:
+    """Keywords every release of `request_cls` (vLLM's Request) accepts, for this prompt."""
     from vllm.sampling_params import SamplingParams
-    from vllm.v1.request import Request
 
     kwargs: dict[str, Any] = {
         "request_id": request_id,
@@ -221,11 +221,25 @@ def make_request(request_id: str, token_ids: list[int], *, eos_token_id: int = 2
         "pooling_params": None,
         "arrival_time": 0.0,
     }
-    if accepts(Request, "eos_token_id"):
+    if accepts(request_cls, "eos_token_id"):
         kwargs["eos_token_id"] = eos_token_id
     if hasher is not None:
         kwargs["block_hasher"] = hasher
-    return Request(**kwargs)
+    return kwargs
+
+
+def make_request(request_id: str, token_ids: list[int], *, eos_token_id: int = 2,
+                 hasher: Any = None, request_cls: Any = None):
+    """A Request built the version-proof way. `request_cls` may be a name a compat adapter has
+    wrapped (its keywords are then judged on the vLLM class behind the wrapper)."""
+    from vllm.v1.request import Request
+
+    request_cls = request_cls or Request
+    vllm_class = request_cls
+    while hasattr(vllm_class, "__compat_original__"):
+        vllm_class = vllm_class.__compat_original__
+    return request_cls(**request_kwargs(vllm_class, request_id, token_ids, eos_token_id=eos_token_id,
+                                        hasher=hasher))
 
 
 def run_step(executor: Any, scheduler_output: Any):

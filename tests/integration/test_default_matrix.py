@@ -17,8 +17,8 @@ BROKEN_ON_016_WITH_030 = {
     ("block_hasher", None): ("AssertionError", ""),
     ("embed_input_ids", None): ("AttributeError", "get_input_embeddings"),
     ("two_phase_execute", None): ("RuntimeError", "sample_tokens() must be called after execute_model() returns None"),
-    ("collective_rpc_unique_reply_rank", "tp1"): ("ContractViolation", "got list[3 × Tensor"),
-    ("collective_rpc_unique_reply_rank", "tp2"): ("ContractViolation", "got list[3 × Tensor"),
+    ("collective_rpc_unique_reply_rank", "tp1"): ("ContractViolation", "speculators takes reply[0] = Tensor["),
+    ("collective_rpc_unique_reply_rank", "tp2"): ("ContractViolation", "speculators takes reply[0] = Tensor["),
     ("aux_hidden_states_truthiness", None): ("RuntimeError", "Boolean value of Tensor with more than one value is ambiguous"),
 }
 
@@ -63,15 +63,28 @@ def test_silent_faults_behind_the_exceptions_on_016(cell):
     """With only the exception-fixing adapters, 0.3.0 returns wrong data (prefix caching and
     chunked prefill now default on); with all adapters it matches the reference."""
     probes = probes_by_key(cell("0.16.0", "0.3.0"))
-    for case in ("repeated", "shared_prefix", "multi_step"):
+    behind_the_exception = {"repeated": "prefix_caching_default", "shared_prefix": "prefix_caching_default",
+                            "multi_step": "chunked_prefill_default"}
+    for case, breakage in behind_the_exception.items():
         probe = probes[("hidden_states_match_reference", case)]
         assert probe["status"] == "broken"
-        assert probe["detail"]["api_only"]["status"] == "broken", (case, probe["detail"]["api_only"])
+        api_only = probe["detail"]["api_only"]
+        assert (api_only["status"], api_only.get("breakage")) == ("broken", breakage), (case, api_only)
+        assert not {"prefix_caching_default", "chunked_prefill_default"} & set(api_only["adapters"]), api_only
     assert probes[("hidden_states_match_reference", "batch")]["detail"]["api_only"]["status"] == "ok"
     for case in CASES:
         adapted = probes[("hidden_states_match_reference", case)]["detail"]["with_compat"]
         assert adapted["status"] == "ok", (case, adapted)
         assert adapted["detail"]["max_abs_error"] < FLOAT32_TOLERANCE
+
+
+def test_the_adapted_reply_is_rank_0s_states(cell):
+    """At TP=2 each rank's captured tensors carry its rank (rank * 100 + layer + 1): with compat,
+    what speculators 0.3 takes from the reply is rank 0's list, not another rank's, not a wrapper."""
+    probe = probes_by_key(cell("0.16.0", "0.3.0"))[("collective_rpc_unique_reply_rank", "tp2")]
+    assert probe["detail"]["per_rank"] == ["list[3 × Tensor[8, 256]] (values [1, 2, 3])",
+                                           "list[3 × Tensor[8, 256]] (values [101, 102, 103])"]
+    assert probe["detail"]["with_compat"]["detail"]["consumed"] == "list[3 × Tensor[8, 256]] (values [1, 2, 3])"
 
 
 def test_seeds_pair_is_fixed_by_compat(cell):

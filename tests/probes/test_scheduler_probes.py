@@ -25,14 +25,14 @@ def test_scheduler_signature(engine, in_process, ns, compat_mode, probe_detail):
         ns.Scheduler(**kwargs)
 
 
-def speculators_request(ns, in_process, request_id, prompt, config):
-    """Request(...) exactly as the release builds it (0.4 builds its own block hasher)."""
+def speculators_request_kwargs(ns, in_process, request_id, prompt, hasher):
+    """Request(...)'s keywords exactly as the release passes them (0.4 adds its block hasher)."""
     kwargs = {"request_id": request_id, "prompt_token_ids": prompt,
               "sampling_params": ns.SamplingParams(max_tokens=1, temperature=0.0), "pooling_params": None,
               "eos_token_id": 2, "arrival_time": 0.0}
     if in_process.request_passes_block_hasher:
-        kwargs["block_hasher"] = hasher_as_0_4_builds_it(ns, config)
-    return ns.Request(**kwargs), kwargs
+        kwargs["block_hasher"] = hasher
+    return kwargs
 
 
 def hasher_as_0_4_builds_it(ns, config):
@@ -43,17 +43,21 @@ def hasher_as_0_4_builds_it(ns, config):
 
 @pytest.mark.probe("request_signature")
 def test_request_signature(engine, in_process, ns, compat_mode, request_id, prompt, probe_detail):
-    with speculators_call(original(ns.Request)):
-        _, kwargs = speculators_request(ns, in_process, request_id(), prompt, engine.vllm_config)
+    """Request's keywords only: the block hasher 0.4 passes is built the version-proof way here
+    (how the release builds it is the block_hasher probe's contract)."""
+    hasher = vllm_setup.block_hasher(engine.vllm_config) if in_process.request_passes_block_hasher else None
+    kwargs = speculators_request_kwargs(ns, in_process, request_id(), prompt, hasher)
     probe_detail["call"] = f"Request({', '.join(kwargs)})"
+    with speculators_call(original(ns.Request)):
+        ns.Request(**kwargs)
 
 
 @pytest.mark.probe("block_hasher")
 def test_block_hasher(engine, in_process, ns, compat_mode, request_id, prompt, probe_detail):
-    """Schedule a request the way the release builds it, under the CacheConfig it builds.
-
-    0.3 passes no block_hasher and leaves prefix caching at vLLM's default; 0.4 builds the hasher
-    itself (vllm.utils.hashing, init_none_hash, get_request_block_hasher) and turns caching off.
+    """Schedule a request under the CacheConfig the release builds, with the block hasher it
+    builds (0.3 passes none and leaves prefix caching at vLLM's default; 0.4 builds the hasher
+    itself from vllm.utils.hashing, init_none_hash, get_request_block_hasher, and turns caching
+    off). Request's other keywords are built the version-proof way: they are request_signature's.
     """
     cache_kwargs = {"block_size": vllm_setup.BLOCK_SIZE, "gpu_memory_utilization": 0.8}
     if in_process.cache_config_prefix_caching is not None:
@@ -62,9 +66,11 @@ def test_block_hasher(engine, in_process, ns, compat_mode, request_id, prompt, p
     config.cache_config = ns.CacheConfig(**cache_kwargs)
     config.cache_config.num_gpu_blocks = engine.kv_cache_config.num_blocks
     probe_detail["enable_prefix_caching"] = config.cache_config.enable_prefix_caching
+    probe_detail["block_hasher"] = "the release's own" if in_process.request_passes_block_hasher else "none passed"
     scheduler = vllm_setup.make_scheduler(config, engine.kv_cache_config)
     with speculators_call(scheduler.schedule):
-        request, _ = speculators_request(ns, in_process, request_id(), prompt, config)
+        hasher = hasher_as_0_4_builds_it(ns, config) if in_process.request_passes_block_hasher else None
+        request = vllm_setup.make_request(request_id(), prompt, hasher=hasher, request_cls=ns.Request)
         scheduler.add_request(request)
         output = scheduler.schedule()
         scheduled = output.num_scheduled_tokens.get(request.request_id, 0)

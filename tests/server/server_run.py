@@ -1,9 +1,15 @@
-"""The server-era runs: one real `vllm serve` per compat mode, shared by all cases.
+"""The server-era runs: one real `vllm serve` per mode, shared by all cases.
 
 A mode's run is self-contained: start the server with the configuration the cell's speculators
 release launches, drive it with that release's own client over every case, stop the server
-(also on failure). "raw" is vLLM as shipped; "with_compat" loads the CPU connector shim and adds
---no-enable-chunked-prefill where the raw run was refused for it. At most two server starts.
+(also on failure). Without a GPU every mode loads the CPU connector shim (an environment shim,
+listed as such: a GPU user needs none of it). The modes:
+- "raw": vLLM as shipped (plus that shim);
+- "api_only": only when raw was refused for a setting a launch flag turns off: raw plus that flag,
+  to show what the data looks like behind the refusal;
+- "with_compat": raw plus every flag chosen from what those runs observed (a refusal message; rows
+  missing on prefix-cached prompts). When nothing was chosen it is the raw run itself.
+At most three server starts (0.22.x: raw refused, api_only short rows, with_compat).
 """
 
 from __future__ import annotations
@@ -31,6 +37,9 @@ PROMPTS = {
 }
 PROMPTS["repeated"] = PROMPTS["batch"]
 CASES = ("batch", "repeated", "shared_prefix")
+PREFIX_CACHED_CASES = ("repeated", "shared_prefix")  # their prompts' first blocks are cached by then
+# What speculators' --validate-outputs says when a file has fewer rows than the prompt.
+SHORT_ROWS = re.compile(r"Sequence length of hidden states \d+ doesn't match num tokens \d+")
 # CPU builds that cannot run this path at all, shim or not (refusal text, and where it must come from).
 CPU_REFUSALS = (
     (re.compile(r"spec decode is not supported"), None),
@@ -67,10 +76,11 @@ class ModeRun:
     case_failures: dict[str, ContractViolation] = field(default_factory=dict)  # the server lived on
     seconds: dict[str, float] = field(default_factory=dict)
     env_shims: list[dict[str, str]] = field(default_factory=list)
+    flags: dict[str, str] = field(default_factory=dict)  # launch flags added, each with why
 
     def summary(self) -> dict[str, Any]:
-        return {"mode": self.mode, "serve_args": self.serve_args, "server_log": str(self.server_log),
-                "seconds": self.seconds}
+        return {"mode": self.mode, "serve_args": self.serve_args, "flags": self.flags,
+                "server_log": str(self.server_log), "seconds": self.seconds}
 
 
 class Extraction:
@@ -87,6 +97,9 @@ class Extraction:
 
     def get(self, mode: str) -> ModeRun:
         if mode not in self.runs:
+            if mode == "with_compat" and not self.chosen_flags():
+                self.runs[mode] = self.get("raw")  # nothing to adapt: the same server configuration
+                return self.runs[mode]
             try:
                 self.runs[mode] = self._run(mode)
             except Exception as exc:  # noqa: BLE001 - kept, so later probes do not start it again
@@ -95,20 +108,34 @@ class Extraction:
                 self.runs[mode] = run
         return self.runs[mode]
 
+    def api_only(self) -> ModeRun | None:
+        """The run behind raw's refusal, when raw was refused for something a flag turns off."""
+        return self.get("api_only") if refusal_flags(self.get("raw")) else None
+
+    def chosen_flags(self) -> dict[str, str]:
+        """with_compat's launch flags, each with what was observed that calls for it."""
+        raw = self.get("raw")
+        flags = refusal_flags(raw)
+        behind = self.get("api_only") if flags else raw
+        flags.update(data_flags(behind))
+        return flags
+
+    def _flags(self, mode: str) -> dict[str, str]:
+        if mode == "raw":
+            return {}
+        return refusal_flags(self.get("raw")) if mode == "api_only" else self.chosen_flags()
+
     def _run(self, mode: str) -> ModeRun:
         import torch
 
+        flags = self._flags(mode)
         base = self.root / mode
         shutil.rmtree(base, ignore_errors=True)
         storage = base / "storage"
-        shim = mode == "with_compat" and not torch.cuda.is_available()
-        raw = self.runs.get("raw")
-        refused_chunked = bool(raw and raw.failure and "chunked prefill" in str(raw.failure))
-        args = extraction.serve_args(self.speculators, self.ids, storage, shim=shim,
-                                     no_chunked_prefill=mode == "with_compat" and refused_chunked,
-                                     no_prefix_caching=mode == "with_compat" and drops_cached_rows(self.speculators))
+        shim = not torch.cuda.is_available()
+        args = extraction.serve_args(self.speculators, self.ids, storage, shim=shim, extra_flags=list(flags))
         run = ModeRun(mode, args, work_dir() / f"server-{mode}.log", storage=storage,
-                      env_shims=[SHIM_RECORD] if shim else [])
+                      env_shims=[SHIM_RECORD] if shim else [], flags=flags)
         self._start_preparing()
         env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": os.environ.get("VLLM_CPU_KVCACHE_SPACE", "1")}
         server = VllmServer(sys.executable, self.model, args, run.server_log, env=env)
@@ -193,19 +220,47 @@ class Extraction:
             raise extraction.ClientFailed(f"the client finished the {case} case, then the server died")
 
 
-def drops_cached_rows(speculators: str) -> bool:
-    """The connector of vLLM 0.22.x writes only the rows it computed, so prefix-cached tokens go
-    missing; nothing in vLLM's API tells, so the registry's version range decides."""
-    from compat.breakages import BY_ID
-
-    vllm = next((v for v in (_dist_version(n) for n in ("vllm-cpu", "vllm")) if v), None)
-    return bool(vllm) and BY_ID["connector_prefix_cache_rows"].applies(vllm.split("+")[0], speculators)
+def refusal_flags(run: ModeRun) -> dict[str, str]:
+    """Launch flags that turn off what the server refused to start with (its own message)."""
+    if run.failure and "chunked prefill" in str(run.failure):
+        return {extraction.NO_CHUNKED_PREFILL: f"the {run.mode} server refused to start: {str(run.failure)[:300]}"}
+    return {}
 
 
-def _dist_version(name: str) -> str | None:
-    import importlib.metadata
+def data_flags(run: ModeRun) -> dict[str, str]:
+    """Launch flags for data the run got wrong: rows missing only where the prompt's first blocks
+    were prefix-cached (the batch case, nothing cached yet, complete) -> no prefix caching."""
+    if run.failure or run.interrupted or run.unsupported or run.harness_error or not complete(run, "batch"):
+        return {}
+    short = [seen for case in PREFIX_CACHED_CASES for seen in missing_rows(run, case)]
+    if not short:
+        return {}
+    return {extraction.NO_PREFIX_CACHING: f"the {run.mode} run returned rows missing on prefix-cached prompts "
+                                          f"(batch complete): {'; '.join(short[:3])}"}
 
-    try:
-        return importlib.metadata.version(name)
-    except importlib.metadata.PackageNotFoundError:
+
+def complete(run: ModeRun, case: str) -> bool:
+    return case in run.files and not missing_rows(run, case)
+
+
+def missing_rows(run: ModeRun, case: str) -> list[str]:
+    """What the run shows of rows missing in this case: the client's validation refusal, or a
+    file with fewer rows than its prompt."""
+    failure = run.case_failures.get(case)
+    if failure is not None:
+        found = SHORT_ROWS.search(str(failure))
+        return [f"{case}: {found.group(0)}"] if found else []
+    return [f"{case}/{path.name}: {rows} of {len(prompt)} rows" for prompt, path in run.files.get(case, [])
+            for rows in [file_rows(path)] if rows is not None and rows < len(prompt)]
+
+
+def file_rows(path: Path) -> int | None:
+    """Rows of `hidden_states` in a safetensors file, from its header (8-byte length, then JSON)."""
+    if not path.is_file():
         return None
+    import json
+    import struct
+
+    with path.open("rb") as handle:
+        (length,) = struct.unpack("<Q", handle.read(8))
+        return int(json.loads(handle.read(length))["hidden_states"]["shape"][0])

@@ -33,7 +33,7 @@ def test_releases_0_6_and_0_7_disable_chunked_prefill_themselves():
     assert NO_CHUNKED_PREFILL in serve_args("0.6.0.1", [1], Path("/x"))
     assert NO_CHUNKED_PREFILL in serve_args("0.7.0.2", [1], Path("/x"))
     assert NO_CHUNKED_PREFILL not in serve_args("0.5.0", [1], Path("/x"))
-    assert serve_args("0.7.0", [1], Path("/x"), no_chunked_prefill=True).count(NO_CHUNKED_PREFILL) == 1
+    assert serve_args("0.7.0", [1], Path("/x"), extra_flags=[NO_CHUNKED_PREFILL]).count(NO_CHUNKED_PREFILL) == 1
 
 
 def test_shim_is_loaded_by_module_path():
@@ -52,8 +52,8 @@ def test_rows_are_pretokenized(tmp_path):
     assert json.loads((tmp_path / "rows.jsonl").read_text()) == {"input_ids": [5, 6, 7], "loss_mask": [1, 1, 1]}
 
 
-def test_with_compat_flags_for_022():
-    args = serve_args("0.8.1", [1, 3, 5, 6], Path("/tmp/hs"), shim=True, no_chunked_prefill=True,
-                      no_prefix_caching=True)
+def test_chosen_flags_are_added_once():
+    args = serve_args("0.8.1", [1, 3, 5, 6], Path("/tmp/hs"), shim=True,
+                      extra_flags=[NO_CHUNKED_PREFILL, "--no-enable-prefix-caching"])
     assert args.count(NO_CHUNKED_PREFILL) == 1 and args.count("--no-enable-prefix-caching") == 1
     assert "--no-enable-prefix-caching" not in serve_args("0.8.1", [1, 3, 5, 6], Path("/tmp/hs"))
