@@ -136,7 +136,9 @@ def data_symptoms(detail: dict) -> set[str]:
         text = str(text)
         shape = re.search(r"shape \[(\d+)[^\]]*\], expected \[(\d+)", text)
         if shape:
-            found.add("rows_missing" if int(shape.group(1)) < int(shape.group(2)) else "rows_extra")
+            got, want = int(shape.group(1)), int(shape.group(2))
+            if got != want:  # same rows, other width: no row symptom
+                found.add("rows_missing" if got < want else "rows_extra")
         elif "max abs error" in text and "sequences_reordered" not in found:
             found.add("values_wrong")
         elif re.search(r"\d+ sequences returned, \d+ sent", text):

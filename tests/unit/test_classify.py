@@ -326,3 +326,73 @@ def test_annotate_and_counts_read_result_files(tmp_path):
     assert n["known"] == 1 and n["as-expected-ok"] == 1 and n["new"] == 0  # the advisory probe is not counted
 
 
+
+
+def test_advisory_comes_from_the_registry_too():
+    p = probe("worker_logging", "broken", "ContractViolation", ".info(...) in a worker process: the line never shows")
+    p["advisory"] = False  # an older result file without the flag
+    assert classify_probe(p, "0.11.0", "0.3.0").advisory
+
+
+def test_a_result_without_detail_is_classified():
+    p = probe("block_hasher", "broken", "AssertionError", "", BLOCK_POOL)
+    p["detail"] = None
+    assert classify_probe(p, "0.16.0", "0.3.0").kind == "known"
+
+
+def test_backend_decides_which_entries_apply():
+    p = probe("block_hasher", "broken", "AssertionError", "", BLOCK_POOL)
+    assert classify_probe(p, "0.16.0", "0.3.0", backend="cpu").kind == "known"
+    assert classify_probe(p, "0.16.0", "0.3.0", backend="gpu").kind == "new"  # seen on CPU builds only
+    gpu_cell = cell("0.16.0", "0.3.0", [p])
+    gpu_cell["backend"] = "gpu"
+    assert annotate(gpu_cell)["probes"][0]["classification"]["kind"] == "new"
+
+
+@pytest.mark.parametrize("detail, expected", [
+    ({"rows_returned": [37, 18, 9], "rows_expected": [37, 100, 9]}, {"rows_missing"}),
+    ({"rows_returned": [37, 101, 9], "rows_expected": [37, 100, 9]}, {"rows_extra"}),
+    ({"rows_returned": [37, 100], "rows_expected": [37, 100, 9]}, {"sequences_missing"}),
+    ({"rows_returned": [37, 100, 9], "rows_expected": [37, 100, 9]}, set()),
+    ({"sequence_matches": [[1], [0], [2]]}, {"sequences_reordered"}),
+    ({"sequence_matches": [[0], [1], [2]]}, set()),  # every sequence its own: not reordered
+    ({"sequence_matches": [[1], [1], [2]]}, set()),  # not a permutation
+    ({"sequence_matches": [[1, 2], [0], [2]]}, set()),  # ambiguous match
+    ({"sequence_matches": None}, set()),
+    ({"returned_order": [0, 1, 10, 2]}, {"sequences_reordered"}),
+    ({"problems": ["sequence 1 layer 0: shape [0, 256], expected [100, 256]"]}, {"rows_missing"}),
+    ({"problems": ["sequence 1 layer 0: shape [120, 256], expected [100, 256]"]}, {"rows_extra"}),
+    ({"problems": ["sequence 1 layer 0: shape [100, 128], expected [100, 256]"]}, set()),
+    ({"problems": ["sequence 0 layer 1: max abs error 0.46 (reference index 2, scale 3.1)"]}, {"values_wrong"}),
+    ({"problems": ["sequence 0 layer 1: max abs error 0.46 (reference index 2, scale 3.1)"],
+      "sequence_matches": [[1], [0]]}, {"sequences_reordered"}),
+    ({"problems": ["2 sequences returned, 3 sent"]}, {"sequences_missing"}),
+    ({"problems": ["something else entirely"]}, set()),
+    ({"layer_semantics": [[2, 2], [4, 3], [6, 6]]}, {"layers_wrong"}),
+    ({"layer_semantics": [[2, 2], [4, None]]}, set()),
+    ({"layer_semantics": [[2, 2, 3]]}, set()),
+    ({}, set()),
+])
+def test_data_symptoms_of_a_comparison(detail, expected):
+    assert breakages.data_symptoms(detail) == expected
+
+
+def test_mismatch_says_why_in_one_line():
+    s = BY_ID["block_hasher"].symptom
+    assert s.mismatch(None) == "no exception recorded, expected AssertionError/IndexError"
+    assert s.mismatch({"type": "KeyError", "message": "", "where": BLOCK_POOL}) == \
+        "raised KeyError, expected AssertionError/IndexError"
+    assert s.mismatch({"type": "AssertionError", "message": "", "where": None}).startswith("raised at no vLLM frame")
+    assert s.mismatch({"type": "builtins.AssertionError", "message": "", "where": BLOCK_POOL}) is None
+    silent = BY_ID["chunked_prefill_default"].symptom
+    assert silent.mismatch(None, "multi_step", set()) == "data symptoms none, expected one of ['rows_missing']"
+    assert silent.mismatch({"type": "TypeError", "message": "x"}, "multi_step", {"rows_missing"}).startswith(
+        "raised TypeError, not a silent data fault")
+    outside = BY_ID["aux_hidden_states_truthiness"].symptom
+    assert outside.mismatch({"type": "RuntimeError", "message": "Boolean value of Tensor with more than one value "
+                             "is ambiguous", "where": "vllm/x.py:1"}) == "raised in vllm/x.py:1, expected outside vLLM"
+
+
+def test_prereleases_and_dev_builds_of_a_release_apply():
+    assert BY_ID["request_signature"].applies("0.17.1rc1", "0.4.0.1", "cpu")
+    assert BY_ID["result_order"].applies("0.16.0", "0.4.1rc2", "cpu")

@@ -228,3 +228,39 @@ def test_gate_passes_only_for_tested_cells(c):
     if d.gate == PASS:
         assert d.verdict in ("compatible", "compatible-with-compat", "incompatible")
         assert not any(p["status"] == "error" for p in deciding(c))
+
+
+# --------------------------------------------------------------------------- branches the mutants found
+
+
+def test_a_stored_install_error_with_probe_records_is_judged_by_its_probes():
+    d = decide(cell([probe("block_hasher")] + reference(), vllm="0.11.0", verdict="install-error"))
+    assert d.verdict == "compatible"
+
+
+def test_the_reasons_name_what_decided():
+    d = decide(cell([probe("block_hasher")] + reference(), vllm="0.11.0", error="timeout: cell limit\nlog tail"))
+    assert "the probe run failed: timeout: cell limit" in d.reasons
+    broken = probe("block_hasher", "broken", "broken", err("AssertionError", "", BLOCK_POOL))
+    d = decide(cell([broken] + reference()))
+    assert "block_hasher broken, with compat adapters broken" in d.reasons
+    assert any(r.startswith("adapter regression: block_hasher: known block_hasher") for r in d.reasons)
+
+
+REFUSED = probe("extract_hidden_states_method", "broken", None,
+                err("ContractViolation", "SpeculativeConfig does not accept method 'extract_hidden_states'"))
+
+
+def test_a_known_incompatible_cell_that_left_something_untested_does_not_pass():
+    for other in (probe("payload_schema", "skipped", None, reason="server did not start"),
+                  probe("payload_schema", "unsupported-on-cpu", None, reason="refused"),
+                  probe("payload_schema", "error", None, reason="harness fault"),
+                  probe("payload_schema", "ok", "error"),
+                  probe("payload_schema", "ok", "skipped")):
+        d = decide(cell([REFUSED, other], spec="0.9.0"))
+        assert (d.verdict, d.gate) == ("incompatible", UNTESTED), other
+
+
+def test_a_known_incompatible_cell_with_everything_else_run_passes():
+    d = decide(cell([REFUSED, probe("payload_schema", "ok", "ok")], spec="0.9.0"))
+    assert (d.verdict, d.gate) == ("incompatible", PASS)
