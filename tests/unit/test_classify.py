@@ -396,3 +396,21 @@ def test_mismatch_says_why_in_one_line():
 def test_prereleases_and_dev_builds_of_a_release_apply():
     assert BY_ID["request_signature"].applies("0.17.1rc1", "0.4.0.1", "cpu")
     assert BY_ID["result_order"].applies("0.16.0", "0.4.1rc2", "cpu")
+
+
+def test_every_reference_resolves_to_an_upstream_thread_or_a_file_of_this_repository():
+    import re
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parents[2]
+    for entry in REGISTRY:
+        assert entry.references, entry.id
+        for ref in entry.references:
+            if re.fullmatch(r"vllm-project/(vllm|speculators)#\d+", ref):
+                continue
+            path, _, anchor = ref.partition("#")
+            target = repo / path
+            assert target.is_file(), f"{entry.id}: reference {ref!r} is neither an upstream thread nor a file here"
+            if anchor:
+                headings = re.findall(r"^#+ (\S+)\s*$", target.read_text(), re.M)
+                assert anchor in headings, f"{entry.id}: {path} has no section {anchor!r}"
