@@ -31,7 +31,8 @@ def config(spec: dict) -> str:
     quoted = lambda items: "[" + ", ".join(f'"{i}"' for i in items) + "]"  # noqa: E731
     return (f"\n[tool.mutmut]\nsource_paths = [\"compat\"]\nonly_mutate = {quoted(spec['mutate'])}\n"
             f"pytest_add_cli_args_test_selection = {quoted(spec['tests'])}\n"
-            "pytest_add_cli_args = [\"-p\", \"no:cacheprovider\", \"-q\"]\n")
+            "pytest_add_cli_args = [\"-p\", \"no:cacheprovider\", \"-q\"]\n"
+            "also_copy = [\"docs\"]\n")  # the registry's reference test reads docs/findings.md
 
 
 # Functions that only build text or serialise (notes, reasons, labels, as_dict for the report's JSON):
