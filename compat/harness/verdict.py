@@ -1,0 +1,134 @@
+"""The one verdict rule and the CI gate: what a cell's probe records let us claim, and the exit status.
+
+Used by the runner as each cell finishes and by the report for every cell it reads, so a stored
+verdict (from another machine or an older harness) is recomputed, never trusted.
+
+Verdict of a cell, from its deciding (non-advisory) probes that apply (status other than `n/a`):
+- `install-error`: no probe ran because the environment could not be built.
+- `incompatible`: a probe is `broken` and not `ok` with compat adapters, or a probe's with-compat run
+  is `broken` (an adapter that breaks or no longer repairs is a finding against the pair).
+- `error`: otherwise, when anything left the question open: a deciding probe `error` or `skipped`,
+  a with-compat run that could not run, a run-level failure (timeout, crash), no deciding probe,
+  or adapters whose repair the reference data did not confirm.
+- `unsupported-on-cpu`: otherwise, when the CPU build refused a deciding probe.
+- `compatible-with-compat`: every broken probe is `ok` with adapters, and the reference data ran
+  and matched with them.
+- `compatible`: every deciding probe that applies ran and passed, the reference data among them.
+
+Gate (exit status of `nox -s compat` and `nox -s report`), worst cell wins:
+- 1 `FINDING`: a NEW breakage (a failure no registry entry explains, also one found behind an
+  exception by the api_only run), or an adapter regression (a with-compat run that is not `ok`
+  where the raw failure is known, or a with-compat run that broke a passing probe).
+- 2 `UNTESTED`: no NEW finding, but a cell tested nothing or not everything: verdict `error`,
+  `install-error` or `unsupported-on-cpu`, a deciding probe (or its with-compat run) `error`,
+  `skipped` or `unsupported-on-cpu`, or no cell at all.
+- 0 `PASS`: everything that applies ran, and every failure is a known breakage.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Iterable
+
+from compat.harness.breakages import REFERENCE_PROBE, REGISTRY, Breakage
+from compat.harness.classify import ProbeClass, classify_cell
+
+PASS, FINDING, UNTESTED = 0, 1, 2
+GATE_WORDS = {PASS: "pass", FINDING: "fail: NEW breakage or adapter regression",
+              UNTESTED: "fail: not everything could be tested"}
+UNTESTED_VERDICTS = frozenset({"error", "install-error", "unsupported-on-cpu"})
+
+
+@dataclass(frozen=True)
+class Decision:
+    verdict: str
+    gate: int
+    reasons: tuple[str, ...] = field(default=())
+
+
+def _label(probe: dict[str, Any]) -> str:
+    return f"{probe['id']}[{probe['case']}]" if probe.get("case") else str(probe.get("id"))
+
+
+def cell_verdict(cell: dict[str, Any], classes: list[tuple[dict, ProbeClass]]) -> tuple[str, list[str]]:
+    """The verdict and why, from the probe records and their classes (for advisory-ness)."""
+    probes = [p for p, cls in classes if not cls.advisory and p.get("status") != "n/a"]
+    if not cell.get("probes") and cell.get("verdict") == "install-error":
+        return "install-error", [f"the environment could not be built: {cell.get('error') or 'see the install log'}"]
+    if not probes:
+        return "error", ["no deciding probe applied or ran"]
+
+    unrepaired = [p for p in probes if p["status"] == "broken" and p.get("with_compat") != "ok"]
+    adapter_broke = [p for p in probes if p["status"] != "broken" and p.get("with_compat") == "broken"]
+    if unrepaired or adapter_broke:
+        return "incompatible", (
+            [f"{_label(p)} broken, with compat adapters {p.get('with_compat') or 'not run'}" for p in unrepaired]
+            + [f"{_label(p)} {p['status']}, but broken with compat adapters" for p in adapter_broke])
+
+    open_questions = [f"{_label(p)} {p['status']}: {_why(p)}" for p in probes if p["status"] in ("error", "skipped")]
+    open_questions += [f"{_label(p)} with compat adapters: {p['with_compat']}" for p in probes
+                       if p["status"] in ("ok", "broken") and p.get("with_compat") not in (None, "ok", "broken")]
+    if cell.get("error"):
+        open_questions.append(f"the probe run failed: {str(cell['error']).splitlines()[0]}")
+    reference = [p for p in probes if p["id"] == REFERENCE_PROBE]
+    broken = [p for p in probes if p["status"] == "broken"]
+    if broken and not reference:
+        open_questions.append("adapters repair the exceptions, but no reference data confirmed them")
+    if open_questions:
+        return "error", open_questions
+
+    refused = [p for p in probes if p["status"] == "unsupported-on-cpu"]
+    if refused:
+        return "unsupported-on-cpu", [f"{_label(p)}: {_why(p)}" for p in refused]
+    unconfirmed = [p for p in reference if p.get("with_compat") != "ok"]
+    if broken and unconfirmed:
+        return "error", [f"adapters repair the exceptions, but {_label(p)} has no with-compat data check"
+                         for p in unconfirmed]
+    if broken:
+        return "compatible-with-compat", [f"{_label(p)} broken as released, ok with compat adapters" for p in broken]
+    if not reference:
+        return "error", ["every contract probe passed, but the hidden states were never checked against the reference"]
+    return "compatible", []
+
+
+def _why(probe: dict[str, Any]) -> str:
+    return str(probe.get("reason") or (probe.get("error") or {}).get("message") or "no reason recorded").splitlines()[0][:200]
+
+
+def cell_gate(verdict: str, classes: list[tuple[dict, ProbeClass]]) -> tuple[int, list[str]]:
+    findings = []
+    for probe, cls in classes:
+        if cls.advisory:
+            continue
+        if cls.kind == "new":
+            findings.append(f"NEW: {_label(probe)}: {cls.note or 'no registry entry explains it'}")
+        if cls.behind is not None and cls.behind.kind == "new":
+            findings.append(f"NEW behind the exception: {_label(probe)}: {cls.behind.note}")
+        if cls.adapter_regression:
+            findings.append(f"adapter regression: {_label(probe)}: {cls.adapter_regression}")
+    if findings:
+        return FINDING, findings
+    untested = [f"{_label(p)} {p['status']}" for p, cls in classes
+                if not cls.advisory and p.get("status") in ("error", "skipped", "unsupported-on-cpu")]
+    untested += [f"{_label(p)} with compat adapters {p['with_compat']}" for p, cls in classes
+                 if not cls.advisory and p.get("status") in ("ok", "broken")
+                 and p.get("with_compat") not in (None, "ok", "broken")]
+    if verdict in UNTESTED_VERDICTS or untested:
+        return UNTESTED, [f"verdict {verdict}: not everything could be tested"] + untested
+    return PASS, []
+
+
+def decide(cell: dict[str, Any], registry: tuple[Breakage, ...] = REGISTRY) -> Decision:
+    """The verdict and the gate of one cell record."""
+    classes = classify_cell(cell, registry)
+    verdict, reasons = cell_verdict(cell, classes)
+    gate, gate_reasons = cell_gate(verdict, classes)
+    return Decision(verdict, gate, tuple(reasons + gate_reasons))
+
+
+def matrix_gate(cells: Iterable[dict[str, Any]], registry: tuple[Breakage, ...] = REGISTRY) -> int:
+    """The exit status for a set of cells: the worst cell's gate; no cell at all tested nothing."""
+    gates = [decide(cell, registry).gate for cell in cells]
+    if not gates:
+        return UNTESTED
+    return FINDING if FINDING in gates else max(gates)
