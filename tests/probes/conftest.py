@@ -1,4 +1,5 @@
-"""Fixtures shared by the probes of one cell: its profile, the tiny model, shared engines.
+"""Fixtures of the in-process probes of one cell: shared engines, adapters in force (the profile and
+the tiny model are tests/conftest.py's, shared with tests/server).
 
 Engines are expensive (15-60 s each on 2 cores), so one TP=1 and one TP=2 engine serve all
 probes of a cell. Every probe builds its own scheduler and requests, and leaves the engine as
@@ -7,25 +8,14 @@ it found it, so probes stay independent.
 
 from __future__ import annotations
 
-import importlib.metadata
 import itertools
 import os
 
 import pytest
 
-from compat.shared.profiles import Profile, profile_for
+from compat.shared.profiles import Profile
 
 _request_ids = itertools.count()
-
-
-@pytest.fixture(scope="session")
-def speculators_version() -> str:
-    return importlib.metadata.version("speculators")
-
-
-@pytest.fixture(scope="session")
-def profile(speculators_version: str) -> Profile:
-    return profile_for(speculators_version)
 
 
 @pytest.fixture(scope="session")
@@ -34,13 +24,6 @@ def in_process(profile: Profile, speculators_version: str) -> Profile:
     if not profile.in_process:
         pytest.skip(f"n/a: speculators {speculators_version} does not use this contract ({profile.note})")
     return profile
-
-
-@pytest.fixture(scope="session")
-def model_dir() -> str:
-    from fixtures import tiny_llama
-
-    return str(tiny_llama.from_env())
 
 
 class _Engines:
