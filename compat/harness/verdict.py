@@ -34,8 +34,7 @@ from compat.harness.breakages import REFERENCE_PROBE, REGISTRY, Breakage
 from compat.harness.classify import ProbeClass, classify_cell
 
 PASS, FINDING, UNTESTED = 0, 1, 2
-GATE_WORDS = {PASS: "pass", FINDING: "fail: NEW breakage or adapter regression",
-              UNTESTED: "fail: not everything could be tested"}
+GATE_WORDS = {PASS: "pass", FINDING: "fail: NEW or regression", UNTESTED: "fail: untested"}
 UNTESTED_VERDICTS = frozenset({"error", "install-error", "unsupported-on-cpu"})
 
 

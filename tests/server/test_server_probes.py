@@ -19,7 +19,7 @@ from compat.harness import breakages
 from compat.cell.observe import CONTRACT_TAG, ContractViolation, describe, speculators_call
 from compat.cell.reference import cell_dtype, compare, reference_states
 
-from server_run import CASES, ModeRun, file_rows, vllm_version
+from server_run import CASES, ModeRun, file_rows, vllm_backend, vllm_version
 
 pytestmark = pytest.mark.timeout(900)  # the first file probe of a mode starts the server and runs the client
 
@@ -74,16 +74,16 @@ def settle(run: ModeRun, probe_detail: dict, cases=CASES) -> None:
         raise RuntimeError(run.interrupted)
     if run.unsupported:
         pytest.skip(f"unsupported-on-cpu: {run.unsupported}")
-    failure = run.failure or next((ContractViolation(f"[{case}] {run.case_failures[case]}",
-                                                     where=run.case_failures[case].where)
-                                   for case in cases if case in run.case_failures), None)
+    failed_case = None if run.failure else next((case for case in cases if case in run.case_failures), None)
+    failure = run.failure or (ContractViolation(f"[{failed_case}] {run.case_failures[failed_case]}",
+                                                where=run.case_failures[failed_case].where) if failed_case else None)
     if failure:
-        error = {"type": "ContractViolation", "message": str(failure)}
+        error = {"type": "ContractViolation", "message": str(failure), "where": failure.where}
         import importlib.metadata
 
         spec = importlib.metadata.version("speculators")
-        named = [e.id for e in breakages.applicable(vllm_version(), spec)
-                 if not e.symptom.silent and e.symptom.matches(error)]
+        named = [e.id for e in breakages.applicable(vllm_version(), spec, vllm_backend())
+                 if not e.symptom.silent and e.symptom.matches(error, failed_case)]
         if named:
             probe_detail["breakage"] = named[0]
         with speculators_call():

@@ -27,7 +27,7 @@ def real(name: str) -> dict:
 
 PINNED = "vllm-0.11.0__speculators-0.3.0__cpu"  # compatible as run
 SEEDS = "vllm-0.16.0__speculators-0.3.0__cpu"  # compatible-with-compat as run
-SERVER = "vllm-0.32.0__speculators-0.9.0__cpu"  # compatible-with-compat as run (raw run without the CPU shim)
+SERVER = "vllm-0.32.0__speculators-0.9.0__cpu"  # compatible as run (the CPU connector shim in every run)
 SERVER_022 = "vllm-0.22.1__speculators-0.8.1__cpu"  # compatible-with-compat as run (launch flags)
 FILE_PROBES = ("payload_schema", "write_completion", "layer_numbering", REF)
 
@@ -163,7 +163,7 @@ TRAPS: list[tuple[str, Callable, str, int]] = [
     (PINNED, no_reference_data, "error", UNTESTED),
     (PINNED, nothing_applies, "error", UNTESTED),
     (PINNED, install_error, "install-error", UNTESTED),
-    (SERVER, unchanged, "compatible-with-compat", PASS),
+    (SERVER, unchanged, "compatible", PASS),
     (SERVER_022, unchanged, "compatible-with-compat", PASS),
     (SERVER, refused_by_the_cpu_build, "unsupported-on-cpu", UNTESTED),
     (SERVER, on_a_gpu_without_the_cpu_fault, "compatible", PASS),
@@ -220,6 +220,26 @@ def test_the_real_seeds_pair_is_all_known_and_the_silent_faults_behind_it_are_na
     behind = {p["case"]: c.behind.breakage.id for p, c in classify_cell(cell) if c.behind is not None}
     assert behind == {"repeated": "prefix_caching_default", "shared_prefix": "prefix_caching_default",
                       "multi_step": "chunked_prefill_default"}
+
+
+def test_the_real_022_server_cell_names_one_cause_and_the_fault_behind_it():
+    from compat.harness.classify import classify_cell
+
+    for probe, cls in classify_cell(real(SERVER_022)):
+        if probe["status"] == "broken":
+            assert (cls.kind, cls.breakage.id) == ("known", "connector_chunked_prefill"), (probe["id"], cls.note)
+    behind = {(p["id"], p.get("case")): c.behind.breakage.id for p, c in classify_cell(real(SERVER_022)) if c.behind}
+    assert behind[("payload_schema", None)] == "connector_prefix_cache_rows"  # its `[repeated]` case failed
+    assert behind[("hidden_states_match_reference", "shared_prefix")] == "connector_prefix_cache_rows"
+
+
+def test_a_shimmed_cpu_limit_that_passes_is_not_fixed():
+    from compat.harness.classify import classify_cell
+
+    kinds = {(p["id"], p.get("case")): c.kind for p, c in classify_cell(real(SERVER))}
+    assert kinds[("payload_schema", None)] == "as-expected-ok"
+    shims = {s["id"] for s in real(SERVER)["env_shims"]}
+    assert "cpu_hidden_states_connector" in shims
 
 
 def test_a_cpu_only_breakage_is_not_expected_on_a_gpu():
