@@ -2,7 +2,7 @@
 
 import sys
 
-from compat.runner import main
+from compat.harness.runner import main
 
 if __name__ == "__main__":
     if len(sys.argv) > 1 and sys.argv[1] == "run":

@@ -1,7 +1,7 @@
 """Open the rendered HTML report in headless Debian chromium and check it works.
 
 Results: COMPAT_REPORT_RESULTS (a results/ directory of <cell>.json files) when set, else
-sample result files written to tmp_path (compat.report.sample). The report is rendered into a
+sample result files written to tmp_path (compat.harness.report.sample). The report is rendered into a
 temporary directory; screenshots go to reports/compat-screenshot.png (desktop, full page) and
 reports/compat-screenshot-mobile.png (390 px wide).
 
@@ -18,10 +18,10 @@ from pathlib import Path
 
 import pytest
 
-from compat.junit import cell_id
-from compat.report import build_report, write_reports
-from compat.report.sample import write_sample_results
-from compat.results import load_cell, probe_key, read_json
+from compat.harness.junit import cell_id
+from compat.harness.report import build_report, write_reports
+from compat.harness.report.sample import write_sample_results
+from compat.shared.results import load_cell, probe_key, read_json
 
 REPO = Path(__file__).resolve().parents[2]
 CHROMEDRIVER = "/usr/bin/chromedriver"

@@ -13,7 +13,7 @@ import pytest
 
 @pytest.mark.probe("fault_worker_killed")
 def test_worker_killed_then_hang(model_dir):
-    from compat import vllm_setup
+    from compat.cell import vllm_setup
 
     engine = vllm_setup.start_engine(model_dir, 2)
     workers = [reply["pid"] for reply in engine.executor.collective_rpc("compat_identity")]

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from compat.results import load_cell
+from compat.shared.results import load_cell
 
 RESULTS = Path(os.environ.get("COMPAT_RESULTS_DIR", Path(__file__).resolve().parents[2] / "results"))
 

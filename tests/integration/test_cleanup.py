@@ -5,8 +5,9 @@ import os
 
 import pytest
 
-from compat import cell_run, envs
-from compat.matrix import Cell
+from compat.harness import cell_run
+from compat.harness import cell_envs as envs
+from compat.harness.matrix import Cell
 
 CELL = Cell("0.16.0", "0.3.0")
 

@@ -5,10 +5,10 @@ from pathlib import Path
 
 import pytest
 
-from compat.classify import classify_cell
-from compat.explain import explain, find_exceptions, find_pytest_failures
-from compat.results import load_cell
-from compat.verdict import PASS, decide, matrix_gate
+from compat.harness.classify import classify_cell
+from compat.harness.explain import explain, find_exceptions, find_pytest_failures
+from compat.shared.results import load_cell
+from compat.harness.verdict import PASS, decide, matrix_gate
 
 RESULTS = Path(os.environ.get("COMPAT_RESULTS_DIR", Path(__file__).resolve().parents[2] / "results"))
 DEFAULT_CELLS = ["vllm-0.11.0__speculators-0.3.0__cpu", "vllm-0.16.0__speculators-0.3.0__cpu",

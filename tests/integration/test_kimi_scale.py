@@ -49,6 +49,6 @@ def test_consistency_was_checked_row_by_row_with_margin():
 def test_a_16bit_run_held_the_bulk_against_the_reference():
     detail = {p["id"]: p for p in kimi()["probes"]}["kimi_matches_reference"]["detail"]
     if "median_relative_error" not in detail:
-        return  # float32: compat.reference's comparison, checked above
+        return  # float32: compat.cell.reference's comparison, checked above
     assert detail["median_relative_error"] <= detail["bound"]
     assert detail["failed_rows"] <= detail["unstable_rows_allowed"] * detail["rows"]

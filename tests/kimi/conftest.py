@@ -1,7 +1,7 @@
 """The Kimi suite's shared run: one generator, built once, through the matrix's extraction path
-(compat.datagen with adapters); the tests only check what it returned.
+(compat.cell.datagen with adapters); the tests only check what it returned.
 
-Settings come from compat.kimi through the environment (COMPAT_KIMI_*). With COMPAT_KIMI_SKIP
+Settings come from compat.harness.kimi through the environment (COMPAT_KIMI_*). With COMPAT_KIMI_SKIP
 set (the gate is closed) every test is skipped with that reason before anything is imported.
 """
 
@@ -30,7 +30,7 @@ class Settings:
 
     @property
     def dtype(self) -> str:
-        # compat.kimi picks it (COMPAT_KIMI_DTYPE): the tiny fixture runs float32 where the
+        # compat.harness.kimi picks it (COMPAT_KIMI_DTYPE): the tiny fixture runs float32 where the
         # attention backend takes it (else bfloat16); Kimi's INT4 kernels need 16-bit ("auto").
         return os.environ.get("COMPAT_KIMI_DTYPE") or ("float32" if self.scale else "auto")
 
@@ -73,15 +73,15 @@ def sequences(vocab_size: int) -> list[list[int]]:
 
 @pytest.fixture(scope="session")
 def extraction(settings: Settings):
-    from compat.profiles import profile_for
+    from compat.shared.profiles import profile_for
 
     version = importlib.metadata.version("speculators")
     profile = profile_for(version)
     if not profile.in_process:
-        if importlib.util.find_spec("compat.server") is None:
-            pytest.skip(f"speculators {version} uses the server path ({profile.note}); compat/server.py, "
+        if importlib.util.find_spec("compat.cell.server") is None:
+            pytest.skip(f"speculators {version} uses the server path ({profile.note}); compat/cell/server.py, "
                         "which drives it, is not in this checkout yet")
-        pytest.skip(f"speculators {version} uses the server path; tests/kimi does not drive compat.server yet")
+        pytest.skip(f"speculators {version} uses the server path; tests/kimi does not drive compat.cell.server yet")
     run = Extraction(settings, sequences(_vocab_size(settings.model)))
     generator = _extract(run, profile)
     yield run
@@ -93,27 +93,28 @@ def _vocab_size(model: str) -> int:
     import json
     from pathlib import Path
 
-    from compat.kimi import text_config
+    from compat.harness.kimi import text_config
 
     return min(int(text_config(json.loads((Path(model) / "config.json").read_text()))["vocab_size"]), 100_000)
 
 
 def _extract(run: Extraction, profile):
     """Build the generator, time the batch call, then the repeat and the single calls."""
-    from compat import datagen, kimi
+    from compat.cell import datagen
+    from compat.cell import kimi_suite
 
     settings = run.settings
     datagen.DTYPE = settings.dtype  # read by datagen's ModelConfig wrapper at call time
     started = time.monotonic()
     fixes: list[dict] = []
-    with kimi.tokenizer_trusting_remote_code(datagen.generator_module(), fixes):
+    with kimi_suite.tokenizer_trusting_remote_code(datagen.generator_module(), fixes):
         generator = datagen.build(profile, settings.model, mode="with_compat", layer_ids=settings.layers,
                                   tp=settings.tp, max_model_len=max(LENGTHS) + 16)
     run.figures["load_seconds"] = round(time.monotonic() - started, 2)
     run.figures["suite_fixes"] = fixes
     try:
         run.figures["use_mla"] = bool(generator.instance.vllm_config.model_config.use_mla)
-        run.figures["attention_impls"] = generator.instance.executor.collective_rpc(kimi.attention_impls)[0]
+        run.figures["attention_impls"] = generator.instance.executor.collective_rpc(kimi_suite.attention_impls)[0]
         run.figures["adapters"] = [a["id"] for a in generator.adapters] + _worker_adapters(generator)
         run.figures["env_shims"] = [s["id"] for s in generator.env_shims] + _worker_shims()
         started = time.monotonic()
@@ -124,7 +125,7 @@ def _extract(run: Extraction, profile):
                            tokens_per_second=round(tokens / seconds, 1))
         run.repeat = generator.generate(run.sequences)
         run.singles = [generator.generate([s])[0] for s in run.sequences]
-        peaks = generator.instance.executor.collective_rpc(kimi.peak_gpu_memory)
+        peaks = generator.instance.executor.collective_rpc(kimi_suite.peak_gpu_memory)
         if all(p is None for p in peaks):
             run.figures["peak_gpu_memory_bytes"] = None
             run.figures["peak_gpu_memory_note"] = f"no GPU: CPU run, {len(peaks)} rank(s) answered None"
@@ -149,7 +150,7 @@ def _worker_adapters(generator) -> list[str]:
 
 
 def _worker_shims() -> list[str]:
-    """cpu_native_rotary runs inside the workers (compat.compat_worker), on CPU only."""
+    """cpu_native_rotary runs inside the workers (compat.cell.adapters.worker_extension), on CPU only."""
     import torch
 
     return [] if torch.cuda.is_available() else ["cpu_native_rotary"]

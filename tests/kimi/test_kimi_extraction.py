@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from compat.observe import ContractViolation, speculators_call
+from compat.cell.observe import ContractViolation, speculators_call
 
 
 def _check(condition: bool, message: str) -> None:
@@ -24,8 +24,8 @@ def _arrays(states):
 
 
 def _compare_rows(first, second, extraction, probe_detail) -> dict:
-    """compat.row_consistency over every row, every layer, every sequence; detail gets the figures."""
-    from compat.row_consistency import bound_for, compare_rows
+    """compat.cell.row_consistency over every row, every layer, every sequence; detail gets the figures."""
+    from compat.cell.row_consistency import bound_for, compare_rows
 
     result = compare_rows(_arrays(first), _arrays(second), extraction.sequences, bound_for(_dtype(first)),
                           layer_names=extraction.settings.layers)
@@ -114,7 +114,7 @@ def test_figures_recorded(extraction, probe_detail):
 def test_matches_transformers_reference(extraction, probe_detail):
     if not extraction.settings.scale:
         pytest.skip("n/a: the transformers reference runs on the scale model only (--scale-model)")
-    from compat import reference
+    from compat.cell import reference
 
     with speculators_call():
         extraction.require()

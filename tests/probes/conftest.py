@@ -1,4 +1,5 @@
-"""Fixtures shared by the probes of one cell: its profile, the tiny model, shared engines.
+"""Fixtures of the in-process probes of one cell: shared engines, adapters in force (the profile and
+the tiny model are tests/conftest.py's, shared with tests/server).
 
 Engines are expensive (15-60 s each on 2 cores), so one TP=1 and one TP=2 engine serve all
 probes of a cell. Every probe builds its own scheduler and requests, and leaves the engine as
@@ -7,25 +8,14 @@ it found it, so probes stay independent.
 
 from __future__ import annotations
 
-import importlib.metadata
 import itertools
 import os
 
 import pytest
 
-from compat.profiles import Profile, profile_for
+from compat.shared.profiles import Profile
 
 _request_ids = itertools.count()
-
-
-@pytest.fixture(scope="session")
-def speculators_version() -> str:
-    return importlib.metadata.version("speculators")
-
-
-@pytest.fixture(scope="session")
-def profile(speculators_version: str) -> Profile:
-    return profile_for(speculators_version)
 
 
 @pytest.fixture(scope="session")
@@ -36,13 +26,6 @@ def in_process(profile: Profile, speculators_version: str) -> Profile:
     return profile
 
 
-@pytest.fixture(scope="session")
-def model_dir() -> str:
-    from fixtures import tiny_llama
-
-    return str(tiny_llama.from_env())
-
-
 class _Engines:
     def __init__(self, model_dir: str):
         self.model_dir = model_dir
@@ -50,7 +33,7 @@ class _Engines:
         self.failed: dict[int, BaseException] = {}
 
     def get(self, tp: int):
-        from compat import vllm_setup
+        from compat.cell import vllm_setup
 
         skip_without_gpus(tp)
         if tp in self.failed:
@@ -74,7 +57,7 @@ class _Engines:
 def skip_without_gpus(tp: int) -> None:
     """On a CUDA host, a TP=N case needs N visible GPUs: else `skipped` with why (never ok).
     On CPU, vLLM runs TP ranks as processes: nothing to skip."""
-    from compat import vllm_setup
+    from compat.cell import vllm_setup
 
     found = vllm_setup.visible_gpu_count()
     if found and tp > found:
@@ -84,7 +67,7 @@ def skip_without_gpus(tp: int) -> None:
 def engine_memory() -> dict:
     """On CUDA the TP=1 and TP=2 probe engines live at once and share GPU 0: each gets half the
     cell's fraction (the TP=2 engine failed to start while the TP=1 engine held 0.8)."""
-    from compat import vllm_setup
+    from compat.cell import vllm_setup
 
     if not vllm_setup.visible_gpu_count():
         return {}
@@ -130,7 +113,8 @@ def pytest_generate_tests(metafunc):
 @pytest.fixture
 def adapter_plan(in_process, compat_mode):
     """The adapters in force for this run of the probe (none when raw)."""
-    from compat import adapters, datagen
+    from compat.cell.adapters import generator as adapters
+    from compat.cell import datagen
 
     g = datagen.generator_module()
     adapters.restore(g)
@@ -141,7 +125,8 @@ def adapter_plan(in_process, compat_mode):
 def ns(adapter_plan):
     """speculators' generator module, whose names the probes call as the release calls them;
     with compat, the adapters have rebound those names. Restored after the probe."""
-    from compat import adapters, datagen
+    from compat.cell.adapters import generator as adapters
+    from compat.cell import datagen
 
     g = datagen.generator_module()
     adapters.apply(g, adapter_plan)

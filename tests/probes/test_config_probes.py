@@ -2,8 +2,8 @@
 
 import pytest
 
-from compat.observe import ContractViolation, speculators_call
-from compat.vllm_setup import MAX_MODEL_LEN
+from compat.cell.observe import ContractViolation, speculators_call
+from compat.cell.vllm_setup import MAX_MODEL_LEN
 
 
 @pytest.mark.probe("scheduler_config_fields")

@@ -5,15 +5,16 @@ batch larger than the scheduler's token budget (several steps), and TP=2. Each c
 (the release as installed) and with compat adapters; when the raw generator stops at an
 exception, the case also runs with only the exception-fixing adapters, to show the silent
 faults behind it. float32 unless the runner's --dtype says bfloat16 (the reference stays
-float32); tolerance per dtype in compat.reference.
+float32); tolerance per dtype in compat.cell.reference.
 """
 
 import random
 
 import pytest
 
-from compat import datagen, reference
-from compat.observe import CONTRACT_TAG, WrongHiddenStates, speculators_call
+from compat.cell import datagen
+from compat.cell import reference
+from compat.cell.observe import CONTRACT_TAG, WrongHiddenStates, speculators_call
 
 LAYER_IDS = [1, 3, 5]  # distinct; 5 is the last of the tiny model's 6 layers
 SILENT_BREAKAGE = {"repeated": "prefix_caching_default", "shared_prefix": "prefix_caching_default",

@@ -4,8 +4,8 @@ import copy
 
 import pytest
 
-from compat import vllm_setup
-from compat.observe import ContractViolation, speculators_call
+from compat.cell import vllm_setup
+from compat.cell.observe import ContractViolation, speculators_call
 
 
 def original(obj):

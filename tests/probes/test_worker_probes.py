@@ -1,6 +1,6 @@
 """Contracts that live in the workers: embedding method, execution phases, RPC replies, logs.
 
-Each is observed on a real MultiprocExecutor whose workers load compat.probe_worker.
+Each is observed on a real MultiprocExecutor whose workers load compat.worker.probe_worker.
 """
 
 import contextlib
@@ -8,8 +8,8 @@ import logging
 
 import pytest
 
-from compat import vllm_setup
-from compat.observe import ContractViolation, raise_if_worker_failed, speculators_call
+from compat.cell import vllm_setup
+from compat.cell.observe import ContractViolation, raise_if_worker_failed, speculators_call
 
 
 def require_release_extension(engine):
@@ -36,7 +36,7 @@ def executor_as_used(engine, adapted):
     executor = engine.executor
     original_class = type(executor)
     if "two_phase_execute" in adapted:
-        from compat.compat_executor import executor_class
+        from compat.cell.adapters.executor import executor_class
 
         executor.__class__ = executor_class(original_class)
     try:

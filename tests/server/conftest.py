@@ -2,35 +2,13 @@
 
 from __future__ import annotations
 
-import importlib.metadata
 import json
 from pathlib import Path
 
 import pytest
 
-from compat import extraction
-from compat.profiles import Profile, profile_for
+from compat.cell import extraction
 from server_run import Extraction
-
-
-@pytest.fixture(scope="session")
-def speculators_version() -> str:
-    return importlib.metadata.version("speculators")
-
-
-@pytest.fixture(scope="session")
-def server_profile(speculators_version: str) -> Profile:
-    profile = profile_for(speculators_version)
-    if profile.name != "server":
-        pytest.skip(f"n/a: speculators {speculators_version} drives vLLM in-process ({profile.note})")
-    return profile
-
-
-@pytest.fixture(scope="session")
-def model_dir() -> str:
-    from fixtures import tiny_llama
-
-    return str(tiny_llama.from_env())
 
 
 @pytest.fixture(scope="session")
@@ -45,6 +23,6 @@ def extraction_runs(server_profile, model_dir, num_layers, speculators_version) 
 
 @pytest.fixture(scope="session")
 def reference_model(model_dir):
-    from compat.reference import load_reference_model
+    from compat.cell.reference import load_reference_model
 
     return load_reference_model(model_dir)

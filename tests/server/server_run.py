@@ -23,9 +23,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from compat import extraction
-from compat.observe import ContractViolation
-from compat.server import ServerFailed, VllmServer, failure_line, vllm_frame, work_dir
+from compat.cell import extraction
+from compat.cell.observe import ContractViolation
+from compat.cell.server import ServerFailed, VllmServer, failure_line, vllm_frame, work_dir
 
 # The batch is sent concurrently; "repeated" sends the same rows again (prefix-cache hits);
 # the shared-prefix rows share 140 tokens, more than one 128-token CPU KV block.
@@ -48,7 +48,7 @@ CPU_REFUSALS = (
 SHIM_RECORD = {"id": "cpu_hidden_states_connector",
                "why": "vLLM's ExampleHiddenStatesConnector writes through CUDA-only pieces (pinned host memory, "
                       "torch.cuda.Stream/Event); on CPU the worker dies after the first request. "
-                      "compat/cpu_connector_shim.py, loaded via kv_connector_module_path, answers those on the "
+                      "compat/worker/cpu_connector_shim.py, loaded via kv_connector_module_path, answers those on the "
                       "host while the connector's worker methods run; extraction, locks and writes stay vLLM's"}
 
 

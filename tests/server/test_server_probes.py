@@ -15,9 +15,9 @@ import typing
 
 import pytest
 
-from compat import breakages
-from compat.observe import CONTRACT_TAG, ContractViolation, describe, speculators_call
-from compat.reference import cell_dtype, compare, reference_states
+from compat.harness import breakages
+from compat.cell.observe import CONTRACT_TAG, ContractViolation, describe, speculators_call
+from compat.cell.reference import cell_dtype, compare, reference_states
 
 from server_run import CASES, ModeRun, file_rows, vllm_backend, vllm_version
 

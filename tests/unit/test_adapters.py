@@ -5,9 +5,10 @@ import dataclasses
 
 import pytest
 
-from compat import adapters, datagen
-from compat.breakages import BY_ID
-from compat.profiles import profile_for
+from compat.cell.adapters import generator as adapters
+from compat.cell import datagen
+from compat.harness.breakages import BY_ID
+from compat.shared.profiles import profile_for
 
 PROFILE = profile_for("0.4.0.1")
 

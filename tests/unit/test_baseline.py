@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import json
 
-from compat.baseline import diff, is_empty, numeric_leaves
-from compat.report import build_report, render_html, render_markdown, write_reports
-from compat.results import load_report, write_json_atomic
+from compat.harness.baseline import diff, is_empty, numeric_leaves
+from compat.harness.report import build_report, render_html, render_markdown, write_reports
+from compat.shared.results import load_report, write_json_atomic
 
 
 def probe(pid, status="ok", etype=None, message="", case=None, detail=None, with_compat="ok"):
@@ -104,7 +104,7 @@ def test_baseline_renders_in_all_outputs(tmp_path):
 
 
 def test_cli_with_baseline(tmp_path):
-    from compat.report_cli import main
+    from compat.harness.report_cli import main
 
     results = tmp_path / "results"
     for c in new_cells():

@@ -9,11 +9,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from compat import breakages
-from compat.breakages import BY_ID, REGISTRY, Breakage, Symptom
-from compat.classify import annotate, classify_probe, counts
-from compat.verdict import matrix_gate as exit_code
-from compat.results import load_cell, write_json_atomic
+from compat.harness import breakages
+from compat.harness.breakages import BY_ID, REGISTRY, Breakage, Symptom
+from compat.harness.classify import annotate, classify_probe, counts
+from compat.harness.verdict import matrix_gate as exit_code
+from compat.shared.results import load_cell, write_json_atomic
 
 CONTRACT_PROBES = {
     "scheduler_config_fields", "kv_cache_config_api", "scheduler_signature", "request_signature", "block_hasher",

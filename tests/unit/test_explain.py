@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from compat.explain import explain, find_exceptions, find_pytest_failures, main
+from compat.harness.explain import explain, find_exceptions, find_pytest_failures, main
 
 LOGS = Path(__file__).parent / "corpus" / "logs"
 IN_PROCESS_LOG = LOGS / "vllm-0.16.0__speculators-0.3.0__cpu.probes.log"

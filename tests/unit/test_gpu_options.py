@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from compat import runner
-from compat.cell_run import GPU_SETTINGS, cell_settings, probe_environment
-from compat.envs import ExistingEnvError, cell_from_env
-from compat.matrix import Cell
-from compat.reference import tolerance_for
+from compat.harness import runner
+from compat.harness.cell_run import GPU_SETTINGS, cell_settings, probe_environment
+from compat.harness.cell_envs import ExistingEnvError, cell_from_env
+from compat.harness.matrix import Cell
+from compat.cell.reference import tolerance_for
 
 # Measured on the H200, vLLM 0.24.0 x speculators 0.9.0 served in bfloat16 (reports/gpu-h200/bfloat16):
 # max abs error 0.0844 against the float32 reference, where that layer's largest value is ~5.8.

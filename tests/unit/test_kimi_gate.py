@@ -6,7 +6,9 @@ import json
 
 import pytest
 
-from compat import kimi
+from compat.cell import kimi_suite
+from compat.harness import kimi
+from compat.shared import gpus
 
 
 def write_config(folder, **config):
@@ -83,20 +85,20 @@ def test_bad_json_config(tmp_path):
 
 
 def test_host_gpu_count_without_nvidia_smi(monkeypatch):
-    monkeypatch.setattr(kimi.shutil, "which", lambda name: None)
-    assert kimi.host_gpu_count() == 0
+    monkeypatch.setattr(gpus.shutil, "which", lambda name: None)
+    assert gpus.host_gpu_count() == 0
 
 
 def test_host_gpu_count_respects_visible_devices(monkeypatch):
     class Done:
         stdout = "\n".join(f"GPU {i}: NVIDIA RTX PRO 6000 (UUID: x)" for i in range(8))
 
-    monkeypatch.setattr(kimi.shutil, "which", lambda name: "/usr/bin/nvidia-smi")
-    monkeypatch.setattr(kimi.subprocess, "run", lambda *a, **k: Done())
+    monkeypatch.setattr(gpus.shutil, "which", lambda name: "/usr/bin/nvidia-smi")
+    monkeypatch.setattr(gpus.subprocess, "run", lambda *a, **k: Done())
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
-    assert kimi.host_gpu_count() == 8
+    assert gpus.host_gpu_count() == 8
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1")
-    assert kimi.host_gpu_count() == 2
+    assert gpus.host_gpu_count() == 2
 
 
 def probe(pid, status, reason=None, **detail):
@@ -253,10 +255,10 @@ def release_module():
 def test_the_suite_builds_the_generator_with_a_tokenizer_that_trusts_remote_code():
     RecordingAutoTokenizer.calls = []
     module, applied = release_module(), []
-    with kimi.tokenizer_trusting_remote_code(module, applied):
+    with kimi_suite.tokenizer_trusting_remote_code(module, applied):
         module.VllmHiddenStatesGenerator("/models/Kimi-K2.5")
     assert RecordingAutoTokenizer.calls == [(("/models/Kimi-K2.5",), {"trust_remote_code": True})]
-    assert applied == [kimi.TOKENIZER_FIX] and "tokenization_kimi.py" in applied[0]["why"]
+    assert applied == [kimi_suite.TOKENIZER_FIX] and "tokenization_kimi.py" in applied[0]["why"]
     assert module.AutoTokenizer is RecordingAutoTokenizer  # restored after the build
 
 
@@ -269,7 +271,7 @@ def test_without_the_fix_the_release_asks_for_no_remote_code():
 def test_a_release_that_decides_trust_remote_code_itself_is_left_alone():
     RecordingAutoTokenizer.calls = []
     module, applied = release_module(), []
-    with kimi.tokenizer_trusting_remote_code(module, applied):
+    with kimi_suite.tokenizer_trusting_remote_code(module, applied):
         module.AutoTokenizer.from_pretrained("/m", trust_remote_code=False)
     assert RecordingAutoTokenizer.calls == [(("/m",), {"trust_remote_code": False})] and applied == []
 
@@ -280,4 +282,4 @@ def test_the_kimi_conftest_builds_through_the_fix():
 
     source = (Path(kimi.REPO_ROOT) / "tests" / "kimi" / "conftest.py").read_text()
     build = source.index("datagen.build(")
-    assert source.rindex("with kimi.tokenizer_trusting_remote_code(datagen.generator_module()", 0, build) > 0
+    assert source.rindex("with kimi_suite.tokenizer_trusting_remote_code(datagen.generator_module()", 0, build) > 0

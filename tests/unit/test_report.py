@@ -9,11 +9,11 @@ from html.parser import HTMLParser
 
 import pytest
 
-from compat.junit import cell_id
-from compat.report import build_report, figure_tables, render_html, render_markdown, write_reports
-from compat.report.sample import sample_cells, write_sample_results
-from compat.report_cli import main
-from compat.results import load_cell, probe_key, write_json_atomic
+from compat.harness.junit import cell_id
+from compat.harness.report import build_report, figure_tables, render_html, render_markdown, write_reports
+from compat.harness.report.sample import sample_cells, write_sample_results
+from compat.harness.report_cli import main
+from compat.shared.results import load_cell, probe_key, write_json_atomic
 
 EVIL = "<script>alert('x')</script> | *bold* `tick`"
 

@@ -1,4 +1,4 @@
-"""compat.row_consistency on synthetic hidden states shaped like DeepSeek's: a residual stream
+"""compat.cell.row_consistency on synthetic hidden states shaped like DeepSeek's: a residual stream
 with a few massive, nearly constant outlier dimensions (and a huge first token), so that a
 wrong row differs from the right one by only a few percent of the row's norm."""
 
@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from compat.row_consistency import BOUNDS, RowCheckError, bound_for, compare_rows, shared_prefix_lengths
+from compat.cell.row_consistency import BOUNDS, RowCheckError, bound_for, compare_rows, shared_prefix_lengths
 
 HIDDEN = 512
 OUTLIER_DIMS = (7, 300, 451)

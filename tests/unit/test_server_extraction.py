@@ -1,11 +1,11 @@
-"""compat.extraction: the launch configuration of each speculators release, as arguments."""
+"""compat.cell.extraction: the launch configuration of each speculators release, as arguments."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
-from compat.extraction import NO_CHUNKED_PREFILL, SHIM_MODULE, has_cli, layer_ids, serve_args, write_rows
+from compat.cell.extraction import NO_CHUNKED_PREFILL, SHIM_MODULE, has_cli, layer_ids, serve_args, write_rows
 
 
 def _config(args: list[str], flag: str) -> dict:

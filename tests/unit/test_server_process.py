@@ -1,4 +1,4 @@
-"""compat.server with stand-in commands: readiness, failures with the log's cause, stopping the group."""
+"""compat.cell.server with stand-in commands: readiness, failures with the log's cause, stopping the group."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from compat.server import ServerFailed, VllmServer, failure_line, vllm_frame
+from compat.cell.server import ServerFailed, VllmServer, failure_line, vllm_frame
 
 HEALTHY = (
     "import http.server, sys, subprocess\n"

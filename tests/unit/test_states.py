@@ -3,7 +3,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from compat.states import default_layer_ids, rank_reply, split_by_lengths
+from compat.shared.states import default_layer_ids, rank_reply, split_by_lengths
 
 replies = st.recursive(st.integers(), lambda inner: st.lists(inner, max_size=3), max_leaves=8)
 

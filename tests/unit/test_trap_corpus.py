@@ -13,9 +13,9 @@ from typing import Callable
 
 import pytest
 
-from compat.report_cli import main as report_main
-from compat.results import write_json_atomic
-from compat.verdict import FINDING, PASS, UNTESTED, decide, matrix_gate
+from compat.harness.report_cli import main as report_main
+from compat.shared.results import write_json_atomic
+from compat.harness.verdict import FINDING, PASS, UNTESTED, decide, matrix_gate
 
 REAL = Path(__file__).parent / "corpus" / "real"
 REF = "hidden_states_match_reference"
@@ -194,7 +194,7 @@ def test_each_trap_gives_its_verdict_and_exit_status(tmp_path, base, trap, verdi
 
 
 def test_the_bare_assert_elsewhere_is_new_not_known():
-    from compat.classify import classify_cell
+    from compat.harness.classify import classify_cell
 
     classes = dict((p["id"], c) for p, c in classify_cell(trapped(SEEDS, bare_assert_elsewhere)) if not p.get("case"))
     assert classes["block_hasher"].kind == "new"
@@ -202,7 +202,7 @@ def test_the_bare_assert_elsewhere_is_new_not_known():
 
 
 def test_one_root_cause_is_not_reported_as_another_probes_breakage():
-    from compat.classify import classify_cell
+    from compat.harness.classify import classify_cell
 
     classes = dict((p["id"], c) for p, c in classify_cell(trapped(SEEDS, block_hasher_reports_the_request_typeerror))
                    if not p.get("case"))
@@ -211,7 +211,7 @@ def test_one_root_cause_is_not_reported_as_another_probes_breakage():
 
 
 def test_the_real_seeds_pair_is_all_known_and_the_silent_faults_behind_it_are_named():
-    from compat.classify import classify_cell
+    from compat.harness.classify import classify_cell
 
     cell = real(SEEDS)
     for probe, cls in classify_cell(cell):
@@ -223,7 +223,7 @@ def test_the_real_seeds_pair_is_all_known_and_the_silent_faults_behind_it_are_na
 
 
 def test_the_real_022_server_cell_names_one_cause_and_the_fault_behind_it():
-    from compat.classify import classify_cell
+    from compat.harness.classify import classify_cell
 
     for probe, cls in classify_cell(real(SERVER_022)):
         if probe["status"] == "broken":
@@ -234,7 +234,7 @@ def test_the_real_022_server_cell_names_one_cause_and_the_fault_behind_it():
 
 
 def test_a_shimmed_cpu_limit_that_passes_is_not_fixed():
-    from compat.classify import classify_cell
+    from compat.harness.classify import classify_cell
 
     kinds = {(p["id"], p.get("case")): c.kind for p, c in classify_cell(real(SERVER))}
     assert kinds[("payload_schema", None)] == "as-expected-ok"
@@ -243,7 +243,7 @@ def test_a_shimmed_cpu_limit_that_passes_is_not_fixed():
 
 
 def test_a_cpu_only_breakage_is_not_expected_on_a_gpu():
-    from compat.classify import classify_cell
+    from compat.harness.classify import classify_cell
 
     kinds = {(p["id"], p.get("case")): c.kind for p, c in classify_cell(trapped(SERVER, on_a_gpu_without_the_cpu_fault))}
     assert kinds[("payload_schema", None)] == "as-expected-ok"  # not `fixed`: payload_schema was seen on CPU only

@@ -1,11 +1,11 @@
-"""The one verdict rule and the gate (compat.verdict): every branch, and properties over generated cells."""
+"""The one verdict rule and the gate (compat.harness.verdict): every branch, and properties over generated cells."""
 
 from __future__ import annotations
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from compat.verdict import FINDING, PASS, UNTESTED, decide, matrix_gate
+from compat.harness.verdict import FINDING, PASS, UNTESTED, decide, matrix_gate
 
 BLOCK_POOL = "vllm/v1/core/block_pool.py:238"
 REF = "hidden_states_match_reference"

@@ -12,7 +12,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
-PROBE_WORKER_EXTENSION = "compat.probe_worker.ProbeWorkerExtension"
+PROBE_WORKER_EXTENSION = "compat.worker.probe_worker.ProbeWorkerExtension"
 MAX_MODEL_LEN = 256
 BLOCK_SIZE = 16
 GPU_MEMORY_VARIABLE = "COMPAT_GPU_MEMORY_UTILIZATION"  # set by the runner's --gpu-memory-utilization
@@ -32,7 +32,7 @@ def visible_gpu_count() -> int:
 
     if not torch.cuda.is_available():  # is_available does not create a CUDA context
         return 0
-    from compat.kimi import host_gpu_count  # nvidia-smi -L, narrowed by CUDA_VISIBLE_DEVICES
+    from compat.shared.gpus import host_gpu_count  # nvidia-smi -L, narrowed by CUDA_VISIBLE_DEVICES
 
     return host_gpu_count()
 
@@ -252,7 +252,7 @@ def run_step(executor: Any, scheduler_output: Any):
 
 def rpc_from_rank(executor: Any, method: str, *args: Any, rank: int = 0) -> Any:
     """One rank's reply. Without unique_reply_rank, collective_rpc returns a list in every release."""
-    from compat.states import rank_reply
+    from compat.shared.states import rank_reply
 
     replies = executor.collective_rpc(method, args=args)
     return rank_reply(replies, rank, len(replies), single_result=False)

@@ -1,7 +1,7 @@
 """CPU environment shim for vLLM's ExampleHiddenStatesConnector (an env shim, not a vLLM adapter).
 
 Loaded by vLLM through kv_transfer_config {"kv_connector": "ExampleHiddenStatesConnector",
-"kv_connector_module_path": "compat.cpu_connector_shim"}. With a GPU it is vLLM's class
+"kv_connector_module_path": "compat.worker.cpu_connector_shim"}. With a GPU it is vLLM's class
 unchanged. Without one, the connector's write path (vLLM 0.22+) calls CUDA-only pieces:
 `torch.empty_like(..., pin_memory=True)`, `torch.cuda.Stream()`, `torch.cuda.stream(s)`,
 `torch.cuda.Event()` with record/query/synchronize and `Stream.wait_event`. On CPU every tensor

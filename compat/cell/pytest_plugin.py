@@ -2,7 +2,7 @@
 
 Probes stay plain pytest tests marked `@pytest.mark.probe("<id>")`. Outcome mapping:
 - passed -> ok
-- failed in the call, with the exception tagged by compat.observe.speculators_call -> broken
+- failed in the call, with the exception tagged by compat.cell.observe.speculators_call -> broken
 - failed in setup/teardown, failed untagged (harness fault) or timed out -> error, with why
 - skipped with reason "n/a: ..." -> n/a; "unsupported-on-cpu: ..." -> unsupported-on-cpu;
   any other skip -> skipped
@@ -18,8 +18,8 @@ from typing import Any
 
 import pytest
 
-from compat.observe import CONTRACT_TAG, describe
-from compat.results import ADVISORY_PROBES, write_json_atomic
+from compat.cell.observe import CONTRACT_TAG, describe
+from compat.shared.results import ADVISORY_PROBES, write_json_atomic
 
 SKIP_PREFIXES = {"n/a:": "n/a", "unsupported-on-cpu:": "unsupported-on-cpu"}
 RECORD_KEY = pytest.StashKey[dict]()

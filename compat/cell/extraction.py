@@ -23,10 +23,10 @@ from typing import Sequence
 
 from packaging.version import Version
 
-from compat.server import failure_line
+from compat.cell.server import failure_line
 
 SERVE_FLAGS = ("--dtype", os.environ.get("COMPAT_DTYPE") or "float32", "--enforce-eager", "--max-model-len", "256")
-SHIM_MODULE = "compat.cpu_connector_shim"
+SHIM_MODULE = "compat.worker.cpu_connector_shim"
 NO_CHUNKED_PREFILL = "--no-enable-chunked-prefill"
 NO_PREFIX_CACHING = "--no-enable-prefix-caching"
 

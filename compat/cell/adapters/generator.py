@@ -2,7 +2,7 @@
 the installed vLLM, applied at run time by rebinding names in speculators' generator module
 (site-packages is never edited). Each adapter carries the registry id of the breakage it fixes.
 
-Environment shims that exist only because the cell runs on CPU live apart, in compat.env_shims.
+Environment shims that exist only because the cell runs on CPU live apart, in compat.cell.cpu_shims.
 """
 
 from __future__ import annotations
@@ -13,11 +13,11 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import Any, Callable
 
-from compat.profiles import Profile
-from compat.vllm_setup import accepts, scheduler_block_size
+from compat.shared.profiles import Profile
+from compat.cell.vllm_setup import accepts, scheduler_block_size
 
 GENERATOR_MODULE = "speculators.data_generation.vllm_hidden_states_generator"
-WORKER_EXTENSION = "compat.compat_worker.CompatWorkerExtension"
+WORKER_EXTENSION = "compat.cell.adapters.worker_extension.CompatWorkerExtension"
 
 
 EXCEPTION = "exception"  # fixes a call that raises: without it the release stops
@@ -138,7 +138,7 @@ def _needs_block_hasher(g: ModuleType, profile: Profile) -> bool:
 def _pass_block_hasher(g: ModuleType) -> None:
     from vllm.v1.core import kv_cache_utils as kvu
 
-    from compat.vllm_setup import hash_function
+    from compat.cell.vllm_setup import hash_function
 
     hasher = getattr(g, "_compat_block_hasher", None)
     if hasher is None:  # once per process, as EngineCore does: init_none_hash reseeds every hash
@@ -201,7 +201,7 @@ def _needs_executor_fixes(g: ModuleType, profile: Profile) -> bool:
 
 
 def _compat_executor(g: ModuleType) -> None:
-    from compat.compat_executor import executor_class
+    from compat.cell.adapters.executor import executor_class
 
     _wrap(g, "MultiprocExecutor", executor_class)
 

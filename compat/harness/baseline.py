@@ -11,7 +11,7 @@
      "figure_changes": [{"cell", "probe", "key", "old", "new"}]}  # numeric probe detail, e.g. max_abs_error
 
 Cells are matched by (vllm, speculators, backend); a record without a backend matches any
-backend of the same pair. Probes are matched by `compat.results.probe_key` (id or id[case]).
+backend of the same pair. Probes are matched by `compat.shared.results.probe_key` (id or id[case]).
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from __future__ import annotations
 import math
 from typing import Any, Iterable
 
-from compat.results import probe_key
+from compat.shared.results import probe_key
 
 # Relative change below which a numeric detail value is "the same" (rounding noise between runs).
 FIGURE_REL_TOL = 0.25

@@ -15,10 +15,11 @@ import os
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
-from compat import adapters, env_shims
-from compat.observe import speculators_call
-from compat.profiles import Profile
-from compat.vllm_setup import omp_binding
+from compat.cell.adapters import generator as adapters
+from compat.cell import cpu_shims as env_shims
+from compat.cell.observe import speculators_call
+from compat.shared.profiles import Profile
+from compat.cell.vllm_setup import omp_binding
 
 DTYPE_VARIABLE = "COMPAT_DTYPE"  # the runner's --dtype: float32 (default) or bfloat16
 # the generator hard-codes dtype="auto", which is bfloat16 on CPU: the probes pin it
@@ -89,7 +90,7 @@ def adapters_for(mode: str, g, profile: Profile) -> list:
 def memory_kwargs(g) -> dict:
     """The cell's GPU memory fraction, where one was asked for (the release's default is 0.8).
     A TP=1 and a TP=2 generator live at once on GPU 0: each takes half."""
-    from compat.vllm_setup import GPU_MEMORY_VARIABLE, accepts, gpu_memory_utilization
+    from compat.cell.vllm_setup import GPU_MEMORY_VARIABLE, accepts, gpu_memory_utilization
 
     if not os.environ.get(GPU_MEMORY_VARIABLE) or not accepts(g.VllmHiddenStatesGenerator, "gpu_memory_utilization"):
         return {}

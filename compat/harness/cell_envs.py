@@ -11,10 +11,10 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from compat.matrix import Cell
-from compat.recipe import Recipe
+from compat.harness.matrix import Cell
+from compat.harness.recipe import Recipe
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
+REPO_ROOT = Path(__file__).resolve().parents[2]
 STAMP = ".compat-recipe"
 LOG_TAIL_LINES = 40
 

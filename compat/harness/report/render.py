@@ -1,6 +1,6 @@
 """Build the merged report and render it: reports/compat.json, compat.html, compat.md, junit/.
 
-    report = build_report(cells, kimi=None, baseline=None)   # cells from compat.results.load_cell
+    report = build_report(cells, kimi=None, baseline=None)   # cells from compat.shared.results.load_cell
     write_reports(report, Path("reports"))
 
 The HTML is one self-contained file (inline CSS and JS, no network at view time), rendered
@@ -23,12 +23,12 @@ from typing import Any, Iterable
 import jinja2
 from packaging.version import InvalidVersion, Version
 
-from compat import baseline as _baseline
-from compat.breakages import BY_ID, get as get_breakage
-from compat.classify import annotate, counts
-from compat.verdict import GATE_WORDS, decide, matrix_gate
-from compat.junit import cell_id, write_junit
-from compat.results import CELL_VERDICTS, probe_key, write_json_atomic
+from compat.harness import baseline as _baseline
+from compat.harness.breakages import BY_ID, get as get_breakage
+from compat.harness.classify import annotate, counts
+from compat.harness.verdict import GATE_WORDS, decide, matrix_gate
+from compat.harness.junit import cell_id, write_junit
+from compat.shared.results import CELL_VERDICTS, probe_key, write_json_atomic
 
 TEMPLATES = Path(__file__).parent / "templates"
 
@@ -71,7 +71,7 @@ def harness_version() -> str:
             pass
     except ImportError:  # pragma: no cover
         pass
-    pyproject = Path(__file__).resolve().parents[2] / "pyproject.toml"
+    pyproject = Path(__file__).resolve().parents[3] / "pyproject.toml"
     try:
         match = re.search(r'^version\s*=\s*"([^"]+)"', pyproject.read_text(), re.M)
         if match:
@@ -137,7 +137,7 @@ def build_report(
 
 
 def _decided(cell: dict[str, Any]) -> dict[str, Any]:
-    """The cell with classified probes and the verdict derived from them (compat.verdict); a stored
+    """The cell with classified probes and the verdict derived from them (compat.harness.verdict); a stored
     verdict that disagrees is kept as `stored_verdict`, and the report says so."""
     decision = decide(cell)
     out = annotate(cell)

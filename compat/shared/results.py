@@ -1,4 +1,4 @@
-"""Result records: the words a verdict may use, atomic JSON I/O (the verdict rule is compat.verdict).
+"""Result records: the words a verdict may use, atomic JSON I/O (the verdict rule is compat.harness.verdict).
 
 Shape of one cell record (the contract of ../shared/DESIGN.md plus extra keys):
 

@@ -14,12 +14,12 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from compat.envs import REPO_ROOT, CellEnv, InstallError, ensure_env, existing_env, tail
-from compat.matrix import Cell
-from compat.profiles import profile_for
-from compat.recipe import Recipe
-from compat.results import ResultFileError, read_json
-from compat.verdict import decide
+from compat.harness.cell_envs import REPO_ROOT, CellEnv, InstallError, ensure_env, existing_env, tail
+from compat.harness.matrix import Cell
+from compat.shared.profiles import profile_for
+from compat.harness.recipe import Recipe
+from compat.shared.results import ResultFileError, read_json
+from compat.harness.verdict import decide
 
 TOKEN_VARIABLE = "COMPAT_CELL_TOKEN"
 PYTEST_EXIT_MEANING = {0: "all probes passed", 1: "some probes failed", 2: "interrupted",
@@ -142,7 +142,7 @@ def run_probes(cell: Cell, env: CellEnv, work_dir: Path, *, model_dir: Path, pro
     result_file = work_dir / "probes.json"
     result_file.unlink(missing_ok=True)
     log_path = work_dir / "probes.log"
-    command = [str(env.python), "-m", "pytest", *suites, "-p", "compat.pytest_plugin",
+    command = [str(env.python), "-m", "pytest", *suites, "-p", "compat.cell.pytest_plugin",
                f"--compat-result={result_file}", f"--compat-label={cell.id}", "-p", "no:cacheprovider",
                "-q", f"--timeout={probe_timeout}", "-o", "addopts=", "-rN"]
     error = None

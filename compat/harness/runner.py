@@ -14,11 +14,11 @@ import time
 from pathlib import Path
 from typing import Any, Sequence
 
-from compat.envs import REPO_ROOT
-from compat.matrix import Cell, MatrixError, cells_for, check_released, describe_cells, parse_cli
-from compat.pypi import PackageIndex, PackageIndexError
-from compat.recipe import RecipeError, derive_recipe
-from compat.results import write_json_atomic
+from compat.harness.cell_envs import REPO_ROOT
+from compat.harness.matrix import Cell, MatrixError, cells_for, check_released, describe_cells, parse_cli
+from compat.harness.pypi import PackageIndex, PackageIndexError
+from compat.harness.recipe import RecipeError, derive_recipe
+from compat.shared.results import write_json_atomic
 
 
 def runner_options(argv: Sequence[str]) -> tuple[argparse.Namespace, list[str]]:
@@ -100,7 +100,7 @@ def main(argv: Sequence[str]) -> int:
 def run_existing(options: argparse.Namespace, rest: list[str]) -> int:
     """`--python PATH`: cells over environments the user already has; nothing is installed and
     no release is checked (the versions are what is there)."""
-    from compat.envs import ExistingEnvError, cell_from_env, inspect_python
+    from compat.harness.cell_envs import ExistingEnvError, cell_from_env, inspect_python
 
     if rest:
         print(f"compat: --python runs the environments given; {' '.join(rest)} cannot be combined with it",
@@ -121,7 +121,7 @@ def run_existing(options: argparse.Namespace, rest: list[str]) -> int:
 
 
 def host_has_gpu() -> bool:
-    from compat.kimi import host_gpu_count
+    from compat.shared.gpus import host_gpu_count
 
     return host_gpu_count() > 0
 
@@ -138,7 +138,7 @@ def resolve_model(path: Path | None) -> Path:
 
 def run_matrix(cells: list[Cell], index, options: argparse.Namespace, model_dir: Path,
                pythons: dict[Cell, Path] | None = None) -> list[dict[str, Any]]:
-    from compat.cell_run import base_record, run_cell
+    from compat.harness.cell_run import base_record, run_cell
 
     records: list[dict[str, Any]] = []
     started = time.monotonic()
@@ -168,7 +168,7 @@ def run_matrix(cells: list[Cell], index, options: argparse.Namespace, model_dir:
 
 def write_merged(records: list[dict[str, Any]], reports: Path) -> int:
     """compat.json, html, md and JUnit for the cells run so far; returns the gate's exit code."""
-    from compat.report import build_report, write_reports
+    from compat.harness.report import build_report, write_reports
 
     report = build_report(records)
     write_reports(report, reports)
@@ -176,7 +176,7 @@ def write_merged(records: list[dict[str, Any]], reports: Path) -> int:
 
 
 def finish(records: list[dict[str, Any]], options: argparse.Namespace) -> int:
-    """The exit code a CI job gates on (compat.verdict): 0 pass, 1 NEW breakage or adapter regression,
+    """The exit code a CI job gates on (compat.harness.verdict): 0 pass, 1 NEW breakage or adapter regression,
     2 something could not be tested (no cell, install-error, error, a deciding probe `error`)."""
     code = write_merged(records, options.reports)
     print(f"[compat] reports in {options.reports}: compat.json, compat.html, compat.md, junit/ "

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from compat.states import rank_reply
+from compat.shared.states import rank_reply
 
 
 def executor_class(base: type) -> type:

@@ -21,8 +21,8 @@ from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
-from compat.matrix import SPECULATORS_DIST, VLLM_DIST, Cell
-from compat.pypi import Index, NoMatchingWheel, PackageIndexError
+from compat.harness.matrix import SPECULATORS_DIST, VLLM_DIST, Cell
+from compat.harness.pypi import Index, NoMatchingWheel, PackageIndexError
 
 try:
     import tomllib
@@ -224,7 +224,7 @@ class _Draft:
 def derive_recipe(cell: Cell, index: Index, overrides: Iterable[Override] | None = None) -> Recipe:
     overrides = load_overrides() if overrides is None else list(overrides)
     if cell.vllm_wheel:
-        from compat.pypi import WheelOverlay
+        from compat.harness.pypi import WheelOverlay
 
         index = WheelOverlay(index, Path(cell.vllm_wheel))
     vllm_dist = VLLM_DIST[cell.backend]

@@ -1,9 +1,9 @@
 """Realistic sample result files, for the report's tests and for previewing the design.
 
-    python -m compat.report.sample OUT_DIR     # writes OUT_DIR/<cell-id>.json and kimi.json
+    python -m compat.harness.report.sample OUT_DIR     # writes OUT_DIR/<cell-id>.json and kimi.json
 
 The figures and messages follow /work/shared/research/cpu-run-speculators-0.3.0.md; the
-verdicts are computed with compat.verdict.decide, as the harness does.
+verdicts are computed with compat.harness.verdict.decide, as the harness does.
 """
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from compat.results import write_json_atomic
-from compat.verdict import decide
+from compat.shared.results import write_json_atomic
+from compat.harness.verdict import decide
 
 GEN = "vllm_hidden_states_generator.py"
 ENV_SHIMS = [

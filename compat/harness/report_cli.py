@@ -1,0 +1,79 @@
+"""Render the reports from result files.
+
+    python -m compat.report_cli [--results DIR] [--out DIR] [--baseline OLD.json] [--no-gate]
+
+Reads results/<cell>.json (every *.json except kimi*.json, which is the Kimi section), writes
+<out>/compat.json, compat.html, compat.md and junit/<cell-id>.xml.
+
+Every cell's verdict is derived again from its probe records (compat.harness.verdict); where the stored
+verdict disagrees, the report says so.
+
+Exit status: the gate of compat.harness.verdict (0 pass, 1 NEW breakage or adapter regression, 2 something
+could not be tested) unless --no-gate (then 0); 3 when an input could not be read (the reports are
+still written from the files that could be read), or when there is no result file at all.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from compat.harness.report import build_report, write_reports
+from compat.shared.results import ResultFileError, load_cell, load_report, read_json
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m compat.report_cli", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--results", type=Path, default=Path("results"), help="directory of <cell>.json files (default: results)")
+    parser.add_argument("--out", type=Path, default=Path("reports"), help="output directory (default: reports)")
+    parser.add_argument("--baseline", type=Path, default=None, help="an older compat.json to compare with")
+    parser.add_argument("--no-gate", action="store_true", help="exit 0 even when there is a NEW breakage or a probe error")
+    args = parser.parse_args(argv)
+
+    problems: list[str] = []
+    cells = []
+    kimi = None
+    files = sorted(p for p in args.results.glob("*.json") if not p.name.startswith(".")) if args.results.is_dir() else []
+    if not args.results.is_dir():
+        problems.append(f"results directory {args.results} does not exist")
+    for path in files:
+        try:
+            if path.name.startswith("kimi"):
+                kimi = read_json(path, "kimi result")
+            else:
+                cells.append(load_cell(path))
+        except ResultFileError as exc:
+            problems.append(str(exc))
+
+    baseline = None
+    if args.baseline is not None:
+        try:
+            baseline = load_report(args.baseline)
+        except ResultFileError as exc:
+            problems.append(str(exc))
+
+    if not cells and not problems:
+        problems.append(f"no cell result files in {args.results}")
+
+    report = build_report(cells, kimi=kimi, baseline=baseline)
+    paths = write_reports(report, args.out)
+    summary = report["summary"]
+    print(
+        f"wrote {paths['json']}, {paths['html']}, {paths['md']} and {len(paths['junit'])} junit file(s): "
+        f"{len(cells)} cell(s), {summary['probes']['known']} known, {summary['probes']['new']} NEW, "
+        f"{summary['probes']['fixed']} fixed, {summary['probes']['error']} error"
+    )
+    for cell in report["cells"]:
+        if cell.get("stored_verdict"):
+            print(f"note: {cell.get('id') or cell['vllm'] + ' x ' + cell['speculators']}: the result file says "
+                  f"{cell['stored_verdict']}, its probes give {cell['verdict']}", file=sys.stderr)
+    for problem in problems:
+        print(f"error: {problem}", file=sys.stderr)
+    if problems:
+        return 3
+    return 0 if args.no_gate else summary["exit_code"]
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,23 @@
+"""The GPUs this host shows, asked of nvidia-smi: used by the harness (the default backend, the Kimi
+gate) and inside the cell (TP cases that need more GPUs than are visible)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+
+
+def host_gpu_count() -> int:
+    """GPUs nvidia-smi lists (0 without nvidia-smi); CUDA_VISIBLE_DEVICES narrows them."""
+    if not shutil.which("nvidia-smi"):
+        return 0
+    try:
+        out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired):
+        return 0
+    listed = sum(1 for line in out.stdout.splitlines() if line.startswith("GPU "))
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None:
+        return min(listed, len([d for d in visible.split(",") if d.strip()]))
+    return listed
