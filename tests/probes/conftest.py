@@ -64,6 +64,12 @@ def skip_without_gpus(tp: int) -> None:
         pytest.skip(f"needs {tp} GPUs for TP={tp}; this host shows {found} (CUDA_VISIBLE_DEVICES / nvidia-smi -L)")
 
 
+@pytest.fixture
+def require_gpus():
+    """skip_without_gpus for tests that start their own TP=N engines (the reference probe's tp2)."""
+    return skip_without_gpus
+
+
 def engine_memory() -> dict:
     """On CUDA the TP=1 and TP=2 probe engines live at once and share GPU 0: each gets half the
     cell's fraction (the TP=2 engine failed to start while the TP=1 engine held 0.8)."""

@@ -160,12 +160,16 @@ def _attribute(result: dict, case: str, probe_detail: dict) -> None:
 
 @pytest.mark.probe("hidden_states_match_reference")
 @pytest.mark.parametrize("case", CASES)
-def test_reference_raw(datagen_session, case, probe_detail):
+def test_reference_raw(datagen_session, case, probe_detail, require_gpus):
+    if case == "tp2":
+        require_gpus(2)
     run_case(datagen_session, "raw", case, probe_detail)
 
 
 @pytest.mark.probe("hidden_states_match_reference")
 @pytest.mark.compat_mode("with_compat")
 @pytest.mark.parametrize("case", CASES)
-def test_reference_with_compat(datagen_session, case, probe_detail):
+def test_reference_with_compat(datagen_session, case, probe_detail, require_gpus):
+    if case == "tp2":
+        require_gpus(2)
     run_case(datagen_session, "with_compat", case, probe_detail)
