@@ -8,7 +8,9 @@
 #          (two calls: the two cells do not fit one 10-minute call)
 # PHASE 2: (0.22.1, 0.4.0.1) in-process cell, float32, both GPUs (TP=2 cases)
 # PHASE 3: (0.24.0, 0.9.0) server cell, float32 on GPU 0 and bfloat16 on GPU 1 (on one GPU: in turn)
-# PHASE kimi: the Kimi suite's scale model (tiny DeepseekV3 at scale, MLA on) over 0.22.1 x 0.4.0.1,
+# PHASE 4a / 4b: bfloat16 on one GPU: the (0.22.1, 0.8.1) server cell / the (0.22.1, 0.4.0.1) in-process cell
+# PHASE kimi: the Kimi suite's scale model with --mla-fixture (latent 512 + 64 = 576: vLLM's MLA
+#          metadata takes 320 or 576 only) over 0.22.1 x 0.4.0.1, MLA on,
 #          TP = the GPUs visible (at most 2); needs .device-fa3 (FlashAttention 3's .so: MLA's
 #          prefill kernel on Hopper) carried beside .device-0221
 # Payload folders carried: .device-0221 or .device-024, each vllm.tar.xz (the slimmed release) and
@@ -17,7 +19,7 @@
 # Results and logs go to $OUT/phaseN.tgz. One cell per GPU at a time: vLLM asserts when another
 # process frees GPU memory while it profiles (gpu_worker.py "Error in memory profiling").
 set -uo pipefail
-phase=${1:?phase 1, 1a, 1b, 2, 3 or kimi}
+phase=${1:?phase 1, 1a, 1b, 2, 3, 4a, 4b or kimi}
 root=$(pwd); out=${OUT:-/tmp/out}; res=$root/.res/phase$phase
 mkdir -p "$res" "$root/.site"
 export VLLM_USE_FLASHINFER_SAMPLER=0 PYTHONUNBUFFERED=1  # flashinfer is not carried
@@ -49,12 +51,14 @@ case $phase in
   1) cell v0221-s081-float32 0 float32 tvshim s081 common v0221 & cell v0221-s030-float32-1gpu 1 float32 s030 t4 common v0221 & wait ;;
   1a) cell v0221-s081-float32 0 float32 tvshim s081 common v0221 ;;
   1b) cell v0221-s030-float32-1gpu 0 float32 s030 t4 common v0221 ;;
+  4a) cell v0221-s081-bfloat16 0 bfloat16 tvshim s081 common v0221 ;;
+  4b) cell v0221-s0401-bfloat16-1gpu 0 bfloat16 s0401 t4 common v0221 ;;
   kimi) [ -f "$root/.device-fa3/fa3.tar.xz" ] || [ -f "$(site v0221)/vllm/vllm_flash_attn/_vllm_fa3_C.abi3.so" ] \
           || { echo "missing .device-fa3/fa3.tar.xz: MLA's prefill kernel needs FlashAttention 3" >&2; exit 3; }
         [ -f "$root/.device-fa3/fa3.tar.xz" ] && tar -xJf "$root/.device-fa3/fa3.tar.xz" -C "$(site v0221)"
         tp=$(( ngpu >= 2 ? 2 : 1 )); pp=$(path s0401 t4 common v0221) || exit 3
         ( cd "$root/.gpu-tree" && start=$(date +%s) && PYTHONPATH=$pp VLLM_WORKER_MULTIPROC_METHOD=spawn TRITON_F32_DEFAULT=ieee \
-            HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 python3 -m compat.kimi --scale-model --backend gpu --tp $tp \
+            HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 python3 -m compat.kimi --scale-model --mla-fixture --backend gpu --tp $tp \
             --python "$(command -v python3)" --timeout 420 --results "$res/kimi-tp$tp/results" \
             --reports "$res/kimi-tp$tp/reports" > "$res/kimi-tp$tp.log" 2>&1
           echo "kimi-tp$tp exit $? in $(( $(date +%s) - start ))s" >> "$res/timings.txt" ) ;;

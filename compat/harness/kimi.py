@@ -78,12 +78,25 @@ def prefill_kernels():  # vLLM >= 0.22 picks MLA's prefill kernel apart (FLASH_A
             found[kernel.name] = False
     return found
 
+def common_head_sizes():  # MLA's metadata also checks MLACommonBackend's sizes (0.22.1: [320, 576])
+    for module in ("vllm.model_executor.layers.attention.mla_attention", "vllm.v1.attention.backends.mla.common"):
+        try:
+            return [int(h) for h in importlib.import_module(module).MLACommonBackend.get_supported_head_sizes()]
+        except Exception:
+            continue
+    return []
+
+def head_sizes(backend, common):
+    own = [int(h) for h in backend.get_supported_head_sizes()]
+    return [h for h in own if h in common] if own and common else own or common
+
 found = {}
 prefill = prefill_kernels()
+common = common_head_sizes()
 for name, module, cls in json.loads(sys.argv[1]):
     try:
         backend = getattr(importlib.import_module(module), cls)
-        found[name] = {"head_sizes": [int(h) for h in backend.get_supported_head_sizes()],
+        found[name] = {"head_sizes": head_sizes(backend, common),
                        "dtypes": [str(d).replace("torch.", "") for d in backend.supported_dtypes]}
         if prefill is not None and not any(prefill.values()):
             found[name] = {"missing": f"{name}: no MLA prefill kernel available ({', '.join(prefill)}: none "

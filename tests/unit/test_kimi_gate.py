@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -151,7 +153,8 @@ def test_wrong_model_path_exits_2_and_records_the_error(tmp_path, capsys):
 
 NO_CPU_MLA = {"CPU_MLA": {"missing": "vllm.v1.attention.backends.mla.cpu_mla.CPUMLABackend: ModuleNotFoundError"}}
 CPU_MLA_032 = {"CPU_MLA": {"head_sizes": [576], "dtypes": ["float16", "bfloat16", "float32"]}}
-TRITON_MLA = {"TRITON_MLA": {"head_sizes": [], "dtypes": ["float16", "bfloat16"]}}
+# what detection reads off official 0.22.1: TritonMLABackend lists none, MLACommonBackend [320, 576]
+TRITON_MLA = {"TRITON_MLA": {"head_sizes": [320, 576], "dtypes": ["float16", "bfloat16"]}}
 
 
 def test_mla_off_where_the_cpu_build_has_no_mla_backend():
@@ -174,13 +177,14 @@ def test_mla_on_for_a_latent_of_576_on_cpu_in_float32():
 
 
 def test_mla_on_on_gpu_in_bfloat16_since_no_gpu_mla_kernel_takes_float32():
-    choice = kimi.choose_mla(TRITON_MLA, 96)
+    choice = kimi.choose_mla(TRITON_MLA, 576)
     assert choice.enabled and choice.dtype == "bfloat16" and "no float32" in choice.reason
     assert kimi.choose_mla(TRITON_MLA, 576, "bfloat16").enabled
+    assert not kimi.choose_mla(TRITON_MLA, 96).enabled
 
 
 def test_float32_asked_for_where_mla_takes_none_turns_mla_off_and_says_why():
-    choice = kimi.choose_mla(TRITON_MLA, 96, "float32")
+    choice = kimi.choose_mla(TRITON_MLA, 576, "float32")
     assert not choice.enabled and choice.dtype == "float32" and "--dtype float32" in choice.reason
 
 
@@ -283,3 +287,29 @@ def test_the_kimi_conftest_builds_through_the_fix():
     source = (Path(kimi.REPO_ROOT) / "tests" / "kimi" / "conftest.py").read_text()
     build = source.index("datagen.build(")
     assert source.rindex("with kimi_suite.tokenizer_trusting_remote_code(datagen.generator_module()", 0, build) > 0
+
+
+def test_mla_detection_takes_the_common_mla_head_sizes_where_the_backend_lists_none(tmp_path, monkeypatch):
+    """vLLM 0.22.1's TritonMLABackend lists no head sizes, yet MLA's metadata refuses all but
+    MLACommonBackend's [320, 576] ('Head dimension 96 is not supported by MLA.', seen on an H200)."""
+    files = {
+        "vllm/__init__.py": "",
+        "vllm/model_executor/__init__.py": "",
+        "vllm/model_executor/layers/__init__.py": "",
+        "vllm/model_executor/layers/attention/__init__.py": "",
+        "vllm/model_executor/layers/attention/mla_attention.py":
+            "class MLACommonBackend:\n    @classmethod\n    def get_supported_head_sizes(cls):\n        return [320, 576]\n",
+        "vllm/v1/__init__.py": "", "vllm/v1/attention/__init__.py": "",
+        "vllm/v1/attention/backends/__init__.py": "", "vllm/v1/attention/backends/mla/__init__.py": "",
+        "vllm/v1/attention/backends/mla/triton_mla.py":
+            "class TritonMLABackend:\n    supported_dtypes = ['torch.bfloat16']\n"
+            "    @classmethod\n    def get_supported_head_sizes(cls):\n        return []\n",
+    }
+    for name, text in files.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text)
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path))
+    found = kimi.detect_mla_backends(Path(sys.executable), "gpu")
+    assert found["TRITON_MLA"]["head_sizes"] == [320, 576]
+    assert not kimi.choose_mla(found, 96).enabled
+    assert kimi.choose_mla(found, 576).enabled
