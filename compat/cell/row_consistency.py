@@ -16,6 +16,16 @@ allowance exceeds the whole difference between two unrelated rows. Two checks pe
   of two rows, about 1. Rows of other sequences with the same token prefix at that position
   are the same row (causal attention), not "another row".
 
+16-bit runs also drift: vLLM is not batch-invariant, and in bfloat16 a near-tie in MoE routing
+picks another expert for a token in the batch than alone. Measured on an H200 (official vLLM
+0.22.1, MLA, bfloat16): batch vs single, 18 of 3608 rows (scale model) and 38 of 2706 rows
+(Kimi-shaped, 3 layers) off by 0.17-0.42 relative, every one still nearest its own row
+(separation <= 0.85); a repeated call matched exactly. So in 16-bit a row outside the bound may
+count as drift when it is still clearly its own row (separation < DRIFT.separation) and not
+far off (relative error <= DRIFT.relative), while such rows are few (<= DRIFT.fraction of
+all rows). A permuted, shifted, other-layer or other-sequence row is nearer another row, and a
+zeroed row is off by 1.0: none of them is drift.
+
 Inputs are arrays (numpy, or anything np.asarray takes: torch tensors are converted by the
 caller with .float().numpy()). Pure: no torch, no vLLM.
 """
@@ -33,6 +43,16 @@ import numpy as np
 # README ("What it checks") has the measured margins.
 BOUNDS = {"float32": 1e-4, "bfloat16": 0.05, "float16": 0.05}
 SEPARATION = 0.5
+
+
+@dataclass(frozen=True)
+class Drift:
+    relative: float  # a drifted row's relative error at most this
+    separation: float  # and its separation ratio below this (still nearest its own row)
+    fraction: float  # and drifted rows at most this share of all rows
+
+
+DRIFT = {"bfloat16": Drift(0.5, 0.9, 0.05), "float16": Drift(0.5, 0.9, 0.05)}
 RESOLUTION = 2.0 ** -7  # a bfloat16 step, relative: the floor of a dimension's unit
 MAX_PROBLEMS = 5
 
@@ -45,6 +65,12 @@ def bound_for(dtype: str) -> float:
     if dtype not in BOUNDS:
         raise RowCheckError(f"no per-row bound for dtype {dtype!r}; expected one of {sorted(BOUNDS)}")
     return BOUNDS[dtype]
+
+
+def drift_for(dtype: str) -> Drift | None:
+    """The drift a dtype's runs may show (None for float32: deterministic to ~1e-6)."""
+    bound_for(dtype)
+    return DRIFT.get(dtype)
 
 
 @dataclass
@@ -110,14 +136,15 @@ def shared_prefix_lengths(tokens: Sequence[Sequence[int]]) -> np.ndarray:
 def compare_rows(got: Sequence[Sequence[Any]], want: Sequence[Sequence[Any]],
                  tokens: Sequence[Sequence[int]], bound: float,
                  separation: float = SEPARATION, label: str = "layer",
-                 layer_names: Sequence[Any] | None = None) -> dict[str, Any]:
+                 layer_names: Sequence[Any] | None = None, drift: Drift | None = None) -> dict[str, Any]:
     """Compare got[seq][layer] ([seq_len, hidden]) with want[seq][layer], row by row.
 
     Returns ok, problems (the first few, then a count), rows and failed_rows (counts),
     median_relative_error, max_relative_error, worst_row,
     max_separation_ratio (own distance / nearest other row's; must be <= separation),
     min_other_relative_distance (nearest other row / ||want_i||: what a wrong row would score
-    against the bound), and the bound and separation used.
+    against the bound), and the bound and separation used; with `drift`, drifted_rows (rows
+    outside the bound counted as drift, not failed) and the drift allowance.
     """
     if len(got) != len(want) or len(want) != len(tokens):
         raise RowCheckError(f"{len(got)} results, {len(want)} to compare with and {len(tokens)} token "
@@ -126,7 +153,8 @@ def compare_rows(got: Sequence[Sequence[Any]], want: Sequence[Sequence[Any]],
     rows = _stack(want, names)
     shared = shared_prefix_lengths(tokens)
     problems: list[str] = []
-    worst = {"relative": 0.0, "ratio": 0.0, "other": float("inf"), "row": None, "errors": [], "failed": 0}
+    worst = {"relative": 0.0, "ratio": 0.0, "other": float("inf"), "row": None, "errors": [], "failed": 0,
+             "drift": drift, "drifted": []}
     for s, (got_layers, want_layers) in enumerate(zip(got, want)):
         if len(got_layers) != len(want_layers):
             problems.append(f"sequence {s}: {len(got_layers)} layers; expected {len(want_layers)}")
@@ -139,16 +167,25 @@ def compare_rows(got: Sequence[Sequence[Any]], want: Sequence[Sequence[Any]],
                 problems.append(f"{name}: shape {list(a.shape)}; expected {list(b.shape)}")
                 continue
             _compare_block(a, b, s, layer, rows, shared, bound, separation, name, problems, worst)
+    errors = np.concatenate(worst["errors"]) if worst["errors"] else np.zeros(0)
+    drifted = worst["drifted"]
+    if drift is not None and len(drifted) > drift.fraction * errors.size:
+        worst["failed"] += len(drifted)
+        problems.append(f"{len(drifted)} of {errors.size} rows drifted beyond {bound:g} (more than "
+                        f"{drift.fraction:.0%}: not batch noise); first: {drifted[0]}")
     ok = not problems
     shown = problems[:MAX_PROBLEMS] + ([f"... and {len(problems) - MAX_PROBLEMS} more"]
                                        if len(problems) > MAX_PROBLEMS else [])
-    errors = np.concatenate(worst["errors"]) if worst["errors"] else np.zeros(0)
+    drift_record = ({} if drift is None else
+                    {"drifted_rows": len(drifted), "drift": {"relative": drift.relative,
+                                                             "separation": drift.separation,
+                                                             "fraction": drift.fraction}})
     return {"ok": ok, "problems": shown, "rows": int(errors.size), "failed_rows": worst["failed"],
             "median_relative_error": float(np.median(errors)) if errors.size else None,
             "max_relative_error": worst["relative"],
             "worst_row": worst["row"], "max_separation_ratio": worst["ratio"],
             "min_other_relative_distance": None if worst["other"] == float("inf") else worst["other"],
-            "bound": bound, "separation": separation}
+            "bound": bound, "separation": separation, **drift_record}
 
 
 def _compare_block(a, b, s, layer, rows: _Rows, shared, bound, separation, name, problems, worst) -> None:
@@ -167,6 +204,10 @@ def _compare_block(a, b, s, layer, rows: _Rows, shared, bound, separation, name,
             wrong = float(np.sqrt(((a[t] - rows.raw[nearest[t]]) ** 2).sum())) / float(norms[t])
             worst["other"] = min(worst["other"], wrong)
         if relative[t] > bound or not ratio[t] <= separation:
+            drift = worst["drift"]
+            if drift is not None and relative[t] <= drift.relative and ratio[t] < drift.separation:
+                worst["drifted"].append(_describe(name, t, relative[t], ratio[t], bound, separation, "its own row"))
+                continue
             worst["failed"] += 1
             label = "its own row" if own[t] <= other[t] else _row_label(rows, nearest[t])
             problems.append(_describe(name, t, relative[t], ratio[t], bound, separation, label))

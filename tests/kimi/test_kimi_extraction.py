@@ -25,10 +25,10 @@ def _arrays(states):
 
 def _compare_rows(first, second, extraction, probe_detail) -> dict:
     """compat.cell.row_consistency over every row, every layer, every sequence; detail gets the figures."""
-    from compat.cell.row_consistency import bound_for, compare_rows
+    from compat.cell.row_consistency import bound_for, compare_rows, drift_for
 
     result = compare_rows(_arrays(first), _arrays(second), extraction.sequences, bound_for(_dtype(first)),
-                          layer_names=extraction.settings.layers)
+                          layer_names=extraction.settings.layers, drift=drift_for(_dtype(first)))
     probe_detail.update(dtype=_dtype(first), **{k: v for k, v in result.items() if k != "ok"})
     return result
 
