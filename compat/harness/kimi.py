@@ -480,6 +480,16 @@ def _model_info(options: argparse.Namespace) -> ModelInfo | None:
     return check_model(options.model) if options.model is not None else None
 
 
+def default_cell_python() -> Path:
+    """The interpreter of the default pair's cell on this host (what `--scale-model` installs and runs
+    in): tests/builder, which needs torch, runs there (noxfile's tests session)."""
+    from compat.harness.cell_envs import venv_root
+    from compat.harness.matrix import Cell
+
+    backend = "gpu" if host_gpu_count() else "cpu"
+    return venv_root() / Cell(DEFAULT_VLLM, DEFAULT_SPECULATORS, backend).id / "bin" / "python"
+
+
 def _shaped_recipe(options: argparse.Namespace, backend: str, record: dict[str, Any]) -> dict[str, Any]:
     """The Kimi-shaped model's recipe, refused (KimiError, naming what would fit) where it cannot be
     written to the model cache, held in memory on CPU, or fit the visible GPUs at --tp."""
