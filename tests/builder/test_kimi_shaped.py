@@ -73,6 +73,7 @@ def test_transformers_deepseek_v3_loads_it_without_missing_weights_and_runs_fini
     assert (info["missing_keys"], info["unexpected_keys"], info["mismatched_keys"]) == ([], [], [])
     assert model.config.n_routed_experts == 8 and model.config.hidden_size == 112
     tokenizer = AutoTokenizer.from_pretrained(small, trust_remote_code=True)
+    assert type(tokenizer).__name__ == "TinyKimiTokenizer"  # custom code behind an auto_map, as Kimi's
     ids = tokenizer("w5 w6 w70000 w163839", return_tensors="pt").input_ids
     assert ids.tolist() == [[5, 6, 70000, 163839]]
     with torch.no_grad():
@@ -82,6 +83,14 @@ def test_transformers_deepseek_v3_loads_it_without_missing_weights_and_runs_fini
     assert all(0.1 < s < 50 for s in stds), stds  # neither vanishing nor exploding through the layers
     for a, b in zip(out.hidden_states, out.hidden_states[1:]):
         assert not torch.equal(a, b)
+
+
+def test_every_shard_header_is_8_byte_aligned(small):
+    for shard in small.glob("*.safetensors"):
+        with shard.open("rb") as handle:
+            length = int.from_bytes(handle.read(8), "little")
+            assert length % 8 == 0, shard.name  # the safetensors format's alignment of the tensors
+            assert json.loads(handle.read(length))["__metadata__"] == {"format": "pt"}
 
 
 def test_same_seed_same_bytes_other_seed_other_weights(tmp_path, small):
@@ -134,3 +143,9 @@ def test_cli_refuses_a_recipe_that_is_not_the_checked_one(tmp_path):
 def test_cuda_generator_without_cuda_is_refused_with_what_to_do(tmp_path):
     with pytest.raises(kimi_shape.ShapeError, match="generator 'cuda'.*build with generator 'cpu'"):
         kimi_shaped.build(tmp_path, kimi_shape.recipe(**SMALL, generator="cuda"))
+
+
+def test_cuda_generator_draws_on_the_first_gpu(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    assert kimi_shaped.device_for(kimi_shape.recipe(**SMALL, generator="cuda")) == torch.device("cuda:0")
+    assert kimi_shaped.device_for(kimi_shape.recipe(**SMALL)) == torch.device("cpu")
