@@ -192,3 +192,22 @@ def test_few_layers_are_all_read_on_the_shaped_model_only(tmp_path):
     assert kimi.check_model(tmp_path, every_layer_if_few=True).layers == (0, 1, 2)
     with pytest.raises(kimi.KimiError, match="not four distinct"):
         kimi.check_model(tmp_path)
+
+
+def test_a_run_that_will_not_fit_stops_before_building_with_exit_2_and_says_why(tmp_path, monkeypatch, capsys):
+    import shutil
+
+    from compat.shared import gpus
+
+    monkeypatch.setenv("COMPAT_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setattr(shutil, "disk_usage", lambda path: shutil._ntuple_diskusage(10**13, 0, 10**13))
+    monkeypatch.setattr(kimi, "host_gpu_count", lambda: 1)
+    monkeypatch.setattr(gpus, "host_gpu_memory_bytes", lambda: [H200])
+    code = kimi.main(["--kimi-shaped", "--layers", "6", "--backend", "gpu", "--tp", "1",
+                      "--results", str(tmp_path / "r"), "--reports", str(tmp_path / "p")])
+    record = json.loads((tmp_path / "r" / "kimi.json").read_text())
+    assert code == 2 and record["status"] == "error"
+    assert "does not fit TP=1" in record["reason"] and "--layers 4 with --experts 384" in record["reason"]
+    assert "does not fit TP=1" in capsys.readouterr().err
+    assert record["gpu_memory_bytes"] == [H200] and record["kimi_shaped"]["options"]["layers"] == 6
+    assert not (tmp_path / "cache").exists()  # nothing was built
