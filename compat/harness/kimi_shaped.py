@@ -188,7 +188,8 @@ def reference_plan(recipe: dict) -> dict[str, Any]:
 
 def suite_environment(recipe: dict, plan: dict[str, Any]) -> dict[str, str]:
     """What tests/kimi/conftest.py reads for a Kimi-shaped run."""
-    return {"COMPAT_KIMI_DTYPE": recipe["dtype"], "COMPAT_KIMI_REFERENCE": "1" if plan["transformers_reference"] else "",
+    return {"COMPAT_KIMI_DTYPE": recipe["dtype"],
+            "COMPAT_KIMI_REFERENCE": "1" if plan["transformers_reference"] else "",
             "COMPAT_KIMI_NO_REFERENCE": "" if plan["transformers_reference"] else plan["why"]}
 
 
