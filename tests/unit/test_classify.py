@@ -341,12 +341,17 @@ def test_a_result_without_detail_is_classified():
 
 
 def test_backend_decides_which_entries_apply():
-    p = probe("block_hasher", "broken", "AssertionError", "", BLOCK_POOL)
-    assert classify_probe(p, "0.16.0", "0.3.0", backend="cpu").kind == "known"
-    assert classify_probe(p, "0.16.0", "0.3.0", backend="gpu").kind == "new"  # seen on CPU builds only
-    gpu_cell = cell("0.16.0", "0.3.0", [p])
+    connector = "vllm/distributed/kv_transfer/kv_connector/v1/example_hidden_states_connector.py:120"
+    p = probe("payload_schema", "broken", "RuntimeError", "pin_memory=True requires a CUDA or other accelerator backend",
+              connector)
+    assert classify_probe(p, "0.26.0", "0.9.0", backend="cpu").kind == "known"
+    assert classify_probe(p, "0.26.0", "0.9.0", backend="gpu").kind == "new"  # a CPU-build limit: seen on CPU only
+    gpu_cell = cell("0.26.0", "0.9.0", [p])
     gpu_cell["backend"] = "gpu"
     assert annotate(gpu_cell)["probes"][0]["classification"]["kind"] == "new"
+    # seen on both since the H200 runs (official 0.22.1 x 0.3.0)
+    hasher = probe("block_hasher", "broken", "AssertionError", "", BLOCK_POOL)
+    assert classify_probe(hasher, "0.22.1", "0.3.0", backend="gpu").kind == "known"
 
 
 @pytest.mark.parametrize("detail, expected", [
