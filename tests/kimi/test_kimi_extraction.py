@@ -136,8 +136,10 @@ def test_matches_transformers_reference(extraction, probe_detail):
 # MoE route moves that row (and later ones, through attention) by up to its whole norm. Measured
 # on the scale model with transformers' own bfloat16 forward: median per-row relative error
 # 0.010-0.020 by layer, 2-10% of rows beyond 0.05, the worst 0.99. So here the rule is on the
-# bulk: median within the 16-bit bound and at most UNSTABLE_ROWS of the rows outside it. The
-# every-row rule applies to batch and repeat (same dtype, same kernels).
+# bulk: median within the 16-bit bound and at most UNSTABLE_ROWS of the rows outside it. Batch
+# and repeat (same dtype) keep the every-row rule, with row_consistency's 16-bit drift allowance:
+# a batch runs other kernel shapes than a single prompt, and on an H200 that moved 0.5-1.4% of
+# rows by a routing flip, each still nearest its own row.
 UNSTABLE_ROWS = 0.2
 
 
