@@ -138,9 +138,11 @@ def test_gpu_cells_job_runs_what_ran_on_the_h200():
     assert "GPU_OPTIONS: --gpu-memory-utilization 0.8" in text
     for pair in ("--vllm 0.22.1 --speculators 0.3.0 --speculators 0.4.0.1 --speculators 0.8.1",
                  "--vllm 0.24.0 --speculators 0.9.0 --results results/float32",
-                 "--dtype bfloat16 \\\n            --vllm 0.24.0 --speculators 0.9.0"):
+                 "--dtype bfloat16 \\\n            --vllm 0.24.0 --speculators 0.9.0",
+                 "--dtype bfloat16 \\\n            --vllm 0.22.1 --speculators 0.4.0.1 --speculators 0.8.1",
+                 "nox -s kimi -- --scale-model --mla-fixture --backend gpu --tp 2"):
         assert pair in text, pair
-    assert text.count("nox -s compat -- --backend gpu") == 3
+    assert text.count("nox -s compat -- --backend gpu") == 4
     assert '-m compat run --python "$CELL_PYTHON"' in text
     script = (ROOT / ".github/gpu/h200-cells.sh").read_text()
     assert "--gpu-memory-utilization 0.8" in script and '--python "$(command -v python3)"' in script
