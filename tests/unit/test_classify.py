@@ -139,6 +139,17 @@ def test_binding_errors_fit_without_a_vllm_frame_but_not_with_a_wrong_one():
         ("block_hasher", "0.16.0+cpu", "0.3.0", True),
         ("worker_logging", "0.11.0", "0.3.0", True),
         ("kv_cache_config_api", "garbage", "0.3.0", False),
+        # the range's two ends: introduced_in included, removed_in excluded, prereleases as their release
+        ("connector_chunked_prefill", "0.21.9", "0.8.1", False),
+        ("connector_chunked_prefill", "0.22.0", "0.8.1", True),
+        ("connector_chunked_prefill", "0.22.0rc1", "0.8.1", True),
+        ("connector_chunked_prefill", "0.23.9", "0.8.1", True),
+        ("connector_chunked_prefill", "0.24.0", "0.8.1", False),
+        ("connector_chunked_prefill", "0.24.0rc1", "0.8.1", False),
+        ("connector_chunked_prefill", "0.22.1", "0.7.2", False),
+        # speculators' side is PEP 440: 0.8.0rc1 comes before the >=0.8 the entry affects
+        ("connector_chunked_prefill", "0.22.1", "0.8.0rc1", False),
+        ("connector_chunked_prefill", "0.22.1", "0.8.1rc1", True),
     ],
 )
 def test_applies(entry, vllm, spec, expected):
