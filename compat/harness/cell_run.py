@@ -7,7 +7,9 @@ times out, or crashes) every process carrying the token is killed, vLLM workers 
 from __future__ import annotations
 
 import os
+import platform
 import signal
+import socket
 import subprocess
 import time
 import uuid
@@ -16,6 +18,7 @@ from typing import Any
 
 from compat.harness.cell_envs import REPO_ROOT, CellEnv, InstallError, ensure_env, existing_env, tail
 from compat.harness.matrix import Cell
+from compat.shared.gpus import describe_gpus, host_gpu_names
 from compat.shared.profiles import profile_for
 from compat.harness.recipe import Recipe
 from compat.shared.results import ResultFileError, read_json
@@ -26,9 +29,16 @@ PYTEST_EXIT_MEANING = {0: "all probes passed", 1: "some probes failed", 2: "inte
                        3: "pytest internal error", 4: "pytest usage error", 5: "no probes collected"}
 
 
+def this_machine() -> dict[str, Any]:
+    """Where the cell runs (the report's header names it, not the machine that renders)."""
+    return {"hostname": socket.gethostname(), "cpu_count": os.cpu_count(), "platform": platform.platform(),
+            "gpu": describe_gpus(host_gpu_names())}
+
+
 def base_record(cell: Cell) -> dict[str, Any]:
     return {"id": cell.id, "vllm": cell.vllm, "speculators": cell.speculators, "backend": cell.backend,
             "profile": profile_for(cell.speculators).name, "verdict": "error", "env": {},
+            "machine": this_machine(),
             "seconds": {"install": 0.0, "probes": 0.0}, "env_shims": [], "probes": [],
             "install_log_tail": None, "error": None, "recipe_notes": [], "settings": {}}
 

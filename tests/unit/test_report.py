@@ -211,3 +211,16 @@ def test_empty_report_renders():
     report = build_report([])
     assert "No cell results" in render_html(report)
     assert "_No cell results._" in render_markdown(report)
+
+
+def test_the_header_names_the_machine_the_cells_ran_on_not_the_renderer(monkeypatch):
+    from compat.harness import cell_run
+    from compat.harness.matrix import Cell
+
+    monkeypatch.setattr(cell_run, "host_gpu_names", lambda: ["NVIDIA H200, 143771 MiB"] * 2)
+    record = cell_run.base_record(Cell(vllm="0.24.0", speculators="0.9.0", backend="gpu"))
+    assert record["machine"]["gpu"] == "2 x NVIDIA H200, 143771 MiB" and record["machine"]["cpu_count"]
+    record["machine"].update(hostname="h200-host", cpu_count=16)
+    report = build_report([record])
+    assert (report["machine"]["hostname"], report["machine"]["cpu_count"]) == ("h200-host", 16)
+    assert "(h200-host, 16 CPUs)" in render_markdown(report)
