@@ -39,6 +39,7 @@ VERDICT_SYMBOLS = {
     "error": "⚠",
     "install-error": "⊘",
     "unsupported-on-cpu": "∅",
+    "untested-at-runtime": "⊙",
 }
 STATUS_SYMBOLS = {
     "ok": "✔",
@@ -329,6 +330,8 @@ def _cell_view(cell: dict[str, Any]) -> dict[str, Any]:
         "error": cell.get("error"),
         "probes": probes,
         "tally": tally,
+        "static": cell.get("static"),
+        "fidelity": cell.get("fidelity"),
     }
 
 
@@ -377,6 +380,7 @@ def view_model(report: dict[str, Any]) -> dict[str, Any]:
         "changes": report.get("changes"),
         "changes_empty": _baseline.is_empty(report["changes"]) if report.get("changes") else True,
         "kimi": kimi_view,
+        "bisect": report.get("bisect"),
         "gate": GATE_WORDS.get(summary.get("exit_code"), "unknown"),
     }
 
