@@ -108,6 +108,7 @@ def build_report(
     kimi: dict[str, Any] | None = None,
     baseline: dict[str, Any] | None = None,
     generated_at: str | None = None,
+    bisect: list[dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
     """The merged report: contract keys plus harness_version, generated_at, machine, summary."""
     raw = list(cells)
@@ -134,6 +135,8 @@ def build_report(
         report["kimi"] = kimi
     if baseline is not None:
         report["changes"] = _baseline.diff(baseline, annotated)
+    if bisect:
+        report["bisect"] = bisect
     return report
 
 

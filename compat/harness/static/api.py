@@ -399,6 +399,7 @@ class Api:
                          first.file, first.line)
 
     # -- moved names --------------------------------------------------------------------
+    @lru_cache(maxsize=None)
     def where_defined(self, name: str) -> list[str]:
         """file:line of every top-level `def name` / `class name` in the release (a moved name)."""
         pattern = re.compile(rf"^(?:async\s+def|def|class)\s+{re.escape(name)}\b", re.M)

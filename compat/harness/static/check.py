@@ -154,12 +154,17 @@ def load_release(version: str, cache: SourceCache) -> Release:
     return Release(spec, companions, uses)
 
 
+def check_pair_findings(release: Release, api: Api, reference: Api | None = None) -> list[Finding]:
+    """Every contract of the release against this vLLM release (methods of its own left out)."""
+    findings = [check_serve(u, api) if u.kind in ("flag", "config-key") else check_use(u, api, reference)
+                for u in release.uses]
+    return [f for f in findings if f.outcome != "own-method"]
+
+
 def check_pair(release: Release, api: Api, reference: Api | None = None) -> dict[str, Any]:
     """The static result of (vLLM release, speculators release): verdict, every finding."""
     started = time.monotonic()
-    findings = [check_serve(u, api) if u.kind in ("flag", "config-key") else check_use(u, api, reference)
-                for u in release.uses]
-    listed = [f for f in findings if f.outcome != "own-method"]
+    listed = check_pair_findings(release, api, reference)
     return {
         "verdict": verdict_of(listed),
         "vllm": api.sources.describe(),
