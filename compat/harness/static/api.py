@@ -179,6 +179,22 @@ class Module:
                 self._collect(node.body)
 
 
+_PARSED: dict[tuple[str, tuple], Module | None] = {}
+_SELF_ATTRS: dict[int, set[str]] = {}  # class node (kept alive by _PARSED) -> attributes its methods assign on self
+
+
+def parsed(name: str, path: str, sources: WheelSources) -> Module | None:
+    """The module parsed once for every release whose wheel holds the same file (same CRC-32 and
+    size in the zip directory): most modules do not change from one release to the next."""
+    key = (path, tuple(sources.crcs.get(path) or (sources.filename,)))
+    if key not in _PARSED:
+        try:
+            _PARSED[key] = Module(name, path, sources.read(path))
+        except SyntaxError:
+            _PARSED[key] = None
+    return _PARSED[key]
+
+
 class Api:
     def __init__(self, sources: WheelSources, package: str = "vllm"):
         self.sources, self.package = sources, package
@@ -189,10 +205,7 @@ class Api:
     def module(self, name: str) -> Module | None:
         if name not in self._modules:
             path = self.sources.module_file(name)
-            try:
-                self._modules[name] = Module(name, path, self.sources.read(path)) if path else None
-            except SyntaxError:
-                self._modules[name] = None
+            self._modules[name] = parsed(name, path, self.sources) if path else None
         return self._modules[name]
 
     def is_module(self, name: str) -> bool:
@@ -343,10 +356,12 @@ class Api:
     @staticmethod
     def _assigns_self_attr(classes: list[Found], attr: str) -> bool:
         for c in classes:
-            for node in ast.walk(c.node):
-                if isinstance(node, ast.Attribute) and node.attr == attr and isinstance(node.ctx, ast.Store) \
-                        and isinstance(node.value, ast.Name) and node.value.id == "self":
-                    return True
+            if id(c.node) not in _SELF_ATTRS:
+                _SELF_ATTRS[id(c.node)] = {n.attr for n in ast.walk(c.node) if isinstance(n, ast.Attribute)
+                                           and isinstance(n.ctx, ast.Store) and isinstance(n.value, ast.Name)
+                                           and n.value.id == "self"}
+            if attr in _SELF_ATTRS[id(c.node)]:
+                return True
         return False
 
     def is_dataclass(self, cls: Found) -> bool:
@@ -402,12 +417,21 @@ class Api:
     @lru_cache(maxsize=None)
     def where_defined(self, name: str) -> list[str]:
         """file:line of every top-level `def name` / `class name` in the release (a moved name)."""
-        pattern = re.compile(rf"^(?:async\s+def|def|class)\s+{re.escape(name)}\b", re.M)
         found = []
-        for path, text in sorted(self.sources.read_all(f"{self.package}/").items()):
-            for match in pattern.finditer(text):
-                found.append(f"{path}:{text.count(chr(10), 0, match.start()) + 1}")
+        for path in sorted(p for p in self.sources.paths if p.startswith(f"{self.package}/") and p.endswith(".py")):
+            key = (path, tuple(self.sources.crcs.get(path) or (self.sources.filename,)))
+            if key not in _DEFINED:
+                text = self.sources.read(path)
+                defined: dict[str, list[int]] = {}
+                for match in _TOP_LEVEL_DEF.finditer(text):
+                    defined.setdefault(match.group(1), []).append(text.count("\n", 0, match.start()) + 1)
+                _DEFINED[key] = defined
+            found += [f"{path}:{line}" for line in _DEFINED[key].get(name, ())]
         return found
+
+
+_TOP_LEVEL_DEF = re.compile(r"^(?:async\s+def|def|class)\s+(\w+)", re.M)
+_DEFINED: dict[tuple[str, tuple], dict[str, list[int]]] = {}  # top-level names per (file, CRC), as _PARSED
 
 
 def takes_self(found: Found) -> bool:

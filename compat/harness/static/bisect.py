@@ -97,7 +97,8 @@ def flips(points: dict[str, Finding], releases: list[str]) -> list[dict[str, Any
             continue
         if last is not None and (last[1].outcome == "ok") != (finding.outcome == "ok"):
             before, after = last[1], finding
-            turned = "breaks" if after.outcome == "broken" else "holds again"
+            turned = "breaks" if after.outcome == "broken" else "holds again" if any(
+                f.outcome == "ok" for v, f in points.items() if Version(v) < Version(last[0])) else "starts to hold"
             out.append({"before_release": last[0], "release": version, "turn": turned,
                         "before": before.outcome, "after": after.outcome,
                         "what": after.what if after.outcome == "broken" else f"ok again (was: {before.what})",
@@ -121,7 +122,7 @@ def registry_check(entry: Breakage, contract_flips: list[dict[str, Any]], releas
                 "verdict": f"disagrees: registry says introduced in {entry.introduced_in}, "
                            f"bisect finds no release where it breaks ({releases[0]} – {releases[-1]})"}
     first = breaks[0]
-    heal = next((f for f in contract_flips if f["turn"] == "holds again"
+    heal = next((f for f in contract_flips if f["turn"] != "breaks"
                  and Version(f["release"]) > Version(first["release"])), None)
     found_removed = heal["release"] if heal else None
     problems = []

@@ -58,22 +58,23 @@ class WheelSources:
     _texts: dict[str, str] = field(default_factory=dict, repr=False)
 
     @cached_property
+    def _zip(self) -> zipfile.ZipFile:  # one open archive per release: its directory is read once
+        return zipfile.ZipFile(self.archive)
+
+    @cached_property
     def paths(self) -> frozenset[str]:
-        with zipfile.ZipFile(self.archive) as zf:
-            return frozenset(zf.namelist())
+        return frozenset(self._zip.namelist())
 
     def read(self, path: str) -> str:
         if path not in self._texts:
-            with zipfile.ZipFile(self.archive) as zf:
-                self._texts[path] = zf.read(path).decode("utf-8", errors="replace")
+            self._texts[path] = self._zip.read(path).decode("utf-8", errors="replace")
         return self._texts[path]
 
     def read_all(self, prefix: str = "") -> dict[str, str]:
         """Every kept .py member under `prefix` (one pass over the archive)."""
-        with zipfile.ZipFile(self.archive) as zf:
-            for name in zf.namelist():
-                if name.endswith(".py") and name.startswith(prefix) and name not in self._texts:
-                    self._texts[name] = zf.read(name).decode("utf-8", errors="replace")
+        for name in self._zip.namelist():
+            if name.endswith(".py") and name.startswith(prefix) and name not in self._texts:
+                self._texts[name] = self._zip.read(name).decode("utf-8", errors="replace")
         return {k: v for k, v in self._texts.items() if k.startswith(prefix) and k.endswith(".py")}
 
     def module_file(self, module: str) -> str | None:

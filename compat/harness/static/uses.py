@@ -185,7 +185,7 @@ def uses_of(sources: WheelSources, packages: tuple[str, ...]) -> list[Use]:
     """Every use of vLLM in the release's packages (e.g. ("speculators",)), in file order."""
     found: list[Use] = []
     for path, text in sorted(sources.read_all().items()):
-        if path.split("/")[0] not in packages:
+        if path.split("/")[0] not in packages or VLLM not in text:
             continue
         try:
             found += _FileUses(path, text, sources.dist).run()
