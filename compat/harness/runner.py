@@ -121,7 +121,7 @@ def run_static_only(cells: dict[Cell, str], options: argparse.Namespace) -> list
 
 def with_static(record: dict[str, Any], cell: Cell, options: argparse.Namespace) -> dict[str, Any]:
     """The runtime record with the static layer beside it (never stops the cell)."""
-    if not getattr(options, "static", True):
+    if not getattr(options, "static", False):  # the command line sets it (on unless --no-static)
         return record
     from compat.harness.static.layers import attach, static_for
 

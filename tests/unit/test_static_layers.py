@@ -52,3 +52,23 @@ def test_only_a_release_the_cpu_build_lacks_becomes_static_only(tmp_path):
         split_static_only([Cell("0.99.0", "0.9.0")], index)
     with pytest.raises(MatrixError, match="speculators has no release 0.0.7"):
         split_static_only([Cell("0.33.0", "0.0.7")], index)
+
+
+def test_a_failing_static_layer_never_costs_the_runtime_record(monkeypatch, tmp_path):
+    import argparse
+
+    from compat.harness import runner
+    from compat.harness.static import fidelity, layers
+
+    def boom(cells, cache=None):
+        raise OSError("network down")
+
+    monkeypatch.setattr(layers, "static_for", boom)
+    monkeypatch.setattr(fidelity, "fidelity", lambda version, cache=None: {"summary": "2 of 9 differ", "differ": []})
+    cell = Cell("0.16.0", "0.3.0")
+    kept = record(verdict="compatible", probes=[{"id": "request_signature", "status": "ok"}])
+    out = runner.with_static(dict(kept), cell, argparse.Namespace(static=True))
+    assert out["verdict"] == "compatible" and out["probes"] == kept["probes"]
+    assert out["static"]["verdict"] == "error" and "network down" in out["static"]["error"]
+    assert out["env"]["python_sources_vs_official_vllm"] == "2 of 9 differ"
+    assert "static" not in runner.with_static(dict(kept), cell, argparse.Namespace(static=False))
