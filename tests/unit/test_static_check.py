@@ -99,3 +99,52 @@ def test_the_verdict_counts_breaks_only(tmp_path, release):
     assert check_pair(release, new, new)["verdict"] == "api-incompatible"
     findings = [f for f in check_pair_findings(release, new, new) if f.outcome != "broken"]
     assert verdict_of(findings) == "api-compatible"  # guarded and unknown do not count
+
+
+def test_serve_flags_and_config_keys_against_the_release(tmp_path):
+    from compat.harness.static.serve import check_serve, serve_uses
+
+    engine = """
+        from dataclasses import dataclass
+        @dataclass
+        class EngineArgs:
+            model: str = ""
+            speculative_config: dict | None = None
+            kv_transfer_config: dict | None = None
+            enable_chunked_prefill: bool | None = None
+        """
+    config = """
+        from dataclasses import dataclass
+        from vllm.config.speculative import SpeculativeConfig
+        @dataclass
+        class KVTransferConfig:
+            kv_connector: str | None = None
+            kv_role: str | None = None
+            kv_connector_extra_config: dict | None = None
+        """
+    speculative = """
+        from dataclasses import dataclass
+        from typing import Literal
+        Methods = Literal["eagle3", "extract_hidden_states"]
+        @dataclass
+        class SpeculativeConfig:
+            method: Methods | None = None
+            num_speculative_tokens: int | None = None
+            draft_model_config: object = None
+        """
+    factory = 'KVConnectorFactory.register_connector("ExampleHiddenStatesConnector", "m", "C")\n'
+    files = {"vllm/__init__.py": "", "vllm/engine/__init__.py": "", "vllm/engine/arg_utils.py": engine,
+             "vllm/config/__init__.py": config, "vllm/config/speculative.py": speculative,
+             "vllm/distributed/__init__.py": "", "vllm/distributed/kv_transfer/__init__.py": "",
+             "vllm/distributed/kv_transfer/kv_connector/__init__.py": "",
+             "vllm/distributed/kv_transfer/kv_connector/factory.py": factory}
+    new = Api(sources_of(tmp_path, "vllm", "2.0.0", files))
+    old = Api(sources_of(tmp_path, "vllm", "1.0.0", dict(files, **{
+        "vllm/config/speculative.py": speculative.replace(', "extract_hidden_states"', ""),
+        "vllm/engine/arg_utils.py": engine.replace("            enable_chunked_prefill: bool | None = None\n", "")})))
+    uses = serve_uses("0.6.0")
+    assert {u.target for u in uses} >= {"--no-enable-chunked-prefill", "speculative_config.method=extract_hidden_states"}
+    assert all(check_serve(u, new).outcome == "ok" for u in uses)
+    broken = {u.target: check_serve(u, old) for u in uses if check_serve(u, old).outcome == "broken"}
+    assert set(broken) == {"--no-enable-chunked-prefill", "speculative_config.method=extract_hidden_states"}
+    assert serve_uses("0.4.0.1") == [] and "--no-enable-chunked-prefill" not in {u.target for u in serve_uses("0.9.0")}
