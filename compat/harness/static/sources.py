@@ -24,7 +24,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
-from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
+from packaging.utils import canonicalize_name, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
 from compat.harness.pypi import NoMatchingWheel, PackageIndex, PackageIndexError, default_cache_dir
@@ -313,17 +313,17 @@ def store(path: Path, members: dict[str, bytes]) -> None:
 
 
 def local_wheel(path: Path, cache_dir: Path | None = None) -> WheelSources:
-    """`--vllm PATH.whl`: the sources of a wheel file on disk (a nightly, a local build)."""
-    path = Path(path)
-    if not path.is_file():
-        raise StaticError(f"{path}: no such wheel file; expected a path to a vllm-*.whl")
+    """`--vllm PATH.whl`: the sources of a vLLM wheel file on disk (a nightly, a local build)."""
+    from compat.harness.matrix import MatrixError, wheel_version
+
     try:
-        dist, version, _, _ = parse_wheel_filename(path.name)
-    except InvalidWheelFilename as exc:
-        raise StaticError(f"{path}: not a wheel file name ({exc})") from None
+        version, resolved = wheel_version(str(path))  # the same checks as the command line's
+    except MatrixError as exc:
+        raise StaticError(str(exc)) from None
+    path = Path(resolved)
     members, crcs = read_local(path)
     stat = path.stat()
     stored = Path(cache_dir or default_cache_dir()) / "static" / "local" / f"{path.name}.{stat.st_size}.{stat.st_mtime_ns}.zip"
     store(stored, members)
-    return WheelSources(str(dist), str(version), path.name, stored,
+    return WheelSources(str(parse_wheel_filename(path.name)[0]), version, path.name, stored,
                         {k: tuple(v) for k, v in crcs.items()}, f"local wheel {path}")
