@@ -8,7 +8,8 @@ import json
 import pytest
 
 from compat.harness.breakages import BY_ID
-from compat.harness.static.bisect import cell_results, confirm, flips, holds, holds_text, registry_check, registry_entries
+from compat.harness.static.bisect import (cell_results, confirm, flips, holds, holds_text, registry_check,
+                                          registry_entries, support)
 from compat.harness.static.check import Finding
 from compat.harness.static.uses import Use
 
@@ -36,6 +37,10 @@ def test_flips_and_ranges():
         ("0.11.1", "breaks"), ("0.12.0", "holds again"), ("0.18.0", "breaks")]
     assert holds_text(holds(back, RELEASES), RELEASES) == "0.11.0, 0.12.0 – 0.17.0"
     assert holds_text(holds(series("ooooooo"), RELEASES), RELEASES) == "all (0.11.0 – 0.18.0)"
+    assert support(holds(back, RELEASES), RELEASES) == [
+        {"version_added": "0.11.0", "version_removed": "0.11.1"},
+        {"version_added": "0.12.0", "version_removed": "0.18.0"}]
+    assert support(holds(series("ooooooo"), RELEASES), RELEASES)[0]["version_removed"] is None
 
 
 def test_unknown_or_unread_releases_make_no_flip():

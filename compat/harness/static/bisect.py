@@ -88,6 +88,16 @@ def holds_text(ranges: list[tuple[str, str]], releases: list[str]) -> str:
     return ", ".join(a if a == b else f"{a} – {b}" for a, b in ranges)
 
 
+def support(ranges: list[tuple[str, str]], releases: list[str]) -> list[dict[str, str | None]]:
+    """The ranges in browser-compat-data's words: version_added, version_removed (the first release
+    where it no longer holds; None while it still does)."""
+    out = []
+    for first, last in ranges:
+        after = releases.index(last) + 1
+        out.append({"version_added": first, "version_removed": releases[after] if after < len(releases) else None})
+    return out
+
+
 def flips(points: dict[str, Finding], releases: list[str]) -> list[dict[str, Any]]:
     out = []
     last: tuple[str, Finding] | None = None
@@ -217,6 +227,7 @@ def bisect(speculators: str, cache: SourceCache | None = None, since: str = SINC
         ranges = holds(points, releases)
         row = {"contract": contract, "kind": use.kind, "target": use.target, "site": use.site, "dist": use.dist,
                "probe": mapped, "holds": [list(r) for r in ranges], "holds_text": holds_text(ranges, releases),
+               "support": {"vllm": support(ranges, releases)},
                "outcomes": {v: f.outcome for v, f in points.items()}, "flips": contract_flips,
                "registry": registry_check(entries[0], contract_flips, releases) if entries else None}
         if not contract_flips and not entries and all(f.outcome == "ok" for f in points.values()):
