@@ -18,6 +18,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from packaging.version import InvalidVersion, Version
+
 from compat.harness.cell_envs import REPO_ROOT
 from compat.harness.static.bisect import SINCE, bisect
 from compat.harness.static.layers import PROBE_CONTRACTS
@@ -77,6 +79,12 @@ def confirm_cells(result: dict, args: argparse.Namespace) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     args = options(list(sys.argv[1:] if argv is None else argv))
+    for flag, value in (("--since", args.since), ("--until", args.until)):
+        try:
+            Version(value) if value else None
+        except InvalidVersion:
+            print(f"bisect: {flag} {value!r} is not a version; expected a vLLM release like 0.16.0", file=sys.stderr)
+            return 2
     probes = set(PROBE_CONTRACTS)
     cache = SourceCache()
     code = 0

@@ -82,3 +82,10 @@ def test_the_nearest_cpu_builds_stand_in_and_say_so(tmp_path):
     result = confirm(flip, "request_signature", "0.3.0", ["0.12.0", "0.18.0"], {})
     assert "0.12.0" in result["text"] and "0.18.0" in result["text"] and "nearest CPU builds" in result["text"]
     assert "static only" in confirm(flip, "request_signature", "0.3.0", ["0.18.0"], {})["text"]
+
+
+def test_bisect_refuses_a_bad_version_bound_naming_it(capsys):
+    from compat.harness.bisect import main
+
+    assert main(["--speculators", "0.3.0", "--since", "banana"]) == 2
+    assert "--since 'banana' is not a version" in capsys.readouterr().err
