@@ -72,6 +72,9 @@ def test_a_flip_is_confirmed_only_by_stored_runtime_results(tmp_path):
     _cell(tmp_path, "0.16.0", "ok")
     _cell(tmp_path, "0.17.0", "broken")
     assert confirm(flip, "request_signature", "0.3.0", cpu, cell_results(tmp_path))["confirmed"]
+    _cell(tmp_path, "0.17.0", "error")  # an engine that did not start tells nothing either way
+    undecided = confirm(flip, "request_signature", "0.3.0", cpu, cell_results(tmp_path))
+    assert not undecided["confirmed"] and not undecided.get("disagrees") and "could not tell" in undecided["text"]
     _cell(tmp_path, "0.17.0", "ok")
     disagree = confirm(flip, "request_signature", "0.3.0", cpu, cell_results(tmp_path))
     assert disagree.get("disagrees") and not disagree["confirmed"]

@@ -111,7 +111,7 @@ def flips(points: dict[str, Finding], releases: list[str]) -> list[dict[str, Any
                 f.outcome == "ok" for v, f in points.items() if Version(v) < Version(last[0])) else "starts to hold"
             out.append({"before_release": last[0], "release": version, "turn": turned,
                         "before": before.outcome, "after": after.outcome,
-                        "what": after.what if after.outcome == "broken" else f"ok again (was: {before.what})",
+                        "what": after.what if after.outcome == "broken" else f"holds (was: {before.what})",
                         "where": after.vllm_where, "where_before": before.vllm_where,
                         "signature_before": before.signature, "signature_after": after.signature,
                         "moved_to": list(after.moved_to)})
@@ -194,6 +194,10 @@ def confirm(flip: dict[str, Any], probe: str | None, speculators: str, cpu_relea
         return {"confirmed": False, "cells": [a, b],
                 "text": f"not confirmed at runtime: no stored {probe} result for vLLM {', '.join(missing)}; "
                         f"run nox -s compat -- {' '.join('--vllm ' + v for v in missing)} --speculators {speculators}{note}"}
+    undecided = [f"{probe} {st} on {v}" for v, st in ((a, sa), (b, sb)) if st not in ("ok", "broken")]
+    if undecided:
+        return {"confirmed": False, "cells": [a, b],
+                "text": f"not confirmed at runtime: the probe could not tell ({', '.join(undecided)}){note}"}
     expected = (flip["before"], flip["after"])
     if (sa, sb) == expected:
         return {"confirmed": True, "cells": [a, b], "text": f"confirmed at runtime: {probe} {sa} on {a}, {sb} on {b}{note}"}
