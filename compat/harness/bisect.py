@@ -14,6 +14,7 @@ or a wheel that could not be read.
 from __future__ import annotations
 
 import argparse
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -52,7 +53,8 @@ def print_table(result: dict) -> None:
             continue
         print(f"  {row['contract']}\n    holds on: {row['holds_text']}   (used at {row['site']})")
         for flip in row["flips"]:
-            print(f"    {flip['before_release']} -> {flip['release']} {flip['turn']}: {flip['what']} [{flip['where']}]")
+            moved = f"; defined now at {', '.join(flip['moved_to'])}" if flip["moved_to"] else ""
+            print(f"    {flip['before_release']} -> {flip['release']} {flip['turn']}: {flip['what']} [{flip['where']}]{moved}")
             print(f"      {flip['confirmed']}")
         if row["registry"]:
             print(f"    registry {row['registry']['id']}: {row['registry']['verdict']}")
@@ -101,7 +103,8 @@ def main(argv: list[str] | None = None) -> int:
                   f"probe ids: {', '.join(sorted(probes))}, or text of a contract id", file=sys.stderr)
             return 2
         print_table(result)
-        out = args.results / "bisect" / f"speculators-{speculators}.json"
+        suffix = f"--{re.sub(r'[^A-Za-z0-9_.-]', '_', args.probe)}" if args.probe else ""  # a filtered table keeps the full one
+        out = args.results / "bisect" / f"speculators-{speculators}{suffix}.json"
         write_json_atomic(out, result)
         print(f"[bisect] wrote {out}")
         disagreements = result["registry_disagreements"] + [
