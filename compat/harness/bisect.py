@@ -53,8 +53,7 @@ def print_table(result: dict) -> None:
             continue
         print(f"  {row['contract']}\n    holds on: {row['holds_text']}   (used at {row['site']})")
         for flip in row["flips"]:
-            moved = f"; defined now at {', '.join(flip['moved_to'])}" if flip["moved_to"] else ""
-            print(f"    {flip['before_release']} -> {flip['release']} {flip['turn']}: {flip['what']} [{flip['where']}]{moved}")
+            print(f"    {flip['before_release']} -> {flip['release']} {flip['turn']}: {flip['line']}")
             print(f"      {flip['confirmed']}")
         if row["registry"]:
             print(f"    registry {row['registry']['id']}: {row['registry']['verdict']}")

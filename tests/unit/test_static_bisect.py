@@ -31,6 +31,8 @@ def series(outcomes: str) -> dict[str, Finding]:
 def test_flips_and_ranges():
     points = series("ooooobb")
     assert [(f["before_release"], f["release"], f["turn"]) for f in flips(points, RELEASES)] == [("0.16.0", "0.17.0", "breaks")]
+    assert flips(points, RELEASES)[0]["line"].startswith(
+        "vllm/v1/request.py:6: Request(eos_token_id=…): unexpected keyword argument 'eos_token_id': ")
     assert holds_text(holds(points, RELEASES), RELEASES) == "0.11.0 – 0.16.0"
     back = series("obbooob")
     assert [(f["release"], f["turn"]) for f in flips(back, RELEASES)] == [

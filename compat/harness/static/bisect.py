@@ -114,9 +114,21 @@ def flips(points: dict[str, Finding], releases: list[str]) -> list[dict[str, Any
                         "what": after.what if after.outcome == "broken" else f"holds (was: {before.what})",
                         "where": after.vllm_where, "where_before": before.vllm_where,
                         "signature_before": before.signature, "signature_after": after.signature,
-                        "moved_to": list(after.moved_to)})
+                        "moved_to": list(after.moved_to), "line": flip_line(before, after)})
         last = (version, finding)
     return out
+
+
+def flip_line(before: Finding, after: Finding) -> str:
+    """griffe's manner: where, the object, what changed, old -> new."""
+    def state(f: Finding) -> str:
+        if f.outcome == "ok":
+            return f.signature or f"defined at {f.vllm_where}"
+        return f.signature or ("defined at " + ", ".join(f.moved_to) if f.moved_to else "absent")
+
+    where = after.vllm_where or before.vllm_where
+    what = after.what if after.outcome == "broken" else "holds"
+    return f"{where}: {after.obj}: {what}: {state(before)} -> {state(after)}"
 
 
 def registry_entries(speculators: str, kind: str, target: str,
