@@ -58,6 +58,10 @@ def test_the_registry_is_checked_against_the_flips():
     assert not late["agrees"] and "first broken in 0.16.0" in late["verdict"]
     healed = registry_check(entry, flips(series("ooooobo"), RELEASES), RELEASES)
     assert not healed["agrees"] and "holds again from 0.18.0" in healed["verdict"]
+    server = BY_ID["extract_hidden_states_method"]  # introduced_in 0.1.0 (not read), removed_in 0.17.0
+    assert registry_check(server, flips(series("bbbbboo"), RELEASES), RELEASES, starts_broken=True)["agrees"]
+    never = registry_check(server, flips(series("bbbbbbb"), RELEASES), RELEASES, starts_broken=True)
+    assert not never["agrees"] and "still broken in 0.18.0" in never["verdict"]
 
 
 def _cell(tmp_path, vllm, status):

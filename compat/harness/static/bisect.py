@@ -137,29 +137,39 @@ def registry_entries(speculators: str, kind: str, target: str,
             and SpecifierSet(b.affects).contains(Version(speculators), prereleases=True)]
 
 
-def registry_check(entry: Breakage, contract_flips: list[dict[str, Any]], releases: list[str]) -> dict[str, Any]:
+def registry_check(entry: Breakage, contract_flips: list[dict[str, Any]], releases: list[str],
+                   starts_broken: bool = False) -> dict[str, Any]:
+    """The entry's introduced_in/removed_in against the flips. A series that is already broken on
+    the first release read agrees with any introduced_in up to that release (earlier ones were not read)."""
     breaks = [f for f in contract_flips if f["turn"] == "breaks"]
-    if not breaks:
+    if breaks:
+        first_broken, ok_before = breaks[0]["release"], breaks[0]["before_release"]
+    elif starts_broken:
+        first_broken, ok_before = releases[0], None
+    else:
         return {"id": entry.id, "agrees": False,
                 "verdict": f"disagrees: registry says introduced in {entry.introduced_in}, "
                            f"bisect finds no release where it breaks ({releases[0]} – {releases[-1]})"}
-    first = breaks[0]
     heal = next((f for f in contract_flips if f["turn"] != "breaks"
-                 and Version(f["release"]) > Version(first["release"])), None)
+                 and Version(f["release"]) > Version(first_broken)), None)
     found_removed = heal["release"] if heal else None
     problems = []
-    if Version(entry.introduced_in) != Version(first["release"]):
-        problems.append(f"registry introduced_in {entry.introduced_in}, bisect: first broken in {first['release']} "
-                        f"({first['before_release']} ok)")
+    if ok_before is None:
+        if Version(entry.introduced_in) > Version(first_broken):
+            problems.append(f"registry introduced_in {entry.introduced_in}, bisect: already broken in {first_broken}, "
+                            f"the first release read")
+    elif Version(entry.introduced_in) != Version(first_broken):
+        problems.append(f"registry introduced_in {entry.introduced_in}, bisect: first broken in {first_broken} "
+                        f"({ok_before} ok)")
     if (entry.removed_in or None) != found_removed and not (
             entry.removed_in and found_removed and Version(entry.removed_in) == Version(found_removed)):
         problems.append(f"registry removed_in {entry.removed_in or 'none'}, bisect: "
                         f"{'holds again from ' + found_removed if found_removed else 'still broken in ' + releases[-1]}")
     if problems:
         return {"id": entry.id, "agrees": False, "verdict": "disagrees: " + "; ".join(problems)}
+    since = f"({ok_before} ok)" if ok_before else f"(broken from {first_broken}, the first release read)"
     until = f", holds again from {found_removed}" if found_removed else ""
-    return {"id": entry.id, "agrees": True,
-            "verdict": f"agrees: introduced in {entry.introduced_in} ({first['before_release']} ok){until}"}
+    return {"id": entry.id, "agrees": True, "verdict": f"agrees: introduced in {entry.introduced_in} {since}{until}"}
 
 
 def cell_results(results_dir: Path | None) -> dict[tuple[str, str], dict[str, Any]]:
@@ -217,6 +227,11 @@ def confirm(flip: dict[str, Any], probe: str | None, speculators: str, cpu_relea
             "text": f"runtime disagrees: {probe} {sa} on {a}, {sb} on {b} (static: {flip['before']} → {flip['after']}){note}"}
 
 
+def _starts_broken(points: dict[str, Finding], releases: list[str]) -> bool:
+    first = next((points[v] for v in releases if v in points and points[v].outcome in ("ok", "broken")), None)
+    return first is not None and first.outcome == "broken"
+
+
 def bisect(speculators: str, cache: SourceCache | None = None, since: str = SINCE, until: str | None = None,
            probe: str | None = None, results_dir: Path | None = None) -> dict[str, Any]:
     cache = cache or SourceCache()
@@ -245,7 +260,8 @@ def bisect(speculators: str, cache: SourceCache | None = None, since: str = SINC
                "probe": mapped, "holds": [list(r) for r in ranges], "holds_text": holds_text(ranges, releases),
                "support": {"vllm": support(ranges, releases)},
                "outcomes": {v: f.outcome for v, f in points.items()}, "flips": contract_flips,
-               "registry": registry_check(entries[0], contract_flips, releases) if entries else None}
+               "registry": registry_check(entries[0], contract_flips, releases, _starts_broken(points, releases))
+               if entries else None}
         if not contract_flips and not entries and all(f.outcome == "ok" for f in points.values()):
             always.append(contract)
         contracts.append(row)
