@@ -37,7 +37,8 @@ def runner_options(argv: Sequence[str]) -> tuple[argparse.Namespace, list[str]]:
                         help="run the probes in this existing interpreter (repeatable); nothing is installed, "
                              "the cell is named by the vLLM and speculators versions found there")
     parser.add_argument("--no-static", dest="static", action="store_false",
-                        help="skip the static contract layer (compat/harness/static) beside each cell")
+                        help="skip the static contract layer (compat/harness/static) beside each runtime cell "
+                             "(a cell no runtime can run here still gets it: it is all there is)")
     parser.add_argument("--dtype", choices=DTYPES, default=None,
                         help="dtype vLLM runs in for the data checks (default float32; the reference stays float32)")
     parser.add_argument("--gpu-memory-utilization", type=_fraction, default=None, metavar="F",
