@@ -114,3 +114,41 @@ def test_a_moved_function_is_found_where_it_is_defined_now(api):
 def test_binding_follows_python(npos, keywords, star, starstar, problems):
     signature = Signature((Param("a", "pos", True), Param("b", "pos", True), Param("k", "kwonly", False)), "def")
     assert signature.bind(npos, keywords, star, starstar) == problems
+
+
+def test_what_a_class_does_with_an_unknown_keyword_is_read_from_its_decorators(tmp_path):
+    files = {
+        "vllm/__init__.py": "",
+        "vllm/old_utils.py": "def config(cls):\n    return cls\n",  # 0.11's @config: the class as is
+        "vllm/new_utils.py": """
+            from pydantic import ConfigDict
+            from pydantic.dataclasses import dataclass
+            def config(cls):
+                return dataclass(cls, config=ConfigDict(extra="forbid"))
+            """,
+        "vllm/a.py": """
+            import dataclasses
+            from pydantic.dataclasses import dataclass
+            from vllm.old_utils import config
+            @config
+            @dataclass
+            class Old:
+                x: int = 1
+            @dataclasses.dataclass
+            class Plain:
+                x: int = 1
+            """,
+        "vllm/b.py": """
+            from pydantic.dataclasses import dataclass
+            from vllm.new_utils import config
+            @config
+            @dataclass
+            class New:  # what forbids is in config's body
+                x: int = 1
+            """,
+    }
+    api = Api(sources_of(tmp_path, "vllm", "1.0.0", files))
+    old, new, plain = (api.signature(api.lookup(n)) for n in ("vllm.a.Old", "vllm.b.New", "vllm.a.Plain"))
+    assert (old.extra, new.extra, plain.extra) == ("ignored", "refused", "refused")
+    assert old.bind(0, ("y",)) == [] and old.ignored(("x", "y")) == ["y"]
+    assert new.bind(0, ("y",)) == ["unexpected keyword argument 'y'"]

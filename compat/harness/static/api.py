@@ -38,6 +38,14 @@ class Signature:
     origin: str  # "def", "dataclass fields", "pydantic model fields"
     file: str = ""
     line: int = 0
+    # an unknown keyword: "refused" (TypeError / pydantic extra="forbid") or "ignored" (a pydantic
+    # dataclass or model without extra="forbid" drops it silently)
+    extra: str = "refused"
+
+    def ignored(self, keywords: tuple[str, ...]) -> list[str]:
+        """The keywords this signature takes no parameter for but silently ignores."""
+        names = {p.name for p in self.params if p.kind in ("pos", "kwonly")}
+        return [k for k in keywords if k not in names] if self.extra == "ignored" else []
 
     def text(self) -> str:
         out = []
@@ -59,7 +67,7 @@ class Signature:
         for kw in keywords:
             if kw in filled:
                 problems.append(f"got multiple values for argument {kw!r}")
-            elif kw not in names and not varkw:
+            elif kw not in names and not varkw and self.extra != "ignored":
                 problems.append(f"unexpected keyword argument {kw!r}")
         if not starstar:
             missing = [p.name for p in self.params if p.required and p.kind in ("posonly", "pos", "kwonly")
@@ -411,7 +419,34 @@ class Api:
                     params[stmt.target.id] = Param(stmt.target.id, "kwonly" if kw_only else "pos", required)
         first = classes[0]
         return Signature(tuple(params.values()), "pydantic model fields" if model else "dataclass fields",
-                         first.file, first.line)
+                         first.file, first.line, extra=self.extra_policy(classes, model))
+
+    def extra_policy(self, classes: list[Found], model: bool = False) -> str:
+        """What constructing the class does with an unknown keyword, read from its decorators (feature
+        detection, not versions): a stdlib dataclass refuses it; a pydantic dataclass (or model)
+        ignores it unless configured with extra="forbid"; a vLLM decorator (`@config`) is followed
+        into its definition: one that says extra="forbid" refuses, one that returns the class as is
+        leaves it to the other decorators."""
+        for c in classes:
+            text = ast.unparse(c.node)
+            if model and "forbid" in text:
+                return "refused"
+            for decorator in c.node.decorator_list:
+                name = _dotted(decorator)
+                if name.split(".")[-1] not in {d.split(".")[-1] for d in DATACLASS_DECORATORS}:
+                    continue
+                if "forbid" in ast.unparse(decorator):
+                    return "refused"
+                found = self.resolve_in_module(c.module, name)
+                if found.kind == "function" and found.node is not None:
+                    if "forbid" in ast.unparse(found.node):
+                        return "refused"
+                    continue  # e.g. 0.11's `config`, which returns the class untouched
+                if found.kind == "external" and "pydantic" in (found.why or ""):
+                    return "ignored"
+                if found.kind == "external":
+                    return "refused"  # the standard library's dataclass
+        return "ignored" if model else "refused"
 
     # -- moved names --------------------------------------------------------------------
     @lru_cache(maxsize=None)

@@ -78,7 +78,10 @@ def check_use(use: Use, api: Api, reference: Api | None = None) -> Finding:
         if problems:
             return Finding(use, "broken", "; ".join(problems), f"{signature.file}:{signature.line}",
                            signature=signature.text())
-        return Finding(use, "ok", "ok", f"{signature.file}:{signature.line}", signature=signature.text())
+        ignored = signature.ignored(use.keywords)
+        what = (f"ok, but {', '.join(map(repr, ignored))} taken by no field: this pydantic class ignores it"
+                if ignored else "ok")
+        return Finding(use, "ok", what, f"{signature.file}:{signature.line}", signature=signature.text())
     return Finding(use, "ok", "ok", found.where)
 
 
