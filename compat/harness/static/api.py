@@ -428,8 +428,7 @@ class Api:
         into its definition: one that says extra="forbid" refuses, one that returns the class as is
         leaves it to the other decorators."""
         for c in classes:
-            text = ast.unparse(c.node)
-            if model and "forbid" in text:
+            if model and "forbid" in ast.unparse(c.node):
                 return "refused"
             for decorator in c.node.decorator_list:
                 name = _dotted(decorator)
