@@ -1,5 +1,6 @@
 """Sessions: `compat` runs the matrix (default), `tests` is what CI runs, `report` rebuilds reports,
-`explain` matches a traceback against the registry, `kimi` the gated GPU suite."""
+`explain` matches a traceback against the registry, `kimi` the gated GPU suite, `bisect` the static
+layer over every vLLM release for a speculators release."""
 
 import shutil
 
@@ -38,6 +39,14 @@ def explain(session):
     """Which known breakage is this? `nox -s explain -- FILE` (a traceback, a log, a result file) or stdin."""
     install_harness(session)
     session.run("python", "-m", "compat.explain", *session.posargs)
+
+
+@nox.session(python=PYTHON)
+def bisect(session):
+    """Each contract of a speculators release over every vLLM release (static layer), its flips and
+    the support table: `nox -s bisect -- --speculators 0.3.0 [--probe request_signature] [--confirm]`."""
+    install_harness(session)
+    session.run("python", "-m", "compat.bisect", *session.posargs)
 
 
 @nox.session(python=PYTHON)

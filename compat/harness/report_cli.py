@@ -2,7 +2,8 @@
 
     python -m compat.report_cli [--results DIR] [--out DIR] [--baseline OLD.json] [--no-gate]
 
-Reads results/<cell>.json (every *.json except kimi*.json, which is the Kimi section), writes
+Reads results/<cell>.json (every *.json except kimi*.json, which is the Kimi section; and
+results/bisect/speculators-*.json, the support tables of `nox -s bisect`), writes
 <out>/compat.json, compat.html, compat.md and junit/<cell-id>.xml.
 
 Every cell's verdict is derived again from its probe records (compat.harness.verdict); where the stored
@@ -46,6 +47,13 @@ def main(argv: list[str] | None = None) -> int:
         except ResultFileError as exc:
             problems.append(str(exc))
 
+    bisect = []
+    for path in sorted((args.results / "bisect").glob("speculators-*.json")) if args.results.is_dir() else []:
+        try:
+            bisect.append(read_json(path, "bisect result"))
+        except ResultFileError as exc:
+            problems.append(str(exc))
+
     baseline = None
     if args.baseline is not None:
         try:
@@ -56,7 +64,7 @@ def main(argv: list[str] | None = None) -> int:
     if not cells and not problems:
         problems.append(f"no cell result files in {args.results}")
 
-    report = build_report(cells, kimi=kimi, baseline=baseline)
+    report = build_report(cells, kimi=kimi, baseline=baseline, bisect=bisect or None)
     paths = write_reports(report, args.out)
     summary = report["summary"]
     print(

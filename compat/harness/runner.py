@@ -15,9 +15,10 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from compat.harness.cell_envs import REPO_ROOT
-from compat.harness.matrix import Cell, MatrixError, cells_for, check_released, describe_cells, parse_cli
+from compat.harness.matrix import Cell, MatrixError, cells_for, describe_cells, parse_cli
 from compat.harness.pypi import PackageIndex, PackageIndexError
 from compat.harness.recipe import RecipeError, derive_recipe
+from compat.harness.static.layers import split_static_only
 from compat.shared.results import write_json_atomic
 
 
@@ -35,6 +36,9 @@ def runner_options(argv: Sequence[str]) -> tuple[argparse.Namespace, list[str]]:
     parser.add_argument("--python", type=Path, action="append", default=[], metavar="PATH",
                         help="run the probes in this existing interpreter (repeatable); nothing is installed, "
                              "the cell is named by the vLLM and speculators versions found there")
+    parser.add_argument("--no-static", dest="static", action="store_false",
+                        help="skip the static contract layer (compat/harness/static) beside each runtime cell "
+                             "(a cell no runtime can run here still gets it: it is all there is)")
     parser.add_argument("--dtype", choices=DTYPES, default=None,
                         help="dtype vLLM runs in for the data checks (default float32; the reference stays float32)")
     parser.add_argument("--gpu-memory-utilization", type=_fraction, default=None, metavar="F",
@@ -88,13 +92,53 @@ def main(argv: Sequence[str]) -> int:
         return 0
     index = PackageIndex()
     try:
-        check_released(cells, index)
+        cells, static_only = split_static_only(cells, index)
     except (MatrixError, PackageIndexError) as exc:
         print(f"compat: {exc}", file=sys.stderr)
         return 2
-    model_dir = resolve_model(options.model)
-    records = run_matrix(cells, index, options, model_dir)
+    records = run_static_only(static_only, options)
+    if cells:
+        records = run_matrix(cells, index, options, resolve_model(options.model), prior=records)
     return finish(records, options)
+
+
+def run_static_only(cells: dict[Cell, str], options: argparse.Namespace) -> list[dict[str, Any]]:
+    """Cells no runtime can run here: the static layer's verdict alone, said so (gate 2)."""
+    from compat.harness.cell_run import base_record
+    from compat.harness.static.layers import static_for, static_only_record
+
+    records = []
+    for cell, reason in cells.items():
+        print(f"[compat] {cell.id}: {reason}", flush=True)
+        static = static_for([cell])[cell]
+        record = static_only_record(base_record(cell), reason, static)
+        print(f"[compat] {cell.id}: {record['static']['label']}; untested at runtime", flush=True)
+        for line in static.get("broken") or []:
+            print(f"[compat]   {line}", flush=True)
+        write_json_atomic(options.results / f"{cell.id}.json", record)
+        records.append(record)
+    return records
+
+
+def with_static(record: dict[str, Any], cell: Cell, options: argparse.Namespace) -> dict[str, Any]:
+    """The runtime record with the static layer beside it (never stops the cell)."""
+    if not getattr(options, "static", False):  # the command line sets it (on unless --no-static)
+        return record
+    from compat.harness.static.layers import attach, static_for
+
+    try:
+        attach(record, static_for([cell])[cell])
+    except Exception as exc:  # the static layer must never cost a runtime result
+        record["static"] = {"verdict": "error", "error": f"static layer failed: {type(exc).__name__}: {exc}"}
+    if cell.backend == "cpu" and not cell.vllm_wheel:
+        from compat.harness.static.fidelity import fidelity
+
+        try:
+            record["fidelity"] = fidelity(cell.vllm)
+        except Exception as exc:
+            record["fidelity"] = {"error": str(exc), "summary": f"not compared: {exc}"}
+        record.setdefault("env", {})["python_sources_vs_official_vllm"] = record["fidelity"]["summary"]
+    return record
 
 
 def run_existing(options: argparse.Namespace, rest: list[str]) -> int:
@@ -137,10 +181,10 @@ def resolve_model(path: Path | None) -> Path:
 
 
 def run_matrix(cells: list[Cell], index, options: argparse.Namespace, model_dir: Path,
-               pythons: dict[Cell, Path] | None = None) -> list[dict[str, Any]]:
+               pythons: dict[Cell, Path] | None = None, prior: list[dict[str, Any]] | None = None) -> list[dict[str, Any]]:
     from compat.harness.cell_run import base_record, run_cell
 
-    records: list[dict[str, Any]] = []
+    records: list[dict[str, Any]] = list(prior or [])
     started = time.monotonic()
     print(f"[compat] {len(cells)} cell(s): {', '.join(c.id for c in cells)}", flush=True)
     for number, cell in enumerate(cells, 1):
@@ -159,6 +203,7 @@ def run_matrix(cells: list[Cell], index, options: argparse.Namespace, model_dir:
                               probe_timeout=options.probe_timeout, cell_timeout=options.cell_timeout,
                               echo=lambda line: print(line, flush=True), python=python,
                               settings=option_settings(options))
+        record = with_static(record, cell, options)
         write_json_atomic(options.results / f"{cell.id}.json", record)
         records.append(record)
         write_merged(records, options.reports)

@@ -5,6 +5,8 @@ verdict (from another machine or an older harness) is recomputed, never trusted.
 
 Verdict of a cell, from its deciding (non-advisory) probes that apply (status other than `n/a`):
 - `install-error`: no probe ran because the environment could not be built.
+- `untested-at-runtime`: no runtime cell could run (e.g. the CPU build has no such release); only
+  the static layer (compat/harness/static) judged the pair. Always gate 2, never a pass.
 - `incompatible`: a probe is `broken` and not `ok` with compat adapters, or a probe's with-compat run
   is `broken` (an adapter that breaks or no longer repairs is a finding against the pair).
 - `error`: otherwise, when anything left the question open: a deciding probe `error` or `skipped`,
@@ -35,7 +37,7 @@ from compat.harness.classify import ProbeClass, classify_cell
 
 PASS, FINDING, UNTESTED = 0, 1, 2
 GATE_WORDS = {PASS: "pass", FINDING: "fail: NEW or regression", UNTESTED: "fail: untested"}
-UNTESTED_VERDICTS = frozenset({"error", "install-error", "unsupported-on-cpu"})
+UNTESTED_VERDICTS = frozenset({"error", "install-error", "unsupported-on-cpu", "untested-at-runtime"})
 
 
 @dataclass(frozen=True)
@@ -54,6 +56,11 @@ def cell_verdict(cell: dict[str, Any], classes: list[tuple[dict, ProbeClass]]) -
     probes = [p for p, cls in classes if not cls.advisory and p.get("status") != "n/a"]
     if not cell.get("probes") and cell.get("verdict") == "install-error":
         return "install-error", [f"the environment could not be built: {cell.get('error') or 'see the install log'}"]
+    if not cell.get("probes") and cell.get("verdict") == "untested-at-runtime":
+        static = cell.get("static") or {}
+        return "untested-at-runtime", [str(cell.get("runtime") or "no runtime cell ran"),
+                                       f"static layer: {static.get('label') or static.get('verdict') or 'not run'} "
+                                       f"(read from the wheels; nothing was run)"]
     if not probes:
         return "error", ["no deciding probe applied or ran"]
 

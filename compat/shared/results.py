@@ -32,6 +32,7 @@ CELL_VERDICTS = (
     "unsupported-on-cpu",
     "install-error",
     "error",
+    "untested-at-runtime",  # no runtime cell could run (no build of that release here): the static layer alone
 )
 ADVISORY_PROBES = frozenset({"worker_logging"})
 

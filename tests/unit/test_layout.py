@@ -18,7 +18,7 @@ import pytest
 
 PACKAGE = Path(__file__).resolve().parents[2] / "compat"
 SIDES = ("harness", "cell", "worker", "shared")
-ENTRY_MODULES = {"__init__.py", "__main__.py", "kimi.py", "explain.py", "report_cli.py"}
+ENTRY_MODULES = {"__init__.py", "__main__.py", "kimi.py", "explain.py", "report_cli.py", "bisect.py"}
 WORKER_ADAPTERS = ("cell/adapters/worker_extension.py", "cell/adapters/executor.py")
 CELL_ONLY_PACKAGES = ("vllm", "speculators", "torch", "transformers")
 

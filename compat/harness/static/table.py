@@ -1,0 +1,59 @@
+"""The full static table: every vLLM release x every speculators release, one verdict per pair.
+
+Each release's wheel is read once (sources cache), each speculators release's uses once, and each
+vLLM module parsed once for all releases whose wheels hold the same file (api.parsed).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from packaging.version import Version
+
+from compat.harness.static.api import Api
+from compat.harness.static.bisect import SINCE, vllm_releases
+from compat.harness.static.check import check_pair_findings, load_release, verdict_of
+from compat.harness.static.sources import SourceCache, StaticError
+
+SPECULATORS_SINCE = "0.3.0"
+
+
+def speculators_releases(cache: SourceCache, since: str = SPECULATORS_SINCE) -> list[str]:
+    return [r for r in cache.releases("speculators")
+            if not Version(r).is_prerelease and Version(r) >= Version(since)]
+
+
+def static_table(cache: SourceCache | None = None, vllm: list[str] | None = None,
+                 speculators: list[str] | None = None) -> dict[str, Any]:
+    cache = cache or SourceCache()
+    started = time.monotonic()
+    vllm = vllm or vllm_releases(cache, SINCE)
+    speculators = speculators or speculators_releases(cache)
+    releases, apis, rows = {}, {}, {}
+    for s in speculators:
+        try:
+            releases[s] = load_release(s, cache)
+        except StaticError as exc:
+            releases[s] = exc
+    fetched = time.monotonic()
+    reference = Api(cache.get("vllm", vllm[-1]))
+    for v in vllm:
+        try:
+            apis[v] = Api(cache.get("vllm", v))
+        except StaticError as exc:
+            apis[v] = exc
+    read = time.monotonic()
+    for v in vllm:
+        for s in speculators:
+            if isinstance(apis[v], StaticError) or isinstance(releases[s], StaticError):
+                rows.setdefault(v, {})[s] = {"verdict": "error", "error": str(apis[v] if isinstance(apis[v], StaticError) else releases[s])}
+                continue
+            findings = check_pair_findings(releases[s], apis[v], reference)
+            rows.setdefault(v, {})[s] = {"verdict": verdict_of(findings), "contracts": len(findings),
+                                         "broken": sum(f.outcome == "broken" for f in findings)}
+    done = time.monotonic()
+    return {"vllm": vllm, "speculators": speculators, "rows": rows,
+            "seconds": {"speculators_wheels": round(fetched - started, 1), "vllm_wheels": round(read - fetched, 1),
+                        "checks": round(done - read, 1), "total": round(done - started, 1)},
+            "fetch": dict(cache.stats)}
