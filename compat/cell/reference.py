@@ -179,12 +179,14 @@ def wrong_row_margins(table: Sequence[Any], ids: Sequence[int], tolerance: Toler
     error a wrong row would score here — a zeroed row (its own largest magnitude) and a row
     shifted by one position (the largest difference to its neighbour). A wrong row passes
     unseen where its figure is within `allowed`."""
+    import numpy as np
+
     out = {}
     for k in ids:
-        want = table[k]
-        scale = float(want.abs().max())
-        zero = float(want.abs().amax(dim=-1).min())
-        shifted = float((want[1:] - want[:-1]).abs().amax(dim=-1).min()) if want.shape[0] > 1 else float("inf")
+        want = np.asarray(table[k], dtype=np.float32)  # a CPU tensor or an array
+        scale = float(np.abs(want).max())
+        zero = float(np.abs(want).max(axis=-1).min())
+        shifted = float(np.abs(want[1:] - want[:-1]).max(axis=-1).min()) if want.shape[0] > 1 else float("inf")
         out[str(k)] = {"allowed": tolerance.atol + tolerance.rtol * scale, "zero_row": zero, "shifted_row": shifted}
     return out
 
