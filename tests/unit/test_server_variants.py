@@ -131,7 +131,10 @@ def test_runner_v2_is_not_applicable_without_the_module(monkeypatch, tmp_path):
     assert v.env == {"VLLM_USE_V2_MODEL_RUNNER": "1"}
     assert v.not_applicable and "vllm.v1.worker.cpu.model_runner" in v.not_applicable
     monkeypatch.setattr(server_models, "_has_module", lambda name: True)
+    monkeypatch.setattr(server_models, "_has_triton", lambda: True)
     assert server_models.variant("llama-runner_v2", str(tmp_path), "cpu").not_applicable is None
+    monkeypatch.setattr(server_models, "_has_triton", lambda: False)
+    assert "Model Runner V2 requires Triton" in server_models.variant("llama-runner_v2", str(tmp_path), "cpu").not_applicable
 
 
 def test_an_unknown_variant_is_refused(tmp_path):
