@@ -11,6 +11,8 @@ Imports nothing from vLLM; the client parts import speculators only when run.
 
 from __future__ import annotations
 
+import argparse
+import importlib
 import json
 import os
 import shlex
@@ -43,13 +45,13 @@ def launch_flags_of(speculators: str) -> tuple[str, ...]:
 
 
 def serve_args(speculators: str, ids: Sequence[int], storage: Path, *, shim: bool = False,
-               extra_flags: Sequence[str] = ()) -> list[str]:
+               extra_flags: Sequence[str] = (), dtype: str | None = None) -> list[str]:
     """`vllm serve` arguments as the release's launch script builds them, plus `extra_flags`
-    (chosen by the harness from what a run observed) and our fixed dtype/length flags."""
+    (chosen by the harness from what a run observed, or a variant's own) and our fixed
+    dtype/length flags (`dtype` overrides the cell's)."""
     speculative = {"method": "extract_hidden_states", "num_speculative_tokens": 1,
                    "draft_model_config": {"hf_config": {"eagle_aux_hidden_state_layer_ids": list(ids)}}}
-    transfer = {"kv_connector": "ExampleHiddenStatesConnector", "kv_role": "kv_producer",
-                "kv_connector_extra_config": {"shared_storage_path": str(storage)}}
+    transfer = dict(launch_transfer_config(speculators, storage)[0])
     if shim:
         transfer["kv_connector_module_path"] = SHIM_MODULE
     flags = list(launch_flags_of(speculators))
@@ -58,8 +60,33 @@ def serve_args(speculators: str, ids: Sequence[int], storage: Path, *, shim: boo
         flags += ["--gpu-memory-utilization", os.environ["COMPAT_GPU_MEMORY_UTILIZATION"]]
     # the environment's own needs, e.g. --attention-backend TRITON_ATTN for a build without FlashAttention
     flags += shlex.split(os.environ.get("COMPAT_SERVE_ARGS", ""))
+    fixed = list(SERVE_FLAGS)
+    if dtype:
+        fixed[fixed.index("--dtype") + 1] = dtype
     return ["--speculative_config", json.dumps(speculative), "--kv_transfer_config", json.dumps(transfer),
-            *flags, *SERVE_FLAGS]
+            *flags, *fixed]
+
+
+BUILT_IN_TRANSFER = "speculators' launch_vllm.py inline: ExampleHiddenStatesConnector (releases before the backend registry)"
+
+
+def launch_transfer_config(speculators: str, storage: Path) -> tuple[dict, str]:
+    """The kv_transfer_config the release's launch_vllm.py builds with its default backend, and
+    where it came from. From 0.7 the launch asks a hidden-states backend registry (0.7: vendored
+    speculators._vendor.hs_connectors; 0.8+: the hs-connectors package installed with it) for the
+    `file` backend's config; before that, and where no registry imports, the inline config."""
+    for module in ("hs_connectors", "speculators._vendor.hs_connectors"):
+        if Version(speculators) < Version("0.7"):
+            break
+        try:
+            registry = importlib.import_module(module).HiddenStatesBackend.registry
+        except (ImportError, AttributeError):
+            continue
+        if "file" in registry:
+            config = registry["file"].build_kv_transfer_config(argparse.Namespace(hidden_states_path=str(storage)))
+            return config, f"{module}: HiddenStatesBackend.registry['file'] ({registry['file'].__qualname__})"
+    return ({"kv_connector": "ExampleHiddenStatesConnector", "kv_role": "kv_producer",
+             "kv_connector_extra_config": {"shared_storage_path": str(storage)}}, BUILT_IN_TRANSFER)
 
 
 def has_cli(speculators: str) -> bool:
@@ -82,10 +109,10 @@ def write_rows(path: Path, prompts: Sequence[Sequence[int]]) -> None:
                             for p in prompts))
 
 
-def prepare_data(model: str, rows: Path, output: Path, log: Path) -> subprocess.Popen:
+def prepare_data(model: str, rows: Path, output: Path, log: Path, extra: Sequence[str] = ()) -> subprocess.Popen:
     """Started, not waited for: it needs no server, so it runs while the server boots."""
     command = [*speculators_command(), "prepare-data", "--model", model, "--data", str(rows),
-               "--output", str(output), "--seq-length", "256", "--overwrite"]
+               "--output", str(output), "--seq-length", "256", "--overwrite", *extra]
     return _start(command, log)
 
 

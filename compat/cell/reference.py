@@ -172,3 +172,26 @@ def best_index(tensor, table, tolerance: Tolerance | None = None) -> int | None:
             if tolerance.allows(float((tensor - candidate).abs().max()), scale):
                 return index
     return None
+
+
+def wrong_row_margins(table: Sequence[Any], ids: Sequence[int], tolerance: Tolerance) -> dict[str, dict[str, float]]:
+    """Per layer id, on this sequence's reference: what the tolerance allows, and the smallest
+    error a wrong row would score here — a zeroed row (its own largest magnitude) and a row
+    shifted by one position (the largest difference to its neighbour). A wrong row passes
+    unseen where its figure is within `allowed`."""
+    import numpy as np
+
+    out = {}
+    for k in ids:
+        want = np.asarray(table[k], dtype=np.float32)  # a CPU tensor or an array
+        scale = float(np.abs(want).max())
+        zero = float(np.abs(want).max(axis=-1).min())
+        shifted = float(np.abs(want[1:] - want[:-1]).max(axis=-1).min()) if want.shape[0] > 1 else float("inf")
+        out[str(k)] = {"allowed": tolerance.atol + tolerance.rtol * scale, "zero_row": zero, "shifted_row": shifted}
+    return out
+
+
+def blind_spots(margins: dict[str, dict[str, float]]) -> list[str]:
+    """The wrong rows `wrong_row_margins` says the tolerance would let through."""
+    return [f"layer id {k}: a {kind.replace('_', ' ')} scores {m[kind]:.3g}, within the allowed {m['allowed']:.3g}"
+            for k, m in margins.items() for kind in ("zero_row", "shifted_row") if m[kind] <= m["allowed"]]

@@ -179,3 +179,19 @@ def _group_gone(pgid: int, leader: subprocess.Popen, wait: float) -> bool:
             return True
         time.sleep(0.2)
     return False
+
+
+_V2_USED = re.compile(r"Using V2 Model Runner")
+_V1_FALLBACK = re.compile(r"(Model Runner V2 [^;\n]*; using the V1 model runner instead\.?)")
+
+
+def model_runner(log_text: str) -> dict[str, str]:
+    """Which model runner served, as the server's log says: V2 when a worker logged "Using V2
+    Model Runner"; V1 with vLLM's stated reason when it fell back ("Model Runner V2 requires
+    Triton; using the V1 model runner instead."); else V1 (builds before V2 log nothing)."""
+    if _V2_USED.search(log_text):
+        return {"runner": "V2", "why": "the worker logged 'Using V2 Model Runner'"}
+    fallback = _V1_FALLBACK.search(log_text)
+    if fallback:
+        return {"runner": "V1", "why": f"vLLM logged: {fallback.group(1)}"}
+    return {"runner": "V1", "why": "no worker logged 'Using V2 Model Runner'"}

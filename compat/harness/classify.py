@@ -31,7 +31,8 @@ KINDS = ("known", "new", "fixed", "as-expected-ok", "error", "not-run")
 
 # Probes that run the whole generator or read what one `vllm serve` run wrote, so any
 # exception-raising breakage of that run (not only their own) can be the failure they see.
-COMPOSITE_PROBES = frozenset({REFERENCE_PROBE, "payload_schema", "write_completion", "layer_numbering"})
+COMPOSITE_PROBES = frozenset({REFERENCE_PROBE, "payload_schema", "write_completion", "layer_numbering",
+                              "layer_ids_by_model", "model_runner_v2", "bfloat16_reference"})
 _CASE_PREFIX = re.compile(r"^\[(\w+)\] ")
 
 
@@ -142,7 +143,7 @@ def classify_probe(
             cls = ProbeClass("new", None, _new_note(pid, case, error, data, rejected, registry, vllm, speculators, backend))
     return ProbeClass(cls.kind, cls.breakage, cls.note, advisory,
                       behind=_behind(probe, pid, case, applicable, registry, vllm, speculators, backend),
-                      adapter_regression=_adapter_regression(probe, cls))
+                      adapter_regression=_adapter_regression(probe, cls, _with_compat_known(probe, pid, case, applicable)))
 
 
 def _classify_ok(probe, pid, case, applicable, advisory, vllm, speculators, backend) -> ProbeClass:
@@ -200,10 +201,25 @@ def _behind(probe, pid, case, applicable, registry, vllm, speculators, backend) 
     return ProbeClass("new", None, _new_note(pid, case, error, data, rejected, registry, vllm, speculators, backend))
 
 
-def _adapter_regression(probe: dict[str, Any], cls: ProbeClass | None) -> str:
+def _with_compat_known(probe: dict[str, Any], pid: str, case: str | None, applicable: list[Breakage]) -> Breakage | None:
+    """The applicable entry that explains the with-compat run's own failure (another breakage the
+    repair uncovered, e.g. a model's fault behind a launch refusal), if any."""
+    detail = probe.get("detail") if isinstance(probe.get("detail"), dict) else {}
+    adapted = detail.get("with_compat") if isinstance(detail.get("with_compat"), dict) else {}
+    if adapted.get("status") != "broken":
+        return None
+    inner = adapted.get("detail") if isinstance(adapted.get("detail"), dict) else {}
+    error = adapted.get("error") if isinstance(adapted.get("error"), dict) else None
+    entry, _ = explain_failure(pid, failing_case(case, error), error, data_symptoms(inner), _candidates(pid, applicable))
+    return entry
+
+
+def _adapter_regression(probe: dict[str, Any], cls: ProbeClass | None, behind_repair: Breakage | None = None) -> str:
     compat = probe.get("with_compat")
     if compat in (None, "ok", "n/a"):
         return ""
+    if probe.get("status") == "broken" and behind_repair is not None and (cls is None or behind_repair is not cls.breakage):
+        return ""  # the repair worked; what fails now is another known breakage (the verdict still says incompatible)
     if probe.get("status") != "broken" and compat == "broken":
         return f"{probe.get('status')} as released, broken with compat adapters"
     if cls is not None and cls.kind == "known" and cls.breakage is not None and cls.breakage.adapter:

@@ -25,7 +25,7 @@ from typing import Any
 
 from compat.cell import extraction
 from compat.cell.observe import ContractViolation
-from compat.cell.server import ServerFailed, VllmServer, failure_line, vllm_frame, work_dir
+from compat.cell.server import ServerFailed, VllmServer, failure_line, model_runner, vllm_frame, work_dir
 
 # The batch is sent concurrently; "repeated" sends the same rows again (prefix-cache hits);
 # the shared-prefix rows share 140 tokens, more than one 128-token CPU KV block.
@@ -37,6 +37,7 @@ PROMPTS = {
 }
 PROMPTS["repeated"] = PROMPTS["batch"]
 CASES = ("batch", "repeated", "shared_prefix")
+VARIANT_CASES = ("batch",)  # 3 prompts (8, 40, 200 tokens) sent at once; 200 spans two KV blocks
 PREFIX_CACHED_CASES = ("repeated", "shared_prefix")  # their prompts' first blocks are cached by then
 # What speculators' --validate-outputs says when a file has fewer rows than the prompt.
 SHORT_ROWS = re.compile(r"Sequence length of hidden states \d+ doesn't match num tokens \d+")
@@ -88,20 +89,32 @@ class ModeRun:
     seconds: dict[str, float] = field(default_factory=dict)
     env_shims: list[dict[str, str]] = field(default_factory=list)
     flags: dict[str, str] = field(default_factory=dict)  # launch flags added, each with why
+    model_runner: dict[str, str] | None = None  # which runner served (the server's log), None: never ready
+    variant: dict[str, Any] | None = None  # a variant run's model and additions (compat.cell.server_models)
 
     def summary(self) -> dict[str, Any]:
-        return {"mode": self.mode, "serve_args": self.serve_args, "flags": self.flags,
-                "server_log": str(self.server_log), "seconds": self.seconds}
+        out = {"mode": self.mode, "serve_args": self.serve_args, "flags": self.flags,
+               "server_log": str(self.server_log), "seconds": self.seconds, "model_runner": self.model_runner}
+        return {**out, "variant": self.variant} if self.variant else out
 
 
 class Extraction:
-    """Runs each mode once, on first use."""
+    """Runs each mode once, on first use. A variant's Extraction (another model, runner or dtype:
+    compat.cell.server_models) follows the cell's main one: its modes take the launch flags the
+    main runs chose, and it has no api_only run of its own (that run exists to show the main
+    model's data behind a refusal). A variant drives only the batch case (VARIANT_CASES): its
+    question is each layer id of another model, runner or dtype, and each case costs a client run."""
 
-    def __init__(self, model: str, speculators: str, ids: list[int]):
+    def __init__(self, model: str, speculators: str, ids: list[int], variant=None, follows: "Extraction | None" = None,
+                 cases: tuple[str, ...] = CASES):
         self.model = model
+        self.cases = cases
         self.speculators = speculators
         self.ids = ids
-        self.root = work_dir() / "server"
+        self.variant = variant
+        self.follows = follows
+        self.name = variant.name if variant is not None else ""
+        self.root = work_dir() / "server" / self.name if self.name else work_dir() / "server"
         self.runs: dict[str, ModeRun] = {}
         self._prepared: dict[str, Path] = {}
         self._preparing: dict[str, Any] = {}
@@ -114,17 +127,21 @@ class Extraction:
             try:
                 self.runs[mode] = self._run(mode)
             except Exception as exc:  # noqa: BLE001 - kept, so later probes do not start it again
-                run = ModeRun(mode, [], work_dir() / f"server-{mode}.log")
+                run = ModeRun(mode, [], self._log(mode))
                 run.harness_error = f"{type(exc).__name__}: {exc}"
                 self.runs[mode] = run
         return self.runs[mode]
 
     def api_only(self) -> ModeRun | None:
         """The run behind raw's refusal, when raw was refused for something a flag turns off."""
+        if self.follows is not None:
+            return None
         return self.get("api_only") if refusal_flags(self.get("raw")) else None
 
     def chosen_flags(self) -> dict[str, str]:
         """with_compat's launch flags, each with what was observed that calls for it."""
+        if self.follows is not None:
+            return self.follows.chosen_flags()
         raw = self.get("raw")
         flags = refusal_flags(raw)
         behind = self.get("api_only") if flags else raw
@@ -136,6 +153,9 @@ class Extraction:
             return {}
         return refusal_flags(self.get("raw")) if mode == "api_only" else self.chosen_flags()
 
+    def _log(self, mode: str) -> Path:
+        return work_dir() / (f"server-{self.name}-{mode}.log" if self.name else f"server-{mode}.log")
+
     def _run(self, mode: str) -> ModeRun:
         import torch
 
@@ -144,11 +164,16 @@ class Extraction:
         shutil.rmtree(base, ignore_errors=True)
         storage = base / "storage"
         shim = not torch.cuda.is_available()
-        args = extraction.serve_args(self.speculators, self.ids, storage, shim=shim, extra_flags=list(flags))
-        run = ModeRun(mode, args, work_dir() / f"server-{mode}.log", storage=storage,
-                      env_shims=[SHIM_RECORD] if shim else [], flags=flags)
+        variant = self.variant
+        args = extraction.serve_args(self.speculators, self.ids, storage, shim=shim,
+                                     extra_flags=[*flags, *(variant.serve_flags if variant else [])],
+                                     dtype=variant.dtype if variant else None)
+        run = ModeRun(mode, args, self._log(mode), storage=storage,
+                      env_shims=([SHIM_RECORD] if shim else []) + (list(variant.env_shims) if variant else []),
+                      flags=flags, variant=variant.record() if variant else None)
         self._start_preparing()
-        env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": os.environ.get("VLLM_CPU_KVCACHE_SPACE", "1")}
+        env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": os.environ.get("VLLM_CPU_KVCACHE_SPACE", "1"),
+               **(variant.env if variant else {})}
         server = VllmServer(sys.executable, self.model, args, run.server_log, env=env)
         try:
             server.start()
@@ -157,8 +182,9 @@ class Extraction:
             self._judge(run, server, exc)
             return run
         run.seconds["server_start"] = server.ready_seconds
+        run.model_runner = model_runner(server.log_text())
         try:
-            for case in CASES:
+            for case in self.cases:
                 try:
                     self._drive(run, server, case, base)
                 except extraction.ClientFailed as exc:
@@ -197,12 +223,13 @@ class Extraction:
     def _start_preparing(self) -> None:
         if not extraction.has_cli(self.speculators) or self._preparing:
             return
-        for name in ("batch", "shared_prefix"):
+        for name in [d for d in ("batch", "shared_prefix") if d in self.cases]:
             folder = self.root / "data" / name
             extraction.write_rows(folder / "rows.jsonl", PROMPTS[name])
             self._prepared[name] = folder / "prepared"
             self._preparing[name] = extraction.prepare_data(self.model, folder / "rows.jsonl",
-                                                            self._prepared[name], folder / "prepare.log")
+                                                            self._prepared[name], folder / "prepare.log",
+                                                            self.variant.client_flags if self.variant else ())
 
     def prepared(self, name: str) -> Path:
         process = self._preparing[name]

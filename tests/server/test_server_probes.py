@@ -23,10 +23,6 @@ from server_run import CASES, ModeRun, file_rows, vllm_backend, vllm_version
 
 pytestmark = pytest.mark.timeout(900)  # the first file probe of a mode starts the server and runs the client
 
-CONNECTOR = "ExampleHiddenStatesConnector"
-CONNECTOR_MODULE = "vllm.distributed.kv_transfer.kv_connector.v1.example_hidden_states_connector"
-
-
 def literal_values(annotation) -> set:
     """Every value a (nested) Literal/Union annotation admits."""
     if typing.get_origin(annotation) is typing.Literal:
@@ -48,18 +44,31 @@ def test_extract_hidden_states_method(server_profile, probe_detail):
 
 
 @pytest.mark.probe("hidden_states_connector")
-def test_hidden_states_connector(server_profile, probe_detail):
+def test_hidden_states_connector(server_profile, speculators_version, probe_detail, tmp_path):
+    """The connector class the release's launch selects (from 0.7 its hidden-states backend
+    registry, hs-connectors from 0.8: compat.cell.extraction.launch_transfer_config) resolves in
+    this vLLM: registered with KVConnectorFactory, or importable from its kv_connector_module_path."""
     import importlib
 
     from vllm.distributed.kv_transfer.kv_connector.factory import KVConnectorFactory
 
+    from compat.cell.extraction import launch_transfer_config
+
+    config, source = launch_transfer_config(speculators_version, tmp_path)
+    name, module_path = config.get("kv_connector"), config.get("kv_connector_module_path")
+    probe_detail.update(kv_connector=name, kv_connector_module_path=module_path, selected_by=source)
     with speculators_call(KVConnectorFactory):
-        registered = CONNECTOR in getattr(KVConnectorFactory, "_registry", {})
-        probe_detail["registered"] = registered
-        module = importlib.import_module(CONNECTOR_MODULE)
-        if not registered or not hasattr(module, CONNECTOR):
-            raise ContractViolation(f"{CONNECTOR} is not registered with KVConnectorFactory",
+        registry = getattr(KVConnectorFactory, "_registry", {})
+        probe_detail["registered"] = name in registry
+        if module_path:
+            found = getattr(importlib.import_module(module_path), name, None)
+        else:
+            found = registry[name]() if name in registry else None
+        if found is None:
+            raise ContractViolation(f"{name} is not registered with KVConnectorFactory"
+                                    + (f" nor defined in {module_path}" if module_path else ""),
                                     where="vllm/distributed/kv_transfer/kv_connector/factory.py")
+        probe_detail["connector_class"] = f"{found.__module__}.{found.__qualname__}"
 
 
 # -- outcome of a mode's run -------------------------------------------------------------------

@@ -28,6 +28,7 @@ from compat.harness.breakages import BY_ID, get as get_breakage
 from compat.harness.classify import annotate, counts
 from compat.harness.verdict import GATE_WORDS, decide, matrix_gate
 from compat.harness.junit import cell_id, write_junit
+from compat.harness.report.server_era import server_era_view
 from compat.shared.results import CELL_VERDICTS, probe_key, write_json_atomic
 
 TEMPLATES = Path(__file__).parent / "templates"
@@ -335,6 +336,7 @@ def _cell_view(cell: dict[str, Any]) -> dict[str, Any]:
         "tally": tally,
         "static": cell.get("static"),
         "fidelity": cell.get("fidelity"),
+        "server_era": server_era_view(cell),
     }
 
 

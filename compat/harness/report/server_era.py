@@ -1,0 +1,56 @@
+"""The server-era view of a cell for the report: per model (and per runner / dtype variant), each
+layer id with the reference index it matched and its largest error, the model runner that served,
+MLA on or off (and why), and what speculators installs into the vLLM environment (hs-connectors).
+
+Read from the probes `layer_ids_by_model`, `model_runner_v2` and `bfloat16_reference`
+(tests/server/test_server_variants.py); a cell without them has no server-era view.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+VARIANT_PROBES = ("layer_ids_by_model", "model_runner_v2", "bfloat16_reference")
+
+
+def _fmt(value: Any) -> str:
+    return f"{value:.2g}" if isinstance(value, float) else str(value)
+
+
+def _row(probe: dict[str, Any]) -> dict[str, Any]:
+    detail = probe.get("detail") if isinstance(probe.get("detail"), dict) else {}
+    adapted = ((detail.get("with_compat") or {}).get("detail") or {}) if isinstance(detail.get("with_compat"), dict) else {}
+    # the run that got as far as the files: raw where it did, else the with-compat run
+    shown, mode = (detail, "raw") if detail.get("layer_ids") else (adapted, "with compat")
+    ids = shown.get("layer_ids") or {}
+    layers = []
+    for k, entry in ids.items():
+        matched = entry.get("matches_index")
+        layers.append({"id": k, "matches": "—" if matched is None else str(matched),
+                       "ok": str(matched) == str(k), "error": _fmt(entry.get("max_abs_error"))})
+    runner = shown.get("model_runner") or (shown.get("run") or {}).get("model_runner") \
+        or (detail.get("run") or {}).get("model_runner") or {}
+    variant = detail.get("variant") or adapted.get("variant") or {}
+    mla = shown.get("mla") or variant.get("mla")
+    name = probe.get("case") or {"model_runner_v2": "llama-runner_v2", "bfloat16_reference": "llama-bfloat16"}.get(
+        probe.get("id"), probe.get("id"))
+    return {
+        "model": name,
+        "probe": probe.get("id"),
+        "status": probe.get("status"),
+        "with_compat": probe.get("with_compat"),
+        "from_run": mode if ids else None,
+        "layers": layers,
+        "runner": runner.get("runner"),
+        "runner_why": runner.get("why"),
+        "mla": None if not mla else ("on" if mla.get("enabled") else "off") + f": {mla.get('reason')}",
+        "reason": probe.get("reason") or ((probe.get("error") or {}).get("message") if not ids else None),
+    }
+
+
+def server_era_view(cell: dict[str, Any]) -> dict[str, Any] | None:
+    rows = [_row(p) for p in cell.get("probes") or [] if isinstance(p, dict) and p.get("id") in VARIANT_PROBES]
+    if not rows:
+        return None
+    env = cell.get("env") or {}
+    return {"rows": rows, "hs_connectors": env.get("hs_connectors"), "speculators_brings": env.get("speculators_brings")}

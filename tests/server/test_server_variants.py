@@ -1,0 +1,194 @@
+"""Server-era probes beyond the tiny Llama's contract: other models, the other model runner, bfloat16
+(compat.cell.server_models says what each variant adds to the launch, and why).
+
+- `layer_ids_by_model[llama]`, `[deepseek_v3]` and `[hybrid]` (a tiny Qwen3-Next: Gated DeltaNet
+  linear attention + full attention; on CPU in bfloat16 without prefix caching, env shims): every layer id of every file against its
+  reference index, the final-layer id included; the detail's `layer_ids` table says per id which
+  index it matched and the largest error. `llama` reads the contract probes' own runs (all three
+  cases: batch, repeated, shared prefix; no server start of its own); a variant's run drives the
+  batch case only (3 prompts of 8, 40 and 200 tokens sent at once).
+- `model_runner_v2`: the same check with VLLM_USE_V2_MODEL_RUNNER=1, where the build has a V2
+  runner for the platform; `n/a` with vLLM's refusal where it cannot be selected.
+- `bfloat16_reference`: the tiny Llama served in bfloat16, against the float32 reference with the
+  bfloat16 tolerance; the detail shows, on the reference itself, what a zeroed or shifted row
+  would score, and the probe is `error` where the tolerance could not see one.
+A variant run starts its own server with the launch flags the cell's main runs chose (raw, then
+with_compat), so each variant adds one server start where vLLM runs as shipped. The bfloat16 case
+runs only there (where no launch flag was chosen): on a cell whose raw server is refused it would
+cost two more starts, and it says n/a with the flags.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from compat.cell import extraction, server_models
+from compat.cell.observe import ContractViolation, speculators_call
+from compat.cell.reference import (Tolerance, blind_spots, compare, load_reference_model, reference_states,
+                                   tolerance_for, wrong_row_margins)
+
+from server_run import CASES, VARIANT_CASES, Extraction, ModeRun, vllm_backend
+from test_server_probes import load, returned_layers, settle
+
+pytestmark = pytest.mark.timeout(900)
+
+MODELS = ["llama", "deepseek_v3", "hybrid"]
+V2_REFUSED = ("Model Runner V2 requires Triton",)  # vLLM's own words where V2 cannot be selected at all
+
+
+@pytest.fixture(scope="session")
+def variants(extraction_runs, model_dir, speculators_version):
+    """name -> (Variant, Extraction), built on first use."""
+    made: dict = {}
+
+    def get(name: str):
+        if name not in made:
+            chosen = server_models.variant(name, model_dir, vllm_backend())
+            ids = extraction_runs.ids if chosen.model == model_dir else extraction.layer_ids(chosen.num_layers)
+            made[name] = (chosen, Extraction(chosen.model, speculators_version, ids, variant=chosen,
+                                             follows=extraction_runs, cases=VARIANT_CASES))
+        return made[name]
+
+    return get
+
+
+_reference_models: dict = {}
+
+
+def reference_for(model: str):
+    if model not in _reference_models:
+        _reference_models[model] = load_reference_model(model)
+    return _reference_models[model]
+
+
+def check_layer_ids(run: ModeRun, ids: list[int], model: str, probe_detail: dict,
+                    tolerance: Tolerance | None = None, dtype: str | None = None) -> None:
+    """Every file of every case: token ids equal the prompt, dtype as served, and each layer id
+    equal to its reference index (within the tolerance); per id, the index it matched."""
+    import torch
+
+    settle(run, probe_detail)
+    if not run.files:
+        raise RuntimeError("the run wrote no files to check")
+    reference = reference_for(model)
+    tolerance = tolerance or tolerance_for(dtype or "float32")
+    per_id: dict[int, dict] = {k: {"reference_index": k, "matches": set(), "max_abs_error": 0.0,
+                                   "max_rel_error": 0.0} for k in ids}
+    problems, margins = [], {}
+    for case in [c for c in CASES if c in run.files]:
+        items = run.files[case]
+        tensors = [load(path) for _, path in items]
+        for (prompt, path), t in zip(items, tensors):
+            if t["token_ids"].tolist() != list(prompt):
+                problems.append(f"[{case}] {path.name}: token_ids differ from the prompt")
+            if dtype and t["hidden_states"].dtype != getattr(torch, dtype):
+                problems.append(f"[{case}] {path.name}: hidden_states dtype {t['hidden_states'].dtype}, served as {dtype}")
+        tables = reference_states(reference, [p for p, _ in items])
+        result = compare([returned_layers(t) for t in tensors], tables, expected_index=ids, tolerance=tolerance)
+        problems += [f"[{case}] {p}" for p in result["problems"]]
+        for row in result["rows"]:
+            entry = per_id[ids[row["layer"]]]
+            entry["matches"].add(row["matches_index"])
+            for key in ("max_abs_error", "max_rel_error"):
+                if row[key] is not None:
+                    entry[key] = max(entry[key], row[key])
+        if case == "batch":
+            margins = {f"seq{s}/id{k}": m for s, table in enumerate(tables)
+                       for k, m in wrong_row_margins(table, ids, tolerance).items()}
+    table = {}
+    for k, entry in per_id.items():
+        matched = entry.pop("matches")
+        entry["matches_index"] = next(iter(matched)) if len(matched) == 1 else None
+        table[str(k)] = entry
+        if matched != {k}:
+            problems.append(f"layer id {k} matched reference index {sorted(matched, key=str)}, expected {k}")
+    probe_detail.update(layer_ids=table, tolerance={"atol": tolerance.atol, "rtol": tolerance.rtol},
+                        model_runner=run.model_runner, final_layer_id=max(ids), problems=problems[:20])
+    if run.variant and run.variant.get("mla"):
+        probe_detail["mla"] = run.variant["mla"]
+    with speculators_call():
+        if problems:
+            raise ContractViolation("; ".join(problems[:4]))
+    if tolerance.atol > 1e-3:  # a 16-bit tolerance: prove on this data that it still sees a wrong row
+        probe_detail["wrong_row_margins"] = margins
+        blind = blind_spots(margins)
+        if blind:
+            raise RuntimeError(f"the tolerance cannot see a wrong row here: {'; '.join(blind[:3])}")
+
+
+def variant_run(variants, name: str, mode: str, probe_detail: dict) -> tuple:
+    chosen, runs = variants(name)
+    probe_detail["variant"] = {"name": name, **chosen.record()}
+    if chosen.not_applicable:
+        pytest.skip(f"n/a: {chosen.not_applicable}")
+    run = runs.get(mode)
+    refused = str(run.failure or "")
+    if name == "llama-runner_v2" and any(text in refused for text in V2_REFUSED):
+        probe_detail["run"] = run.summary()
+        pytest.skip(f"n/a: this build cannot select Model Runner V2 here; vllm serve refused it: {refused[:300]}")
+    return chosen, runs, run
+
+
+# -- the probes, raw then with_compat --------------------------------------------------------
+@pytest.mark.probe("layer_ids_by_model")
+@pytest.mark.parametrize("model", MODELS)
+def test_layer_ids_by_model(extraction_runs, variants, model_dir, model, probe_detail):
+    layer_ids_by_model(extraction_runs, variants, model_dir, model, "raw", probe_detail)
+
+
+@pytest.mark.probe("layer_ids_by_model")
+@pytest.mark.compat_mode("with_compat")
+@pytest.mark.parametrize("model", MODELS)
+def test_layer_ids_by_model_with_compat(extraction_runs, variants, model_dir, model, probe_detail):
+    layer_ids_by_model(extraction_runs, variants, model_dir, model, "with_compat", probe_detail)
+
+
+def layer_ids_by_model(extraction_runs, variants, model_dir, model, mode, probe_detail):
+    if model == "llama":
+        run, ids, path = extraction_runs.get(mode), extraction_runs.ids, model_dir
+        probe_detail["variant"] = {"name": "llama", "model": model_dir, "num_layers": max(ids)}
+    else:
+        chosen, runs, run = variant_run(variants, model, mode, probe_detail)
+        ids, path = runs.ids, chosen.model
+    check_layer_ids(run, ids, path, probe_detail, dtype=_served_dtype(run))
+
+
+@pytest.mark.probe("model_runner_v2")
+def test_model_runner_v2(variants, probe_detail):
+    chosen, runs, run = variant_run(variants, "llama-runner_v2", "raw", probe_detail)
+    check_layer_ids(run, runs.ids, chosen.model, probe_detail, dtype=chosen.dtype)
+
+
+@pytest.mark.probe("model_runner_v2")
+@pytest.mark.compat_mode("with_compat")
+def test_model_runner_v2_with_compat(variants, probe_detail):
+    chosen, runs, run = variant_run(variants, "llama-runner_v2", "with_compat", probe_detail)
+    check_layer_ids(run, runs.ids, chosen.model, probe_detail, dtype=chosen.dtype)
+
+
+def bfloat16_applies(extraction_runs) -> None:
+    flags = extraction_runs.chosen_flags()
+    if flags:
+        pytest.skip(f"n/a: the bfloat16 case runs where vLLM serves as shipped; here the runs chose "
+                    f"{', '.join(flags)} (each variant costs a server start per mode)")
+
+
+@pytest.mark.probe("bfloat16_reference")
+def test_bfloat16_reference(extraction_runs, variants, probe_detail):
+    bfloat16_applies(extraction_runs)
+    chosen, runs, run = variant_run(variants, "llama-bfloat16", "raw", probe_detail)
+    check_layer_ids(run, runs.ids, chosen.model, probe_detail, tolerance=tolerance_for("bfloat16"), dtype="bfloat16")
+
+
+@pytest.mark.probe("bfloat16_reference")
+@pytest.mark.compat_mode("with_compat")
+def test_bfloat16_reference_with_compat(extraction_runs, variants, probe_detail):
+    bfloat16_applies(extraction_runs)
+    chosen, runs, run = variant_run(variants, "llama-bfloat16", "with_compat", probe_detail)
+    check_layer_ids(run, runs.ids, chosen.model, probe_detail, tolerance=tolerance_for("bfloat16"), dtype="bfloat16")
+
+
+def _served_dtype(run: ModeRun) -> str:
+    from compat.cell.reference import cell_dtype
+
+    return (run.variant or {}).get("dtype") or cell_dtype()
