@@ -56,6 +56,25 @@ def failure_line(log_text: str) -> str | None:
     return failure_site(log_text)[0]
 
 
+_MISSING_MODULE = re.compile(r"ModuleNotFoundError: No module named '([\w.]+)'")
+CONTRACT_PACKAGES = ("vllm", "speculators", "hs_connectors")  # a name missing from these is a contract change
+
+
+def environment_fault(log_text: str, alive: bool, exc: Exception) -> str | None:
+    """Why a server that did not serve says nothing about the contract, or None where it does:
+    a module the environment lacks outside vLLM, speculators and hs-connectors (an install
+    fault, e.g. a dependency the CPU build's metadata omits), or a server still alive that
+    logged no error yet was not ready in time (a slow or overloaded machine)."""
+    cause = failure_line(log_text)
+    missing = _MISSING_MODULE.search(cause or "")
+    if missing and missing.group(1).split(".")[0] not in CONTRACT_PACKAGES:
+        return (f"the environment lacks the module {missing.group(1)!r} (not part of vLLM, speculators or "
+                f"hs-connectors: an install fault, not the contract): {cause}")
+    if alive and cause is None and "not ready within" in str(exc):
+        return f"{exc}, still running and with no error in its log: too slow here, not a contract failure"
+    return None
+
+
 def vllm_frame(log_text: str) -> str | None:
     """vllm/...:line of the innermost vLLM frame of the traceback that ends in failure_line."""
     return failure_site(log_text)[1]

@@ -25,7 +25,7 @@ from typing import Any
 
 from compat.cell import extraction
 from compat.cell.observe import ContractViolation
-from compat.cell.server import ServerFailed, VllmServer, failure_line, model_runner, vllm_frame, work_dir
+from compat.cell.server import ServerFailed, VllmServer, environment_fault, failure_line, model_runner, vllm_frame, work_dir
 
 # The batch is sent concurrently; "repeated" sends the same rows again (prefix-cache hits);
 # the shared-prefix rows share 140 tokens, more than one 128-token CPU KV block.
@@ -84,7 +84,7 @@ class ModeRun:
     failure: ContractViolation | None = None  # vLLM's contract failed: the probes are `broken`
     interrupted: str | None = None  # the server was killed from outside: `error`
     unsupported: str | None = None  # the CPU build refuses this path: `unsupported-on-cpu`
-    harness_error: str | None = None  # our side failed (data preparation, ...): `error`
+    harness_error: str | None = None  # our side or the environment failed (data preparation, ...): `error`
     case_failures: dict[str, ContractViolation] = field(default_factory=dict)  # the server lived on
     seconds: dict[str, float] = field(default_factory=dict)
     env_shims: list[dict[str, str]] = field(default_factory=list)
@@ -209,6 +209,10 @@ class Extraction:
             if cause and pattern.search(cause) and (needs is None or needs in text):
                 run.unsupported = cause
                 return
+        fault = environment_fault(text, server.alive(), exc)
+        if fault:
+            run.harness_error = f"vllm serve did not serve the {run.mode} run: {fault}"
+            return
         run.failure = self._violation(server, exc)
 
     @staticmethod

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from compat.cell.server import ServerFailed, VllmServer, failure_line, vllm_frame
+from compat.cell.server import ServerFailed, VllmServer, environment_fault, failure_line, vllm_frame
 
 HEALTHY = (
     "import http.server, sys, subprocess\n"
@@ -114,3 +114,28 @@ def test_stop_escalates_to_sigkill(tmp_path):
     server.stop(grace=1.0)
     assert server.process.returncode == -9
     assert time.monotonic() - started < 15
+
+
+IJSON_LOG = """(APIServer pid=7) Traceback (most recent call last):
+(APIServer pid=7)   File "/v/lib/python3.11/site-packages/vllm/entrypoints/openai/api_server.py", line 12, in <module>
+(APIServer pid=7)     import ijson
+(APIServer pid=7) ModuleNotFoundError: No module named 'ijson'
+"""
+MOVED_LOG = """(APIServer pid=7)   File "/v/lib/python3.11/site-packages/hs_connectors/backends/file.py", line 3, in <module>
+(APIServer pid=7)     from vllm.v1.core.kv_cache_utils import get_kv_cache_config
+(APIServer pid=7) ModuleNotFoundError: No module named 'vllm.v1.core.kv_cache_utils'
+"""
+
+
+def test_a_module_missing_outside_the_contract_is_the_environment_not_vllm():
+    fault = environment_fault(IJSON_LOG, alive=False, exc=ServerFailed("vllm serve exited 1 before it was ready", ""))
+    assert fault and "'ijson'" in fault and "install fault" in fault
+    # a module vLLM moved is the contract: no environment fault, the probe stays `broken`
+    assert environment_fault(MOVED_LOG, alive=False, exc=ServerFailed("exited 1", "")) is None
+
+
+def test_a_live_server_silent_past_its_ready_timeout_is_too_slow_not_broken():
+    timeout = ServerFailed("vllm serve was not ready within 420s", "")
+    assert "too slow here" in environment_fault("INFO loading weights\n", alive=True, exc=timeout)
+    assert environment_fault("INFO loading weights\n", alive=False, exc=timeout) is None  # it died: its log says why
+    assert environment_fault(LOG_0_22, alive=True, exc=timeout) is None  # it said what failed
