@@ -116,6 +116,8 @@ def cell_settings(cell: Cell, asked: dict[str, str] | None, *, existing: bool) -
     settings = {name: os.environ.get(name, value) for name, value in GPU_SETTINGS.items()} \
         if cell.backend == "gpu" else {}
     settings.update(asked or {})
+    if cell.variants is not None:  # tests/server/test_server_variants.py serves only these
+        settings["COMPAT_SERVER_VARIANTS"] = ",".join(cell.variants) or "none"
     if os.environ.get("COMPAT_SERVE_ARGS"):  # extraction.serve_args adds them to `vllm serve`
         settings["COMPAT_SERVE_ARGS"] = os.environ["COMPAT_SERVE_ARGS"]
     if existing:

