@@ -125,6 +125,12 @@ def deepseek_v3(backend: str) -> Variant:
     if backend == "cpu":
         out.serve_flags += ["--compilation-config", NATIVE_ROTARY]
         out.env_shims.append(CPU_NATIVE_ROTARY_SERVE)
+        from compat.worker import cpu_moe_shim
+
+        if cpu_moe_shim.silu_entry() is not None:  # this build's MoE fallback has the fault
+            out.env[cpu_moe_shim.VARIABLE] = "1"
+            out.serve_flags += ["--worker-extension-cls", cpu_moe_shim.EXTENSION]
+            out.env_shims.append({"id": cpu_moe_shim.SHIM_ID, "why": cpu_moe_shim.WHY})
     return out
 
 

@@ -216,8 +216,8 @@ def _with_compat_known(probe: dict[str, Any], pid: str, case: str | None, applic
 
 def _adapter_regression(probe: dict[str, Any], cls: ProbeClass | None, behind_repair: Breakage | None = None) -> str:
     compat = probe.get("with_compat")
-    if compat in (None, "ok", "n/a"):
-        return ""
+    if compat in (None, "ok", "n/a", "unsupported-on-cpu", "skipped"):
+        return ""  # refused by the CPU build or not run: nothing said about the adapters (the gate says untested)
     if probe.get("status") == "broken" and behind_repair is not None and (cls is None or behind_repair is not cls.breakage):
         return ""  # the repair worked; what fails now is another known breakage (the verdict still says incompatible)
     if probe.get("status") != "broken" and compat == "broken":

