@@ -5,7 +5,8 @@ Probes stay plain pytest tests marked `@pytest.mark.probe("<id>")`. Outcome mapp
 - failed in the call, with the exception tagged by compat.cell.observe.speculators_call -> broken
 - failed in setup/teardown, failed untagged (harness fault) or timed out -> error, with why
 - skipped with reason "n/a: ..." -> n/a; "unsupported-on-cpu: ..." -> unsupported-on-cpu;
-  any other skip -> skipped
+  "not selected: ..." (the cell's matrix entry left it out) -> skipped and advisory, so it decides
+  nothing; any other skip -> skipped
 The file is rewritten atomically after every probe, so a crash keeps what finished.
 """
 
@@ -22,6 +23,7 @@ from compat.cell.observe import CONTRACT_TAG, describe
 from compat.shared.results import ADVISORY_PROBES, write_json_atomic
 
 SKIP_PREFIXES = {"n/a:": "n/a", "unsupported-on-cpu:": "unsupported-on-cpu"}
+NOT_SELECTED = "not selected:"
 RECORD_KEY = pytest.StashKey[dict]()
 
 
@@ -88,6 +90,8 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
         reason = _skip_reason(report)
         record["status"] = next((s for p, s in SKIP_PREFIXES.items() if reason.startswith(p)), "skipped")
         record["reason"] = reason
+        if reason.startswith(NOT_SELECTED):
+            record["advisory"] = True
     elif report.failed:
         exc = call.excinfo.value if call.excinfo else None
         text = str(exc) if exc is not None else str(report.longrepr)

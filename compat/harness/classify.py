@@ -67,8 +67,15 @@ class ProbeClass:
         return out
 
 
+NOT_SELECTED = "not selected:"  # compat.cell.pytest_plugin: a variant the cell's matrix entry left out
+
+
 def is_advisory(probe: dict[str, Any], registry: Iterable[Breakage] = REGISTRY) -> bool:
-    if probe.get("advisory") or probe.get("id") in ADVISORY_PROBES:
+    """Advisory probes decide nothing: by id, by registry entry, or a probe the cell chose not to run.
+    A stored `advisory` flag alone never makes a probe that ran (or failed) advisory."""
+    if probe.get("id") in ADVISORY_PROBES:
+        return True
+    if probe.get("status") == "skipped" and str(probe.get("reason") or "").startswith(NOT_SELECTED):
         return True
     return any(e.advisory and e.probe == probe.get("id") for e in registry)
 

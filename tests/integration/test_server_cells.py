@@ -72,24 +72,21 @@ def test_every_server_cell_names_hs_connectors_the_connector_and_the_runner(cell
         assert runner["runner"] == "V1", (vllm, runner)
 
 
-def test_newest_pair_deepseek_mla_and_the_hybrid_match_every_layer_id(cell):
-    probes = probes_by_key(cell("0.32.0", "0.9.0"))
+def test_newest_pair_deepseek_with_mla_matches_every_layer_id_and_the_left_out_variants_decide_nothing(cell):
+    record = cell("0.32.0", "0.9.0")
+    probes = probes_by_key(record)
     deepseek = probes[("layer_ids_by_model", "deepseek_v3")]
     assert deepseek["status"] == "ok", deepseek.get("error")
     assert layer_table(deepseek) == {"1": 1, "3": 3, "6": 6, "7": 7}  # 7: the final layer (vllm#48124)
     assert deepseek["detail"]["mla"]["enabled"] and deepseek["detail"]["mla"]["latent"] == 576
     assert max(v["max_abs_error"] for v in deepseek["detail"]["layer_ids"].values()) < 1e-4
     assert {s["id"] for s in deepseek["detail"]["env_shims"]} == {"cpu_hidden_states_connector", "cpu_native_rotary_serve"}
-    hybrid = probes[("layer_ids_by_model", "hybrid")]
-    assert hybrid["status"] == "ok", hybrid.get("error")
-    assert layer_table(hybrid) == {"1": 1, "3": 3, "5": 5, "6": 6}
-    assert hybrid["detail"]["tolerance"]["atol"] == 0.05  # bfloat16: CPU GDN takes bfloat16 only
     v2 = probes[("model_runner_v2", None)]
     assert v2["status"] == "n/a" and "Model Runner V2 requires Triton" in v2["reason"]
-    bf16 = probes[("bfloat16_reference", None)]
-    assert bf16["status"] == "ok", bf16.get("error")
-    margins = bf16["detail"]["wrong_row_margins"]
-    assert all(m["zero_row"] > m["allowed"] and m["shifted_row"] > m["allowed"] for m in margins.values())
+    # the hybrid and bfloat16 variants run for an ad hoc pair (reports/cpu-server-variants/, tests/unit/test_server_evidence.py)
+    for key in (("layer_ids_by_model", "hybrid"), ("bfloat16_reference", None)):
+        assert probes[key]["status"] == "skipped" and probes[key]["reason"].startswith("not selected:"), probes[key]
+    assert record["verdict"] == "compatible"
 
 
 def test_022_deepseek_loses_the_final_layer(cell):

@@ -122,9 +122,9 @@ def selected(name: str) -> None:
     """The cell's matrix entry may name the variants it serves (`variants`, passed as COMPAT_SERVER_VARIANTS)."""
     wanted = os.environ.get("COMPAT_SERVER_VARIANTS")
     if wanted is not None and name not in wanted.split(","):
-        pytest.skip(f"not served in this cell: its matrix entry serves variants {wanted} only (compat/harness/"
-                    f"matrix.toml `variants`, chosen to keep the default matrix's time); an ad hoc pair "
-                    f"(`nox -s compat -- --vllm V --speculators S`) serves every variant")
+        pytest.skip(f"not selected: this cell's matrix entry serves the variants {wanted} only (compat/harness/"
+                    f"matrix.toml `variants`, to keep the default matrix's time), so this decides nothing here; "
+                    f"an ad hoc pair (`nox -s compat -- --vllm V --speculators S`) serves every variant")
 
 
 def variant_run(variants, name: str, mode: str, probe_detail: dict) -> tuple:

@@ -35,6 +35,10 @@ def test_not_used():
 def test_cpu_refuses():
     pytest.skip("unsupported-on-cpu: spec decode is not supported.")
 
+@pytest.mark.probe("left_out")
+def test_left_out():
+    pytest.skip("not selected: this cell's matrix entry serves the variants deepseek_v3 only")
+
 @pytest.mark.probe("worker_logging")
 def test_advisory():
     with speculators_call():
@@ -77,6 +81,8 @@ def test_outcomes_become_statuses(pytester):
     assert probes["cpu_refuses"]["status"] == "unsupported-on-cpu"
     assert "spec decode is not supported" in probes["cpu_refuses"]["reason"]
     assert probes["worker_logging"]["status"] == "broken" and probes["worker_logging"]["advisory"] is True
+    assert (probes["left_out"]["status"], probes["left_out"]["advisory"]) == ("skipped", True)
+    assert probes["not_used"]["advisory"] is False
     assert probes["hangs"]["status"] == "error" and probes["hangs"]["reason"].startswith("timeout")
     assert len([c for c in collected if c["id"] == "both_modes"]) == 1
 

@@ -280,3 +280,16 @@ def test_a_repair_the_cpu_build_refused_to_run_is_untested_not_an_adapter_regres
     failed = dict(refused, with_compat="broken")
     d = decide(cell([failed] + reference(), vllm="0.22.1", spec="0.8.1"))
     assert d.gate == FINDING and any(r.startswith("adapter regression") for r in d.reasons), d.reasons
+
+
+def test_a_variant_the_cell_did_not_select_decides_nothing_but_a_stored_flag_alone_does_not_hide_a_failure():
+    left_out = probe("layer_ids_by_model", "skipped", "skipped", case="hybrid",
+                     reason="not selected: this cell's matrix entry serves the variants deepseek_v3 only")
+    d = decide(cell([left_out] + reference(), spec="0.3.0"))
+    assert (d.verdict, d.gate) == ("compatible", PASS), d.reasons
+    other_skip = dict(left_out, reason="server did not start")
+    assert decide(cell([other_skip] + reference())).gate == UNTESTED
+    flagged = dict(probe("layer_ids_by_model", "broken", "broken", err("RuntimeError", "zeros"), case="hybrid"),
+                   advisory=True)
+    d = decide(cell([flagged] + reference()))
+    assert d.verdict == "incompatible" and d.gate == FINDING, d.reasons

