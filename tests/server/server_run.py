@@ -94,10 +94,12 @@ class ModeRun:
     flags: dict[str, str] = field(default_factory=dict)  # launch flags added, each with why
     model_runner: dict[str, str] | None = None  # which runner served (the server's log), None: never ready
     variant: dict[str, Any] | None = None  # a variant run's model and additions (compat.cell.server_models)
+    client: str | None = None  # which speculators client drove the server
 
     def summary(self) -> dict[str, Any]:
         out = {"mode": self.mode, "serve_args": self.serve_args, "flags": self.flags,
-               "server_log": str(self.server_log), "seconds": self.seconds, "model_runner": self.model_runner}
+               "server_log": str(self.server_log), "seconds": self.seconds, "model_runner": self.model_runner,
+               "client": self.client}
         return {**out, "variant": self.variant} if self.variant else out
 
 
@@ -248,6 +250,7 @@ class Extraction:
         run.out_dirs.append(out)
         endpoint = f"{server.url}/v1"
         if extraction.has_cli(self.speculators):
+            run.client = "speculators CLI: prepare-data + generate-offline-data"
             dataset = "shared_prefix" if case == "shared_prefix" else "batch"
             try:
                 prepared = self.prepared(dataset)
@@ -259,6 +262,7 @@ class Extraction:
                 self.model, endpoint, prepared, out, base / f"client-{case}.log", concurrency)
         else:
             rows = PROMPTS[case]
+            run.client = "speculators.data_generation.vllm_client (0.5-0.7: no CLI)"
             extraction.module_client(self.speculators, self.model, endpoint, rows, out)
         run.files[case] = [(rows[i], out / f"hs_{i}.safetensors") for i in range(len(rows))]
         if not server.alive():
