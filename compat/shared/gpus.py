@@ -8,36 +8,38 @@ import shutil
 import subprocess
 
 
+def _smi_lines(*args: str) -> list[str]:
+    """nvidia-smi's non-empty output lines for these arguments ([] without nvidia-smi or when it fails)."""
+    if not shutil.which("nvidia-smi"):
+        return []
+    try:
+        out = subprocess.run(["nvidia-smi", *args], capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired):
+        return []
+    return [line.strip() for line in out.stdout.splitlines() if line.strip()]
+
+
+def _visible() -> list[str] | None:
+    """CUDA_VISIBLE_DEVICES as a list (indices or UUIDs), None when unset."""
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    return None if visible is None else [d.strip() for d in visible.split(",") if d.strip()]
+
+
 def host_gpu_count() -> int:
     """GPUs nvidia-smi lists (0 without nvidia-smi); CUDA_VISIBLE_DEVICES narrows them."""
-    if not shutil.which("nvidia-smi"):
-        return 0
-    try:
-        out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=60)
-    except (OSError, subprocess.TimeoutExpired):
-        return 0
-    listed = sum(1 for line in out.stdout.splitlines() if line.startswith("GPU "))
-    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
-    if visible is not None:
-        return min(listed, len([d for d in visible.split(",") if d.strip()]))
-    return listed
+    listed = sum(1 for line in _smi_lines("-L") if line.startswith("GPU "))
+    visible = _visible()
+    return listed if visible is None else min(listed, len(visible))
 
 
 def host_gpu_memory_bytes() -> list[int]:
     """Each visible GPU's total memory in bytes, as nvidia-smi reports it ([] without nvidia-smi);
     CUDA_VISIBLE_DEVICES (indices) picks and orders them."""
-    if not shutil.which("nvidia-smi"):
-        return []
-    try:
-        out = subprocess.run(["nvidia-smi", "--query-gpu=memory.total", "--format=csv,noheader,nounits"],
-                             capture_output=True, text=True, timeout=60)
-    except (OSError, subprocess.TimeoutExpired):
-        return []
-    listed = [int(line.strip()) * 2**20 for line in out.stdout.splitlines() if line.strip().isdigit()]
-    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
-    if visible is None:
+    lines = _smi_lines("--query-gpu=memory.total", "--format=csv,noheader,nounits")
+    listed = [int(line) * 2**20 for line in lines if line.isdigit()]
+    picked = _visible()
+    if picked is None:
         return listed
-    picked = [d.strip() for d in visible.split(",") if d.strip()]
     if all(d.isdigit() for d in picked):
         return [listed[int(d)] for d in picked if int(d) < len(listed)]
     return listed[:len(picked)]  # UUIDs: their count, in nvidia-smi's order
@@ -46,15 +48,9 @@ def host_gpu_memory_bytes() -> list[int]:
 def host_gpu_names() -> list[str]:
     """Each visible GPU as nvidia-smi names it, with its memory ("NVIDIA H200, 143771 MiB"); []
     without nvidia-smi. CUDA_VISIBLE_DEVICES narrows them as in host_gpu_count."""
-    if not shutil.which("nvidia-smi"):
-        return []
-    try:
-        out = subprocess.run(["nvidia-smi", "--query-gpu=name,memory.total", "--format=csv,noheader"],
-                             capture_output=True, text=True, timeout=60)
-    except (OSError, subprocess.TimeoutExpired):
-        return []
-    names = [line.strip() for line in out.stdout.splitlines() if line.strip()]
-    return names[:host_gpu_count()] if os.environ.get("CUDA_VISIBLE_DEVICES") is not None else names
+    names = _smi_lines("--query-gpu=name,memory.total", "--format=csv,noheader")
+    visible = _visible()
+    return names if visible is None else names[:len(visible)]
 
 
 def describe_gpus(names: list[str]) -> str | None:
