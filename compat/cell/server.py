@@ -60,12 +60,11 @@ _MISSING_MODULE = re.compile(r"ModuleNotFoundError: No module named '([\w.]+)'")
 CONTRACT_PACKAGES = ("vllm", "speculators", "hs_connectors")  # a name missing from these is a contract change
 
 
-def environment_fault(log_text: str, alive: bool, exc: Exception) -> str | None:
-    """Why a server that did not serve says nothing about the contract, or None where it does:
-    a module the environment lacks outside vLLM, speculators and hs-connectors (an install
-    fault, e.g. a dependency the CPU build's metadata omits), or a server still alive that
-    logged no error yet was not ready in time (a slow or overloaded machine)."""
-    cause = failure_line(log_text)
+def environment_fault(cause: str | None, alive: bool, exc: Exception) -> str | None:
+    """Why a server that did not serve says nothing about the contract, or None where it does;
+    `cause` is its log's failure_line. A module the environment lacks outside vLLM, speculators
+    and hs-connectors (an install fault, e.g. a dependency the CPU build's metadata omits), or a
+    server still alive that logged no error yet was not ready in time (a slow or overloaded machine)."""
     missing = _MISSING_MODULE.search(cause or "")
     if missing and missing.group(1).split(".")[0] not in CONTRACT_PACKAGES:
         return (f"the environment lacks the module {missing.group(1)!r} (not part of vLLM, speculators or "

@@ -128,14 +128,14 @@ MOVED_LOG = """(APIServer pid=7)   File "/v/lib/python3.11/site-packages/hs_conn
 
 
 def test_a_module_missing_outside_the_contract_is_the_environment_not_vllm():
-    fault = environment_fault(IJSON_LOG, alive=False, exc=ServerFailed("vllm serve exited 1 before it was ready", ""))
+    fault = environment_fault(failure_line(IJSON_LOG), alive=False, exc=ServerFailed("vllm serve exited 1 before it was ready", ""))
     assert fault and "'ijson'" in fault and "install fault" in fault
     # a module vLLM moved is the contract: no environment fault, the probe stays `broken`
-    assert environment_fault(MOVED_LOG, alive=False, exc=ServerFailed("exited 1", "")) is None
+    assert environment_fault(failure_line(MOVED_LOG), alive=False, exc=ServerFailed("exited 1", "")) is None
 
 
 def test_a_live_server_silent_past_its_ready_timeout_is_too_slow_not_broken():
     timeout = ServerFailed("vllm serve was not ready within 420s", "")
-    assert "too slow here" in environment_fault("INFO loading weights\n", alive=True, exc=timeout)
-    assert environment_fault("INFO loading weights\n", alive=False, exc=timeout) is None  # it died: its log says why
-    assert environment_fault(LOG_0_22, alive=True, exc=timeout) is None  # it said what failed
+    assert "too slow here" in environment_fault(failure_line("INFO loading weights\n"), alive=True, exc=timeout)
+    assert environment_fault(failure_line("INFO loading weights\n"), alive=False, exc=timeout) is None  # it died: its log says why
+    assert environment_fault(failure_line(LOG_0_22), alive=True, exc=timeout) is None  # it said what failed
