@@ -20,10 +20,9 @@ from typing import Any
 import pytest
 
 from compat.cell.observe import CONTRACT_TAG, describe
-from compat.shared.results import ADVISORY_PROBES, write_json_atomic
+from compat.shared.results import ADVISORY_PROBES, NOT_SELECTED, write_json_atomic
 
 SKIP_PREFIXES = {"n/a:": "n/a", "unsupported-on-cpu:": "unsupported-on-cpu"}
-NOT_SELECTED = "not selected:"
 RECORD_KEY = pytest.StashKey[dict]()
 
 

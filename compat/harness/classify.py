@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import Any, Iterable
 
 from compat.harness.breakages import REFERENCE_PROBE, REGISTRY, Breakage, data_symptoms
-from compat.shared.results import ADVISORY_PROBES
+from compat.shared.results import ADVISORY_PROBES, NOT_SELECTED
 
 KINDS = ("known", "new", "fixed", "as-expected-ok", "error", "not-run")
 
@@ -65,9 +65,6 @@ class ProbeClass:
         if self.behind is not None:
             out["behind"] = self.behind.as_dict()
         return out
-
-
-NOT_SELECTED = "not selected:"  # compat.cell.pytest_plugin: a variant the cell's matrix entry left out
 
 
 def is_advisory(probe: dict[str, Any], registry: Iterable[Breakage] = REGISTRY) -> bool:

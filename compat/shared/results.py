@@ -35,6 +35,9 @@ CELL_VERDICTS = (
     "untested-at-runtime",  # no runtime cell could run (no build of that release here): the static layer alone
 )
 ADVISORY_PROBES = frozenset({"worker_logging"})
+# The skip reason of a probe the cell chose not to run (a server-era variant its matrix entry left
+# out): `skipped` and advisory, it decides nothing.
+NOT_SELECTED = "not selected:"
 
 
 class ResultFileError(ValueError):

@@ -28,6 +28,7 @@ from compat.cell import extraction, server_models
 from compat.cell.observe import ContractViolation, speculators_call
 from compat.cell.reference import (Tolerance, blind_spots, compare, load_reference_model, reference_states,
                                    tolerance_for, wrong_row_margins)
+from compat.shared.results import NOT_SELECTED
 
 from server_run import CASES, VARIANT_CASES, Extraction, ModeRun, vllm_backend
 from test_server_probes import load, returned_layers, settle
@@ -122,7 +123,7 @@ def selected(name: str) -> None:
     """The cell's matrix entry may name the variants it serves (`variants`, passed as COMPAT_SERVER_VARIANTS)."""
     wanted = os.environ.get("COMPAT_SERVER_VARIANTS")
     if wanted is not None and name not in wanted.split(","):
-        pytest.skip(f"not selected: this cell's matrix entry serves the variants {wanted} only (compat/harness/"
+        pytest.skip(f"{NOT_SELECTED} this cell's matrix entry serves the variants {wanted} only (compat/harness/"
                     f"matrix.toml `variants`, to keep the default matrix's time), so this decides nothing here; "
                     f"an ad hoc pair (`nox -s compat -- --vllm V --speculators S`) serves every variant")
 
