@@ -54,6 +54,7 @@ class CellEnv:
     python: Path
     seconds: float
     reused: bool
+    owned: bool = True  # a venv this harness built (False: an interpreter the user gave)
     info: dict = field(default_factory=dict)
     shims: list = field(default_factory=list)
 
@@ -182,7 +183,7 @@ def existing_env(python: Path, backend: str) -> CellEnv:
     started = time.monotonic()
     prefix = subprocess.run([str(python), "-c", "import sys; print(sys.prefix)"],
                             capture_output=True, text=True, check=True).stdout.strip()
-    env = CellEnv(path=Path(prefix), python=python, seconds=0.0, reused=True)
+    env = CellEnv(path=Path(prefix), python=python, seconds=0.0, reused=True, owned=False)
     env.shims = ensure_cpu_platform_alias(env) if backend == "cpu" else []
     env.info = describe_env(env)
     env.seconds = round(time.monotonic() - started, 2)

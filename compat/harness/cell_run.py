@@ -126,9 +126,14 @@ def cell_settings(cell: Cell, asked: dict[str, str] | None, *, existing: bool) -
 
 
 def probe_environment(cell: Cell, model_dir: Path, token: str, work_dir: Path,
-                      settings: dict[str, str] | None = None) -> dict[str, str]:
+                      settings: dict[str, str] | None = None, *, owned_env: bool = False) -> dict[str, str]:
     env = {**os.environ, **(settings or {})}
     env.pop("VIRTUAL_ENV", None)
+    if owned_env:
+        # A venv the harness built: with PYTHONDONTWRITEBYTECODE every process of the cell (probe
+        # run, `vllm serve`, engine core, workers) compiles vLLM, torch and transformers from source
+        # again; importing vLLM's API server took 22 s that way and 10 s with bytecode (2 cores).
+        env.pop("PYTHONDONTWRITEBYTECODE", None)
     env.update({
         TOKEN_VARIABLE: token,
         "COMPAT_MODEL_DIR": str(model_dir),
@@ -158,10 +163,11 @@ def run_probes(cell: Cell, env: CellEnv, work_dir: Path, *, model_dir: Path, pro
     command = [str(env.python), "-m", "pytest", *suites, "-p", "compat.cell.pytest_plugin",
                f"--compat-result={result_file}", f"--compat-label={cell.id}", "-p", "no:cacheprovider",
                "-q", f"--timeout={probe_timeout}", "-o", "addopts=", "-rN"]
+    environment = probe_environment(cell, model_dir, token, work_dir, settings, owned_env=env.owned)
     error = None
     with log_path.open("w") as log:
-        process = subprocess.Popen(command, cwd=REPO_ROOT, env=probe_environment(cell, model_dir, token, work_dir, settings),
-                                   stdout=log, stderr=subprocess.PIPE, start_new_session=True)
+        process = subprocess.Popen(command, cwd=REPO_ROOT, env=environment, stdout=log, stderr=subprocess.PIPE,
+                                   start_new_session=True)
         try:
             error = _relay(process, log, echo, deadline=time.monotonic() + cell_timeout)
         finally:

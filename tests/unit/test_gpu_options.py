@@ -75,3 +75,17 @@ def test_python_option_refuses_what_cannot_host_the_probes(tmp_path, capsys):
 def test_gpu_memory_utilization_must_be_a_fraction(value, capsys):
     assert runner.main(["--gpu-memory-utilization", value]) == 2
     assert "is not a fraction in (0, 1]" in capsys.readouterr().err
+
+
+def test_probes_write_bytecode_in_the_harness_venv_but_not_in_an_interpreter_the_user_gave(monkeypatch, tmp_path):
+    monkeypatch.setenv("PYTHONDONTWRITEBYTECODE", "1")
+    cpu = Cell("0.16.0", "0.3.0", "cpu")
+    assert "PYTHONDONTWRITEBYTECODE" not in probe_environment(cpu, tmp_path, "t", tmp_path, owned_env=True)
+    assert probe_environment(cpu, tmp_path, "t", tmp_path, owned_env=False)["PYTHONDONTWRITEBYTECODE"] == "1"
+    assert probe_environment(cpu, tmp_path, "t", tmp_path)["PYTHONDONTWRITEBYTECODE"] == "1"
+
+
+def test_only_venvs_the_harness_builds_count_as_its_own(tmp_path):
+    from compat.harness.cell_envs import CellEnv, existing_env
+    assert CellEnv(path=tmp_path, python=tmp_path / "python", seconds=0.0, reused=True).owned
+    assert not existing_env(Path(sys.executable), "gpu").owned
