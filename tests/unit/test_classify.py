@@ -430,3 +430,22 @@ def test_every_reference_resolves_to_an_upstream_thread_or_a_file_of_this_reposi
             if anchor:
                 headings = re.findall(r"^#+ (\S+)\s*$", target.read_text(), re.M)
                 assert anchor in headings, f"{entry.id}: {path} has no section {anchor!r}"
+
+
+def test_short_rows_through_the_0_7_client_are_known_only_in_the_cases_and_releases_that_showed_them():
+    short = "hidden states differ from the transformers reference ({}): sequence 2 layer 0: shape [72, 256], expected [200, 256]"
+    for case, speculators, kind in [("repeated", "0.7.0.2", "known"), ("shared_prefix", "0.6.0", "known"),
+                                    ("batch", "0.7.0.2", "new"), ("repeated", "0.8.1", "new")]:
+        got = classify_probe(probe("hidden_states_match_reference", "broken", "ContractViolation", short.format(case),
+                                   case=case), "0.22.1", speculators)
+        assert got.kind == kind, (case, speculators, got.note)
+    layer = probe("layer_ids_by_model", "broken", "ContractViolation",
+                  "[repeated] sequence 2 layer 0: shape [72, 256], expected [200, 256]", case="llama")
+    assert classify_probe(layer, "0.22.1", "0.7.0.2").breakage.id == "connector_prefix_cache_rows_client"
+    layer["error"]["message"] = layer["error"]["message"].replace("[repeated]", "[batch]")
+    assert classify_probe(layer, "0.22.1", "0.7.0.2").kind == "new"
+    files = probe("write_completion", "broken", "ContractViolation",
+                  "after the client finished: lock files left [], incomplete or missing files ['batch/hs_0.safetensors']")
+    assert classify_probe(files, "0.22.1", "0.7.0.2").kind == "new"  # the batch case has no prefix-cached block
+    assert classify_probe(probe("hidden_states_match_reference", "ok", case="batch"), "0.22.1", "0.7.0.2").kind \
+        == "as-expected-ok"

@@ -41,3 +41,17 @@ def test_the_harness_still_judges_it_compatible():
     cell = record()
     assert cell["env"]["hs_connectors"] == "0.9.0"
     assert (decide(cell).verdict, decide(cell).gate) == ("compatible", PASS)
+
+
+CLIENT_EVIDENCE = EVIDENCE.parent / "cpu-server-client"
+
+
+def test_the_0_7_client_cell_s_short_rows_are_one_known_breakage_in_every_probe_that_saw_them():
+    from compat.harness.classify import classify_cell
+    cell = json.loads((CLIENT_EVIDENCE / "results" / "vllm-0.22.1__speculators-0.7.0.2__cpu.json").read_text())
+    broken = {(p["id"], p["case"]): (c.kind, c.breakage.id if c.breakage else None)
+              for p, c in classify_cell(cell) if p["status"] == "broken"}
+    assert broken == {key: ("known", "connector_prefix_cache_rows_client") for key in [
+        ("payload_schema", None), ("write_completion", None), ("layer_ids_by_model", "llama"),
+        ("hidden_states_match_reference", "repeated"), ("hidden_states_match_reference", "shared_prefix")]}
+    assert (decide(cell).verdict, decide(cell).gate) == ("compatible-with-compat", PASS)
