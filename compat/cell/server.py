@@ -58,17 +58,23 @@ def failure_line(log_text: str) -> str | None:
 
 _MISSING_MODULE = re.compile(r"ModuleNotFoundError: No module named '([\w.]+)'")
 CONTRACT_PACKAGES = ("vllm", "speculators", "hs_connectors")  # a name missing from these is a contract change
+_MISSING_KERNEL = re.compile(r"'_OpNamespace' '(\w+)' object has no attribute '(\w+)'")  # torch.ops.<lib>.<op>
 
 
 def environment_fault(cause: str | None, alive: bool, exc: Exception) -> str | None:
     """Why a server that did not serve says nothing about the contract, or None where it does;
     `cause` is its log's failure_line. A module the environment lacks outside vLLM, speculators
     and hs-connectors (an install fault, e.g. a dependency the CPU build's metadata omits), or a
-    server still alive that logged no error yet was not ready in time (a slow or overloaded machine)."""
+    server still alive that logged no error yet was not ready in time (a slow or overloaded machine),
+    or a compiled kernel the vLLM build lacks (its extension library absent or built without it)."""
     missing = _MISSING_MODULE.search(cause or "")
     if missing and missing.group(1).split(".")[0] not in CONTRACT_PACKAGES:
         return (f"the environment lacks the module {missing.group(1)!r} (not part of vLLM, speculators or "
                 f"hs-connectors: an install fault, not the contract): {cause}")
+    kernel = _MISSING_KERNEL.search(cause or "")
+    if kernel:
+        return (f"this vLLM build lacks the compiled kernel torch.ops.{kernel.group(1)}.{kernel.group(2)} (its "
+                f"extension library is missing or was built without it: an install fault, not the contract): {cause}")
     if alive and cause is None and "not ready within" in str(exc):
         return f"{exc}, still running and with no error in its log: too slow here, not a contract failure"
     return None

@@ -139,3 +139,21 @@ def test_a_live_server_silent_past_its_ready_timeout_is_too_slow_not_broken():
     assert "too slow here" in environment_fault(failure_line("INFO loading weights\n"), alive=True, exc=timeout)
     assert environment_fault(failure_line("INFO loading weights\n"), alive=False, exc=timeout) is None  # it died: its log says why
     assert environment_fault(failure_line(LOG_0_22), alive=True, exc=timeout) is None  # it said what failed
+
+
+# Seen on the H200 (2026-12-01): official 0.24.0 slimmed without FlashAttention's .so, a DeepseekV3
+# with MLA on: the engine dies at the first prefill calling a kernel that library would register.
+MISSING_KERNEL_LOG = """(EngineCore pid=1471) ERROR 12-01 07:59:14 [core.py:1233]   File "/s/vllm/vllm_flash_attn/flash_attn_interface.py", line 315, in flash_attn_varlen_func
+(EngineCore pid=1471) ERROR 12-01 07:59:14 [core.py:1233]     out, softmax_lse = torch.ops._vllm_fa2_C.varlen_fwd(
+(EngineCore pid=1471) ERROR 12-01 07:59:14 [core.py:1233]   File "/opt/torch/.venv/lib/python3.12/site-packages/torch/_ops.py", line 1379, in __getattr__
+(EngineCore pid=1471) ERROR 12-01 07:59:14 [core.py:1233]     raise AttributeError(
+(EngineCore pid=1471) ERROR 12-01 07:59:14 [core.py:1233] AttributeError: '_OpNamespace' '_vllm_fa2_C' object has no attribute 'varlen_fwd'
+"""
+
+
+def test_a_compiled_kernel_the_build_lacks_is_the_install_not_the_contract():
+    fault = environment_fault(failure_line(MISSING_KERNEL_LOG), alive=False, exc=OSError("connection refused"))
+    assert fault and "torch.ops._vllm_fa2_C.varlen_fwd" in fault and "install fault" in fault
+    other = MISSING_KERNEL_LOG.replace("'_OpNamespace' '_vllm_fa2_C' object has no attribute 'varlen_fwd'",
+                                       "'Qwen3NextModel' object has no attribute 'aux_hidden_state_layers'")
+    assert environment_fault(failure_line(other), alive=False, exc=OSError("connection refused")) is None
