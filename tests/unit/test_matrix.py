@@ -101,8 +101,8 @@ def test_a_cell_may_name_its_server_variants_and_the_probes_are_told(tmp_path):
     on_gpu = cells_for(MatrixRequest(matrix=path, backend="gpu"))
     assert on_gpu[0].variants == ("deepseek_v3",)
     default = {c.id: c.variants for c in load_matrix(DEFAULT_MATRIX)}
-    assert "hybrid" not in default["vllm-0.22.1__speculators-0.8.1__cpu"]
-    assert default["vllm-0.32.0__speculators-0.9.0__cpu"] == ("deepseek_v3", "llama-runner_v2")
+    assert default["vllm-0.22.1__speculators-0.8.1__cpu"] is None  # the default server cells serve every variant
+    assert default["vllm-0.32.0__speculators-0.9.0__cpu"] is None
 
 
 def test_duplicate_cell_names_both_lines(tmp_path):

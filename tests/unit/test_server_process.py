@@ -157,3 +157,22 @@ def test_a_compiled_kernel_the_build_lacks_is_the_install_not_the_contract():
     other = MISSING_KERNEL_LOG.replace("'_OpNamespace' '_vllm_fa2_C' object has no attribute 'varlen_fwd'",
                                        "'Qwen3NextModel' object has no attribute 'aux_hidden_state_layers'")
     assert environment_fault(failure_line(other), alive=False, exc=OSError("connection refused")) is None
+
+
+# Seen on the H200 (2026-12-01): the payload lacked compressed-tensors; vLLM inspects the model in a
+# subprocess, logs that subprocess's traceback, and fails with a pydantic error naming the inspection.
+INSPECTION_LOG = """(APIServer pid=2409) ERROR 12-01 08:10:55 [registry.py:975] Error in inspecting model architecture 'Qwen3NextForCausalLM'
+(APIServer pid=2409) ERROR 12-01 08:10:55 [registry.py:975]     from compressed_tensors.quantization import (
+(APIServer pid=2409) ERROR 12-01 08:10:55 [registry.py:975] ModuleNotFoundError: No module named 'compressed_tensors'
+(APIServer pid=2409) pydantic_core._pydantic_core.ValidationError: 1 validation error for ModelConfig
+(APIServer pid=2409)   Value error, Model architectures ['Qwen3NextForCausalLM'] failed to be inspected. Please check the logs for more details. [type=value_error, input_value=ArgsKwargs((), {'model': ...nderer_num_workers': 1}), input_type=ArgsKwargs]
+"""
+
+
+def test_a_model_inspection_that_failed_for_a_missing_dependency_is_the_environment():
+    exc = ServerFailed("vllm serve exited 1 before it was ready", "")
+    fault = environment_fault(failure_line(INSPECTION_LOG), alive=False, exc=exc, log_text=INSPECTION_LOG)
+    assert fault and "'compressed_tensors'" in fault and "install fault" in fault
+    moved = INSPECTION_LOG.replace("No module named 'compressed_tensors'", "No module named 'vllm.model_executor.layers.mamba'")
+    assert environment_fault(failure_line(moved), alive=False, exc=exc, log_text=moved) is None
+    assert environment_fault(failure_line(INSPECTION_LOG), alive=False, exc=exc) is None  # the log was not given

@@ -237,3 +237,12 @@ def test_the_hybrid_on_cpu_is_served_in_bfloat16_without_prefix_caching(monkeypa
     assert [s["id"] for s in cpu.env_shims] == ["cpu_gdn_bfloat16", "cpu_hybrid_no_prefix_caching"]
     assert gpu.env_shims == [] and "--no-enable-prefix-caching" not in gpu.serve_flags
     assert "linear_attention" in cpu.notes["layer_types"] and "full_attention" in cpu.notes["layer_types"]
+
+
+def test_vllm_refusing_model_runner_v2_for_the_extraction_makes_the_probe_not_applicable():
+    # official vLLM 0.24.0 on an H200, VLLM_USE_V2_MODEL_RUNNER=1 (reports/gpu-h200/server-variants)
+    gpu = ("vllm serve exited 1 before it was ready: Value error, Model Runner V2 does not yet support: speculative "
+           "method 'extract_hidden_states' [type=value_error, input_value=ArgsKwargs((), {'model_co...")
+    assert server_models.refuses_v2(gpu)
+    assert server_models.refuses_v2("Value error, Model Runner V2 requires Triton. [type=value_error")
+    assert not server_models.refuses_v2("RuntimeError: The expanded size of the tensor (4) must match the existing size (3)")
