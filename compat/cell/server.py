@@ -59,7 +59,24 @@ def failure_line(log_text: str) -> str | None:
 _MISSING_MODULE = re.compile(r"ModuleNotFoundError: No module named '([\w.]+)'")
 CONTRACT_PACKAGES = ("vllm", "speculators", "hs_connectors")  # a name missing from these is a contract change
 _INSPECTION_FAILED = re.compile(r"Model architectures \[[^\]]*\] failed to be inspected")
+_INSPECTION_TRACE = "Error in inspecting model architecture"  # vLLM logs the subprocess's traceback after it
 _MISSING_KERNEL = re.compile(r"'_OpNamespace' '(\w+)' object has no attribute '(\w+)'")  # torch.ops.<lib>.<op>
+_FRAME_FILE = re.compile(r'File "([^"]+)"')
+
+
+def _inspection_missing_module(log_text: str) -> re.Match | None:
+    """The last missing module in the traceback of vLLM's last failed model inspection."""
+    start = log_text.rfind(_INSPECTION_TRACE)
+    found = list(_MISSING_MODULE.finditer(log_text[start:])) if start >= 0 else []
+    return found[-1] if found else None
+
+
+def _called_from_vllm(log_text: str) -> bool:
+    """Whether the frame that called into torch's op lookup, before the last missing-kernel error,
+    is vLLM's own code (not speculators' or hs-connectors')."""
+    end = log_text.rfind("'_OpNamespace'")
+    files = [f for f in _FRAME_FILE.findall(log_text[:end]) if not f.endswith("torch/_ops.py")]
+    return bool(files) and "/vllm/" in files[-1]
 
 
 def environment_fault(cause: str | None, alive: bool, exc: Exception, log_text: str = "") -> str | None:
@@ -68,15 +85,16 @@ def environment_fault(cause: str | None, alive: bool, exc: Exception, log_text: 
     and hs-connectors (an install fault, e.g. a dependency the CPU build's metadata omits), also
     where vLLM's model-inspection subprocess hit it and the server reports only the failed
     inspection; a server still alive that logged no error yet was not ready in time (a slow or
-    overloaded machine); or a compiled kernel the vLLM build lacks (its extension library absent)."""
+    overloaded machine); or a compiled kernel vLLM's own code calls and the build lacks (its
+    extension library absent)."""
     missing = _MISSING_MODULE.search(cause or "")
     if not missing and _INSPECTION_FAILED.search(cause or ""):
-        missing = _MISSING_MODULE.search(log_text)
+        missing = _inspection_missing_module(log_text)
     if missing and missing.group(1).split(".")[0] not in CONTRACT_PACKAGES:
         return (f"the environment lacks the module {missing.group(1)!r} (not part of vLLM, speculators or "
                 f"hs-connectors: an install fault, not the contract): {cause}")
     kernel = _MISSING_KERNEL.search(cause or "")
-    if kernel:
+    if kernel and _called_from_vllm(log_text):
         return (f"this vLLM build lacks the compiled kernel torch.ops.{kernel.group(1)}.{kernel.group(2)} (its "
                 f"extension library is missing or was built without it: an install fault, not the contract): {cause}")
     if alive and cause is None and "not ready within" in str(exc):

@@ -626,7 +626,9 @@ _ENTRIES: list[Breakage] = [
         probe=REFERENCE_PROBE,
         symptom=Symptom(
             exception=("ContractViolation",),
-            message=r"(shape|hidden_states) \[\d+, .*expected \[\d+|incomplete or missing files \['",
+            # rows short, width and layer count right; the files listed incomplete with no lock left behind
+            message=r"shape \[\d+, (\d+)\], expected \[\d+, \1\]|hidden_states \[\d+, (\d+), \d+\], expected "
+                    r"\[\d+, \2, |lock files left \[\], incomplete or missing files \['",
             where=WHERE_ANY,
             cases=r"(^|/)(repeated|shared_prefix)(-|$)",  # layer_ids_by_model: "llama/repeated"
             description="a prompt whose first 128-token block is prefix-cached comes back with len-128 rows "

@@ -54,7 +54,7 @@ class CellEnv:
     python: Path
     seconds: float
     reused: bool
-    owned: bool = True  # a venv this harness built (False: an interpreter the user gave)
+    owned: bool = False  # True only for a venv this harness built (ensure_env)
     info: dict = field(default_factory=dict)
     shims: list = field(default_factory=list)
 
@@ -82,7 +82,7 @@ def ensure_env(cell: Cell, recipe: Recipe, log_path: Path, reinstall: bool = Fal
         with log_path.open("w") as log:
             _build(path, recipe, log)
         stamp.write_text(digest + "\n")
-    env = CellEnv(path=path, python=python, seconds=0.0, reused=reused)
+    env = CellEnv(path=path, python=python, seconds=0.0, reused=reused, owned=True)
     env.shims = ensure_cpu_platform_alias(env) if cell.backend == "cpu" else []
     env.info = describe_env(env)
     env.seconds = round(time.monotonic() - started, 2)
@@ -183,7 +183,7 @@ def existing_env(python: Path, backend: str) -> CellEnv:
     started = time.monotonic()
     prefix = subprocess.run([str(python), "-c", "import sys; print(sys.prefix)"],
                             capture_output=True, text=True, check=True).stdout.strip()
-    env = CellEnv(path=Path(prefix), python=python, seconds=0.0, reused=True, owned=False)
+    env = CellEnv(path=Path(prefix), python=python, seconds=0.0, reused=True)
     env.shims = ensure_cpu_platform_alias(env) if backend == "cpu" else []
     env.info = describe_env(env)
     env.seconds = round(time.monotonic() - started, 2)

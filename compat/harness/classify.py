@@ -139,7 +139,7 @@ def classify_probe(
         return _classify_ok(probe, pid, case, applicable, advisory, vllm, speculators, backend)
 
     error, data = _failure(probe)
-    case = failing_case(case, error)
+    own_case, case = case, failing_case(case, error)
     detail = probe.get("detail") if isinstance(probe.get("detail"), dict) else {}
     named = detail.get("breakage")
     if named and isinstance(detail.get("api_only"), dict):
@@ -153,8 +153,8 @@ def classify_probe(
         else:
             cls = ProbeClass("new", None, _new_note(pid, case, error, data, rejected, registry, vllm, speculators, backend))
     return ProbeClass(cls.kind, cls.breakage, cls.note, advisory,
-                      behind=_behind(probe, pid, case, applicable, registry, vllm, speculators, backend),
-                      adapter_regression=_adapter_regression(probe, cls, _with_compat_known(probe, pid, case, applicable)))
+                      behind=_behind(probe, pid, own_case, applicable, registry, vllm, speculators, backend),
+                      adapter_regression=_adapter_regression(probe, cls, _with_compat_known(probe, pid, own_case, applicable)))
 
 
 def _classify_ok(probe, pid, case, applicable, advisory, vllm, speculators, backend) -> ProbeClass:

@@ -250,7 +250,7 @@ def existing_env(python: Path, backend: str):
     from compat.harness.cell_envs import CellEnv, describe_env
     from compat.harness.matrix import Cell
 
-    env = CellEnv(path=Path(python).parent.parent, python=Path(python), seconds=0.0, reused=True, owned=False)
+    env = CellEnv(path=Path(python).parent.parent, python=Path(python), seconds=0.0, reused=True)
     env.info = describe_env(env)
     vllm_dist, speculators = env.info.get("vllm_dist"), env.info.get("speculators")
     if env.info.get("error") or not vllm_dist or not speculators:

@@ -449,3 +449,17 @@ def test_short_rows_through_the_0_7_client_are_known_only_in_the_cases_and_relea
     assert classify_probe(files, "0.22.1", "0.7.0.2").kind == "new"  # the batch case has no prefix-cached block
     assert classify_probe(probe("hidden_states_match_reference", "ok", case="batch"), "0.22.1", "0.7.0.2").kind \
         == "as-expected-ok"
+
+
+def test_the_0_7_client_entry_does_not_explain_a_lock_left_behind_nor_a_wrong_width_or_layer_count():
+    def kind(pid, message, case=None):
+        return classify_probe(probe(pid, "broken", "ContractViolation", message, case=case), "0.22.1", "0.7.0.2").kind
+    assert kind("write_completion", "after the client finished: lock files left [], incomplete or missing files "
+                                    "['repeated/hs_2.safetensors']") == "known"
+    assert kind("write_completion", "after the client finished: lock files left ['repeated/hs_2.safetensors.lock'], "
+                                    "incomplete or missing files ['repeated/hs_2.safetensors']") == "new"
+    assert kind("payload_schema", "repeated/hs_2.safetensors: hidden_states [72, 4, 256], expected [200, 4, hidden]") == "known"
+    assert kind("payload_schema", "repeated/hs_2.safetensors: hidden_states [200, 3, 256], expected [200, 4, hidden]") == "new"
+    reference = "hidden states differ from the transformers reference (repeated): sequence 2 layer 0: shape {}, expected [200, 256]"
+    assert kind("hidden_states_match_reference", reference.format("[72, 256]"), "repeated") == "known"
+    assert kind("hidden_states_match_reference", reference.format("[200, 128]"), "repeated") == "new"

@@ -86,6 +86,33 @@ def test_probes_write_bytecode_in_the_harness_venv_but_not_in_an_interpreter_the
 
 
 def test_only_venvs_the_harness_builds_count_as_its_own(tmp_path):
-    from compat.harness.cell_envs import CellEnv, existing_env
-    assert CellEnv(path=tmp_path, python=tmp_path / "python", seconds=0.0, reused=True).owned
-    assert not existing_env(Path(sys.executable), "gpu").owned
+    import inspect
+
+    from compat.harness import cell_envs
+    assert not cell_envs.CellEnv(path=tmp_path, python=tmp_path / "python", seconds=0.0, reused=True).owned
+    assert not cell_envs.existing_env(Path(sys.executable), "gpu").owned
+    assert "owned=True" in inspect.getsource(cell_envs.ensure_env)  # the one place that builds a venv
+
+
+def test_run_probes_lifts_the_bytecode_ban_only_for_a_venv_the_harness_built(monkeypatch, tmp_path):
+    from compat.harness import cell_run
+    from compat.harness.cell_envs import CellEnv
+
+    class Started(Exception):
+        pass
+
+    seen = []
+
+    def popen(command, **kwargs):
+        seen.append(kwargs["env"])
+        raise Started
+
+    monkeypatch.setenv("PYTHONDONTWRITEBYTECODE", "1")
+    monkeypatch.setattr(cell_run.subprocess, "Popen", popen)
+    cell = Cell("0.16.0", "0.3.0", "cpu")
+    for owned in (True, False):
+        env = CellEnv(path=tmp_path, python=tmp_path / "python", seconds=0.0, reused=True, owned=owned)
+        with pytest.raises(Started):
+            cell_run.run_probes(cell, env, tmp_path, model_dir=tmp_path, probe_timeout=1, cell_timeout=1,
+                                suites=("tests/probes",), echo=print)
+    assert "PYTHONDONTWRITEBYTECODE" not in seen[0] and seen[1]["PYTHONDONTWRITEBYTECODE"] == "1"

@@ -152,11 +152,15 @@ MISSING_KERNEL_LOG = """(EngineCore pid=1471) ERROR 12-01 07:59:14 [core.py:1233
 
 
 def test_a_compiled_kernel_the_build_lacks_is_the_install_not_the_contract():
-    fault = environment_fault(failure_line(MISSING_KERNEL_LOG), alive=False, exc=OSError("connection refused"))
+    refused = OSError("connection refused")
+    fault = environment_fault(failure_line(MISSING_KERNEL_LOG), alive=False, exc=refused, log_text=MISSING_KERNEL_LOG)
     assert fault and "torch.ops._vllm_fa2_C.varlen_fwd" in fault and "install fault" in fault
     other = MISSING_KERNEL_LOG.replace("'_OpNamespace' '_vllm_fa2_C' object has no attribute 'varlen_fwd'",
                                        "'Qwen3NextModel' object has no attribute 'aux_hidden_state_layers'")
-    assert environment_fault(failure_line(other), alive=False, exc=OSError("connection refused")) is None
+    assert environment_fault(failure_line(other), alive=False, exc=refused, log_text=other) is None
+    # hs-connectors calling an op this vLLM no longer registers is the contract, not the install
+    theirs = MISSING_KERNEL_LOG.replace("/s/vllm/vllm_flash_attn/flash_attn_interface.py", "/s/hs_connectors/file.py")
+    assert environment_fault(failure_line(theirs), alive=False, exc=refused, log_text=theirs) is None
 
 
 # Seen on the H200 (2026-12-01): the payload lacked compressed-tensors; vLLM inspects the model in a
@@ -176,3 +180,7 @@ def test_a_model_inspection_that_failed_for_a_missing_dependency_is_the_environm
     moved = INSPECTION_LOG.replace("No module named 'compressed_tensors'", "No module named 'vllm.model_executor.layers.mamba'")
     assert environment_fault(failure_line(moved), alive=False, exc=exc, log_text=moved) is None
     assert environment_fault(failure_line(INSPECTION_LOG), alive=False, exc=exc) is None  # the log was not given
+    # a missing optional module logged before the inspection's own traceback is not its cause
+    elsewhere = ("(APIServer pid=2409) WARNING ModuleNotFoundError: No module named 'flashinfer'\n"
+                 + INSPECTION_LOG.replace("No module named 'compressed_tensors'", "No module named 'vllm.model_executor.layers.mamba'"))
+    assert environment_fault(failure_line(elsewhere), alive=False, exc=exc, log_text=elsewhere) is None
