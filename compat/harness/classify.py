@@ -241,15 +241,16 @@ def _adapter_regression(probe: dict[str, Any], cls: ProbeClass | None, behind_re
 def classify_cell(cell: dict[str, Any], registry: tuple[Breakage, ...] = REGISTRY) -> list[tuple[dict[str, Any], ProbeClass]]:
     """Every probe of a cell record with its class."""
     vllm, speculators = str(cell.get("vllm")), str(cell.get("speculators"))
-    backend = str(cell.get("backend") or "cpu")
+    backend = str(cell.get("backend"))  # no default: a record without one matches no entry
     return [(probe, classify_probe(probe, vllm, speculators, registry, backend)) for probe in cell.get("probes") or []]
 
 
-def annotate(cell: dict[str, Any], registry: tuple[Breakage, ...] = REGISTRY) -> dict[str, Any]:
+def annotate(cell: dict[str, Any], registry: tuple[Breakage, ...] = REGISTRY,
+             classes: Iterable[tuple[dict[str, Any], ProbeClass]] | None = None) -> dict[str, Any]:
     """A copy of the cell whose probes carry a "classification" key (ProbeClass.as_dict())."""
     out = dict(cell)
     out["probes"] = []
-    for probe, cls in classify_cell(cell, registry):
+    for probe, cls in (classify_cell(cell, registry) if classes is None else classes):
         p = dict(probe)
         p["classification"] = cls.as_dict()
         out["probes"].append(p)
@@ -259,11 +260,16 @@ def annotate(cell: dict[str, Any], registry: tuple[Breakage, ...] = REGISTRY) ->
 def counts(cells: Iterable[dict[str, Any]], registry: tuple[Breakage, ...] = REGISTRY) -> dict[str, int]:
     """How many probes of each class, over deciding probes only ("advisory" counted apart);
     NEW findings behind an exception count as `new`, adapter regressions apart."""
+    return tally(classify_cell(cell, registry) for cell in cells)
+
+
+def tally(classes_per_cell: Iterable[Iterable[tuple[dict[str, Any], ProbeClass]]]) -> dict[str, int]:
+    """`counts` over probes already classified, one iterable of (probe, class) per cell."""
     out = {k: 0 for k in KINDS}
     out["advisory-new"] = 0
     out["adapter-regression"] = 0
-    for cell in cells:
-        for _probe, cls in classify_cell(cell, registry):
+    for classes in classes_per_cell:
+        for _probe, cls in classes:
             if cls.advisory:
                 if cls.kind == "new":
                     out["advisory-new"] += 1

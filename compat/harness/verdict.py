@@ -34,6 +34,8 @@ from typing import Any, Iterable
 
 from compat.harness.breakages import REFERENCE_PROBE, REGISTRY, Breakage
 from compat.harness.classify import ProbeClass, classify_cell
+from compat.harness.evidence import recheck
+from compat.shared.records import migrate
 
 PASS, FINDING, UNTESTED = 0, 1, 2
 GATE_WORDS = {PASS: "pass", FINDING: "fail: NEW or regression", UNTESTED: "fail: untested"}
@@ -42,9 +44,13 @@ UNTESTED_VERDICTS = frozenset({"error", "install-error", "unsupported-on-cpu", "
 
 @dataclass(frozen=True)
 class Decision:
+    """One cell decided: the verdict, the gate, why; the record as its evidence reads
+    (compat.harness.evidence.recheck) and each of its probes' classes, worked out once."""
     verdict: str
     gate: int
     reasons: tuple[str, ...] = field(default=())
+    checked: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
+    classes: tuple[tuple[dict, ProbeClass], ...] = field(default=(), compare=False, repr=False)
 
 
 def _label(probe: dict[str, Any]) -> str:
@@ -125,16 +131,31 @@ def cell_gate(verdict: str, classes: list[tuple[dict, ProbeClass]]) -> tuple[int
 
 
 def decide(cell: dict[str, Any], registry: tuple[Breakage, ...] = REGISTRY) -> Decision:
-    """The verdict and the gate of one cell record."""
-    classes = classify_cell(cell, registry)
-    verdict, reasons = cell_verdict(cell, classes)
+    """The verdict and the gate of one cell record, from what its evidence supports. Problems of the
+    record as a whole (manifest, installed versions, no backend) leave it `error`; a run-level
+    failure (`error` beside probes: a crash or timeout) gates at least untested."""
+    checked, problems = recheck(migrate(cell))
+    if checked.get("backend") not in ("cpu", "gpu"):
+        problems.append(f"backend {checked.get('backend')!r}: expected cpu or gpu (no registry entry can apply)")
+    classes = classify_cell(checked, registry)
+    verdict, reasons = cell_verdict(checked, classes)
     gate, gate_reasons = cell_gate(verdict, classes)
-    return Decision(verdict, gate, tuple(reasons + gate_reasons))
+    if problems and verdict not in ("install-error", "untested-at-runtime"):
+        verdict, reasons = "error", problems + reasons
+    if gate == PASS and (problems or (checked.get("probes") and checked.get("error"))):
+        gate = UNTESTED
+        gate_reasons = [f"the probe run failed: {str(checked['error']).splitlines()[0]}"] if not problems else []
+    return Decision(verdict, gate, tuple(reasons + gate_reasons), checked, tuple(classes))
 
 
 def matrix_gate(cells: Iterable[dict[str, Any]], registry: tuple[Breakage, ...] = REGISTRY) -> int:
     """The exit status for a set of cells: the worst cell's gate; no cell at all tested nothing."""
-    gates = [decide(cell, registry).gate for cell in cells]
+    return worst_gate(decide(cell, registry).gate for cell in cells)
+
+
+def worst_gate(gates: Iterable[int]) -> int:
+    """A NEW finding beats untested beats pass; no gate at all tested nothing."""
+    gates = list(gates)
     if not gates:
         return UNTESTED
     return FINDING if FINDING in gates else max(gates)

@@ -1,17 +1,8 @@
 """Result records: the words a verdict may use, atomic JSON I/O (the verdict rule is compat.harness.verdict).
 
-Shape of one cell record (the contract of ../shared/DESIGN.md plus extra keys):
-
-    {"id": "vllm-0.16.0__speculators-0.3.0__cpu",
-     "vllm": "0.16.0", "speculators": "0.3.0", "backend": "cpu",
-     "profile": "generator-0.3", "verdict": "incompatible",
-     "env": {"python", "torch", "transformers", "vllm_dist", "speculators"},
-     "seconds": {"install": float, "probes": float},
-     "env_shims": [{"id", "why"}],
-     "install_log_tail": str | None, "error": str | None,
-     "probes": [{"id", "case", "status", "with_compat", "advisory",
-                 "error": {"type", "message", "where"} | None,
-                 "reason": str | None, "seconds": float, "detail": {}}]}
+A cell record's shape is the typed classes of compat.shared.records (CellRecord, ProbeRecord,
+Figures, Manifest), committed as JSON Schema in docs/record.schema.json; `load_cell` validates
+every file against them.
 
 The merged report is {"harness_version", "generated_at", "machine", "cells": [...], "kimi": {...}}.
 """
@@ -24,16 +15,11 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-PROBE_STATUSES = ("ok", "broken", "error", "skipped", "n/a", "unsupported-on-cpu")
-CELL_VERDICTS = (
-    "compatible",
-    "compatible-with-compat",
-    "incompatible",
-    "unsupported-on-cpu",
-    "install-error",
-    "error",
-    "untested-at-runtime",  # no runtime cell could run (no build of that release here): the static layer alone
-)
+from compat.shared.records import ProbeStatus, RecordError, Verdict, validate_cell
+
+PROBE_STATUSES = tuple(s.value for s in ProbeStatus)
+# untested-at-runtime: no runtime cell could run (no build of that release here): the static layer alone
+CELL_VERDICTS = tuple(v.value for v in Verdict)
 ADVISORY_PROBES = frozenset({"worker_logging"})
 # The skip reason of a probe the cell chose not to run (a server-era variant its matrix entry left
 # out): `skipped` and advisory, it decides nothing.
@@ -71,9 +57,14 @@ def read_json(path: Path, what: str) -> Any:
     """Read a JSON file, naming the file and what was expected when it cannot be read."""
     path = Path(path)
     try:
-        text = path.read_text()
+        data = path.read_bytes()
     except OSError as exc:
         raise ResultFileError(f"cannot read {what} {path}: {exc.strerror or exc}") from exc
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ResultFileError(f"{what} {path} is not UTF-8 (byte 0x{data[exc.start]:02x} at offset {exc.start}); "
+                              f"expected a UTF-8 JSON file") from exc
     try:
         return json.loads(text)
     except json.JSONDecodeError as exc:
@@ -83,24 +74,12 @@ def read_json(path: Path, what: str) -> Any:
 
 
 def load_cell(path: Path) -> dict[str, Any]:
-    """One cell record from results/<cell>.json, checked for the keys the report needs."""
-    cell = read_json(path, "cell result")
-    if not isinstance(cell, dict):
-        raise ResultFileError(f"cell result {path} holds a {type(cell).__name__}, expected an object")
-    missing = [k for k in ("vllm", "speculators", "verdict", "probes") if k not in cell]
-    if missing:
-        raise ResultFileError(f"cell result {path} lacks key(s) {', '.join(missing)}")
-    if cell["verdict"] not in CELL_VERDICTS:
-        raise ResultFileError(
-            f"cell result {path} has verdict {cell['verdict']!r}; expected one of {', '.join(CELL_VERDICTS)}"
-        )
-    for probe in cell["probes"]:
-        if probe.get("status") not in PROBE_STATUSES:
-            raise ResultFileError(
-                f"cell result {path}: probe {probe.get('id')!r} has status {probe.get('status')!r}; "
-                f"expected one of {', '.join(PROBE_STATUSES)}"
-            )
-    return cell
+    """One cell record from results/<cell>.json, validated against compat.shared.records.CellRecord
+    (schema 1 migrated); a record that fails names the file and the field."""
+    try:
+        return validate_cell(read_json(path, "cell result"), source=f" ({path})")
+    except RecordError as exc:
+        raise ResultFileError(f"cell result {path}: {exc} (schema: docs/record.schema.json)") from exc
 
 
 def load_report(path: Path) -> dict[str, Any]:

