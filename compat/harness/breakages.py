@@ -88,8 +88,11 @@ class Symptom:
         if self.silent:
             if error and etype and short not in self.exception:
                 return f"raised {short}, not a silent data fault ({'/'.join(self.exception)})"
-            if not set(self.data) & set(data):
-                return f"data symptoms {sorted(data) or 'none'}, expected one of {list(self.data)}"
+            if not data:
+                return f"data symptoms none, expected one of {list(self.data)}"
+            unexplained = sorted(set(data) - set(self.data))
+            if unexplained:
+                return f"data symptoms {sorted(data)}: {unexplained} not among {list(self.data)}"
             return None
         if not error or not etype:
             return f"no exception recorded, expected {'/'.join(self.exception)}"

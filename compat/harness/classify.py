@@ -37,6 +37,15 @@ _CASE_PREFIX = re.compile(r"^\[(\w+)\] ")
 _CASE_FILE = re.compile(r"(?:^|')(\w+)/hs_\d+\.safetensors\b")  # files of a server run: <case>/hs_<i>
 
 
+_NAMED_CASE = re.compile(r"\[([a-z][a-z0-9_]*)\]|(?:^|[\s'\"(/])([a-z][a-z0-9_]*)/hs_\d+\.safetensors\b")
+
+
+def named_cases(error: dict | None) -> list[str]:
+    """Every server case a failure's message names (`[repeated] ...`, `batch/hs_0.safetensors`), in order."""
+    message = str((error or {}).get("message") or "")
+    return list(dict.fromkeys(a or b for a, b in _NAMED_CASE.findall(message)))
+
+
 def failing_case(case: str | None, error: dict | None) -> str | None:
     """The case a case-scoped entry is checked against: the probe's case; for a probe over a whole
     server run the case its message names (`[repeated] ...`, or the first case file it names:
@@ -148,13 +157,26 @@ def classify_probe(
         cls = _classify_named(named, pid, case, error, data, registry, applicable, vllm, speculators, backend)
     else:
         entry, rejected = explain_failure(pid, case, error, data, _candidates(pid, applicable))
-        if entry is not None:
+        others = _uncovered_cases(entry, case, error)
+        if entry is not None and others:
+            cls = ProbeClass("new", None, f"looks like {entry.id} in case {case}, but the message also names "
+                                          f"case(s) {', '.join(others)}, which {entry.id} does not cover")
+        elif entry is not None:
             cls = ProbeClass("known", entry)
         else:
             cls = ProbeClass("new", None, _new_note(pid, case, error, data, rejected, registry, vllm, speculators, backend))
     return ProbeClass(cls.kind, cls.breakage, cls.note, advisory,
                       behind=_behind(probe, pid, own_case, applicable, registry, vllm, speculators, backend),
                       adapter_regression=_adapter_regression(probe, cls, _with_compat_known(probe, pid, own_case, applicable)))
+
+
+def _uncovered_cases(entry: Breakage | None, case: str | None, error: dict | None) -> list[str]:
+    """Cases the failure's message names beyond the one it was matched in, that the entry does not expect."""
+    if entry is None or entry.symptom.cases is None:
+        return []
+    first = (case or "").rsplit("/", 1)[-1]
+    return [c for c in named_cases(error) if c != first and not entry.symptom.expects_case(c)
+            and not entry.symptom.expects_case(f"{(case or '').split('/')[0]}/{c}")]
 
 
 def _classify_ok(probe, pid, case, applicable, advisory, vllm, speculators, backend) -> ProbeClass:

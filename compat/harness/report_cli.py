@@ -10,8 +10,10 @@ Every cell's verdict is derived again from its probe records (compat.harness.ver
 verdict disagrees, the report says so.
 
 Exit status: the gate of compat.harness.verdict (0 pass, 1 NEW breakage or adapter regression, 2 something
-could not be tested) unless --no-gate (then 0); 3 when an input could not be read (the reports are
-still written from the files that could be read), or when there is no result file at all.
+could not be tested; also two result files with one cell id: both are reported, the second renamed
+`<id>@<file>`) unless --no-gate (then 0); 3 when an input could not be read or fails the record
+schema (docs/record.schema.json; the message names the file and the field; the reports are still
+written from the files that could be read), or when there is no result file at all.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import sys
 from pathlib import Path
 
 from compat.harness.report import build_report, write_reports
+from compat.harness.verdict import UNTESTED, worst_gate
 from compat.shared.results import ResultFileError, load_cell, load_report, read_json
 
 
@@ -33,7 +36,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     problems: list[str] = []
+    untested: list[str] = []  # not unreadable, but the gate may not pass: duplicate cell ids
     cells = []
+    sources: dict[str, Path] = {}
     kimi = None
     files = sorted(p for p in args.results.glob("*.json") if not p.name.startswith(".")) if args.results.is_dir() else []
     if not args.results.is_dir():
@@ -43,7 +48,14 @@ def main(argv: list[str] | None = None) -> int:
             if path.name.startswith("kimi"):
                 kimi = read_json(path, "kimi result")
             else:
-                cells.append(load_cell(path))
+                cell = load_cell(path)
+                if cell["id"] in sources:
+                    renamed = f"{cell['id']}@{path.name}"
+                    untested.append(f"two result files hold cell {cell['id']}: {sources[cell['id']]} and {path}; "
+                                    f"both are reported, the second as {renamed}")
+                    cell = dict(cell, id=renamed, duplicate_of=str(sources[cell["id"]]))
+                sources.setdefault(cell["id"], path)
+                cells.append(cell)
         except ResultFileError as exc:
             problems.append(str(exc))
 
@@ -78,9 +90,13 @@ def main(argv: list[str] | None = None) -> int:
                   f"{cell['stored_verdict']}, its probes give {cell['verdict']}", file=sys.stderr)
     for problem in problems:
         print(f"error: {problem}", file=sys.stderr)
+    for problem in untested:
+        print(f"error: {problem}", file=sys.stderr)
     if problems:
         return 3
-    return 0 if args.no_gate else summary["exit_code"]
+    if args.no_gate:
+        return 0
+    return worst_gate([summary["exit_code"]] + [UNTESTED] * bool(untested))
 
 
 if __name__ == "__main__":

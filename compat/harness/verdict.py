@@ -78,7 +78,8 @@ def cell_verdict(cell: dict[str, Any], classes: list[tuple[dict, ProbeClass]]) -
             + [f"{_label(p)} {p['status']}, but broken with compat adapters" for p in adapter_broke])
 
     open_questions = [f"{_label(p)} {p['status']}: {_why(p)}" for p in probes if p["status"] in ("error", "skipped")]
-    open_questions += [f"{_label(p)} with compat adapters: {p['with_compat']}" for p in probes
+    open_questions += [f"{_label(p)} with compat adapters: {p['with_compat']}"
+                       + (f" ({_why(p)})" if p.get("stated") else "") for p in probes
                        if p["status"] in ("ok", "broken") and p.get("with_compat") not in (None, "ok", "broken")]
     if cell.get("error"):
         open_questions.append(f"the probe run failed: {str(cell['error']).splitlines()[0]}")
