@@ -34,6 +34,7 @@ from typing import Any, Iterable
 
 from compat.harness.breakages import REFERENCE_PROBE, REGISTRY, Breakage
 from compat.harness.classify import ProbeClass, classify_cell
+from compat.harness.causes import as_not_contract, cause_of
 from compat.harness.evidence import recheck
 from compat.shared.records import migrate
 
@@ -71,7 +72,8 @@ def cell_verdict(cell: dict[str, Any], classes: list[tuple[dict, ProbeClass]]) -
         return "error", ["no deciding probe applied or ran"]
 
     unrepaired = [p for p in probes if p["status"] == "broken" and p.get("with_compat") != "ok"]
-    adapter_broke = [p for p in probes if p["status"] != "broken" and p.get("with_compat") == "broken"]
+    adapter_broke = [p for p, cls in classes if not cls.advisory and p.get("status") != "broken"
+                     and p.get("with_compat") == "broken"]  # n/a included: the adapters broke something
     if unrepaired or adapter_broke:
         return "incompatible", (
             [f"{_label(p)} broken, with compat adapters {p.get('with_compat') or 'not run'}" for p in unrepaired]
@@ -139,6 +141,12 @@ def decide(cell: dict[str, Any], registry: tuple[Breakage, ...] = REGISTRY) -> D
     if checked.get("backend") not in ("cpu", "gpu"):
         problems.append(f"backend {checked.get('backend')!r}: expected cpu or gpu (no registry entry can apply)")
     classes = classify_cell(checked, registry)
+    not_contract = {id(p): rule for p, cls in classes if p.get("status") == "broken" and cls.kind == "new"
+                    for rule in [cause_of(p.get("error"))] if rule is not None}
+    if not_contract:  # the environment's or our fixture's failure, no registry entry claims it: error
+        checked = dict(checked, probes=[as_not_contract(p, not_contract[id(p)]) if id(p) in not_contract else p
+                                        for p in checked["probes"]])
+        classes = classify_cell(checked, registry)
     verdict, reasons = cell_verdict(checked, classes)
     gate, gate_reasons = cell_gate(verdict, classes)
     if problems and verdict not in ("install-error", "untested-at-runtime"):

@@ -303,3 +303,34 @@ def test_validate_names_nested_fields():
     assert "figures.rows[0].scale" in str(info.value)
     with pytest.raises(ResultFileError):
         raise ResultFileError(str(info.value))
+
+
+# --------------------------------------------------------------------------- causes
+
+
+@pytest.mark.parametrize("etype, message, cause", [
+    ("AssertionError", "FlashAttention version not detected", "environment"),
+    ("ValueError", "Model does not have supported MLA dimensions", "fixture"),
+    ("ModuleNotFoundError", "No module named 'flashinfer'", "environment"),
+    ("AttributeError", "'_OpNamespace' '_C' object has no attribute 'gather_cache'", "environment"),
+    ("torch.OutOfMemoryError", "CUDA out of memory. Tried to allocate 2.00 GiB", "environment"),
+])
+def test_an_environment_or_fixture_failure_reads_error_with_its_cause_not_broken(etype, message, cause):
+    cell = schema2(SERVER)
+    find(cell, "payload_schema").update(status="broken", with_compat="broken", error={
+        "type": etype, "message": message, "where": "vllm/v1/attention/backends/mla/common.py:410"})
+    d = decide(cell)
+    assert (d.verdict, d.gate) == ("error", UNTESTED), d.reasons
+    probe = next(p for p, _ in d.classes if p["id"] == "payload_schema")
+    assert probe["cause"] == cause and "what to do" in probe["reason"]
+
+
+def test_a_contract_failure_and_a_moved_vllm_module_stay_broken():
+    for error in ({"type": "ModuleNotFoundError", "message": "No module named 'vllm.v1.core.kv_cache_utils'",
+                   "where": None},
+                  {"type": "TypeError", "message": "Request.__init__() got an unexpected keyword argument 'x'",
+                   "where": "vllm/v1/request.py:58"}):
+        cell = schema2(SERVER)
+        find(cell, "payload_schema").update(status="broken", with_compat="broken", error=error)
+        d = decide(cell)
+        assert (d.verdict, d.gate) == ("incompatible", FINDING), d.reasons

@@ -5,6 +5,7 @@ import argparse
 import json
 
 import pytest
+from record_factory import complete
 
 from compat.harness import cell_run
 from compat.harness import runner
@@ -29,7 +30,7 @@ def finished(cell, verdict="compatible"):
          "error": None if status == "ok" else {"type": "TypeError", "message": "boom", "where": None},
          "reason": None, "seconds": 0.1, "detail": {}}
         for pid, case in (("request_signature", None), ("hidden_states_match_reference", "batch"))])
-    return record
+    return complete(record)
 
 
 def test_an_uninstallable_cell_is_recorded_and_the_matrix_goes_on(tmp_path, monkeypatch):
@@ -86,3 +87,55 @@ def test_cell_shims_gather_what_probes_report():
     ]
     shims = cell_run.merge_shims([{"id": "vllm_cpu_dist_alias", "why": "c"}], probes)
     assert [s["id"] for s in shims] == ["vllm_cpu_dist_alias", "cuda_mem_get_info", "cpu_hidden_states_connector"]
+
+
+def test_a_float32_and_a_bfloat16_run_of_one_pair_both_stay(tmp_path, monkeypatch):
+    """Issue 19: the bfloat16 run of a pair no longer overwrites its float32 result, logs or report row."""
+    f32, bf16 = Cell("0.24.0", "0.9.0", "gpu"), Cell("0.24.0", "0.9.0", "gpu", dtype="bfloat16")
+    monkeypatch.setattr(runner, "derive_recipe", lambda cell, index: RECIPE)
+    monkeypatch.setattr(cell_run, "run_cell", lambda cell, *a, **k: finished(cell))
+    runner.run_matrix([f32, bf16], index=None, options=options(tmp_path), model_dir=tmp_path)
+    results = tmp_path / "results"
+    assert sorted(p.name for p in results.glob("*.json")) == ["vllm-0.24.0__speculators-0.9.0__gpu.json",
+                                                              "vllm-0.24.0__speculators-0.9.0__gpu__bfloat16.json"]
+    assert (results / f32.id).is_dir() and (results / bf16.id).is_dir()
+    dtypes = {json.loads((results / f"{c.id}.json").read_text())["settings"]["dtype"] for c in (f32, bf16)}
+    assert dtypes == {"float32", "bfloat16"}
+    merged = json.loads((tmp_path / "reports" / "compat.json").read_text())
+    assert sorted(c["id"] for c in merged["cells"]) == [f32.id, bf16.id]
+
+
+def test_the_record_names_the_settings_and_the_probes_get_only_environment_variables(tmp_path, monkeypatch):
+    from compat.harness.cell_envs import CellEnv, InstallError
+
+    cell = Cell("0.32.0", "0.9.0", "cpu", variants=("hybrid",), dtype="bfloat16")
+    installed = []
+
+    def install_fails(env_cell, recipe, log_path, reinstall=False):
+        installed.append(env_cell)
+        raise InstallError("no", "tail")
+
+    monkeypatch.setattr(cell_run, "ensure_env", install_fails)
+    record = cell_run.run_cell(cell, RECIPE, tmp_path, model_dir=tmp_path, echo=lambda line: None)
+    assert record["verdict"] == "install-error"
+    assert record["settings"] == {"dtype": "bfloat16", "backend": "cpu", "variants": ["hybrid"]}
+    assert [c.id for c in installed] == ["vllm-0.32.0__speculators-0.9.0__cpu"]  # one venv for every run of the pair
+
+    given = {}
+    monkeypatch.setattr(cell_run, "existing_env", lambda python, backend: CellEnv(tmp_path, tmp_path / "python", 0.0, True))
+    monkeypatch.setattr(cell_run, "run_probes",
+                        lambda *a, settings, **k: given.update(settings) or {"probes": [], "error": None})
+    record = cell_run.run_cell(cell, None, tmp_path, model_dir=tmp_path, echo=lambda line: None, python=tmp_path / "python",
+                               settings={"COMPAT_DTYPE": "bfloat16"})
+    assert record["settings"]["dtype"] == "bfloat16" and record["settings"]["COMPAT_DTYPE"] == "bfloat16"
+    assert record["settings"]["COMPAT_SERVER_VARIANTS"] == "hybrid"
+    assert all(name.isupper() and isinstance(value, str) for name, value in given.items())
+    assert "dtype" not in given and given["COMPAT_DTYPE"] == "bfloat16"
+
+
+def test_an_existing_environment_run_in_bfloat16_is_named_so(tmp_path):
+    cell = Cell("0.24.0", "0.9.0", "gpu")  # what cell_from_env finds in a --python interpreter
+    assert runner.with_run_settings(cell, argparse.Namespace(dtype=None, model=None)).id == cell.id
+    named = runner.with_run_settings(cell, argparse.Namespace(dtype="bfloat16", model=tmp_path / "tiny-qwen"))
+    assert named.id == "vllm-0.24.0__speculators-0.9.0__gpu__bfloat16__model-tiny-qwen"
+    assert named.model == str(tmp_path / "tiny-qwen")

@@ -169,7 +169,7 @@ TRAPS: list[tuple[str, Callable, str, int]] = [
     (SERVER_022, unchanged, "compatible-with-compat", PASS),
     (SERVER, refused_by_the_cpu_build, "unsupported-on-cpu", UNTESTED),
     (SERVER, on_a_gpu_without_the_cpu_fault, "compatible", PASS),
-    (SERVER, cuda_oom_on_a_gpu_server, "incompatible", FINDING),
+    (SERVER, cuda_oom_on_a_gpu_server, "error", UNTESTED),  # the environment, not the contract (issue 19)
 ]
 
 

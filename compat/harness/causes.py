@@ -1,0 +1,75 @@
+"""Why a probe failed, when the failure is not the contract: the environment or our fixture.
+
+Only a contract failure (the vLLM/speculators API or the data it returns) may read `broken`.
+A failure no registry entry explains whose exception says the environment lacks something
+(a module outside vLLM/speculators, a compiled kernel, an attention backend, a driver, memory, a
+port) or that this build cannot serve our tiny model (head dims, architecture) reads `error` with
+its cause and what to do; a registry entry may still claim any of them as known (the registry is
+asked first). Each rule names the exception types and a message pattern, as registry entries do.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any, Optional
+
+OURS = r"(?:vllm|speculators|hs_connectors)"
+
+
+@dataclass(frozen=True)
+class CauseRule:
+    cause: str  # a compat.shared.records.Cause value
+    exceptions: tuple[str, ...]
+    message: str
+    todo: str
+
+    def fits(self, error: dict[str, Any]) -> bool:
+        etype = str(error.get("type") or "").rsplit(".", 1)[-1]
+        return (not self.exceptions or etype in self.exceptions) and bool(
+            re.search(self.message, str(error.get("message") or "")))
+
+
+RULES = (
+    CauseRule("environment", ("ModuleNotFoundError", "ImportError"), rf"No module named '(?!{OURS}\b)[\w.]+'",
+              "install the missing package in the cell (a compiled extension the build or payload left out)"),
+    CauseRule("environment", (), r"FlashAttention version not detected|flash_attn\w* (?:is )?not (?:installed|available)"
+              r"|FlashInfer (?:is )?not (?:installed|available)|requires flashinfer",
+              "install the attention kernels this build expects (FlashAttention / FlashInfer), or pick an "
+              "attention backend the environment has (--attention-backend)"),
+    CauseRule("environment", ("AttributeError", "RuntimeError", "NotImplementedError"),
+              r"_OpNamespace'? '\w+' object has no attribute|torch\.ops\.\w+\.\w+.* (?:not found|missing)"
+              r"|Could not run '\w+::\w+' with arguments",
+              "the vLLM build lacks a compiled kernel library: reinstall vLLM with its extensions"),
+    CauseRule("environment", (), r"CUDA out of memory|OutOfMemoryError|out of memory",
+              "free GPU memory or lower --gpu-memory-utilization"),
+    CauseRule("environment", (), r"Address already in use|address already in use",
+              "another process holds the port: stop it, or let the harness choose a free one"),
+    CauseRule("environment", (), r"No CUDA GPUs are available|CUDA driver version is insufficient|"
+              r"NVIDIA driver on your system is too old|no kernel image is available for execution",
+              "the GPU driver or device does not fit this torch build"),
+    CauseRule("environment", (), r"No valid attention backend|No attention backend (?:found|available)",
+              "no attention backend of this build runs here: install one, or choose one with --attention-backend"),
+    CauseRule("fixture", (), r"does not have supported MLA dimensions|Head ?size \d+ is not supported"
+              r"|head_size \d+ (?:is )?not supported|Unsupported head size",
+              "our tiny model's head dimensions are not ones this build's kernels serve: use the fixture "
+              "shaped for this backend (Kimi's head dims on GPUs)"),
+)
+
+
+def cause_of(error: Optional[dict[str, Any]]) -> Optional[CauseRule]:
+    """The rule a failure fits, if it is the environment's or the fixture's."""
+    if not isinstance(error, dict):
+        return None
+    return next((rule for rule in RULES if rule.fits(error)), None)
+
+
+def as_not_contract(probe: dict[str, Any], rule: CauseRule) -> dict[str, Any]:
+    """The probe record as `error` with its cause, what it stated kept."""
+    out = dict(probe)
+    first = str((probe.get("error") or {}).get("message") or "").strip().splitlines()[:1]
+    out.update(status="error", cause=rule.cause, stated={"status": probe.get("status"),
+                                                        "with_compat": probe.get("with_compat")},
+               with_compat="error" if probe.get("with_compat") == "broken" else probe.get("with_compat"),
+               reason=f"{rule.cause}, not the contract: {(first or [''])[0][:200]}; what to do: {rule.todo}")
+    return out
