@@ -8,6 +8,10 @@ Probes stay plain pytest tests marked `@pytest.mark.probe("<id>")`. Outcome mapp
   "not selected: ..." (the cell's matrix entry left it out) -> skipped and advisory, so it decides
   nothing; any other skip -> skipped
 The file is rewritten atomically after every probe, so a crash keeps what finished.
+
+A data check puts the figures its verdict can be recomputed from (compat.cell.reference.figures)
+in detail["figures"]; the record carries them at the top level, `figures`, and the adapted run's
+in the raw record's `with_compat_figures` (null where a probe recorded none).
 """
 
 from __future__ import annotations
@@ -73,6 +77,8 @@ def _record(item: pytest.Item) -> dict[str, Any]:
             "reason": None,
             "seconds": 0.0,
             "detail": {},
+            "figures": None,
+            "with_compat_figures": None,
         }
     return item.stash[RECORD_KEY]
 
@@ -128,6 +134,7 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):
     if record["status"] is None:
         record["status"] = "error"
         record["reason"] = "the probe produced no outcome"
+    _lift_figures(record)
     config = item.config
     records = config._compat_records  # type: ignore[attr-defined]
     kept = _merge_with_compat(records, record) if _is_with_compat(item) else _add_raw(records, record)
@@ -162,16 +169,30 @@ def _add_raw(records: list[dict[str, Any]], record: dict[str, Any]) -> dict[str,
     return None
 
 
+def _lift_figures(record: dict[str, Any]) -> dict[str, Any]:
+    """detail["figures"] (what a data check recorded) becomes the record's `figures`, stored once."""
+    detail = record.get("detail")
+    if isinstance(detail, dict) and "figures" in detail:
+        record["figures"] = detail.pop("figures")
+    else:
+        record.setdefault("figures", None)
+    record.setdefault("with_compat_figures", None)
+    return record
+
+
 def _merge_with_compat(records: list[dict[str, Any]], adapted: dict[str, Any]) -> dict[str, Any] | None:
-    """The adapted run of a probe fills `with_compat` of the raw run's record."""
+    """The adapted run of a probe fills `with_compat` of the raw run's record, and its figures
+    the raw record's `with_compat_figures`."""
+    _lift_figures(adapted)
     raw = _same_probe(records, adapted)
     if raw is not None and adapted["status"] == "n/a" and raw["status"] != "n/a":
         return None  # the other suite's adapted run of a probe that does not apply there
     if raw is None:
         raw = {**adapted, "status": "error", "reason": "the raw run of this probe did not report",
-               "error": None, "detail": {}}
+               "error": None, "detail": {}, "figures": None}
         records.append(raw)
     raw["with_compat"] = adapted["status"]
+    raw["with_compat_figures"] = adapted["figures"]
     raw["detail"]["with_compat"] = {k: adapted[k] for k in ("status", "error", "reason", "detail")}
     raw["seconds"] = round(raw["seconds"] + adapted["seconds"], 3)
     return raw

@@ -92,9 +92,11 @@ def compare(returned: Sequence[Sequence[Any]], reference: Sequence[Sequence[Any]
             expected_index: Sequence[int], tolerance: Tolerance | None = None) -> dict[str, Any]:
     """Compare returned[seq][layer] with reference[seq][expected_index[layer]].
 
-    Returns per layer and sequence: shape, max abs and relative error, and which reference index
-    the returned tensor matches best (the layer-index semantics actually observed). The
-    tolerance defaults to the cell dtype's.
+    Returns per layer and sequence: shape, max abs and relative error, the reference's largest
+    magnitude (`scale`, what the tolerance is relative to), and which reference index the
+    returned tensor matches best (the layer-index semantics actually observed). The tolerance
+    defaults to the cell dtype's. `figures` turns the rows into what the harness re-derives the
+    verdict from.
     """
     import torch
 
@@ -111,13 +113,13 @@ def compare(returned: Sequence[Sequence[Any]], reference: Sequence[Sequence[Any]
                    "shape": list(got.shape), "expected_shape": list(want.shape)}
             if tuple(got.shape) != tuple(want.shape):
                 problems.append(f"sequence {s} layer {position}: shape {list(got.shape)}, expected {list(want.shape)}")
-                row.update(max_abs_error=None, max_rel_error=None, matches_index=None)
+                row.update(max_abs_error=None, max_rel_error=None, scale=None, matches_index=None)
             else:
                 got32 = got.to(torch.float32)
                 scale = float(want.abs().max())
                 max_abs = float((got32 - want).abs().max()) if want.numel() else 0.0
                 row.update(max_abs_error=max_abs, max_rel_error=max_abs / scale if scale else max_abs,
-                           matches_index=best_index(got32, table, tolerance))
+                           scale=scale, matches_index=best_index(got32, table, tolerance))
                 if not tolerance.allows(max_abs, scale):
                     problems.append(f"sequence {s} layer {position}: max abs error {max_abs:.3g} "
                                     f"(reference index {index}, scale {scale:.3g})")
@@ -140,6 +142,47 @@ def compare(returned: Sequence[Sequence[Any]], reference: Sequence[Sequence[Any]
                                    if r["matches_index"] is not None}),
         "rows": rows,
     }
+
+
+TOLERANCE_RULE = "max_abs_error <= atol + rtol * scale"  # Tolerance.allows, in words
+
+
+def figures(result_or_rows: dict[str, Any] | Sequence[dict[str, Any]], tolerance: Tolerance | dict[str, float],
+            dtype: str, rows_expected: int, layers: Sequence[int] | None = None) -> dict[str, Any]:
+    """The figures a data check records (detail["figures"], lifted by the plugin to the record's
+    `figures`) so that the harness can recompute pass/fail itself: the dtype vLLM ran in, the
+    tolerance and its rule, how many rows the case should give (sequences sent x layers
+    requested), and one row per (sequence, layer) compared.
+
+    `result_or_rows`: a `compare` result or its rows (a row may carry a `case`, kept). `layers`:
+    the requested layers (layer ids) in the order they were returned; a row's `layer` is its
+    position in that list, so the figures name the layer itself (without `layers`, the
+    position). A row with a shape mismatch has max_abs_error and scale None. Pure: no torch.
+    """
+    rows = result_or_rows["rows"] if isinstance(result_or_rows, dict) else result_or_rows
+    if isinstance(tolerance, Tolerance):
+        atol, rtol = tolerance.atol, tolerance.rtol
+    else:
+        atol, rtol = tolerance["atol"], tolerance["rtol"]
+    out = []
+    for row in rows:
+        position = row["layer"]
+        figure = {"sequence": int(row["sequence"]),
+                  "layer": int(layers[position]) if layers is not None else int(position),
+                  "reference_index": int(row["expected_index"]),
+                  "max_abs_error": _number(row.get("max_abs_error")),
+                  "scale": _number(row.get("scale")),
+                  "matches_index": None if row.get("matches_index") is None else int(row["matches_index"])}
+        if row.get("case") is not None:
+            figure["case"] = row["case"]
+        out.append(figure)
+    return {"dtype": str(dtype), "tolerance": {"atol": float(atol), "rtol": float(rtol), "rule": TOLERANCE_RULE},
+            "rows_expected": int(rows_expected), "rows": out}
+
+
+def _number(value: Any) -> float | None:
+    """A plain float (JSON), unchanged in value: what Tolerance.allows was given."""
+    return None if value is None else float(value)
 
 
 def _same_sequence(got_layers, table, expected_index, tolerance: Tolerance) -> bool:

@@ -5,7 +5,8 @@ batch larger than the scheduler's token budget (several steps), and TP=2. Each c
 (the release as installed) and with compat adapters; when the raw generator stops at an
 exception, the case also runs with only the exception-fixing adapters, to show the silent
 faults behind it. float32 unless the runner's --dtype says bfloat16 (the reference stays
-float32); tolerance per dtype in compat.cell.reference.
+float32); tolerance per dtype in compat.cell.reference. Each run that compared records its
+`figures` (every sequence x captured layer row), from which the harness recomputes pass/fail.
 """
 
 import random
@@ -108,6 +109,12 @@ def _summary(result: dict) -> dict:
     return {k: result[k] for k in keep if k in result}
 
 
+def _figures(result: dict, case: str) -> dict:
+    """What the harness recomputes pass/fail from: every (sequence, captured layer) row of this run."""
+    return reference.figures(result, result["tolerance"], datagen.DTYPE, len(INPUTS[case]) * len(LAYER_IDS),
+                             layers=LAYER_IDS)
+
+
 def release_failed(exc: BaseException) -> bool:
     """Raised by the release's own call (tagged by speculators_call), not by the harness."""
     return hasattr(exc, CONTRACT_TAG)
@@ -125,6 +132,7 @@ def run_case(session: DatagenSession, mode: str, case: str, probe_detail: dict) 
             _look_behind_the_exception(session, case, probe_detail)
         raise
     probe_detail.update(_summary(result))
+    probe_detail["figures"] = _figures(result, case)
     if not result["ok"]:
         _attribute(result, case, probe_detail)
         with speculators_call():
@@ -144,7 +152,8 @@ def _look_behind_the_exception(session: DatagenSession, case: str, probe_detail:
         probe_detail["api_only"] = {"status": status, **applied,
                                     "error": f"{type(exc).__name__}: {exc}"[:500]}
         return
-    probe_detail["api_only"] = {"status": "ok" if result["ok"] else "broken", **_summary(result)}
+    probe_detail["api_only"] = {"status": "ok" if result["ok"] else "broken", **_summary(result),
+                                "figures": _figures(result, case)}  # that run's own, not the record's
     if not result["ok"]:  # named in api_only: the raw record's own error is the exception's
         _attribute(result, case, probe_detail["api_only"])
 

@@ -17,7 +17,7 @@ import pytest
 
 from compat.harness import breakages
 from compat.cell.observe import CONTRACT_TAG, ContractViolation, describe, speculators_call
-from compat.cell.reference import cell_dtype, compare, reference_states
+from compat.cell.reference import cell_dtype, compare, figures, reference_states
 
 from server_run import CASES, ModeRun, file_rows, vllm_backend, vllm_version
 
@@ -201,6 +201,7 @@ def match_reference(run: ModeRun, ids: list[int], model, case: str, probe_detail
     result = compare(got, reference_states(model, [p for p, _ in items]), expected_index=ids)
     probe_detail.update({k: result[k] for k in ("max_abs_error", "max_rel_error", "tolerance", "problems")},
                         layer_ids=ids, sequences=[len(p) for p, _ in items])
+    probe_detail["figures"] = figures(result, result["tolerance"], cell_dtype(), len(items) * len(ids), layers=ids)
     with speculators_call():
         if not result["ok"]:
             raise ContractViolation(f"hidden states differ from the transformers reference ({case}): "
@@ -208,7 +209,7 @@ def match_reference(run: ModeRun, ids: list[int], model, case: str, probe_detail
 
 
 # -- the probes, raw then with_compat ----------------------------------------------------------
-API_ONLY_KEPT = ("breakage", "problems", "incomplete", "max_abs_error")
+API_ONLY_KEPT = ("breakage", "problems", "incomplete", "max_abs_error", "figures")  # figures: that run's own
 
 
 def raw_and_behind(runs, check, probe_detail: dict) -> None:

@@ -12,6 +12,8 @@
 - `bfloat16_reference`: the tiny Llama served in bfloat16, against the float32 reference with the
   bfloat16 tolerance; the detail shows, on the reference itself, what a zeroed or shifted row
   would score, and the probe is `error` where the tolerance could not see one.
+- Each check records `figures` (compat.cell.reference.figures): every (sequence, layer id) row of
+  every case it compared, sequences numbered across the cases and each row naming its case.
 A variant run starts its own server with the launch flags the cell's main runs chose (raw, then
 with_compat), so each variant adds one server start where vLLM runs as shipped. The bfloat16 case
 runs only there (where no launch flag was chosen): on a cell whose raw server is refused it would
@@ -26,8 +28,8 @@ import pytest
 
 from compat.cell import extraction, server_models
 from compat.cell.observe import ContractViolation, speculators_call
-from compat.cell.reference import (Tolerance, blind_spots, compare, load_reference_model, reference_states,
-                                   tolerance_for, wrong_row_margins)
+from compat.cell.reference import (Tolerance, blind_spots, cell_dtype, compare, figures, load_reference_model,
+                                   reference_states, tolerance_for, wrong_row_margins)
 from compat.shared.results import NOT_SELECTED
 
 from server_run import CASES, VARIANT_CASES, Extraction, ModeRun, vllm_backend
@@ -77,6 +79,7 @@ def check_layer_ids(run: ModeRun, ids: list[int], model: str, probe_detail: dict
     per_id: dict[int, dict] = {k: {"reference_index": k, "matches": set(), "max_abs_error": 0.0,
                                    "max_rel_error": 0.0} for k in ids}
     problems, margins = [], {}
+    rows, sequences_sent = [], 0  # every (sequence, layer id) row of every case, for the figures
     for case in [c for c in CASES if c in run.files]:
         items = run.files[case]
         tensors = [load(path) for _, path in items]
@@ -88,6 +91,8 @@ def check_layer_ids(run: ModeRun, ids: list[int], model: str, probe_detail: dict
         tables = reference_states(reference, [p for p, _ in items])
         result = compare([returned_layers(t) for t in tensors], tables, expected_index=ids, tolerance=tolerance)
         problems += [f"[{case}] {p}" for p in result["problems"]]
+        rows += [{**row, "sequence": sequences_sent + row["sequence"], "case": case} for row in result["rows"]]
+        sequences_sent += len(items)
         for row in result["rows"]:
             entry = per_id[ids[row["layer"]]]
             entry["matches"].add(row["matches_index"])
@@ -105,7 +110,8 @@ def check_layer_ids(run: ModeRun, ids: list[int], model: str, probe_detail: dict
         if matched != {k}:
             problems.append(f"layer id {k} matched reference index {sorted(matched, key=str)}, expected {k}")
     probe_detail.update(layer_ids=table, tolerance={"atol": tolerance.atol, "rtol": tolerance.rtol},
-                        model_runner=run.model_runner, final_layer_id=max(ids), problems=problems[:20])
+                        model_runner=run.model_runner, final_layer_id=max(ids), problems=problems[:20],
+                        figures=figures(rows, tolerance, dtype or cell_dtype(), sequences_sent * len(ids), layers=ids))
     if run.variant and run.variant.get("mla"):
         probe_detail["mla"] = run.variant["mla"]
     with speculators_call():
