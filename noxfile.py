@@ -2,9 +2,12 @@
 `explain` matches a traceback against the registry, `kimi` the gated GPU suite, `bisect` the static
 layer over every vLLM release for a speculators release."""
 
+import re
 import shutil
+import sys
 
 import nox
+from nox.command import CommandFailed
 
 nox.options.sessions = ["compat"]
 nox.options.default_venv_backend = "uv|virtualenv"
@@ -20,25 +23,46 @@ def install_harness(session, *extras):
     session.install("-e", f".[{','.join(extras)}]" if extras else ".")
 
 
+def run_gated(session, *command):
+    """`python -m COMMAND POSARGS`; nox exits with its status unchanged (README, "Exit status").
+
+    Left alone, nox turns any failing command into its own exit 1. A SystemExit raised in a
+    session passes through nox's runner (it catches Exception), so nox stops there with the code;
+    sessions named after this one on the same command line do not run.
+    """
+    try:
+        session.run("python", "-m", *command, *session.posargs)
+    except CommandFailed as failed:
+        # recent nox (2026.8.10) sets CommandFailed.return_code; older (2025.11.12) only says "Returned code N"
+        code = getattr(failed, "return_code", None)
+        if code is None and (said := re.fullmatch(r"Returned code (-?\d+)", str(failed))):
+            code = int(said[1])
+        if code is None:  # not the command's status (e.g. an external program refused)
+            raise
+        code = code if code > 0 else 128 - code  # killed by signal N: the shell's 128+N
+        session.log(f"nox exits {code}, the status of python -m {' '.join(command)}")
+        sys.exit(code)
+
+
 @nox.session(python=PYTHON)
 def compat(session):
     """The (vLLM, speculators) matrix on this machine: `nox -s compat -- --vllm V --speculators S`."""
     install_harness(session)
-    session.run("python", "-m", "compat", "run", *session.posargs)
+    run_gated(session, "compat", "run")
 
 
 @nox.session(python=PYTHON)
 def report(session):
     """Rebuild reports/ from stored results/ without running anything: `-- --baseline OLD.json`."""
     install_harness(session)
-    session.run("python", "-m", "compat.report_cli", *session.posargs)
+    run_gated(session, "compat.report_cli")
 
 
 @nox.session(python=PYTHON)
 def explain(session):
     """Which known breakage is this? `nox -s explain -- FILE` (a traceback, a log, a result file) or stdin."""
     install_harness(session)
-    session.run("python", "-m", "compat.explain", *session.posargs)
+    run_gated(session, "compat.explain")
 
 
 @nox.session(python=PYTHON)
@@ -46,14 +70,14 @@ def bisect(session):
     """Each contract of a speculators release over every vLLM release (static layer), its flips and
     the support table: `nox -s bisect -- --speculators 0.3.0 [--probe request_signature] [--confirm]`."""
     install_harness(session)
-    session.run("python", "-m", "compat.bisect", *session.posargs)
+    run_gated(session, "compat.bisect")
 
 
 @nox.session(python=PYTHON)
 def kimi(session):
     """The gated Kimi-K2.5 suite: `nox -s kimi -- --model PATH --tp 8`; `-- --scale-model` on CPU."""
     install_harness(session, "test")
-    session.run("python", "-m", "compat.kimi", *session.posargs)
+    run_gated(session, "compat.kimi")
 
 
 @nox.session(python=PYTHON)

@@ -146,3 +146,83 @@ def test_gpu_cells_job_runs_what_ran_on_the_h200():
     assert '-m compat run --python "$CELL_PYTHON"' in text
     script = (ROOT / ".github/gpu/h200-cells.sh").read_text()
     assert "--gpu-memory-utilization 0.8" in script and '--python "$(command -v python3)"' in script
+
+
+GATED_RUN = re.compile(r"^(nox -s (compat|report)\b|\S+ -m compat run\b)")
+GATE_STEP = '- name: gate on the exit status (README, "Exit status")'
+
+
+def _jobs(text: str) -> dict[str, str]:
+    body = text.split("\njobs:\n", 1)[1]
+    parts = re.split(r"^  ([A-Za-z0-9_-]+):[ \t]*\n", body, flags=re.MULTILINE)
+    return dict(zip(parts[1::2], parts[2::2]))
+
+
+def _commands(job: str) -> list[str]:
+    """The job's shell lines, continuation lines joined, stripped."""
+    return [line.strip() for line in job.replace("\\\n", " ").splitlines()]
+
+
+def _gate_script(job: str) -> str:
+    lines = job[job.index(GATE_STEP):].splitlines()
+    start = next(i for i, line in enumerate(lines) if line.strip() == "run: |") + 1
+    indent = len(lines[start]) - len(lines[start].lstrip())
+    block = []
+    for line in lines[start:]:
+        if line.strip() and len(line) - len(line.lstrip()) < indent:
+            break
+        block.append(line[indent:])
+    return "\n".join(block).rstrip() + "\n"
+
+
+def _gated_jobs():
+    for name in ("compat.yml", "gpu-cells.yml"):
+        for job_name, job in _jobs((ROOT / ".github/workflows" / name).read_text()).items():
+            runs = [c for c in _commands(job) if GATED_RUN.match(c)]
+            if runs:
+                yield f"{name}:{job_name}", job, runs
+
+
+def test_every_gated_run_records_its_status_and_its_job_ends_with_the_gate():
+    """README's exit statuses reach CI: each run of `nox -s compat|report` (or `-m compat run`) keeps
+    its status, and the job's last step fails it on anything but 0, after the uploads."""
+    seen = {}
+    for where, job, runs in _gated_jobs():
+        seen[where] = len(runs)
+        lines = _commands(job)
+        for run in runs:
+            assert run.endswith("|| status=$?"), f"{where}: {run}"
+            after = lines[lines.index(run) + 1]
+            assert after.startswith('echo "$status ') and after.endswith('>> "$RUNNER_TEMP/exit-status"'), where
+            before = lines[lines.index(run) - 1]
+            assert before in ("status=0", "# shellcheck disable=SC2086"), f"{where}: {before}"
+        steps = job.split("\n      - ")
+        assert steps[-1].startswith(GATE_STEP[2:]) and "\n        if: always()\n" in steps[-1], where
+    assert seen == {"compat.yml:cell": 1, "compat.yml:report": 1, "gpu-cells.yml:install": 6,
+                    "gpu-cells.yml:image": 1}
+    scripts = {_gate_script(job) for _, job, _ in _gated_jobs()}
+    assert len(scripts) == 1, "the gate steps differ"
+
+
+@pytest.mark.parametrize("shell", ["bash", "sh"])
+@pytest.mark.parametrize(("statuses", "code", "says"), [
+    (["0 nox -s report"], 0, ["exit 0: nox -s report: everything that applies ran"]),
+    (["0 a", "2 b"], 2, ["::error::exit 2: b: something could not be tested"]),
+    (["2 a", "1 b", "3 c"], 1, ["::error::exit 2: a: something could not be tested",
+                                "::error::exit 1: b: a NEW breakage", "::error::exit 3: c: a result file"]),
+    (["2 a", "3 b"], 3, ["::error::exit 3: b: a result file could not be read"]),
+    (["137 a"], 137, ["::error::exit 137: a: the command itself failed"]),
+    (None, 1, ["::error::no exit status recorded"]),
+], ids=["pass", "untested", "new-wins", "unreadable", "killed", "nothing-recorded"])
+def test_the_gate_fails_the_job_on_1_2_3_each_with_its_own_message(tmp_path, shell, statuses, code, says):
+    if not shutil.which(shell):
+        pytest.skip(f"no {shell}")
+    _, job, _ = next(_gated_jobs())
+    if statuses is not None:
+        (tmp_path / "exit-status").write_text("".join(f"{s}\n" for s in statuses))
+    done = subprocess.run([shell, "-e", "-c", _gate_script(job)], capture_output=True, text=True,
+                          env={"RUNNER_TEMP": str(tmp_path), "PATH": "/usr/bin:/bin"})
+    assert done.returncode == code, done.stdout + done.stderr
+    for line in says:
+        assert line in done.stdout, done.stdout
+    assert ("::error::" in done.stdout) == (code != 0)
