@@ -45,7 +45,7 @@ def cell_xml(cell: dict[str, Any]) -> ET.ElementTree:
         if value is not None:
             ET.SubElement(props, "property", name=name, value=_clean(value))
     for k, v in (cell.get("env") or {}).items():
-        ET.SubElement(props, "property", name=f"env.{k}", value=_clean(v))
+        ET.SubElement(props, "property", name=_clean(f"env.{k}"), value=_clean(v))
 
     failures = errors = skipped = 0
     total_time = 0.0

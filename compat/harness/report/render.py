@@ -394,27 +394,53 @@ def view_model(report: dict[str, Any]) -> dict[str, Any]:
 # --------------------------------------------------------------------------- rendering
 
 
-def _md_escape(text: Any, limit: int = 240) -> str:
-    s = " ".join(str(text if text is not None else "").split())
-    if len(s) > limit:
-        s = s[: limit - 1] + "…"
-    return s.replace("\\", "\\\\").replace("|", "\\|").replace("<", "&lt;").replace(">", "&gt;").replace("*", "\\*").replace("_", "\\_")
+# The Markdown is as untrusted as the logs it quotes. One rule, as autoescape is for the HTML: every
+# `{{ }}` of the Markdown templates passes through _md_finalize, which escapes whatever the `md` or
+# `mdcode` filter did not already make safe.
+_MD_CONTROL = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]")
+_MD_SPECIAL = re.compile(r"[\\`*_\[\]<>&|~$#!]")
+_MD_ENTITIES = {"&": "&amp;", "<": "&lt;", ">": "&gt;"}
 
 
-def _md_code(text: Any, limit: int = 160) -> str:
-    s = " ".join(str(text if text is not None else "").split())
-    if len(s) > limit:
+class _Md(str):
+    """Markdown that `md` or `mdcode` made safe; _md_finalize leaves it as it is."""
+
+
+def _md_line(text: Any, limit: int | None) -> str:
+    """One line: whitespace runs (newlines too) one space, control characters U+FFFD, at most limit long."""
+    s = _MD_CONTROL.sub("\ufffd", " ".join(str(text if text is not None else "").split()))
+    if limit is not None and len(s) > limit:
         s = s[: limit - 1] + "…"
-    s = s.replace("|", "\\|")
-    fence = "``" if "`" in s else "`"
+    return s
+
+
+def _md_escape(text: Any, limit: int | None = 240) -> _Md:
+    """Plain text in a paragraph, list item or table cell: `&`, `<`, `>` as entities (no HTML, no
+    autolink), and every other character Markdown gives a meaning to (emphasis, code spans, links and
+    images, table cells, strikethrough, math, headings) behind a backslash."""
+    return _Md(_MD_SPECIAL.sub(lambda m: _MD_ENTITIES.get(m[0], "\\" + m[0]), _md_line(text, limit)))
+
+
+def _md_code(text: Any, limit: int = 160) -> _Md:
+    """A code span: its fence is one backtick longer than the longest run of backticks inside, so the
+    text cannot close it (and HTML in a code span is text); `|` is escaped for a table cell."""
+    s = _md_line(text, limit)
+    if not s:
+        return _Md("")
+    fence = "`" * (max((len(run) for run in re.findall("`+", s)), default=0) + 1)
     pad = " " if s.startswith("`") or s.endswith("`") else ""
-    return f"{fence}{pad}{s}{pad}{fence}"
+    return _Md(fence + pad + s.replace("|", "\\|") + pad + fence)
+
+
+def _md_finalize(value: Any) -> str:
+    return value if isinstance(value, _Md) else _md_escape(str(value), limit=None)
 
 
 def _env(autoescape: bool) -> jinja2.Environment:
     env = jinja2.Environment(
         loader=jinja2.FileSystemLoader(str(TEMPLATES)),
         autoescape=autoescape,
+        finalize=None if autoescape else _md_finalize,
         trim_blocks=True,
         lstrip_blocks=True,
         keep_trailing_newline=True,
