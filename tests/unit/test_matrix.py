@@ -206,3 +206,93 @@ def test_missing_release_message_properties(releases, wanted):
     message = missing_release_message("pkg", wanted, ordered)
     assert message.startswith(f"pkg has no release {wanted}; releases from {near[0]} to {near[-1]}")
     assert message.endswith(f"(all: {ordered[0]} ... {ordered[-1]})")
+
+
+# Issue 19, "Nothing overwritten": every setting that changes results is part of the cell id, so runs of
+# one pair with different settings keep their own results/<id>.json; the default ids stay as they were.
+
+DEFAULT_IDS = [
+    "vllm-0.11.0__speculators-0.3.0__cpu",
+    "vllm-0.16.0__speculators-0.3.0__cpu",
+    "vllm-0.16.0__speculators-0.4.0.1__cpu",
+    "vllm-0.22.1__speculators-0.8.1__cpu",
+    "vllm-0.32.0__speculators-0.9.0__cpu",
+]
+
+
+def test_the_default_matrix_keeps_its_ids():
+    assert [c.id for c in load_matrix(DEFAULT_MATRIX)] == DEFAULT_IDS
+    assert [c.id for c in cells_for(parse_cli([]))] == DEFAULT_IDS
+    assert [c.id for c in cells_for(MatrixRequest(dtype="float32"))] == DEFAULT_IDS  # --dtype float32 is the default
+    assert [c.id for c in cells_for(parse_cli(["--backend", "gpu"]))] == [i.replace("__cpu", "__gpu") for i in DEFAULT_IDS]
+    assert json.loads(describe_cells(cells_for(parse_cli(["--list-cells", "--json"])), as_json=True)) == DEFAULT_IDS
+
+
+def test_a_float32_and_a_bfloat16_run_of_one_pair_get_different_ids_and_result_paths(tmp_path):
+    from compat.harness.cell_run import base_record
+
+    pair = dict(vllm=("0.24.0",), speculators=("0.9.0",), backend="gpu")
+    [f32] = cells_for(MatrixRequest(**pair))
+    [bf16] = cells_for(MatrixRequest(**pair, dtype="bfloat16"))
+    assert f32.id == "vllm-0.24.0__speculators-0.9.0__gpu"
+    assert bf16.id == "vllm-0.24.0__speculators-0.9.0__gpu__bfloat16"
+    results = tmp_path / "results"
+    assert results / f"{f32.id}.json" != results / f"{bf16.id}.json"
+    assert results / f32.id != results / bf16.id  # the logs folder too
+    # the records say so without the id: dtype, backend, the variants selected
+    assert base_record(bf16)["settings"] == {"dtype": "bfloat16", "backend": "gpu", "variants": list(SERVER_VARIANTS)}
+    assert base_record(f32)["settings"]["dtype"] == "float32"
+    # both runs install into one environment
+    assert f32.environment_cell == bf16.environment_cell and f32.environment_cell.id == f32.id
+
+
+def test_a_bfloat16_cell_tells_its_probes_even_without_the_runners_variable():
+    from compat.harness.cell_run import cell_settings
+
+    cell = Cell("0.16.0", "0.3.0", dtype="bfloat16")
+    assert cell_settings(cell, {}, existing=False) == {"COMPAT_DTYPE": "bfloat16"}
+    assert "COMPAT_DTYPE" not in cell_settings(Cell("0.16.0", "0.3.0"), {}, existing=False)
+
+
+def test_only_and_list_cells_take_the_new_ids():
+    listed = json.loads(describe_cells(cells_for(MatrixRequest(dtype="bfloat16")), as_json=True))
+    assert listed == [f"{i}__bfloat16" for i in DEFAULT_IDS]
+    # a CI job given one listed id runs it in that dtype, without --dtype again
+    [cell] = cells_for(MatrixRequest(only=("vllm-0.32.0__speculators-0.9.0__cpu__bfloat16",)))
+    assert cell.dtype == "bfloat16" and cell.id == "vllm-0.32.0__speculators-0.9.0__cpu__bfloat16"
+    both = cells_for(MatrixRequest(only=("vllm-0.16.0__speculators-0.3.0__cpu__bfloat16", "vllm-0.16.0__speculators-0.3.0__cpu")))
+    assert [c.dtype for c in both] == ["float32", "bfloat16"]
+    with pytest.raises(MatrixError, match="no such cell"):  # an explicit --dtype float32 is not overridden
+        cells_for(MatrixRequest(dtype="float32", only=("vllm-0.16.0__speculators-0.3.0__cpu__bfloat16",)))
+
+
+def test_a_server_cells_variant_selection_is_in_its_id_when_not_every_variant(tmp_path):
+    from compat.harness.cell_run import base_record
+
+    path = write(tmp_path, '[[cell]]\nvllm = "0.32.0"\nspeculators = "0.9.0"\nvariants = ["hybrid", "deepseek_v3"]\n'
+                           '[[cell]]\nvllm = "0.32.0"\nspeculators = "0.9.0"\n'
+                           '[[cell]]\nvllm = "0.22.1"\nspeculators = "0.8.1"\nvariants = []\n'
+                           '[[cell]]\nvllm = "0.22.1"\nspeculators = "0.8.1"\n'
+                           'variants = ["llama-bfloat16", "llama-runner_v2", "hybrid", "deepseek_v3"]\n'
+                           '[[cell]]\nvllm = "0.16.0"\nspeculators = "0.3.0"\nvariants = ["hybrid"]\n')
+    named, every, none, all_named, in_process = load_matrix(path)
+    assert named.id == "vllm-0.32.0__speculators-0.9.0__cpu__variants-deepseek_v3+hybrid"  # sorted: order-free
+    assert every.id == "vllm-0.32.0__speculators-0.9.0__cpu"
+    assert none.id == "vllm-0.22.1__speculators-0.8.1__cpu__variants-none"
+    assert all_named.id == "vllm-0.22.1__speculators-0.8.1__cpu"  # every variant named is the default
+    assert in_process.id == "vllm-0.16.0__speculators-0.3.0__cpu"  # speculators 0.3 serves no variant
+    assert base_record(named)["settings"]["variants"] == ["hybrid", "deepseek_v3"]
+    assert "variants" not in base_record(in_process)["settings"]
+    reordered = write(tmp_path, '[[cell]]\nvllm = "0.32.0"\nspeculators = "0.9.0"\nvariants = ["hybrid", "deepseek_v3"]\n'
+                                '[[cell]]\nvllm = "0.32.0"\nspeculators = "0.9.0"\nvariants = ["deepseek_v3", "hybrid"]\n')
+    with pytest.raises(MatrixError, match="duplicate cell vllm-0.32.0__speculators-0.9.0__cpu__variants-deepseek_v3\\+hybrid"):
+        load_matrix(reordered)
+
+
+def test_a_model_given_is_in_the_id_and_the_record():
+    from compat.harness.cell_run import base_record
+
+    [cell] = cells_for(MatrixRequest(vllm=("0.24.0",), speculators=("0.9.0",), backend="gpu", dtype="bfloat16",
+                                     model="/models/Llama 3.2__1B"))
+    assert cell.id == "vllm-0.24.0__speculators-0.9.0__gpu__bfloat16__model-Llama_3.2_1B"
+    assert base_record(cell)["settings"]["model"] == "/models/Llama 3.2__1B"
