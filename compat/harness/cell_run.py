@@ -19,7 +19,9 @@ from typing import Any
 from compat.harness.cell_envs import REPO_ROOT, CellEnv, InstallError, ensure_env, existing_env, tail
 from compat.harness.matrix import DEFAULT_DTYPE, Cell
 from compat.shared.gpus import describe_gpus, host_gpu_names
+from compat.shared.manifest import expected_manifest
 from compat.shared.profiles import profile_for
+from compat.shared.records import SCHEMA_VERSION
 from compat.harness.recipe import Recipe
 from compat.shared.results import ResultFileError, read_json
 from compat.harness.verdict import decide
@@ -36,11 +38,12 @@ def this_machine() -> dict[str, Any]:
 
 
 def base_record(cell: Cell) -> dict[str, Any]:
-    return {"id": cell.id, "vllm": cell.vllm, "speculators": cell.speculators, "backend": cell.backend,
+    return {"schema_version": SCHEMA_VERSION, "id": cell.id, "vllm": cell.vllm, "speculators": cell.speculators, "backend": cell.backend,
             "profile": profile_for(cell.speculators).name, "verdict": "error", "env": {},
             "machine": this_machine(),
             "seconds": {"install": 0.0, "probes": 0.0}, "env_shims": [], "probes": [],
-            "install_log_tail": None, "error": None, "recipe_notes": [], "settings": run_settings(cell)}
+            "install_log_tail": None, "error": None, "recipe_notes": [], "settings": run_settings(cell),
+            "manifest": expected_manifest(cell.variants_selected)}
 
 
 def run_settings(cell: Cell) -> dict[str, Any]:
