@@ -51,12 +51,47 @@ def figures_pass(figures: Any) -> tuple[Optional[bool], str]:
         return None, f"{len(bad)} row(s) with non-finite figures (e.g. {_row(bad[0])})"
     outside = [r for r in rows if not (isinstance(r, dict) and row_within(r, atol, rtol))]
     expected = figures.get("rows_expected")
+    drift_why = drift_check(figures, rows)
+    if drift_why:
+        return False, drift_why
     if outside:
         return False, (f"{len(outside)} of {len(rows)} row(s) outside max_abs_error <= {atol:g} + {rtol:g} * scale "
                        f"(e.g. {_row(outside[0])})")
     if not isinstance(expected, int) or len(rows) != expected:
         return False, f"{len(rows)} row(s) compared, {expected} expected"
     return True, f"{len(rows)} row(s) within max_abs_error <= {atol:g} + {rtol:g} * scale"
+
+
+SIXTEEN_BIT = frozenset({"bfloat16", "float16"})
+
+
+def drift_check(figures: dict[str, Any], rows: list[Any]) -> str:
+    """16-bit MoE drift (compat.cell.row_consistency): a figure row may set aside token rows as drift
+    (`drift: {tokens, drifted, max_relative, max_separation}`; its max_abs_error/scale are then the
+    other tokens'). Believed only in 16-bit, under the figures' stated rule (`drift_rule: {relative,
+    separation, fraction}`): every drifted token within `relative` and still nearest its own row
+    (separation below `separation`), and all drifted tokens at most `fraction` of all. '' when it holds."""
+    drifted = [r for r in rows if isinstance(r, dict) and isinstance(r.get("drift"), dict)
+               and r["drift"].get("drifted")]
+    if not drifted:
+        return ""
+    rule = figures.get("drift_rule") if isinstance(figures.get("drift_rule"), dict) else None
+    if figures.get("dtype") not in SIXTEEN_BIT or rule is None:
+        return f"{len(drifted)} row(s) set tokens aside as drift, but drift is a 16-bit rule with a stated bound " \
+               f"(dtype {figures.get('dtype')}, drift_rule {rule})"
+    if not all(finite(rule.get(k)) for k in ("relative", "separation", "fraction")):
+        return f"drift_rule {rule} is not three finite numbers"
+    tokens = sum(r["drift"].get("tokens") or 0 for r in rows if isinstance(r, dict) and isinstance(r.get("drift"), dict))
+    count = sum(r["drift"]["drifted"] for r in drifted)
+    for r in drifted:
+        d = r["drift"]
+        if not (finite(d.get("max_relative")) and d["max_relative"] <= rule["relative"]
+                and finite(d.get("max_separation")) and d["max_separation"] < rule["separation"]):
+            return (f"{_row(r)}: drifted tokens off by {d.get('max_relative')} relative, separation "
+                    f"{d.get('max_separation')}: beyond the drift rule {rule}")
+    if not tokens or count > rule["fraction"] * tokens:
+        return f"{count} of {tokens} token rows set aside as drift, more than {rule['fraction']:g} of them"
+    return ""
 
 
 def _row(row: Any) -> str:

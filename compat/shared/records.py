@@ -77,14 +77,34 @@ class Tolerance:
 
 
 @dataclass
+class RowDrift:
+    """Token rows of one (sequence, layer) set aside as 16-bit drift (compat.cell.row_consistency)."""
+    tokens: int
+    drifted: int
+    max_relative: Optional[float] = None
+    max_separation: Optional[float] = None
+
+
+@dataclass
+class DriftRule:
+    """The 16-bit drift rule a data check applied: a drifted token's relative error and separation
+    bounds, and the share of all token rows that may drift."""
+    relative: float
+    separation: float
+    fraction: float
+
+
+@dataclass
 class FigureRow:
-    """One (sequence, layer) compared with the reference. null figures: the shapes differed."""
+    """One (sequence, layer) compared with the reference. null figures: the shapes differed.
+    With `drift`, max_abs_error and scale are those of the tokens not set aside."""
     sequence: int
     layer: int
     max_abs_error: Optional[float]
     scale: Optional[float]
     reference_index: Optional[int] = None
     matches_index: Optional[int] = None
+    drift: Optional[RowDrift] = None
 
 
 @dataclass
@@ -94,6 +114,7 @@ class Figures:
     tolerance: Tolerance
     rows_expected: int
     rows: list[FigureRow]
+    drift_rule: Optional[DriftRule] = None
 
 
 @dataclass

@@ -334,3 +334,26 @@ def test_a_contract_failure_and_a_moved_vllm_module_stay_broken():
         find(cell, "payload_schema").update(status="broken", with_compat="broken", error=error)
         d = decide(cell)
         assert (d.verdict, d.gate) == ("incompatible", FINDING), d.reasons
+
+
+def _drifted_figures(dtype="bfloat16", drifted=2, relative=0.3, separation=0.6):
+    figures = passing_figures(dtype)
+    figures["drift_rule"] = {"relative": 0.5, "separation": 0.9, "fraction": 0.05}
+    for row in figures["rows"]:
+        row["drift"] = {"tokens": 40, "drifted": 0, "max_relative": None, "max_separation": None}
+    figures["rows"][0]["drift"] = {"tokens": 40, "drifted": drifted, "max_relative": relative,
+                                   "max_separation": separation}
+    return figures
+
+
+def test_16_bit_drift_is_believed_only_within_its_stated_rule():
+    from compat.harness.evidence import figures_pass
+
+    assert figures_pass(_drifted_figures())[0] is True
+    assert figures_pass(_drifted_figures(dtype="float32"))[0] is False  # no drift in float32
+    assert figures_pass(_drifted_figures(relative=0.8))[0] is False  # too far off to be drift
+    assert figures_pass(_drifted_figures(separation=1.2))[0] is False  # nearer another row: a wrong row
+    assert figures_pass(_drifted_figures(drifted=9))[0] is False  # 9 of 160 tokens > 5 %
+    no_rule = _drifted_figures()
+    del no_rule["drift_rule"]
+    assert figures_pass(no_rule)[0] is False
