@@ -76,6 +76,7 @@ def _record(item: pytest.Item) -> dict[str, Any]:
             "error": None,
             "reason": None,
             "seconds": 0.0,
+            "nodeids": [item.nodeid],
             "detail": {},
             "figures": None,
             "with_compat_figures": None,
@@ -195,6 +196,7 @@ def _merge_with_compat(records: list[dict[str, Any]], adapted: dict[str, Any]) -
     raw["with_compat_figures"] = adapted["figures"]
     raw["detail"]["with_compat"] = {k: adapted[k] for k in ("status", "error", "reason", "detail")}
     raw["seconds"] = round(raw["seconds"] + adapted["seconds"], 3)
+    raw["nodeids"] = list(dict.fromkeys([*raw.get("nodeids", []), *adapted.get("nodeids", [])]))
     return raw
 
 

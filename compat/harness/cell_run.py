@@ -97,10 +97,59 @@ def run_cell(cell: Cell, recipe: Recipe | None, work_dir: Path, *, model_dir: Pa
     record["probes"] = outcome["probes"]
     record["error"] = outcome["error"]
     record["env_shims"] = merge_shims(record["env_shims"], outcome["probes"])
+    doubtful = rerun_candidates(decide(record))
+    if doubtful and not outcome["error"]:
+        echo(f"[compat] {cell.id}: running {len(doubtful)} probe(s) again alone before they decide: "
+             f"{', '.join(doubtful)}")
+        again = run_probes(cell, env, work_dir, model_dir=model_dir, probe_timeout=probe_timeout,
+                           cell_timeout=cell_timeout, suites=suites, echo=echo, settings=environment,
+                           select=[n for p in record["probes"] if _key(p) in doubtful for n in p.get("nodeids") or []],
+                           name="probes-rerun")
+        record["probes"] = merge_rerun(record["probes"], again["probes"], doubtful, again["error"])
+        record["seconds"]["rerun"] = round(time.monotonic() - probes_started - record["seconds"]["probes"], 2)
     record["verdict"] = decide(record).verdict
     echo(f"[compat] {cell.id}: {record['verdict']} (install {record['seconds']['install']:.0f}s, "
          f"probes {record['seconds']['probes']:.0f}s)")
     return record
+
+
+def _key(probe: dict[str, Any]) -> str:
+    return f"{probe.get('id')}[{probe['case']}]" if probe.get("case") else str(probe.get("id"))
+
+
+def rerun_candidates(decision) -> list[str]:
+    """Probes whose outcome would make a claim worth a second look: a NEW finding, or a failure the
+    environment caused (as Crater re-runs its regressions before reporting them)."""
+    return [_key(p) for p, cls in decision.classes if not cls.advisory and p.get("nodeids")
+            and (cls.kind == "new" or p.get("cause") == "environment")]
+
+
+def merge_rerun(probes: list[dict[str, Any]], again: list[dict[str, Any]], keys: list[str],
+                error: str | None) -> list[dict[str, Any]]:
+    """Both outcomes are kept (`rerun`); one that flips reads `flaky`, never `ok`."""
+    by_key = {_key(p): p for p in again}
+    out = []
+    for probe in probes:
+        key = _key(probe)
+        if key not in keys:
+            out.append(probe)
+            continue
+        second = by_key.get(key)
+        probe = dict(probe)
+        if second is None:
+            probe["rerun"] = {"status": "error", "reason": f"the second run did not report it: {error or 'no record'}"}
+            out.append(probe)
+            continue
+        probe["rerun"] = {k: second.get(k) for k in ("status", "with_compat", "error", "reason", "seconds")}
+        if (second.get("status"), (second.get("error") or {}).get("type")) != \
+                (probe.get("status"), (probe.get("error") or {}).get("type")):
+            first = f"{probe.get('status')}" + (f" ({probe['error'].get('type')})" if probe.get("error") else "")
+            then = f"{second.get('status')}" + (f" ({second['error'].get('type')})" if second.get("error") else "")
+            probe.update(status="flaky", reason=f"flaky: first run {first}, run again alone {then}; neither is believed",
+                         with_compat="flaky" if second.get("with_compat") != probe.get("with_compat")
+                         else probe.get("with_compat"))
+        out.append(probe)
+    return out
 
 
 def merge_shims(shims: list[dict], probes: list[dict[str, Any]]) -> list[dict]:
@@ -176,12 +225,14 @@ def probe_environment(cell: Cell, model_dir: Path, token: str, work_dir: Path,
 
 
 def run_probes(cell: Cell, env: CellEnv, work_dir: Path, *, model_dir: Path, probe_timeout: int,
-               cell_timeout: int, suites: tuple[str, ...], echo, settings: dict[str, str] | None = None) -> dict[str, Any]:
+               cell_timeout: int, suites: tuple[str, ...], echo, settings: dict[str, str] | None = None,
+               select: list[str] | None = None, name: str = "probes") -> dict[str, Any]:
+    """The probe run (pytest in the cell's interpreter); `select`: these test node ids only."""
     token = uuid.uuid4().hex
-    result_file = work_dir / "probes.json"
+    result_file = work_dir / f"{name}.json"
     result_file.unlink(missing_ok=True)
-    log_path = work_dir / "probes.log"
-    command = [str(env.python), "-m", "pytest", *suites, "-p", "compat.cell.pytest_plugin",
+    log_path = work_dir / f"{name}.log"
+    command = [str(env.python), "-m", "pytest", *(select or suites), "-p", "compat.cell.pytest_plugin",
                f"--compat-result={result_file}", f"--compat-label={cell.id}", "-p", "no:cacheprovider",
                "-q", f"--timeout={probe_timeout}", "-o", "addopts=", "-rN"]
     environment = probe_environment(cell, model_dir, token, work_dir, settings, owned_env=env.owned)

@@ -135,7 +135,7 @@ def classify_probe(
     """The class of one probe of the cell (vllm, speculators, backend)."""
     advisory = is_advisory(probe, registry)
     status = probe.get("status")
-    if status == "error":
+    if status in ("error", "flaky"):
         return ProbeClass("error", None, probe.get("reason") or "could not run", advisory,
                           adapter_regression=_adapter_regression(probe, None))
     if status not in ("ok", "broken"):

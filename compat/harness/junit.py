@@ -70,7 +70,7 @@ def cell_xml(cell: dict[str, Any]) -> ET.ElementTree:
                 message=_clean(f"{prefix}{err.get('type') or 'broken'}: {err.get('message') or ''}".strip())[:1000],
             )
             el.text = body
-        elif status == "error":
+        elif status in ("error", "flaky"):
             errors += 1
             el = ET.SubElement(
                 case,

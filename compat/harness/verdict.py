@@ -79,7 +79,7 @@ def cell_verdict(cell: dict[str, Any], classes: list[tuple[dict, ProbeClass]]) -
             [f"{_label(p)} broken, with compat adapters {p.get('with_compat') or 'not run'}" for p in unrepaired]
             + [f"{_label(p)} {p['status']}, but broken with compat adapters" for p in adapter_broke])
 
-    open_questions = [f"{_label(p)} {p['status']}: {_why(p)}" for p in probes if p["status"] in ("error", "skipped")]
+    open_questions = [f"{_label(p)} {p['status']}: {_why(p)}" for p in probes if p["status"] in ("error", "skipped", "flaky")]
     open_questions += [f"{_label(p)} with compat adapters: {p['with_compat']}"
                        + (f" ({_why(p)})" if p.get("stated") else "") for p in probes
                        if p["status"] in ("ok", "broken") and p.get("with_compat") not in (None, "ok", "broken")]
@@ -124,7 +124,7 @@ def cell_gate(verdict: str, classes: list[tuple[dict, ProbeClass]]) -> tuple[int
     if findings:
         return FINDING, findings
     untested = [f"{_label(p)} {p['status']}" for p, cls in classes
-                if not cls.advisory and p.get("status") in ("error", "skipped", "unsupported-on-cpu")]
+                if not cls.advisory and p.get("status") in ("error", "skipped", "unsupported-on-cpu", "flaky")]
     untested += [f"{_label(p)} with compat adapters {p['with_compat']}" for p, cls in classes
                  if not cls.advisory and p.get("status") in ("ok", "broken")
                  and p.get("with_compat") not in (None, "ok", "broken")]

@@ -35,6 +35,7 @@ class ProbeStatus(str, enum.Enum):
     SKIPPED = "skipped"
     NOT_APPLICABLE = "n/a"
     UNSUPPORTED_ON_CPU = "unsupported-on-cpu"
+    FLAKY = "flaky"  # run again alone, it gave another outcome: neither is believed
 
 
 class Verdict(str, enum.Enum):
@@ -131,6 +132,8 @@ class ProbeRecord:
     figures: Optional[Figures] = None
     with_compat_figures: Optional[Figures] = None
     cause: Optional[Cause] = None
+    nodeids: Optional[list[str]] = None
+    rerun: Optional[dict[str, Any]] = None  # the outcome of running it again alone (NEW or environment)
 
 
 @dataclass

