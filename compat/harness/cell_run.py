@@ -171,7 +171,7 @@ def existing_env_notes(python: Path, env: CellEnv) -> list[str]:
     return notes
 
 
-# Measured on an H200 (../shared/research/gpu-run-h200.md): Triton's float32 dot products default
+# Measured on an H200 (reports/gpu-h200/README.md): Triton's float32 dot products default
 # to TF32 (max abs error 5.2e-3 against the reference; 6e-6 with ieee), and workers forked after
 # CUDA was initialised in the probe process die ("Cannot re-initialize CUDA in forked subprocess").
 GPU_SETTINGS = {"TRITON_F32_DEFAULT": "ieee", "VLLM_WORKER_MULTIPROC_METHOD": "spawn"}

@@ -1,4 +1,4 @@
-"""What the default matrix must find, from the seeds and shared/research (measured there on
+"""What the default matrix must find, from the seeds' accounts and the CPU runs (measured on
 these machines). A difference here is news about vLLM or speculators, or a harness defect."""
 
 import pytest
