@@ -29,13 +29,18 @@ _IGNORED_FIGURE_WORDS = ("seconds", "time", "elapsed", "duration", "pid")
 
 
 def cell_label(cell: dict[str, Any]) -> str:
+    """The pair, its backend, and the settings its id carries beyond the defaults (`__bfloat16`, ...)."""
     backend = cell.get("backend")
     label = f"vLLM {cell.get('vllm')} × speculators {cell.get('speculators')}"
-    return f"{label} ({backend})" if backend else label
+    extra = str(cell.get("id") or "").split("__")[3:]
+    inside = ", ".join(filter(None, [backend, *extra]))
+    return f"{label} ({inside})" if inside else label
 
 
-def _key(cell: dict[str, Any]) -> tuple[str, str, str]:
-    return (str(cell.get("vllm")), str(cell.get("speculators")), str(cell.get("backend") or ""))
+def _key(cell: dict[str, Any]) -> tuple[str, ...]:
+    """Runs of one pair with other settings are other cells: the id carries them (matrix.Cell.id)."""
+    return (str(cell.get("vllm")), str(cell.get("speculators")), str(cell.get("backend") or ""),
+            *str(cell.get("id") or "").split("__")[3:])
 
 
 def _match(old_cells: list[dict[str, Any]], cell: dict[str, Any]) -> dict[str, Any] | None:

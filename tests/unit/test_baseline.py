@@ -115,3 +115,13 @@ def test_cli_with_baseline(tmp_path):
     assert "changes" in json.loads((tmp_path / "reports" / "compat.json").read_text())
     rc = main(["--results", str(results), "--out", str(tmp_path / "r2"), "--baseline", str(tmp_path / "missing.json")])
     assert rc == 3
+
+
+def test_a_bfloat16_run_is_compared_with_its_own_baseline_not_the_float32_one():
+    f32 = cell("0.24.0", "0.9.0", "compatible", [probe("block_hasher")], backend="gpu")
+    bf16 = dict(cell("0.24.0", "0.9.0", "error", [probe("block_hasher", "error")], backend="gpu"),
+                id="vllm-0.24.0__speculators-0.9.0__gpu__bfloat16")
+    d = diff({"cells": [f32]}, [bf16])
+    assert not d["status_changes"], d
+    from compat.harness.baseline import cell_label
+    assert cell_label(bf16) == "vLLM 0.24.0 × speculators 0.9.0 (gpu, bfloat16)"
