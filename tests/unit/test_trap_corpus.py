@@ -134,6 +134,7 @@ def refused_by_the_cpu_build(cell):
 def on_a_gpu_without_the_cpu_fault(cell):
     """The same pair on a GPU: nothing breaks (vLLM 0.24.0 ran raw on an H200)."""
     cell["backend"] = "gpu"
+    cell["env"]["vllm_dist"] = f"vllm {cell['vllm']}"  # the official wheel, as a GPU cell installs
     for p in cell["probes"]:
         if p["status"] == "broken":
             p.update(status="ok", with_compat="ok", error=None)
