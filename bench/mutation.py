@@ -19,9 +19,10 @@ import tempfile
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-AFTER = {"mutate": ["compat/harness/verdict.py", "compat/harness/classify.py", "compat/harness/breakages.py"],
+AFTER = {"mutate": ["compat/harness/verdict.py", "compat/harness/classify.py", "compat/harness/breakages.py",
+                    "compat/harness/evidence.py", "compat/harness/causes.py"],
          "tests": ["tests/unit/test_verdict.py", "tests/unit/test_classify.py", "tests/unit/test_trap_corpus.py",
-                   "tests/unit/test_explain.py"]}
+                   "tests/unit/test_explain.py", "tests/unit/test_evidence.py"]}
 # Before: the verdict rule lived in compat/shared/results.py (cell_verdict) and the gate in classify.exit_code.
 BEFORE = {"mutate": ["compat/shared/results.py", "compat/harness/classify.py", "compat/harness/breakages.py"],
           "tests": ["tests/unit/test_classify.py", "tests/unit/test_report.py", "tests/unit/test_runner.py"]}
@@ -32,12 +33,12 @@ def config(spec: dict) -> str:
     return (f"\n[tool.mutmut]\nsource_paths = [\"compat\"]\nonly_mutate = {quoted(spec['mutate'])}\n"
             f"pytest_add_cli_args_test_selection = {quoted(spec['tests'])}\n"
             "pytest_add_cli_args = [\"-p\", \"no:cacheprovider\", \"-q\"]\n"
-            "also_copy = [\"docs\"]\n")  # the registry's reference test reads docs/findings.md
+            "also_copy = [\"docs\", \"tests/unit/corpus\", \"tests/unit/record_factory.py\"]\n")  # the registry's reference test reads docs/findings.md
 
 
 # Functions that only build text or serialise (notes, reasons, labels, as_dict for the report's JSON):
 # a mutant there changes wording, never a verdict, a class or the gate.
-PRESENTATION = ("as_dict", "scope", "_label", "_why", "_got", "_new_note", "describe_entry", "render")
+PRESENTATION = ("as_dict", "scope", "_label", "_why", "_got", "_new_note", "describe_entry", "render", "_row")
 
 
 def category(name: str, diff: str) -> str:
