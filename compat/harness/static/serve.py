@@ -12,6 +12,7 @@ from __future__ import annotations
 from packaging.version import Version
 
 from compat.harness.static.api import Api
+from compat.harness.static.finding import Finding
 from compat.harness.static.uses import Use
 
 LAUNCH = "scripts/launch_vllm.py (repository script, as compat/cell/extraction.py runs it)"
@@ -49,8 +50,6 @@ def _fields(api: Api, dotted: str) -> tuple[set[str] | None, str]:
 
 
 def check_serve(use: Use, api: Api):
-    from compat.harness.static.check import Finding
-
     if use.kind == "flag":
         name = use.target.lstrip("-").replace("-", "_")
         field = name[3:] if name.startswith("no_") else name
