@@ -147,8 +147,81 @@ def compare(returned: Sequence[Sequence[Any]], reference: Sequence[Sequence[Any]
 TOLERANCE_RULE = "max_abs_error <= atol + rtol * scale"  # Tolerance.allows, in words
 
 
+def drift_rule_for(dtype: str):
+    """The 16-bit drift rule (compat.cell.row_consistency.DRIFT, measured on an H200); None in float32."""
+    from compat.cell.row_consistency import DRIFT
+
+    return DRIFT.get(dtype)
+
+
+def set_aside_drift(result: dict[str, Any], got: Sequence[Sequence[Any]], tables: Sequence[Sequence[Any]],
+                    tokens: Sequence[Sequence[int]], tolerance: Tolerance, rule) -> dict[str, Any]:
+    """16-bit MoE drift in a `compare` result (vLLM is not batch-invariant: in 16-bit a near-tie in
+    MoE routing picks another expert for a token). Per (sequence, layer) row, the token rows outside
+    `max_abs_error <= atol + rtol * scale` that the drift rule (row_consistency.DRIFT) accepts: relative
+    error within rule.relative and still nearest their own reference row (separation below
+    rule.separation, against every row and layer of the reference tables), are set aside; the row's
+    max_abs_error and scale are then the other tokens', it carries `drift: {tokens, drifted,
+    max_relative, max_separation}` (every row, drifted 0 where none), and where the other tokens
+    pass its problem goes and it matches its own index. A zeroed (relative 1), shifted, permuted
+    or other-layer token row (nearer another row) is never drift. The share of all token rows
+    (rule.fraction) is checked by the caller over every case (`drift_total`). Arrays: numpy, or
+    what np.asarray takes; `got[s][position]`, `tables[s][index]`. Pure: no torch.
+    """
+    import numpy as np
+
+    from compat.cell.row_consistency import token_measures
+
+    rows = [r for r in result["rows"] if r.get("max_abs_error") is not None]
+    measures = token_measures([(r["sequence"], r["expected_index"], got[r["sequence"]][r["layer"]]) for r in rows],
+                              tables, tokens) if rows else []
+    cleared = set()
+    for row, (relative, separation) in zip(rows, measures):
+        a = np.asarray(got[row["sequence"]][row["layer"]], dtype=np.float64)
+        b = np.asarray(tables[row["sequence"]][row["expected_index"]], dtype=np.float64)
+        errors = np.abs(a - b).max(axis=-1)
+        magnitudes = np.abs(b).max(axis=-1)
+        drifted = np.zeros(len(errors), dtype=bool)
+        while True:  # the other tokens' scale may shrink: repeat until nothing more is set aside
+            kept = ~drifted
+            allowed = tolerance.atol + tolerance.rtol * float(magnitudes[kept].max())
+            more = kept & (errors > allowed) & (relative <= rule.relative) & (separation < rule.separation)
+            if not more.any() or (drifted | more).all():
+                break
+            drifted |= more
+        count = int(drifted.sum())
+        row["drift"] = {"tokens": int(len(errors)), "drifted": count,
+                        "max_relative": float(relative[drifted].max()) if count else None,
+                        "max_separation": float(separation[drifted].max()) if count else None}
+        if not count:
+            continue
+        kept = ~drifted
+        scale = float(magnitudes[kept].max())
+        max_abs = float(errors[kept].max())
+        row.update(max_abs_error=max_abs, max_rel_error=max_abs / scale if scale else max_abs, scale=scale)
+        if tolerance.allows(max_abs, scale):
+            row["matches_index"] = row["expected_index"]
+            cleared.add((row["sequence"], row["layer"]))
+    problems = [p for p in result["problems"]
+                if not any(p.startswith(f"sequence {s} layer {position}: max abs error") for s, position in cleared)]
+    return {**result, "ok": not problems, "problems": problems,
+            "max_abs_error": max((r["max_abs_error"] for r in rows), default=result.get("max_abs_error")),
+            "max_rel_error": max((r["max_rel_error"] for r in rows), default=result.get("max_rel_error"))}
+
+
+def drift_total(rows: Sequence[dict[str, Any]], rule) -> tuple[int, int, str]:
+    """(drifted, tokens, problem) over figure rows: a problem where more than rule.fraction of all
+    token rows were set aside (then it is no batch noise)."""
+    drifted = sum(r["drift"]["drifted"] for r in rows if r.get("drift"))
+    tokens = sum(r["drift"]["tokens"] for r in rows if r.get("drift"))
+    if drifted and drifted > rule.fraction * tokens:
+        return drifted, tokens, (f"{drifted} of {tokens} token rows set aside as 16-bit drift, more than "
+                                 f"{rule.fraction:.0%}: not batch noise")
+    return drifted, tokens, ""
+
+
 def figures(result_or_rows: dict[str, Any] | Sequence[dict[str, Any]], tolerance: Tolerance | dict[str, float],
-            dtype: str, rows_expected: int, layers: Sequence[int] | None = None) -> dict[str, Any]:
+            dtype: str, rows_expected: int, layers: Sequence[int] | None = None, drift_rule=None) -> dict[str, Any]:
     """The figures a data check records (detail["figures"], lifted by the plugin to the record's
     `figures`) so that the harness can recompute pass/fail itself: the dtype vLLM ran in, the
     tolerance and its rule, how many rows the case should give (sequences sent x layers
@@ -157,8 +230,12 @@ def figures(result_or_rows: dict[str, Any] | Sequence[dict[str, Any]], tolerance
     `result_or_rows`: a `compare` result or its rows (a row may carry a `case`, kept). `layers`:
     the requested layers (layer ids) in the order they were returned; a row's `layer` is its
     position in that list, so the figures name the layer itself (without `layers`, the
-    position). A row with a shape mismatch has max_abs_error and scale None. Pure: no torch.
+    position). A row with a shape mismatch has max_abs_error and scale None. With `drift_rule` (a
+    row_consistency.Drift, 16-bit only: set_aside_drift), each row's `drift` is kept and the figures
+    carry `drift_rule: {relative, separation, fraction}`, which the harness re-checks. Pure: no torch.
     """
+    if drift_rule is not None and str(dtype) not in ("bfloat16", "float16"):
+        raise ValueError(f"a drift rule is for 16-bit runs only; this one ran in {dtype}")
     rows = result_or_rows["rows"] if isinstance(result_or_rows, dict) else result_or_rows
     if isinstance(tolerance, Tolerance):
         atol, rtol = tolerance.atol, tolerance.rtol
@@ -175,9 +252,18 @@ def figures(result_or_rows: dict[str, Any] | Sequence[dict[str, Any]], tolerance
                   "matches_index": None if row.get("matches_index") is None else int(row["matches_index"])}
         if row.get("case") is not None:
             figure["case"] = row["case"]
+        if drift_rule is not None and row.get("drift") is not None:
+            d = row["drift"]
+            figure["drift"] = {"tokens": int(d["tokens"]), "drifted": int(d["drifted"]),
+                               "max_relative": _number(d.get("max_relative")),
+                               "max_separation": _number(d.get("max_separation"))}
         out.append(figure)
-    return {"dtype": str(dtype), "tolerance": {"atol": float(atol), "rtol": float(rtol), "rule": TOLERANCE_RULE},
+    made = {"dtype": str(dtype), "tolerance": {"atol": float(atol), "rtol": float(rtol), "rule": TOLERANCE_RULE},
             "rows_expected": int(rows_expected), "rows": out}
+    if drift_rule is not None:
+        made["drift_rule"] = {"relative": float(drift_rule.relative), "separation": float(drift_rule.separation),
+                              "fraction": float(drift_rule.fraction)}
+    return made
 
 
 def _number(value: Any) -> float | None:

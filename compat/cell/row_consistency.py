@@ -188,6 +188,29 @@ def compare_rows(got: Sequence[Sequence[Any]], want: Sequence[Sequence[Any]],
             "bound": bound, "separation": separation, **drift_record}
 
 
+def token_measures(blocks: Sequence[tuple[int, int, Any]], want: Sequence[Sequence[Any]],
+                   tokens: Sequence[Sequence[int]]) -> list[tuple[np.ndarray, np.ndarray]]:
+    """Per (sequence, layer index of `want`, got block [seq_len, hidden]): each token row's relative
+    error against want[sequence][layer] and its separation ratio (own distance / nearest other row
+    of `want`, every sequence and layer of it; what compare_rows and its drift rule judge). For the
+    reference check: `want` is the full reference table per sequence, so an other-layer row is
+    nearer that layer's row."""
+    rows = _stack(want, list(range(max(map(len, want), default=0))))
+    shared = shared_prefix_lengths(tokens)
+    out = []
+    for s, layer, block in blocks:
+        a = np.asarray(block, dtype=np.float64)
+        b = np.asarray(want[s][layer], dtype=np.float64)
+        if a.shape != b.shape:
+            raise RowCheckError(f"sequence {s} layer {layer}: shape {list(a.shape)}; expected {list(b.shape)}")
+        relative = _ratio(np.sqrt(((a - b) ** 2).sum(axis=1)), np.sqrt((b ** 2).sum(axis=1)))
+        whitened = a / rows.unit
+        own = np.sqrt(((whitened - b / rows.unit) ** 2).sum(axis=1))
+        other, _ = _nearest_other(whitened, s, layer, rows, shared)
+        out.append((relative, _ratio(own, other)))
+    return out
+
+
 def _compare_block(a, b, s, layer, rows: _Rows, shared, bound, separation, name, problems, worst) -> None:
     norms = np.sqrt((b ** 2).sum(axis=1))
     relative = _ratio(np.sqrt(((a - b) ** 2).sum(axis=1)), norms)

