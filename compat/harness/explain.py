@@ -183,13 +183,23 @@ def find_exceptions(text: str) -> list[Found]:
     return _dedupe(found)
 
 
+def exceptions_in(text: str) -> list[Found]:
+    """Every exception a paste shows, once each (tracebacks, pytest's E lines, one-line errors)."""
+    return _dedupe(find_exceptions(text) + find_pytest_failures(text))
+
+
+def _short(type_name: str) -> str:
+    return type_name.rsplit(".", 1)[-1]
+
+
 def _dedupe(found: list[Found]) -> list[Found]:
     """One entry per exception: a title or a log's second print of the same error is dropped (the one
-    with a place or the longer message kept)."""
+    with a place or the longer message kept); `pydantic_core._pydantic_core.ValidationError` and a
+    progress line's `ValidationError` are one type."""
     out: list[Found] = []
     for f in found:
         head = f.message.splitlines()[0].strip() if f.message else ""
-        twin = next((o for o in out if o.type == f.type and (
+        twin = next((o for o in out if _short(o.type) == _short(f.type) and (
             (o.message.splitlines()[0].strip() if o.message else "").startswith(head[:60])
             or head.startswith((o.message.splitlines()[0].strip() if o.message else "")[:60]))), None)
         if twin is None:
@@ -521,7 +531,7 @@ def main(argv: Sequence[str] | None = None, stdin: TextIO = sys.stdin) -> int:
                             backend=data.get("backend"), backend_evidence="result file" if data.get("backend") else "")
         about = True
     else:
-        found = _dedupe(find_exceptions(text) + find_pytest_failures(text))
+        found = exceptions_in(text)
         versions = find_versions(text)
         about = bool(_ABOUT.search(text))
     if args.vllm:

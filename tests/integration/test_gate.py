@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from compat.harness.classify import classify_cell
-from compat.harness.explain import explain, find_exceptions, find_pytest_failures
+from compat.harness.explain import exceptions_in, explain
 from compat.shared.results import load_cell
 from compat.harness.verdict import PASS, decide, matrix_gate
 
@@ -48,7 +48,7 @@ def test_the_stored_verdicts_are_the_derived_ones(cells):
 def test_explain_names_a_breakage_for_every_traceback_of_the_real_probe_log(cells, cell_id):
     record = next(c for c in cells if c["id"] == cell_id)
     text = (RESULTS / cell_id / "probes.log").read_text(errors="replace")
-    found = find_exceptions(text) + find_pytest_failures(text)
+    found = exceptions_in(text)
     assert found, "no traceback in the probe log of a cell with broken probes"
     unexplained = [(f.type, f.message[:100], f.where) for f in found
                    if not explain(f, record["vllm"], record["speculators"], record["backend"]).matches]
