@@ -245,8 +245,9 @@ def detect_mla_backends(python: Path, backend: str) -> dict[str, dict]:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-def existing_env(python: Path, backend: str):
-    """A cell over an interpreter the user already has: named by the versions installed there."""
+def cell_over_interpreter(python: Path, backend: str):
+    """(Cell, CellEnv) over an interpreter the user already has: the cell named by the versions
+    installed there (cell_envs.existing_env gives the environment alone)."""
     from compat.harness.cell_envs import CellEnv, describe_env
     from compat.harness.matrix import Cell
 
@@ -347,7 +348,7 @@ def run(options: argparse.Namespace, record: dict[str, Any]) -> int:
     work_dir.mkdir(parents=True, exist_ok=True)
     cell, env = Cell(options.vllm, options.speculators, backend), None
     if options.python is not None:
-        cell, env = existing_env(options.python, backend)
+        cell, env = cell_over_interpreter(options.python, backend)
         record.update(python=str(Path(options.python).absolute()), vllm=cell.vllm, speculators=cell.speculators)
     elif skip is None or not _has_pytest():
         env = _install(cell, options, work_dir)

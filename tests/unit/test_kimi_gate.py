@@ -226,7 +226,7 @@ def test_an_interpreter_without_vllm_is_refused_with_what_was_found():
     import sys
 
     with pytest.raises(kimi.KimiError) as exc:
-        kimi.existing_env(sys.executable, "cpu")
+        kimi.cell_over_interpreter(sys.executable, "cpu")
     assert f"--python {sys.executable}: found vllm None" in str(exc.value)
     assert "expected an interpreter with both installed" in str(exc.value)
 
