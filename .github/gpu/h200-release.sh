@@ -9,11 +9,14 @@
 #       python-dotenv==1.2.4 compressed-tensors==0.17.0 ijson==3.4.0
 #   mkdir -p .device/s0401 && pip download --no-deps speculators==0.4.0.1 -d .device/s0401
 #   .device-fa3/fa3.tar.xz: vllm/vllm_flash_attn/_vllm_fa3_C.abi3.so from the same wheel, pruned to sm_90
-#       (prune_fatbin.py): MLA's prefill (FLASH_ATTN) and bfloat16 attention need it
+#       (prune_fatbin.py), xz -9e (7.9 MB): MLA's prefill (FLASH_ATTN) and bfloat16 attention need it.
+#       .device (55.6 MB: 0.26.0 also imports llguidance at `vllm serve`) and it exceed 64 MiB together with
+#       the checkout: run `rest` carrying .device first (float32 only, no FlashAttention needed), then at
+#       once (the machine stays warm 30 s; .site/ is kept) `mla` carrying .device-fa3 alone.
 #   bash .github/gpu/h200-release.sh PHASE      (carry .device and .device-fa3; from the checkout root)
-# PHASE `mla`: the server cell with deepseek_v3 + llama-bfloat16 (COMPAT_SERVER_VARIANTS; cell id
-#   ...__variants-deepseek_v3+llama-bfloat16); `rest`: the server cell with hybrid + llama-runner_v2,
-#   then the in-process (0.26.0, 0.4.0.1) cell in what is left of ~9.5 minutes; `dry`: unpack and
+# PHASE `mla`: the server cell with deepseek_v3 + llama-bfloat16 (COMPAT_SERVER_VARIANTS); `rest`: the
+#   server cell with hybrid + llama-runner_v2, then the in-process (0.26.0, 0.4.0.1) cell in what is
+#   left of ~9.5 minutes; `server-rest`: that server cell alone; `dry`: unpack and
 #   print what would run. float32 (the MLA DeepseekV3 runs in bfloat16: GPU MLA takes 16-bit only).
 # No flashinfer travels (its GDN prefill is JIT-compiled, no nvcc here): the hybrid takes vLLM's
 # Triton GDN prefill where the build has --gdn-prefill-backend (compat/cell/server_models.py).
@@ -21,14 +24,22 @@
 # 2.11): speculators 0.4.0.1 pins transformers <= 4.57.6 and torch <= 2.10, vLLM 0.26.0
 # transformers >= 5.5.3 and torch 2.11.0, so no resolver installs the pair; what runs is 0.4.0.1's
 # code against 0.26.0 (the cell's notes say the interpreter was used as found).
+# Variants are chosen through COMPAT_SERVER_VARIANTS in the environment: a `--python` cell's record does
+# not carry that choice in its settings (they say every variant), so the report reads the variants a
+# call did not serve as "the record contradicts itself" (error); each variant's outcome is read from
+# the call that served it (reports/gpu-h200/0.26.0-s090/README.md).
 # Results and logs come back as $OUT/PHASE.tgz (a result, runner/probe/server logs, machine.txt).
 set -uo pipefail
 phase=${1:?mla, rest or dry}
 root=$(pwd); out=${OUT:-/tmp/out}; site=$root/.site/v026; s0401=$root/.site/s0401; res=$root/.res/$phase
 began=$(date +%s)
 mkdir -p "$site" "$s0401" "$res" "$root/.site/tvshim"
+if [ -d "$root/.device/wheels" ]; then  # (again) whenever the carried wheels changed: a warm machine keeps .site/
+  stamp=$site/.wheels-$(ls "$root/.device/wheels" | md5sum | cut -c1-12)
+  [ -f "$stamp" ] || { python3 -m pip install -q --no-index --no-deps --no-compile --upgrade --target "$site" \
+                         "$root"/.device/wheels/*.whl && touch "$stamp"; } || exit 3
+fi
 if [ ! -d "$site/vllm" ]; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --target "$site" "$root"/.device/wheels/*.whl || exit 3
   tar -xJf "$root/.device/vllm.tar.xz" -C "$site" || exit 3
 fi
 if [ -f "$root/.device-fa3/fa3.tar.xz" ] && [ ! -f "$site/vllm/vllm_flash_attn/_vllm_fa3_C.abi3.so" ]; then
@@ -41,7 +52,7 @@ fi
 cp "$root/.github/gpu/tvshim/sitecustomize.py" "$root/.site/tvshim/"
 export VLLM_USE_FLASHINFER_SAMPLER=0 PYTHONUNBUFFERED=1
 { date -u; nvidia-smi; python3 -V; python3 -m pip list 2>/dev/null | grep -iE '^(torch|triton|transformers|tokenizers) ';
-  PYTHONPATH=$site python3 -c 'import vllm, speculators; print("vllm", vllm.__version__, "speculators", speculators.__version__)';
+  PYTHONPATH=$site python3 -c 'from importlib.metadata import version as v; print("vllm", v("vllm"), "speculators", v("speculators"))';
   ls -la "$site/vllm/vllm_flash_attn/"; } > "$res/machine.txt" 2>&1
 cell() {  # label pythonpath timeout [variants]
   local label=$1 pp=$2 limit=$3 variants=${4-}
@@ -55,8 +66,9 @@ cell() {  # label pythonpath timeout [variants]
 left() { echo $(( 560 - $(date +%s) + began )); }
 case $phase in
   mla) cell v026-s090-mla-bf16 "$site:$root/.site/tvshim" "$(left)" deepseek_v3,llama-bfloat16 ;;
-  rest) cell v026-s090-v2-hybrid "$site:$root/.site/tvshim" 330 hybrid,llama-runner_v2
+  rest) cell v026-s090-v2-hybrid "$site:$root/.site/tvshim" 350 hybrid,llama-runner_v2
         cell v026-s0401-inprocess "$s0401:$site" "$(left)" ;;
+  server-rest) cell v026-s090-v2-hybrid "$site:$root/.site/tvshim" 420 hybrid,llama-runner_v2 ;;
   dry) cell v026-s090-mla-bf16 "$site:$root/.site/tvshim" "$(left)" deepseek_v3,llama-bfloat16
        cell v026-s0401-inprocess "$s0401:$site" "$(left)"
        PYTHONPATH=$s0401:$site python3 -c 'import speculators; print("in-process speculators", speculators.__version__)' ;;

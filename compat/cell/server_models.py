@@ -77,7 +77,9 @@ GPU_GDN_TRITON_PREFILL = {
     "id": "gpu_gdn_triton_prefill",
     "why": "flashinfer is not installed here, and vLLM's Gated DeltaNet prefill on Hopper imports it (0.24.0 on an "
            "H200: No module named 'flashinfer'); --gdn-prefill-backend triton selects vLLM's own Triton/FLA kernel "
-           "(the one it uses on other GPUs). Environment only: a user with flashinfer needs no flag"}
+           "(the one it uses on other GPUs), which takes 16-bit only ('ChunkGatedDeltaRuleFunction does not support "
+           "float32. Please use bfloat16.', official 0.26.0 on an H200), so the hybrid is served in bfloat16 and held "
+           "to the bfloat16 tolerance. Environment only: a user with flashinfer needs no flag"}
 
 
 @dataclass
@@ -192,6 +194,7 @@ def hybrid(backend: str) -> Variant:
     elif not _has_module("flashinfer") and _has_engine_arg("gdn_prefill_backend"):
         out.serve_flags += ["--gdn-prefill-backend", "triton"]
         out.env_shims.append(GPU_GDN_TRITON_PREFILL)
+        out.dtype = "bfloat16"  # that kernel takes 16-bit only (GPU_GDN_TRITON_PREFILL)
     return out
 
 

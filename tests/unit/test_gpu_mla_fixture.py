@@ -101,6 +101,7 @@ def test_hybrid_uses_vllms_triton_gdn_prefill_on_a_gpu_without_flashinfer(monkey
     monkeypatch.setattr(server_models, "_has_module", lambda name: name != "flashinfer")
     v = server_models.hybrid("gpu")
     assert v.serve_flags == ["--gdn-prefill-backend", "triton"] and v.env_shims == [server_models.GPU_GDN_TRITON_PREFILL]
+    assert v.dtype == "bfloat16"  # the Triton/FLA kernel refuses float32 (seen on 0.26.0)
     monkeypatch.setattr(server_models, "_has_module", lambda name: True)  # flashinfer there: vLLM as shipped
     assert server_models.hybrid("gpu").serve_flags == []
     monkeypatch.setattr(server_models, "_has_module", lambda name: name != "flashinfer")
