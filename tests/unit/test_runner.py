@@ -181,3 +181,19 @@ def test_a_new_finding_is_run_again_alone_and_a_flip_reads_flaky(tmp_path, monke
     probe = next(p for p in record["probes"] if p["id"] == "kv_cache_config_api")
     assert probe["status"] == "broken" and probe["rerun"]["status"] == "broken"
     assert len(calls) == 2
+
+
+def test_variants_option_selects_what_the_record_and_the_probes_say(tmp_path, monkeypatch):
+    """--variants narrows a server-era cell: its id, its recorded settings and manifest, and what its
+    probes are told agree (a subset chosen through the environment alone would read as a contradiction)."""
+    options, rest = runner.runner_options(["--variants", "deepseek_v3,llama-bfloat16"])
+    assert rest == [] and options.variants == ("deepseek_v3", "llama-bfloat16")
+    cell = runner.with_run_settings(Cell("0.26.0", "0.9.0", "gpu"), options)
+    assert cell.id == "vllm-0.26.0__speculators-0.9.0__gpu__variants-deepseek_v3+llama-bfloat16"
+    record = cell_run.base_record(cell)
+    assert record["settings"]["variants"] == ["deepseek_v3", "llama-bfloat16"]
+    assert record["manifest"]["variants"] == ["deepseek_v3", "llama-bfloat16"]
+    monkeypatch.setenv("COMPAT_SERVER_VARIANTS", "hybrid")
+    assert cell_run.cell_settings(cell, {}, existing=False)["COMPAT_SERVER_VARIANTS"] == "deepseek_v3,llama-bfloat16"
+    with pytest.raises(SystemExit):
+        runner.runner_options(["--variants", "deepseek"])
