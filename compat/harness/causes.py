@@ -72,6 +72,20 @@ def cause_of(error: Optional[dict[str, Any]]) -> Optional[CauseRule]:
     return next((rule for rule in RULES if rule.fits(error)), None)
 
 
+def cause_of_error(probe: dict[str, Any]) -> Optional[str]:
+    """The cause of a probe that could not run (`error`), where its record shows one: a rule's, or
+    the harness's own fault (an untagged exception in our code, as the cell's plugin words it)."""
+    rule = cause_of(probe.get("error"))
+    if rule is not None:
+        return rule.cause
+    reason = str(probe.get("reason") or "")
+    if reason.startswith("harness fault"):
+        return "harness"
+    if reason.startswith("timeout") or "did not run: " in reason:
+        return "environment"
+    return None
+
+
 def as_not_contract(probe: dict[str, Any], rule: CauseRule) -> dict[str, Any]:
     """The probe record as `error` with its cause, what it stated kept."""
     out = dict(probe)

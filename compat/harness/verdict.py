@@ -34,7 +34,7 @@ from typing import Any, Iterable
 
 from compat.harness.breakages import REFERENCE_PROBE, REGISTRY, Breakage
 from compat.harness.classify import ProbeClass, classify_cell
-from compat.harness.causes import as_not_contract, cause_of
+from compat.harness.causes import as_not_contract, cause_of, cause_of_error
 from compat.harness.evidence import recheck
 from compat.shared.records import migrate
 
@@ -146,6 +146,10 @@ def decide(cell: dict[str, Any], registry: tuple[Breakage, ...] = REGISTRY) -> D
     if not_contract:  # the environment's or our fixture's failure, no registry entry claims it: error
         checked = dict(checked, probes=[as_not_contract(p, not_contract[id(p)]) if id(p) in not_contract else p
                                         for p in checked["probes"]])
+        classes = classify_cell(checked, registry)
+    if any(p.get("status") == "error" and not p.get("cause") and cause_of_error(p) for p in checked["probes"]):
+        checked = dict(checked, probes=[dict(p, cause=cause_of_error(p)) if p.get("status") == "error"
+                                        and not p.get("cause") and cause_of_error(p) else p for p in checked["probes"]])
         classes = classify_cell(checked, registry)
     verdict, reasons = cell_verdict(checked, classes)
     gate, gate_reasons = cell_gate(verdict, classes)

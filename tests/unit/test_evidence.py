@@ -387,3 +387,17 @@ def test_the_harness_tolerances_are_the_probes():
 
     assert TOLERANCES["float32"] == (reference.ATOL, reference.RTOL)
     assert TOLERANCES["bfloat16"] == (reference.BF16_ATOL, reference.BF16_RTOL)
+
+
+def test_a_probe_that_could_not_run_names_its_cause_where_its_record_shows_one():
+    cell = schema2(SERVER)
+    find(cell, "payload_schema").update(status="error", with_compat="error", error=None,
+                                        reason="harness fault: KeyError: 'rows'")
+    find(cell, "write_completion").update(status="error", with_compat="error", error=None,
+                                          reason="timeout: Timeout (>300.0s) from pytest-timeout.")
+    find(cell, "layer_numbering").update(status="error", with_compat="error", reason="could not set up: x",
+                                         error={"type": "ModuleNotFoundError", "message": "No module named 'flashinfer'"})
+    d = decide(cell)
+    causes = {p["id"]: p.get("cause") for p, _ in d.classes}
+    assert causes["payload_schema"] == "harness" and causes["write_completion"] == "environment"
+    assert causes["layer_numbering"] == "environment" and d.gate == UNTESTED
