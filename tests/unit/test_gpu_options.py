@@ -11,7 +11,7 @@ import pytest
 from compat.harness import runner
 from compat.harness.cell_run import GPU_SETTINGS, cell_settings, probe_environment
 from compat.harness.cell_envs import ExistingEnvError, cell_from_env
-from compat.harness.matrix import Cell
+from compat.harness.matrix import SERVER_VARIANTS, Cell
 from compat.cell.reference import tolerance_for
 
 # Measured on the H200, vLLM 0.24.0 x speculators 0.9.0 served in bfloat16 (reports/gpu-h200/bfloat16):
@@ -52,7 +52,8 @@ def test_gpu_cells_get_ieee_float32_and_spawned_workers_cpu_cells_do_not(monkeyp
     for name in GPU_SETTINGS:
         monkeypatch.delenv(name, raising=False)
     gpu, cpu = Cell("0.24.0", "0.9.0", "gpu"), Cell("0.16.0", "0.3.0", "cpu")
-    assert cell_settings(gpu, {}, existing=False) == {"TRITON_F32_DEFAULT": "ieee", "VLLM_WORKER_MULTIPROC_METHOD": "spawn"}
+    assert cell_settings(gpu, {}, existing=False) == {"TRITON_F32_DEFAULT": "ieee", "VLLM_WORKER_MULTIPROC_METHOD": "spawn",
+                                                      "COMPAT_SERVER_VARIANTS": ",".join(SERVER_VARIANTS)}
     assert cell_settings(cpu, {}, existing=False) == {}
     env = probe_environment(cpu, tmp_path, "t", tmp_path)
     assert "TRITON_F32_DEFAULT" not in env and "VLLM_WORKER_MULTIPROC_METHOD" not in env
