@@ -1,0 +1,536 @@
+"""Rules of the verdict, the evidence, the causes and the classification that only the surviving
+mutants of `bench/mutation.py` showed to be unpinned: boundaries of the figures rules (schema 2 and
+schema 1), the 16-bit drift rule, what a contradicted or not-the-contract probe reads in the report,
+a breakage the probe names itself, the summary tallies, and a registry passed in by the caller.
+
+Every test states an observable outcome: the verdict, the gate, a class, the reasons, or the probe as
+the report shows it (`Decision.checked`, what `compat.json` carries per probe)."""
+
+from __future__ import annotations
+
+import copy
+import json
+import math
+from pathlib import Path
+
+import pytest
+from record_factory import complete, passing_figures
+
+from compat.harness import breakages
+from compat.harness.breakages import BY_ID, REGISTRY, Breakage, Symptom
+from compat.harness.classify import classify_probe, counts
+from compat.harness.evidence import figures_pass
+from compat.harness.verdict import FINDING, PASS, UNTESTED, decide, matrix_gate
+
+CORPUS = Path(__file__).parent / "corpus"
+REF = "hidden_states_match_reference"
+SERVER = "vllm-0.32.0__speculators-0.9.0__cpu"  # compatible as run
+SEEDS = "vllm-0.16.0__speculators-0.3.0__cpu"  # compatible-with-compat as run
+BLOCK_POOL = "vllm/v1/core/block_pool.py:238"
+
+
+def genuine(name: str = SERVER) -> dict:
+    """A genuine schema-2 record (tests/unit/corpus/schema2/)."""
+    return json.loads((CORPUS / "schema2" / f"{name}.json").read_text())
+
+
+def schema1(name: str = SERVER) -> dict:
+    """A genuine schema-1 record (tests/unit/corpus/real/), migrated on load."""
+    return json.loads((CORPUS / "real" / f"{name}.json").read_text())
+
+
+def find(cell: dict, pid: str, case: str | None = None) -> dict:
+    return next(p for p in cell["probes"] if p["id"] == pid and p.get("case") == case)
+
+
+def shown(decision, pid: str, case: str | None = None) -> dict:
+    """The probe as the report shows it (the record as its evidence reads)."""
+    return find(decision.checked, pid, case)
+
+
+def probe(pid, status="ok", with_compat="ok", error=None, case=None, detail=None, reason=None):
+    return {"id": pid, "case": case, "status": status, "with_compat": with_compat,
+            "advisory": pid == "worker_logging", "error": error, "reason": reason, "seconds": 0.1,
+            "detail": detail or {}}
+
+
+def err(etype, message, where=None):
+    return {"type": etype, "message": message, "where": where}
+
+
+def cell(probes, vllm="0.16.0", spec="0.3.0", backend="cpu", **kw):
+    return complete({"id": f"vllm-{vllm}__speculators-{spec}__{backend}", "vllm": vllm, "speculators": spec,
+                     "backend": backend, "verdict": "compatible", "probes": probes, "error": None, **kw})
+
+
+def reference(status="ok", with_compat="ok", **kw):
+    return [probe(REF, status, with_compat, case=c, **kw) for c in ("batch", "repeated", "shared_prefix", "multi_step", "tp2")]
+
+
+# --------------------------------------------------------------------------- schema-2 figures
+
+
+def test_a_row_exactly_at_the_allclose_bound_passes():
+    c = genuine()
+    figures = find(c, REF, "batch")["figures"]
+    atol, rtol = figures["tolerance"]["atol"], figures["tolerance"]["rtol"]
+    figures["rows"][0].update(max_abs_error=atol + rtol * 1.0, scale=1.0)
+    d = decide(c)
+    assert (d.verdict, d.gate) == ("compatible", PASS), d.reasons
+    figures["rows"][0].update(max_abs_error=math.nextafter(atol + rtol * 1.0, 1.0))
+    assert decide(c).verdict == "error"
+
+
+@pytest.mark.parametrize("tolerance, why", [
+    ({"atol": 0.0, "rtol": 1e-4}, "tolerance atol 0, rtol 0.0001 for dtype 'float32'; the harness holds 'float32' to (0.0001, 0.0001)"),
+    ({"atol": 1e-4, "rtol": 0.0}, "tolerance atol 0.0001, rtol 0 for dtype 'float32'; the harness holds 'float32' to (0.0001, 0.0001)"),
+    ({"atol": -1e-4, "rtol": 1e-4}, "tolerance {'atol': -0.0001, 'rtol': 0.0001} is not two finite non-negative numbers"),
+    ({"atol": 1e-4, "rtol": -1e-4}, "tolerance {'atol': 0.0001, 'rtol': -0.0001} is not two finite non-negative numbers"),
+    ({"atol": math.nan, "rtol": 1e-4}, "tolerance {'atol': nan, 'rtol': 0.0001} is not two finite non-negative numbers"),
+    ({"atol": 1e-4, "rtol": math.inf}, "tolerance {'atol': 0.0001, 'rtol': inf} is not two finite non-negative numbers"),
+    (None, "tolerance missing is not two finite non-negative numbers"),
+])
+def test_a_tolerance_that_is_not_the_harness_one_says_which_rule_it_breaks(tolerance, why):
+    c = genuine()
+    figures = find(c, REF, "batch")["figures"]
+    if tolerance is None:
+        del figures["tolerance"]
+    else:
+        figures["tolerance"] = tolerance
+    d = decide(c)
+    assert (d.verdict, d.gate) == ("error", UNTESTED), d.reasons
+    assert shown(d, REF, "batch")["reason"] == f"the record contradicts itself: status ok, but {why}"
+
+
+def test_a_dtype_the_harness_does_not_know_has_no_tolerance():
+    figures = passing_figures()
+    figures["dtype"] = "int8"
+    assert figures_pass(figures) == (None, "tolerance atol 0.0001, rtol 0.0001 for dtype 'int8'; the harness "
+                                           "holds 'int8' to nothing (unknown dtype)")
+
+
+def test_rows_that_are_not_a_list_compare_nothing():
+    figures = passing_figures()
+    figures["rows"] = {"0": figures["rows"][0]}
+    assert figures_pass(figures) == (None, "no rows compared")
+
+
+def test_a_row_is_one_place_by_case_sequence_and_layer():
+    figures = passing_figures(rows=2)
+    figures["rows"] = [dict(r, case=case) for case in ("batch", "repeated") for r in figures["rows"]]
+    figures["rows_expected"] = 4
+    assert figures_pass(figures)[0] is True  # the same (sequence, layer) in two cases
+    figures = passing_figures(rows=2)
+    figures["rows"] += [dict(r, sequence=1) for r in figures["rows"]]
+    figures["rows_expected"] = 4
+    assert figures_pass(figures)[0] is True  # the same layer of two sequences
+    figures["rows"][3] = dict(figures["rows"][1])
+    assert figures_pass(figures) == (None, "a (sequence, layer) row is listed twice")
+
+
+def test_the_failing_row_is_named():
+    c = genuine()
+    rows = find(c, REF, "batch")["figures"]["rows"]
+    rows[0]["max_abs_error"] = 5.0
+    reason = shown(decide(c), REF, "batch")["reason"]
+    assert f"1 of {len(rows)} row(s) outside max_abs_error <= 0.0001 + 0.0001 * scale (e.g. sequence 0 layer 1: " \
+           f"max abs 5.0, scale {rows[0]['scale']})" in reason
+    c = genuine()
+    find(c, REF, "batch")["figures"]["rows"][1]["scale"] = math.nan
+    reason = shown(decide(c), REF, "batch")["reason"]
+    assert "1 row(s) with non-finite figures (e.g. sequence 0 layer 3: max abs" in reason and "scale nan" in reason
+
+
+# --------------------------------------------------------------------------- 16-bit drift
+
+
+def drifted(drifted=2, relative=0.3, separation=0.6, tokens=40, rule=None, others=True):
+    """bfloat16 figures whose first row sets `drifted` of `tokens` token rows aside as drift."""
+    figures = passing_figures("bfloat16")
+    figures["drift_rule"] = rule if rule is not None else {"relative": 0.5, "separation": 0.9, "fraction": 0.05}
+    if others:
+        for row in figures["rows"][1:]:
+            row["drift"] = {"tokens": tokens, "drifted": 0, "max_relative": None, "max_separation": None}
+    figures["rows"][0]["drift"] = {"tokens": tokens, "drifted": drifted, "max_relative": relative,
+                                   "max_separation": separation}
+    return figures
+
+
+def test_drift_at_each_bound_of_its_rule():
+    assert figures_pass(drifted(relative=0.5))[0] is True  # max_relative <= relative
+    assert figures_pass(drifted(separation=0.9))[0] is False  # separation must stay below the bound
+    # 2 of 40 tokens is 5 %: at the fraction, allowed; rows without a drift entry count no tokens
+    assert figures_pass(drifted(others=False))[0] is True
+    assert figures_pass(drifted(drifted=3, others=False))[0] is False
+
+
+def test_drift_without_a_token_count_is_not_believed():
+    rule = {"relative": 0.5, "separation": 0.9, "fraction": 0.5}
+    passed, why = figures_pass(drifted(drifted=1, tokens=None, rule=rule))
+    assert passed is False and why == "1 of 0 token rows set aside as drift, more than 0.5 of them"
+
+
+def test_a_drift_rule_that_is_not_a_mapping_is_no_rule():
+    passed, why = figures_pass(drifted(rule="relative 0.5"))
+    assert passed is False and "drift is a 16-bit rule with a stated bound (dtype bfloat16, drift_rule None)" in why
+
+
+def test_drift_beyond_its_rule_names_the_row_and_its_figures():
+    passed, why = figures_pass(drifted(relative=0.8, separation=0.6))
+    assert passed is False
+    assert why.startswith("sequence 0 layer 1: max abs 2e-06, scale 3.0: drifted tokens off by 0.8 relative, "
+                          "separation 0.6: beyond the drift rule")
+
+
+# --------------------------------------------------------------------------- schema-1 figures
+
+
+def v1(layer_ids: dict | None = None, margins: dict | None = None, **case) -> dict:
+    """The genuine 0.32.0 schema-1 record, its batch reference case with these figures."""
+    c = schema1()
+    detail = find(c, REF, "batch")["detail"]
+    detail.update(case)
+    if layer_ids is not None:
+        detail["layer_ids"] = layer_ids
+    if margins is not None:
+        detail["wrong_row_margins"] = margins
+    return c
+
+
+def lid(max_abs, max_rel, index=1, matches=None):
+    out = {"reference_index": index, "max_abs_error": max_abs, "max_rel_error": max_rel}
+    if matches is not None:
+        out["matches_index"] = matches
+    return out
+
+
+def test_schema1_case_figures_pass_within_either_bound_inclusive():
+    for max_abs, max_rel in ((1e-4, 0.5), (5e-5, 0.5), (0.3, 1e-4), (0.3, 1e-5)):
+        d = decide(v1(max_abs_error=max_abs, max_rel_error=max_rel))
+        assert (d.verdict, d.gate) == ("compatible", PASS), (max_abs, max_rel, d.reasons)
+    d = decide(v1(max_abs_error=math.nan, max_rel_error=1e-6))  # a NaN is never within
+    assert d.verdict == "error" and "not finite or missing (schema 1)" in shown(d, REF, "batch")["reason"]
+
+
+def test_schema1_tolerance_must_be_two_finite_numbers():
+    for tolerance in ({"atol": math.nan, "rtol": 1e-4}, {"atol": None, "rtol": 1e-4}, "1e-4"):
+        d = decide(v1(tolerance=tolerance))
+        assert (d.verdict, d.gate) == ("error", UNTESTED), tolerance
+        assert "is not two finite numbers (schema 1)" in shown(d, REF, "batch")["reason"]
+    d = decide(v1(tolerance={"atol": 1e-4}))
+    assert "tolerance {'atol': 0.0001} is not two finite numbers" in shown(d, REF, "batch")["reason"]
+    d = decide(v1(tolerance={}))
+    assert "tolerance missing is not two finite numbers" in shown(d, REF, "batch")["reason"]
+
+
+def test_schema1_layer_ids_each_prove_their_own_pass_and_index():
+    ids = {"1": lid(2e-6, 1e-6, 1, 1), "3": lid(4e-6, 1e-6, 3, 3), "5": lid(5e-6, 1e-6, 5)}
+    d = decide(v1(layer_ids=ids))
+    assert (d.verdict, d.gate) == ("compatible", PASS), d.reasons
+    ids["3"] = lid(4e-6, 1e-6, 3, 5)  # within the tolerance, but another layer's row
+    d = decide(v1(layer_ids=ids))
+    assert (d.verdict, d.gate) == ("error", UNTESTED)
+    assert shown(d, REF, "batch")["reason"].endswith("status ok, but layer id 3 matched reference index 5, not 3")
+
+
+def test_schema1_margins_decide_only_for_their_own_layer_id():
+    margins = {"seq0/id1": {"allowed": 0.1}, "seq1/id1": {"allowed": 0.12}, "seq0/id3": {"allowed": 0.05},
+               "seq1/id3": {"allowed": math.nan}, "seq0/id13": {"allowed": 0.001}, "seq0/id5": "not figures"}
+    ids = {"1": lid(0.1, 0.5, 1, 1), "3": lid(0.04, 0.5, 3, 3)}
+    d = decide(v1(layer_ids=ids, margins=margins))
+    assert (d.verdict, d.gate) == ("compatible", PASS), d.reasons  # 0.1 <= min(0.1, 0.12); NaN ignored
+    ids["1"] = lid(0.11, 0.5, 1, 1)  # above seq0's allowed: some sequence's bound is exceeded
+    d = decide(v1(layer_ids=ids, margins=margins))
+    assert d.verdict == "error" and "layer id 1: max abs 0.11 > atol" in shown(d, REF, "batch")["reason"]
+    d = decide(v1(layer_ids={"1": lid(0.1, 0.5, 1, 1)}))  # no margins: nothing proves it
+    assert d.verdict == "error" and "no per-row scales" in shown(d, REF, "batch")["reason"]
+
+
+def test_schema1_with_compat_claim_needs_the_with_compat_runs_figures():
+    c = schema1()
+    del find(c, REF, "batch")["detail"]["with_compat"]
+    d = decide(c)
+    assert (d.verdict, d.gate) == ("error", UNTESTED), d.reasons
+    p = shown(d, REF, "batch")
+    assert (p["status"], p["with_compat"]) == ("ok", "error")
+    assert p["reason"] == "the record contradicts itself: with_compat ok, but the with-compat run's no figures " \
+                          "recorded (schema 1)"
+    assert p["stated"] == {"status": "ok", "with_compat": "ok"}
+
+
+# --------------------------------------------------------------------------- a contradicted probe in the report
+
+
+@pytest.mark.parametrize("with_compat, shown_as", [("broken", "error"), ("ok", "error"), (None, None), ("n/a", "n/a")])
+def test_a_contradicted_probe_reads_error_with_cause_record_and_what_it_stated(with_compat, shown_as):
+    c = genuine()
+    p = find(c, REF, "batch")
+    p["figures"]["rows"][0]["max_abs_error"] = 5.0
+    p["with_compat"] = with_compat
+    if with_compat is None:
+        del p["detail"]["with_compat"]
+    else:
+        p["detail"]["with_compat"]["status"] = with_compat
+    d = decide(c)
+    assert (d.verdict, d.gate) == ("error", UNTESTED), d.reasons  # never incompatible, never a finding
+    p = shown(d, REF, "batch")
+    assert (p["status"], p["with_compat"], p["cause"]) == ("error", shown_as, "record")
+    assert p["stated"] == {"status": "ok", "with_compat": with_compat}
+
+
+# --------------------------------------------------------------------------- not the contract
+
+
+def not_contract(message: str, with_compat: str | None):
+    c = genuine()
+    p = find(c, "payload_schema")
+    p.update(status="broken", with_compat=with_compat,
+             error=err("ModuleNotFoundError", message, "vllm/v1/attention/backends/flashinfer.py:12"))
+    if with_compat is None:
+        del p["detail"]["with_compat"]
+    else:
+        p["detail"]["with_compat"]["status"] = with_compat
+    return decide(c)
+
+
+@pytest.mark.parametrize("with_compat, shown_as", [("broken", "error"), ("ok", "ok"), (None, None)])
+def test_an_environment_failure_reads_error_keeping_what_it_stated(with_compat, shown_as):
+    line = "No module named 'flashinfer' " + "x" * 300
+    d = not_contract(f"{line}\nsecond line of the message", with_compat)
+    assert (d.verdict, d.gate) == ("error", UNTESTED), d.reasons
+    p = shown(d, "payload_schema")
+    assert (p["status"], p["with_compat"], p["cause"]) == ("error", shown_as, "environment")
+    assert p["stated"] == {"status": "broken", "with_compat": with_compat}
+    assert p["reason"].startswith(f"environment, not the contract: {line[:200]}; what to do: install the missing package")
+
+
+# --------------------------------------------------------------------------- a breakage the probe names
+
+
+def named(pid, error=None, case=None, **detail):
+    return probe(pid, "broken", None, error, case=case, detail=detail)
+
+
+def test_a_probe_naming_a_breakage_whose_failure_fits_is_that_known_breakage():
+    p = named("block_hasher", err("AssertionError", "", BLOCK_POOL), breakage="block_hasher")
+    c = classify_probe(p, "0.16.0", "0.3.0")
+    assert (c.kind, c.breakage, c.note) == ("known", BY_ID["block_hasher"], "named by the probe, and its failure fits")
+
+
+def test_a_probe_naming_a_breakage_whose_failure_does_not_fit_is_new_and_names_it():
+    p = named("block_hasher", err("AssertionError", "", "vllm/v1/core/sched/scheduler.py:9"), breakage="block_hasher")
+    c = classify_probe(p, "0.16.0", "0.3.0")
+    assert (c.kind, c.breakage) == ("new", BY_ID["block_hasher"])
+    assert c.note.startswith("the probe names block_hasher, but its failure does not fit: raised at")
+
+
+def test_a_probe_naming_a_breakage_outside_its_scope_is_new_and_names_it():
+    p = named("block_hasher", err("AssertionError", "", BLOCK_POOL), breakage="block_hasher")
+    c = classify_probe(p, "0.11.0", "0.3.0")
+    assert (c.kind, c.breakage) == ("new", BY_ID["block_hasher"])
+    assert c.note.startswith("the probe names block_hasher, which the registry does not expect for vLLM 0.11.0 / "
+                             "speculators 0.3.0 on cpu (vLLM from 0.12.0")
+
+
+def test_a_probe_naming_a_breakage_the_registry_lacks_is_new_and_names_none():
+    c = classify_probe(named("block_hasher", err("KeyError", "k"), breakage="no_such_entry"), "0.16.0", "0.3.0")
+    assert (c.kind, c.breakage) == ("new", None)
+    assert c.note == "the probe names breakage 'no_such_entry', which is not in the registry"
+
+
+def test_in_a_cell_the_named_breakage_decides_the_gate():
+    fits = named("block_hasher", err("AssertionError", "", BLOCK_POOL), breakage="block_hasher")
+    d = decide(cell([dict(fits, with_compat="ok")] + reference(status="broken", error=err("AssertionError", "", BLOCK_POOL))))
+    assert (d.verdict, d.gate) == ("compatible-with-compat", PASS), d.reasons
+    d = decide(cell([dict(fits, with_compat="ok")] + reference(status="broken", error=err("AssertionError", "", BLOCK_POOL)),
+                    vllm="0.11.0"))
+    assert d.gate == FINDING and any(r.startswith("NEW: block_hasher: the probe names block_hasher") for r in d.reasons)
+
+
+# --------------------------------------------------------------------------- tallies and a registry passed in
+
+
+EXTRA = Breakage(id="server_thing", title="t", introduced_in="0.22.0", affects=">=0.5", fix="f",
+                 symptom=Symptom(exception=("RuntimeError",), message="boom"), references=("x",), backends=("cpu",))
+
+
+def test_counts_tally_every_class_over_deciding_probes():
+    new_behind = {"api_only": {"status": "broken", "problems": ["sequence 0 layer 0: max abs error 0.4 (reference index 2, scale 3)"]}}
+    c = cell([probe("block_hasher", "broken", "ok", err("AssertionError", "", BLOCK_POOL)),
+              probe("worker_logging", "broken", None, err("KeyError", "k")),
+              probe("request_signature"), probe("embed_input_ids", "error", None, reason="no"),
+              probe("two_phase_execute", "skipped", None, reason="no"),
+              probe("scheduler_signature", "broken", "ok", err("KeyError", "k", "vllm/x.py:1")),
+              probe("kv_cache_config_api", "ok", "broken"),  # fixed here, broken by the adapters
+              probe(REF, "broken", "ok", err("AssertionError", "", BLOCK_POOL), case="batch", detail=new_behind)])
+    not_applicable = sum(p["status"] == "n/a" for p in c["probes"])
+    once = {"known": 2, "new": 2, "fixed": 1, "as-expected-ok": 1, "error": 1, "not-run": 1 + not_applicable,
+            "advisory-new": 1, "adapter-regression": 1}
+    assert counts([c]) == once
+    assert counts([c, c]) == {k: 2 * v for k, v in once.items()}
+    assert counts([cell([probe("request_signature")])])["advisory-new"] == 0
+
+
+def test_a_registry_passed_in_is_the_one_used():
+    p = probe("server_thing", "broken", None, err("RuntimeError", "boom!"))
+    c = cell([p, probe("payload_schema")], vllm="0.22.0", spec="0.9.0")
+    assert counts([c], REGISTRY + (EXTRA,))["known"] == 1
+    assert counts([c])["new"] == 1
+    assert matrix_gate([c], REGISTRY + (EXTRA,)) != FINDING
+    assert matrix_gate([c]) == FINDING
+
+
+# --------------------------------------------------------------------------- the registry's own rules
+
+
+def test_a_user_symptom_is_an_exception_with_no_probe_case():
+    kw = dict(id="x", title="x", introduced_in="0.12.0", affects="<1", backends=("cpu",), fix="x",
+              symptom=Symptom(exception=("TypeError",), message="some message"))
+    Breakage(**kw, user_symptom=Symptom(exception=("TypeError",), message="some message"))
+    with pytest.raises(ValueError, match="a user symptom is an exception a log shows"):
+        Breakage(**kw, user_symptom=Symptom(exception=("TypeError",), message="some message", cases="batch"))
+    with pytest.raises(ValueError, match="a user symptom is an exception a log shows"):
+        Breakage(**kw, user_symptom=Symptom(exception=("X",), silent=True, cases="batch", data=("rows_missing",)))
+
+
+def test_removed_in_is_a_version():
+    kw = dict(id="x", title="x", introduced_in="0.12.0", affects="<1", backends=("cpu",), fix="x",
+              symptom=Symptom(exception=("TypeError",), message="some message"))
+    assert Breakage(**kw, removed_in="0.17.0").removed_in == "0.17.0"
+    with pytest.raises(Exception):
+        Breakage(**kw, removed_in="soon")
+
+
+def test_the_index_holds_every_entry_by_its_id_and_get_reads_it():
+    a, b = BY_ID["block_hasher"], BY_ID["request_signature"]
+    assert breakages._index([a, b]) == {"block_hasher": a, "request_signature": b}
+    assert breakages.get("block_hasher") is a and breakages.get("nothing") is None
+
+
+# --------------------------------------------------------------------------- causes
+
+
+def test_a_qualified_exception_type_fits_a_cause_by_its_short_name():
+    for etype in ("builtins.ModuleNotFoundError", "importlib.machinery.ImportError"):
+        c = genuine()
+        p = find(c, "payload_schema")
+        p.update(status="broken", with_compat=None, error=err(etype, "No module named 'flashinfer'"))
+        del p["detail"]["with_compat"]
+        d = decide(c)
+        assert (d.verdict, d.gate) == ("error", UNTESTED), (etype, d.reasons)
+        assert shown(d, "payload_schema")["cause"] == "environment"
+
+
+# --------------------------------------------------------------------------- cases a message names
+
+
+CLIENT = ("0.22.1", "0.7.0.2")  # connector_prefix_cache_rows_client: repeated and shared_prefix only
+
+
+def files_left(*files):
+    message = f"after the client finished: lock files left [], incomplete or missing files {list(files)!r}"
+    return probe("write_completion", "broken", None, err("ContractViolation", message))
+
+
+def test_a_second_case_the_entry_covers_keeps_it_known():
+    c = classify_probe(files_left("repeated/hs_2.safetensors", "shared_prefix/hs_0.safetensors"), *CLIENT)
+    assert (c.kind, c.breakage.id) == ("known", "connector_prefix_cache_rows_client")
+
+
+def test_a_second_case_the_entry_does_not_cover_makes_it_new():
+    c = classify_probe(files_left("repeated/hs_2.safetensors", "batch/hs_0.safetensors"), *CLIENT)
+    assert (c.kind, c.breakage) == ("new", None)
+    assert c.note == ("looks like connector_prefix_cache_rows_client in case repeated, but the message also names "
+                      "case(s) batch, which connector_prefix_cache_rows_client does not cover")
+
+
+def test_a_case_named_beside_the_probes_own_case_is_read_as_its_own_case():
+    rows = "Sequence length of hidden states 40 doesn't match num tokens 48: repeated/hs_1.safetensors, " \
+           "shared_prefix/hs_0.safetensors"
+    c = classify_probe(probe(REF, "broken", None, err("ContractViolation", rows), case="repeated"), "0.22.1", "0.8.1")
+    assert (c.kind, c.breakage.id) == ("known", "connector_prefix_cache_rows")
+
+
+def test_a_per_model_probe_names_its_server_cases_under_its_model():
+    message = "[batch] The expanded size of the tensor (6) must match the existing size (5); [repeated] the same"
+    failure = err("RuntimeError", message, "vllm/v1/spec_decode/extract_hidden_states.py:88")
+    c = classify_probe(probe("layer_ids_by_model", "broken", None, failure, case="deepseek_v3"), "0.22.1", "0.8.1")
+    assert (c.kind, c.breakage.id) == ("known", "deepseek_final_layer")  # deepseek_v3/batch, deepseek_v3/repeated
+
+
+def test_a_reference_data_entry_does_not_explain_another_probes_wrong_data():
+    short = {"rows_returned": [18, 0], "rows_expected": [18, 18]}
+    assert classify_probe(probe(REF, "broken", None, case="repeated", detail=short), "0.16.0", "0.3.0").kind == "known"
+    c = classify_probe(probe("bfloat16_reference", "broken", None, case="repeated", detail=short), "0.16.0", "0.3.0")
+    assert c.kind == "new", c
+
+
+# --------------------------------------------------------------------------- behind the exception
+
+
+RAISED = err("AssertionError", "", BLOCK_POOL)
+
+
+def behind(api_only, pid=REF, case="repeated", vllm="0.16.0", registry=REGISTRY):
+    p = probe(pid, "broken", "ok", RAISED, case=case, detail={"api_only": dict(api_only, status="broken")})
+    return classify_probe(p, vllm, "0.3.0", registry).behind
+
+
+def test_an_api_only_run_that_did_not_finish_is_an_error_behind_not_a_finding():
+    why = "killed after 600 s " + "z" * 300
+    b = behind({"error": why})
+    assert (b.kind, b.breakage, b.note) == ("error", None, f"the api_only run did not finish: {why[:200]}")
+    b = behind({"error": why, "rows_returned": [18, 0], "rows_expected": [18, 18]})  # a string error beside data
+    assert (b.kind, b.breakage.id) == ("known", "prefix_caching_default")
+
+
+def test_a_known_fault_behind_the_exception_is_named():
+    b = behind({"rows_returned": [18, 0], "rows_expected": [18, 18]})
+    assert (b.kind, b.breakage.id, b.note) == ("known", "prefix_caching_default",
+                                               "found behind the exception by the api_only run")
+
+
+def test_only_the_probes_own_silent_entries_explain_what_is_behind_it():
+    b = behind({"rows_returned": [18, 0], "rows_expected": [18, 18]}, pid="bfloat16_reference")
+    assert b.kind == "new", b
+
+
+def test_a_new_fault_behind_the_exception_says_why_no_entry_fits():
+    prefix = (BY_ID["prefix_caching_default"],)
+    short = {"rows_returned": [18, 0], "rows_expected": [18, 18]}
+    b = behind(short, vllm="0.11.0", registry=prefix)
+    assert (b.kind, b.breakage) == ("new", None)
+    assert b.note.startswith("looks like prefix_caching_default, but the registry does not expect it for vLLM 0.11.0 / "
+                             "speculators 0.3.0 on cpu (vLLM from 0.12.0")
+    b = behind(dict(short, error=err("WrongHiddenStates", "rows short")), case="batch", registry=prefix)
+    assert b.note.startswith("no applicable entry fits WrongHiddenStates: rows short; rejected: prefix_caching_default: "
+                             "case 'batch' is not one of /^(repeated|shared_prefix)(-|$)/")
+
+
+# --------------------------------------------------------------------------- a repair that uncovers another breakage
+
+
+def test_a_repair_that_uncovers_another_known_breakage_is_no_adapter_regression():
+    c = genuine("vllm-0.22.1__speculators-0.8.1__cpu")  # deepseek_v3, hybrid: the repaired server hits the model's fault
+    d = decide(c)
+    assert (d.verdict, d.gate) == ("incompatible", PASS), d.reasons
+    assert not any(r.startswith("adapter regression") for r in d.reasons)
+    p = find(c, "layer_ids_by_model", "deepseek_v3")
+    p["detail"]["with_compat"].update(error=err("KeyError", "something else", "vllm/x.py:1"), detail={})
+    d = decide(c)
+    assert d.gate == FINDING and any(r.startswith("adapter regression: layer_ids_by_model[deepseek_v3]: known "
+                                                  "connector_chunked_prefill") for r in d.reasons), d.reasons
+
+
+# --------------------------------------------------------------------------- the report's labels
+
+
+def test_annotate_labels_each_probe_with_the_registry_or_the_classes_given():
+    from compat.harness.classify import annotate, classify_cell
+
+    c = cell([probe("server_thing", "broken", None, err("RuntimeError", "boom!")), probe("payload_schema")],
+             vllm="0.22.0", spec="0.9.0")
+    kind = lambda out: out["probes"][0]["classification"]["kind"]  # noqa: E731
+    assert kind(annotate(c)) == "new"
+    assert kind(annotate(c, REGISTRY + (EXTRA,))) == "known"
+    assert kind(annotate(c, classes=classify_cell(c, REGISTRY + (EXTRA,)))) == "known"
