@@ -16,7 +16,9 @@
 #   bash .github/gpu/h200-release.sh PHASE      (carry .device and .device-fa3; from the checkout root)
 # PHASE `mla`: the server cell with deepseek_v3 + llama-bfloat16 (COMPAT_SERVER_VARIANTS); `rest`: the
 #   server cell with hybrid + llama-runner_v2, then the in-process (0.26.0, 0.4.0.1) cell in what is
-#   left of ~9.5 minutes; `server-rest`: that server cell alone; `dry`: unpack and
+#   left of ~9.5 minutes; `server-rest`: that server cell alone; `hybrid-bf16`: the server cell with
+#   hybrid (served in bfloat16 on the Triton GDN prefill since the float32 refusal) + llama-bfloat16
+#   (carry .device-fa3: bfloat16 attention takes FlashAttention); `dry`: unpack and
 #   print what would run. float32 (the MLA DeepseekV3 runs in bfloat16: GPU MLA takes 16-bit only).
 # No flashinfer travels (its GDN prefill is JIT-compiled, no nvcc here): the hybrid takes vLLM's
 # Triton GDN prefill where the build has --gdn-prefill-backend (compat/cell/server_models.py).
@@ -67,6 +69,7 @@ case $phase in
   rest) cell v026-s090-v2-hybrid "$site:$root/.site/tvshim" 350 hybrid,llama-runner_v2
         cell v026-s0401-inprocess "$s0401:$site" "$(left)" ;;
   server-rest) cell v026-s090-v2-hybrid "$site:$root/.site/tvshim" 420 hybrid,llama-runner_v2 ;;
+  hybrid-bf16) cell v026-s090-hybrid-bf16 "$site:$root/.site/tvshim" "$(left)" hybrid,llama-bfloat16 ;;
   dry) cell v026-s090-mla-bf16 "$site:$root/.site/tvshim" "$(left)" deepseek_v3,llama-bfloat16
        cell v026-s0401-inprocess "$s0401:$site" "$(left)"
        PYTHONPATH=$s0401:$site python3 -c 'import speculators; print("in-process speculators", speculators.__version__)' ;;
