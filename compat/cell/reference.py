@@ -19,7 +19,7 @@ RTOL = 1e-4  # of the reference's largest magnitude in that layer and sequence
 # bfloat16 runs against the float32 reference. transformers' own bfloat16 forward of the tiny
 # model is off by up to 0.096 (1.6% of the layer's largest value, scale 2.8-6.4); the nearest
 # other row differs by >= 1.0. atol 0.05 + 2% of the scale allows ~0.12-0.18: room for the
-# kernels' own rounding, and a row off by 0.3 still fails. README: measured margins on the H200.
+# kernels' own rounding, and a row off by 0.3 still fails. docs/gpu.md: measured margins on the H200.
 BF16_ATOL = 0.05
 BF16_RTOL = 0.02
 DTYPE_VARIABLE = "COMPAT_DTYPE"

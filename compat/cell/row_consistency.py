@@ -40,7 +40,7 @@ import numpy as np
 # Per-row relative error bounds. float32: the runs are deterministic to ~1e-6 (CPU) and
 # ~6e-6 (GPU with TRITON_F32_DEFAULT=ieee). 16-bit: one bfloat16 rounding is 2^-9 ~ 0.002 of
 # a value; the kernels' other batch shapes and an occasional flipped MoE route add to it.
-# README ("What it checks") has the measured margins.
+# docs/kimi-suite.md ("What it checks") has the measured margins.
 BOUNDS = {"float32": 1e-4, "bfloat16": 0.05, "float16": 0.05}
 SEPARATION = 0.5
 
