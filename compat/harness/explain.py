@@ -503,6 +503,17 @@ def render_github(explanations: list[Explanation], versions: Versions) -> str:
     return "\n".join(out) + "\n"
 
 
+def explain_paste(text: str) -> tuple[list[Explanation], Versions]:
+    """Every exception of a paste (log, traceback, issue text) matched against the registry, scoped by the
+    versions the paste states; the versions found."""
+    found = exceptions_in(text)
+    versions = find_versions(text)
+    about = bool(_ABOUT.search(text))
+    around = contexts(text, [f.line for f in found])
+    return [explain(f, registry=REGISTRY, versions=versions, about_vllm=about, context=c)
+            for f, c in zip(found, around)], versions
+
+
 def read_input(path: str | None, stdin: TextIO) -> str:
     if path in (None, "-"):
         return stdin.read()
