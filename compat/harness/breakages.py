@@ -64,6 +64,9 @@ class Symptom:
     # no vLLM frame, so an error without `where` fits (the message names the callee); one with a `where`
     # must still match it.
     binding: bool = False
+    # explain only (user symptoms): a regex the text around the exception in a paste must show, where the
+    # message alone is too generic to name the entry (compat.harness.explain_context says which text).
+    context: str | None = None
 
     def __post_init__(self) -> None:
         unknown = set(self.data) - set(DATA_SYMPTOMS)
@@ -101,6 +104,8 @@ class Symptom:
         message = str(error.get("message") or "")
         if not re.search(self.message, message):
             return f"message {message[:80]!r} does not match /{self.message}/"
+        if self.context is not None and not re.search(self.context, str(error.get("context") or "")):
+            return f"raised where the entry was never observed (the paste shows no /{self.context}/ around it)"
         where = str(error.get("where") or "")
         if self.binding and not where:
             return None
@@ -176,6 +181,8 @@ class Breakage:
     def __post_init__(self) -> None:
         if self.user_symptom is not None and (self.user_symptom.silent or self.user_symptom.cases is not None):
             raise ValueError(f"breakage {self.id}: a user symptom is an exception a log shows, with no probe case")
+        if self.symptom.context is not None:
+            raise ValueError(f"breakage {self.id}: only a user symptom names a context (a probe's failure has none)")
         if self.probe is None:
             object.__setattr__(self, "probe", self.id)
         Version(self.introduced_in)
@@ -232,7 +239,8 @@ class Breakage:
             "prevented_by": self.prevented_by,
             "user_symptom": None if self.user_symptom is None else {
                 "exception": list(self.user_symptom.exception), "message": self.user_symptom.message,
-                "where": self.user_symptom.where, "description": self.user_symptom.description,
+                "where": self.user_symptom.where, "context": self.user_symptom.context,
+                "description": self.user_symptom.description,
                 "notes": self.user_symptom_notes},
             "notes": self.notes,
         }
@@ -437,6 +445,19 @@ _ENTRIES: list[Breakage] = [
         ),
         fix="Check the captured states with 'is None' / len() instead of truthiness, after normalizing the collective_rpc reply.",
         references=(SPECULATORS_PR_225, FINDINGS + "#aux_hidden_states_truthiness",),
+        user_symptom=Symptom(
+            exception=("RuntimeError", "TypeError"),
+            message=r"Boolean value of Tensor with more than one value is ambiguous|'NoneType' object is not subscriptable",
+            where=NOT_IN_VLLM,
+            context=r"vllm_hidden_states_generator|VllmHiddenStatesGenerator|\baux_hidden_states\b",
+            description="the generator's check of the captured states: a traceback whose raising frame is "
+                        "speculators' vllm_hidden_states_generator.py or the `if not aux_hidden_states` line, or a "
+                        "one-line error in text that names the generator",
+        ),
+        user_symptom_notes="Both messages are torch's and Python's for any code: observed only in speculators 0.3's "
+                           "VllmHiddenStatesGenerator (vllm_hidden_states_generator.py:273, `if not aux_hidden_states`) "
+                           "and in our probe that makes the same check; elsewhere (vLLM's own `if bias:`, ROCm/vllm#2; "
+                           "training scripts) it is not this entry.",
         notes="Observed on GPU: official vLLM 0.22.1 on one H200 (reports/gpu-h200, 2026-12-01) x speculators 0.3.0. A consequence of collective_rpc_unique_reply_rank; shows at vllm_hidden_states_generator.py:273.",
     ),
     Breakage(

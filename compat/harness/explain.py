@@ -36,6 +36,7 @@ from typing import Any, Sequence, TextIO
 from packaging.version import InvalidVersion, Version
 
 from compat.harness.breakages import REGISTRY, Breakage, Symptom, _specifier
+from compat.harness.explain_context import contexts
 
 # -- reading a paste ---------------------------------------------------------------------------------
 
@@ -368,8 +369,12 @@ class Explanation:
         return bool(self.matches)
 
 
-def _symptoms(entry: Breakage) -> list[Symptom]:
-    return [s for s in (entry.user_symptom, entry.symptom) if s is not None and not s.silent and s.cases is None]
+def _symptoms(entry: Breakage, pasted: bool) -> list[Symptom]:
+    """What a failure is matched against: in a paste, the entry's user symptom where it has one (it is what a
+    user's log shows, and it may ask for more than the probe's symptom: a context); from a result file,
+    either (the probe's own symptom holds there)."""
+    candidates = (entry.user_symptom,) if pasted and entry.user_symptom else (entry.user_symptom, entry.symptom)
+    return [s for s in candidates if s is not None and not s.silent and s.cases is None]
 
 
 def _closeness(entry: Breakage, error: dict[str, Any]) -> int:
@@ -388,16 +393,17 @@ def _closeness(entry: Breakage, error: dict[str, Any]) -> int:
 
 def explain(found: Found, vllm: str | None = None, speculators: str | None = None, backend: str | None = None,
             registry: tuple[Breakage, ...] = REGISTRY, versions: Versions | None = None,
-            about_vllm: bool = True) -> Explanation:
-    """Match one exception against the registry, scoped by the versions given (or found in the paste)."""
+            about_vllm: bool = True, context: str | None = None) -> Explanation:
+    """Match one exception against the registry, scoped by the versions given (or found in the paste);
+    `context` is the paste's text around it (compat.harness.explain_context), for symptoms that ask for one."""
     if versions is None:
         versions = Versions(vllm=[(vllm, "--vllm")] if vllm else [],
                             speculators=[(speculators, "--speculators")] if speculators else [], backend=backend,
                             backend_evidence="--backend" if backend else "")
-    error = found.as_error()
+    error = {**found.as_error(), "context": context}
     matches, rejected, elsewhere = [], [], []
     for entry in registry:
-        symptoms = _symptoms(entry)
+        symptoms = _symptoms(entry, pasted=found.line > 0)
         if not symptoms:
             continue
         whys = [s.mismatch(error) for s in symptoms]
@@ -497,6 +503,17 @@ def render_github(explanations: list[Explanation], versions: Versions) -> str:
     return "\n".join(out) + "\n"
 
 
+def explain_paste(text: str) -> tuple[list[Explanation], Versions]:
+    """Every exception of a paste (log, traceback, issue text) matched against the registry, scoped by the
+    versions the paste states; the versions found."""
+    found = exceptions_in(text)
+    versions = find_versions(text)
+    about = bool(_ABOUT.search(text))
+    around = contexts(text, [f.line for f in found])
+    return [explain(f, registry=REGISTRY, versions=versions, about_vllm=about, context=c)
+            for f, c in zip(found, around)], versions
+
+
 def read_input(path: str | None, stdin: TextIO) -> str:
     if path in (None, "-"):
         return stdin.read()
@@ -548,7 +565,9 @@ def main(argv: Sequence[str] | None = None, stdin: TextIO = sys.stdin) -> int:
         if args.format == "json":
             print(json.dumps(as_json([], versions, source), indent=2))
         return 2
-    explanations = [explain(f, registry=REGISTRY, versions=versions, about_vllm=about) for f in found]
+    around = contexts(text, [f.line for f in found])
+    explanations = [explain(f, registry=REGISTRY, versions=versions, about_vllm=about, context=c)
+                    for f, c in zip(found, around)]
     if args.format == "json":
         print(json.dumps(as_json(explanations, versions, source), indent=2))
     elif args.format == "github":
