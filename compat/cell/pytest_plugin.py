@@ -157,8 +157,8 @@ def _same_probe(records: list[dict[str, Any]], record: dict[str, Any]) -> dict[s
 
 
 def _add_raw(records: list[dict[str, Any]], record: dict[str, Any]) -> dict[str, Any] | None:
-    """Two suites may report the same (id, case), one per profile (tests/probes in-process,
-    tests/server for speculators >= 0.5): the run where the contract applies wins over `n/a`,
+    """Two suites may report the same (id, case), one per profile (compat/cell/probes/in_process in-process,
+    compat/cell/probes/server for speculators >= 0.5): the run where the contract applies wins over `n/a`,
     whichever came first, and each (id, case) appears once."""
     existing = _same_probe(records, record)
     if existing is None:

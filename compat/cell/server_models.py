@@ -122,7 +122,7 @@ def variant(name: str, llama: str, backend: str) -> Variant:
 
 
 def _fixture_name(recipe: dict) -> str:
-    from fixtures import tiny_deepseek
+    from compat.fixtures import tiny_deepseek
 
     if recipe is tiny_deepseek.MLA_KIMI_HEADS:
         return ("MLA_KIMI_HEADS (kv_lora_rank 512 + qk_rope_head_dim 64, qk_nope_head_dim 128, v_head_dim 128: "
@@ -133,7 +133,7 @@ def _fixture_name(recipe: dict) -> str:
 
 
 def deepseek_v3(backend: str) -> Variant:
-    from fixtures import tiny_deepseek
+    from compat.fixtures import tiny_deepseek
     from compat.shared.mla import backends_here
 
     try:
@@ -179,8 +179,8 @@ def deepseek_v3(backend: str) -> Variant:
 
 
 def hybrid(backend: str) -> Variant:
-    """The tiny Qwen3-Next (fixtures/tiny_hybrid.py: Gated DeltaNet linear attention + full attention)."""
-    from fixtures import tiny_hybrid
+    """The tiny Qwen3-Next (compat/fixtures/tiny_hybrid.py: Gated DeltaNet linear attention + full attention)."""
+    from compat.fixtures import tiny_hybrid
 
     model = str(tiny_hybrid.ensure())
     out = Variant("hybrid", model, num_layers(model),

@@ -27,6 +27,8 @@ from compat.shared.results import ResultFileError, read_json
 from compat.harness.verdict import decide
 
 TOKEN_VARIABLE = "COMPAT_CELL_TOKEN"
+# The probe suites a matrix cell runs, relative to the repository root (the probe run's working directory).
+PROBE_SUITES = ("compat/cell/probes/in_process", "compat/cell/probes/server")
 PYTEST_EXIT_MEANING = {0: "all probes passed", 1: "some probes failed", 2: "interrupted",
                        3: "pytest internal error", 4: "pytest usage error", 5: "no probes collected"}
 
@@ -62,7 +64,7 @@ def run_settings(cell: Cell) -> dict[str, Any]:
 
 
 def run_cell(cell: Cell, recipe: Recipe | None, work_dir: Path, *, model_dir: Path, reinstall: bool = False,
-             probe_timeout: int = 300, cell_timeout: int = 1200, suites: tuple[str, ...] = ("tests/probes", "tests/server"),
+             probe_timeout: int = 300, cell_timeout: int = 1200, suites: tuple[str, ...] = PROBE_SUITES,
              echo=print, python: Path | None = None, settings: dict[str, str] | None = None) -> dict[str, Any]:
     """One cell: its venv built from `recipe`, or (`python`) an interpreter the user already has,
     into which nothing is installed. `settings`: environment variables the runner's options set."""
@@ -186,7 +188,7 @@ def cell_settings(cell: Cell, asked: dict[str, str] | None, *, existing: bool) -
     settings.update(asked or {})
     if cell.dtype != DEFAULT_DTYPE:  # the cell's id says so; its probes must run it too
         settings["COMPAT_DTYPE"] = cell.dtype
-    if cell.variants_selected is not None:  # tests/server/test_server_variants.py serves these, as recorded
+    if cell.variants_selected is not None:  # compat/cell/probes/server/test_server_variants.py serves these, as recorded
         settings["COMPAT_SERVER_VARIANTS"] = ",".join(cell.variants_selected) or "none"
     if os.environ.get("COMPAT_SERVE_ARGS"):  # extraction.serve_args adds them to `vllm serve`
         settings["COMPAT_SERVE_ARGS"] = os.environ["COMPAT_SERVE_ARGS"]

@@ -1,4 +1,4 @@
-"""`nox -s kimi`: the gated Kimi-K2.5 extraction suite (tests/kimi) in one cell environment.
+"""`nox -s kimi`: the gated Kimi-K2.5 extraction suite (compat/cell/probes/kimi) in one cell environment.
 
     python -m compat.kimi [--vllm V --speculators S | --python PATH] [--model PATH | env COMPAT_KIMI_MODEL]
                           [--tp N] [--scale-model [--mla-fixture] [--dtype D]] [--results DIR] [--reports DIR]
@@ -50,6 +50,7 @@ from typing import Any, Sequence
 from compat.harness import kimi_shaped
 from compat.harness.cell_envs import REPO_ROOT
 from compat.shared.gpus import host_gpu_count
+from compat.shared.kimi_shape import text_config
 from compat.shared.mla import MLA_BACKENDS, MLA_REPORT, MlaChoice, choose_mla  # noqa: F401 - kimi.choose_mla, kimi.MlaChoice
 
 DEFAULT_VLLM = "0.16.0"  # the seeds' pair
@@ -57,7 +58,7 @@ DEFAULT_SPECULATORS = "0.3.0"
 DEFAULT_TP = 8
 SCALE_TP = 2
 MODEL_VARIABLE = "COMPAT_KIMI_MODEL"
-SUITE = "tests/kimi"
+SUITE = "compat/cell/probes/kimi"
 SHAPED_PENDING = Path("(the Kimi-shaped model, built once the gate is open)")
 FIGURE_KEYS = ("load_seconds", "tokens_per_second", "tokens", "sequences", "peak_gpu_memory_bytes",
                "peak_gpu_memory_note", "max_abs_error_vs_reference", "adapters", "env_shims",
@@ -111,7 +112,7 @@ def parse_options(argv: Sequence[str]) -> argparse.Namespace:
     parser.add_argument("--quantization", default="none",
                         help="with --kimi-shaped: none (the only one the builder writes)")
     parser.add_argument("--seed", type=int, default=None,
-                        help="with --kimi-shaped: the weights' seed (default fixtures.kimi_shape.DEFAULT_SEED)")
+                        help="with --kimi-shaped: the weights' seed (default compat.shared.kimi_shape.DEFAULT_SEED)")
     parser.add_argument("--results", type=Path, default=REPO_ROOT / "results",
                         help="folder for kimi.json and the suite's log (default: results/)")
     parser.add_argument("--reports", type=Path, default=REPO_ROOT / "reports",
@@ -123,7 +124,7 @@ def parse_options(argv: Sequence[str]) -> argparse.Namespace:
     if options.tp is not None and options.tp < 1:
         parser.error(f"--tp {options.tp}: expected a positive number of GPUs")
     if options.scale_model and options.model is not None:
-        parser.error("--scale-model and --model are alternatives: the scale model is built by fixtures/")
+        parser.error("--scale-model and --model are alternatives: the scale model is built by compat/fixtures/")
     _check_kimi_shaped(parser, options, argv)
     if options.mla_fixture and not options.scale_model:
         parser.error("--mla-fixture chooses the scale model's variant: add --scale-model")
@@ -149,8 +150,8 @@ def parse_options(argv: Sequence[str]) -> argparse.Namespace:
 
 
 def _check_kimi_shaped(parser: argparse.ArgumentParser, options: argparse.Namespace, argv: Sequence[str]) -> None:
-    """--kimi-shaped's options: only with it, --layers required, each value checked by fixtures.kimi_shape."""
-    from fixtures import kimi_shape
+    """--kimi-shaped's options: only with it, --layers required, each value checked by compat.shared.kimi_shape."""
+    from compat.shared import kimi_shape
 
     shaped_only = [flag for flag in ("--layers", "--experts", "--width-divisor", "--quantization", "--seed")
                    if any(arg == flag or arg.startswith(flag + "=") for arg in argv)]
@@ -160,7 +161,7 @@ def _check_kimi_shaped(parser: argparse.ArgumentParser, options: argparse.Namesp
         return
     if options.scale_model or options.model is not None:
         parser.error("--kimi-shaped, --scale-model and --model are alternatives: the Kimi-shaped model is built "
-                     "by fixtures/kimi_shaped.py")
+                     "by compat/fixtures/kimi_shaped.py")
     if options.layers is None:
         parser.error(f"--kimi-shaped needs --layers N ({kimi_shape.LAYERS[0]}-{kimi_shape.LAYERS[1]}; e.g. "
                      "--layers 3: one dense and two MoE layers)")
@@ -176,11 +177,6 @@ def _check_kimi_shaped(parser: argparse.ArgumentParser, options: argparse.Namesp
 def default_layers(num_layers: int) -> tuple[int, ...]:
     """speculators' default: [2, n//2, n-3, n-1] (61 layers -> 2, 30, 58, 60)."""
     return (2, num_layers // 2, num_layers - 3, num_layers - 1)
-
-
-def text_config(config: dict) -> dict:
-    """Kimi-K2.5 is a vision-language wrapper; its DeepseekV3 settings sit in text_config."""
-    return config if "num_hidden_layers" in config else config.get("text_config") or {}
 
 
 def check_model(path: Path, every_layer_if_few: bool = False) -> ModelInfo:
@@ -273,7 +269,7 @@ def _missing_modules(python: Path, names: Sequence[str]) -> list[str]:
 
 def suite_environment(info: ModelInfo | None, tp: int, scale: bool, skip: str | None,
                       mla: MlaChoice | None = None) -> dict[str, str]:
-    """What tests/kimi/conftest.py (and vLLM, for MLA) reads."""
+    """What compat/cell/probes/kimi/conftest.py (and vLLM, for MLA) reads."""
     env = {"COMPAT_KIMI_TP": str(tp), "COMPAT_KIMI_SCALE": "1" if scale else ""}
     if skip:
         env["COMPAT_KIMI_SKIP"] = skip
@@ -383,7 +379,7 @@ def run(options: argparse.Namespace, record: dict[str, Any]) -> int:
 
 def _model_info(options: argparse.Namespace) -> ModelInfo | None:
     if options.scale_model:
-        from fixtures import tiny_deepseek
+        from compat.fixtures import tiny_deepseek
 
         recipe = tiny_deepseek.MLA_576 if options.mla_fixture else tiny_deepseek.RECIPE
         return check_model(tiny_deepseek.ensure(recipe=recipe))
@@ -404,7 +400,7 @@ def _shaped_recipe(options: argparse.Namespace, backend: str, record: dict[str, 
     """The Kimi-shaped model's recipe, refused (KimiError, naming what would fit) where it cannot be
     written to the model cache, held in memory on CPU, or fit the visible GPUs at --tp."""
     from compat.shared.gpus import host_gpu_memory_bytes
-    from fixtures import kimi_shape
+    from compat.shared import kimi_shape
 
     try:
         recipe = kimi_shaped.recipe_from_options(options, backend)

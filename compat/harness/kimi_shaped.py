@@ -1,5 +1,5 @@
 """`nox -s kimi -- --kimi-shaped --layers N [--experts E]`: the Kimi suite on a checkpoint with
-Kimi-K2.5's shapes and random weights (fixtures/kimi_shape.py, fixtures/kimi_shaped.py).
+Kimi-K2.5's shapes and random weights (compat/shared/kimi_shape.py, compat/fixtures/kimi_shaped.py).
 
 Here, in the harness (no torch): the options as a recipe, the refusals (a model that will not fit
 the visible GPUs' memory, the host's memory on CPU, or the disk under the model cache, each naming
@@ -19,8 +19,8 @@ from pathlib import Path
 from typing import Any
 
 from compat.harness.cell_envs import REPO_ROOT
-from fixtures import kimi_shape
-from fixtures.checkpoint import cached_build, default_cache_root
+from compat.shared import kimi_shape
+from compat.fixtures.checkpoint import cached_build, default_cache_root
 
 # The share of each GPU vLLM may take (the generator's default, vLLM's 0.8) and what it needs on
 # top of the weights per rank: activations of a profiling batch (fused-MoE buffers for 8192
@@ -150,7 +150,7 @@ def ensure(recipe: dict, python: Path, cache_root: Path | None = None) -> tuple[
         env.pop("VIRTUAL_ENV", None)
         print(f"[kimi] building the Kimi-shaped checkpoint ({options_text(recipe)}, {sizes_text(recipe)}) "
               f"on {recipe['generator']} with {python}", flush=True)
-        out = subprocess.run([str(python), "-m", "fixtures.kimi_shaped", "--recipe", json.dumps(recipe),
+        out = subprocess.run([str(python), "-m", "compat.fixtures.kimi_shaped", "--recipe", json.dumps(recipe),
                               "--dest", str(dest)], capture_output=True, text=True, env=env, cwd=REPO_ROOT,
                              timeout=BUILD_TIMEOUT)
         if out.returncode != 0:
@@ -187,7 +187,7 @@ def reference_plan(recipe: dict) -> dict[str, Any]:
 
 
 def suite_environment(recipe: dict, plan: dict[str, Any]) -> dict[str, str]:
-    """What tests/kimi/conftest.py reads for a Kimi-shaped run."""
+    """What compat/cell/probes/kimi/conftest.py reads for a Kimi-shaped run."""
     return {"COMPAT_KIMI_DTYPE": recipe["dtype"],
             "COMPAT_KIMI_REFERENCE": "1" if plan["transformers_reference"] else "",
             "COMPAT_KIMI_NO_REFERENCE": "" if plan["transformers_reference"] else plan["why"]}

@@ -77,7 +77,7 @@ class Cell:
     def variants_selected(self) -> tuple[str, ...] | None:
         """The server-era variants this cell serves (every one where its matrix entry names none);
         None before the server era (speculators < 0.5 serves none: a `variants` key changes nothing)."""
-        if profile_for(self.speculators).name != "server":  # tests/conftest.py server_profile: n/a there
+        if profile_for(self.speculators).name != "server":  # compat/cell/probes/conftest.py server_profile: n/a there
             return None
         return SERVER_VARIANTS if self.variants is None else self.variants
 

@@ -33,7 +33,7 @@ def runner_options(argv: Sequence[str]) -> tuple[argparse.Namespace, list[str]]:
     parser.add_argument("--probe-timeout", type=int, default=300, help="seconds per probe (default 300)")
     parser.add_argument("--cell-timeout", type=int, default=1200, help="seconds per cell's probes (default 1200)")
     parser.add_argument("--model", type=Path, default=None,
-                        help="model folder for the probes (default: the tiny Llama built by fixtures/); "
+                        help="model folder for the probes (default: the tiny Llama built by compat/fixtures/); "
                              "part of the cell id (...__model-FOLDER_NAME)")
     parser.add_argument("--python", type=Path, action="append", default=[], metavar="PATH",
                         help="run the probes in this existing interpreter (repeatable); nothing is installed, "
@@ -199,7 +199,7 @@ def host_has_gpu() -> bool:
 
 def resolve_model(path: Path | None) -> Path:
     if path is None:
-        from fixtures import tiny_llama
+        from compat.fixtures import tiny_llama
 
         return tiny_llama.ensure()
     if not (path / "config.json").is_file():

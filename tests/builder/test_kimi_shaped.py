@@ -1,4 +1,4 @@
-"""The Kimi-shaped builder (fixtures/kimi_shaped.py) at a reduced width, on the CPU: the shards and
+"""The Kimi-shaped builder (compat/fixtures/kimi_shaped.py) at a reduced width, on the CPU: the shards and
 index it writes load in transformers' DeepseekV3 and give finite outputs, the same seed gives the
 same bytes, the dtypes are what the recipe says. Needs torch, transformers and safetensors: run in
 a cell venv (`nox -s tests` runs it with the Kimi suite's cell interpreter):
@@ -16,7 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from fixtures import kimi_shape, kimi_shaped
+from compat.shared import kimi_shape
+from compat.fixtures import kimi_shaped
 
 torch = pytest.importorskip("torch", reason="needs torch: run tests/builder with a cell venv's interpreter")
 REPO = Path(__file__).resolve().parents[2]
@@ -124,7 +125,7 @@ def test_scales_follow_fan_in(small):
 
 
 def run_cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "fixtures.kimi_shaped", *args], capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "compat.fixtures.kimi_shaped", *args], capture_output=True, text=True,
                           cwd=REPO)
 
 

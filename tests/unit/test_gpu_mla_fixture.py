@@ -12,7 +12,7 @@ import pytest
 
 from compat.cell import server_models
 from compat.shared.mla import PREFILL_DIMS, prefill_takes
-from fixtures import tiny_deepseek
+from compat.fixtures import tiny_deepseek
 
 TINY, KIMI = list(tiny_deepseek.mla_dims(tiny_deepseek.MLA_576)), list(tiny_deepseek.mla_dims(tiny_deepseek.MLA_KIMI_HEADS))
 # what MLA_REPORT found on official 0.26.0's kernels (FLASH_ATTN: DeepSeek / GLM / Mistral dims only)
@@ -93,7 +93,7 @@ def test_the_kimi_heads_fixture_builds_with_those_dims(tmp_path):
 
 
 def test_hybrid_uses_vllms_triton_gdn_prefill_on_a_gpu_without_flashinfer(monkeypatch, tmp_path):
-    from fixtures import tiny_hybrid
+    from compat.fixtures import tiny_hybrid
 
     (tmp_path / "config.json").write_text(json.dumps({"num_hidden_layers": 4}))
     monkeypatch.setattr(tiny_hybrid, "ensure", lambda: tmp_path)

@@ -115,5 +115,5 @@ def test_run_probes_lifts_the_bytecode_ban_only_for_a_venv_the_harness_built(mon
         env = CellEnv(path=tmp_path, python=tmp_path / "python", seconds=0.0, reused=True, owned=owned)
         with pytest.raises(Started):
             cell_run.run_probes(cell, env, tmp_path, model_dir=tmp_path, probe_timeout=1, cell_timeout=1,
-                                suites=("tests/probes",), echo=print)
+                                suites=("compat/cell/probes/in_process",), echo=print)
     assert "PYTHONDONTWRITEBYTECODE" not in seen[0] and seen[1]["PYTHONDONTWRITEBYTECODE"] == "1"

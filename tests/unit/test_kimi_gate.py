@@ -281,10 +281,10 @@ def test_a_release_that_decides_trust_remote_code_itself_is_left_alone():
 
 
 def test_the_kimi_conftest_builds_through_the_fix():
-    """The suite's one generator build is inside the fix (tests/kimi/conftest.py)."""
+    """The suite's one generator build is inside the fix (compat/cell/probes/kimi/conftest.py)."""
     from pathlib import Path
 
-    source = (Path(kimi.REPO_ROOT) / "tests" / "kimi" / "conftest.py").read_text()
+    source = (Path(kimi.REPO_ROOT) / kimi.SUITE / "conftest.py").read_text()
     build = source.index("datagen.build(")
     assert source.rindex("with kimi_suite.tokenizer_trusting_remote_code(datagen.generator_module()", 0, build) > 0
 

@@ -1,4 +1,4 @@
-"""The Kimi-shaped model's config, tensors, sizes and refusals (no torch: fixtures.kimi_shape and
+"""The Kimi-shaped model's config, tensors, sizes and refusals (no torch: compat.shared.kimi_shape and
 compat.harness.kimi_shaped). The weights themselves: tests/builder (in a cell venv)."""
 
 from __future__ import annotations
@@ -8,11 +8,11 @@ import json
 import pytest
 
 from compat.harness import kimi, kimi_shaped
-from fixtures import kimi_shape
+from compat.shared import kimi_shape
 
 GIB = 2**30
 # Kimi-K2.5's text config as published (moonshotai/Kimi-K2-Instruct's config.json; the cited copy in
-# fixtures/kimi_shape.py), written out here again so a wrong constant there fails.
+# compat/shared/kimi_shape.py), written out here again so a wrong constant there fails.
 PUBLISHED = {"hidden_size": 7168, "num_attention_heads": 64, "num_key_value_heads": 64, "q_lora_rank": 1536,
              "kv_lora_rank": 512, "qk_rope_head_dim": 64, "qk_nope_head_dim": 128, "v_head_dim": 128,
              "n_routed_experts": 384, "n_shared_experts": 1, "num_experts_per_tok": 8,

@@ -5,7 +5,11 @@
 - compat/cell: inside a cell's venv, with the pinned vLLM and speculators; needs nothing of the harness.
 - compat/worker, and the worker-side adapters (compat/cell/adapters/worker_extension.py, executor.py):
   loaded by vLLM into its own processes; import nothing from the harness.
+- compat/cell/probes: the probes themselves (pytest suites run by the cell runner inside the cell's venv):
+  the cell side's rule.
 - compat/shared: pure, used on both sides; imports neither side (nor vLLM and the like).
+- compat/fixtures: the tiny models' builders (may use torch and transformers); import neither the harness
+  nor the cell or worker side. The harness may import those of them that need no cell package.
 Read with ast over the files, so a lazy import inside a function counts as much as one at the top.
 """
 
@@ -17,7 +21,7 @@ from pathlib import Path
 import pytest
 
 PACKAGE = Path(__file__).resolve().parents[2] / "compat"
-SIDES = ("harness", "cell", "worker", "shared")
+SIDES = ("harness", "cell", "worker", "shared", "fixtures")
 ENTRY_MODULES = {"__init__.py", "__main__.py", "kimi.py", "explain.py", "report_cli.py", "bisect.py"}
 WORKER_ADAPTERS = ("cell/adapters/worker_extension.py", "cell/adapters/executor.py")
 CELL_ONLY_PACKAGES = ("vllm", "speculators", "torch", "transformers")
@@ -87,15 +91,19 @@ def test_the_shared_pieces_import_neither_side():
     assert offending(modules("shared"), forbidden) == []
 
 
+def test_the_fixtures_import_neither_the_harness_nor_the_cell_or_worker_side():
+    assert offending(modules("fixtures"), ("compat.harness", "compat.cell", "compat.worker")) == []
+
+
 def fixtures_used_by(paths: list[Path]) -> list[Path]:
-    """The fixtures/ modules these files import, and those they import in turn."""
-    root = PACKAGE.parent
+    """The compat/fixtures modules these files import, and those they import in turn."""
     found: set[Path] = set()
     todo = list(paths)
     while todo:
-        for name in imported(todo.pop(), root):
+        for name in imported(todo.pop()):
             parts = name.split(".")
-            path = root / "fixtures" / f"{parts[1]}.py" if parts[0] == "fixtures" and len(parts) > 1 else None
+            path = PACKAGE / "fixtures" / f"{parts[2]}.py" if parts[:2] == ["compat", "fixtures"] and len(parts) > 2 \
+                else None
             if path is not None and path.is_file() and path not in found:
                 found.add(path)
                 todo.append(path)
@@ -103,12 +111,30 @@ def fixtures_used_by(paths: list[Path]) -> list[Path]:
 
 
 def test_the_fixtures_the_harness_imports_need_no_cell_packages():
-    """fixtures/kimi_shape.py (shapes, sizes) runs in the harness; fixtures/kimi_shaped.py (torch) only
-    in the cell's interpreter, started as a process."""
+    """compat/fixtures/tiny_llama.py (numpy) is built by the harness; compat/fixtures/kimi_shaped.py (torch)
+    only in the cell's interpreter, started as a process."""
     used = fixtures_used_by(modules("harness"))
-    assert PACKAGE.parent / "fixtures" / "kimi_shape.py" in used
-    assert PACKAGE.parent / "fixtures" / "kimi_shaped.py" not in used
+    assert PACKAGE / "fixtures" / "tiny_llama.py" in used
+    assert PACKAGE / "fixtures" / "kimi_shaped.py" not in used
     assert offending(used, CELL_ONLY_PACKAGES) == []
+
+
+def test_the_probes_live_on_the_cell_side():
+    """What runs inside a cell is under compat/, where the cell side's rule reads it; tests/ tests the harness."""
+    probes = modules("cell/probes")
+    assert {p.parent.name for p in probes if p.name.startswith("test_")} == {"in_process", "server", "kimi"}
+    tests = PACKAGE.parent / "tests"
+    # tests/faults holds the harness's fault-injection probes (run by its own tests, never by a cell)
+    outside = [p for p in tests.rglob("*.py") if p.parent.name != "faults" and marks_probes(p)]
+    assert not outside, f"probes under tests/: move them to compat/cell/probes: {outside}"
+    assert all(marks_probes(p) for p in probes if p.name.startswith("test_"))
+
+
+def marks_probes(path: Path) -> bool:
+    """A function of the file is decorated @pytest.mark.probe(...)."""
+    return any(isinstance(d, ast.Call) and ast.unparse(d.func) == "pytest.mark.probe"
+               for node in ast.walk(ast.parse(path.read_text()))
+               if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) for d in node.decorator_list)
 
 
 @pytest.mark.parametrize("source, forbidden, caught", [

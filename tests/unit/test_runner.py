@@ -150,7 +150,7 @@ def test_a_new_finding_is_run_again_alone_and_a_flip_reads_flaky(tmp_path, monke
     cell = Cell("0.16.0", "0.3.0")
     new = {"id": "kv_cache_config_api", "case": None, "status": "broken", "with_compat": "broken", "advisory": False,
            "error": {"type": "KeyError", "message": "'no_such_group'", "where": "vllm/v1/core/kv_cache_utils.py:9"},
-           "reason": None, "seconds": 0.1, "detail": {}, "nodeids": ["tests/probes/test_x.py::test_kv"]}
+           "reason": None, "seconds": 0.1, "detail": {}, "nodeids": ["compat/cell/probes/in_process/test_x.py::test_kv"]}
     first = complete({**cell_run.base_record(cell), "probes": [new]})["probes"]
     calls = []
 
@@ -165,7 +165,7 @@ def test_a_new_finding_is_run_again_alone_and_a_flip_reads_flaky(tmp_path, monke
     monkeypatch.setattr(cell_run, "existing_env", lambda python, backend: env)
     monkeypatch.setattr(cell_run, "run_probes", fake_probes)
     record = cell_run.run_cell(cell, None, tmp_path, model_dir=tmp_path, python=tmp_path / "python", echo=lambda _: None)
-    assert calls == [None, ["tests/probes/test_x.py::test_kv"]]
+    assert calls == [None, ["compat/cell/probes/in_process/test_x.py::test_kv"]]
     probe = next(p for p in record["probes"] if p["id"] == "kv_cache_config_api")
     assert probe["status"] == "flaky" and probe["rerun"]["status"] == "ok", probe
     assert decide(record).gate == UNTESTED and record["verdict"] == "error"

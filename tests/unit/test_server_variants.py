@@ -87,7 +87,7 @@ NO_MLA = {"CPU_MLA": {"missing": "CPU_MLA (vllm.v1.attention.backends.mla.cpu_ml
 
 @pytest.fixture
 def built(monkeypatch, tmp_path):
-    from fixtures import tiny_deepseek
+    from compat.fixtures import tiny_deepseek
 
     monkeypatch.setenv("COMPAT_CACHE_DIR", str(tmp_path))
     made = []
@@ -230,7 +230,7 @@ def test_the_cell_env_names_hs_connectors_and_what_speculators_brings(tmp_path):
 
 
 def test_the_hybrid_on_cpu_is_served_in_bfloat16_without_prefix_caching(monkeypatch, tmp_path):
-    from fixtures import tiny_hybrid
+    from compat.fixtures import tiny_hybrid
 
     (tmp_path / "config.json").write_text(json.dumps({"num_hidden_layers": 6}))
     monkeypatch.setattr(tiny_hybrid, "ensure", lambda: tmp_path)

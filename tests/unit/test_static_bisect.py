@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from compat.harness.breakages import BY_ID
+from compat.shared.breakages import BY_ID
 from compat.harness.static.bisect import (cell_results, confirm, flips, holds, holds_text, registry_check,
                                           registry_entries, support)
 from compat.harness.static.check import Finding

@@ -1,7 +1,7 @@
 """Probes of vLLM's extract_hidden_states + ExampleHiddenStatesConnector contract (speculators >= 0.5).
 
 Every file-level probe runs twice: "raw" (vLLM as shipped, its status) and "with_compat" (the
-launch flags chosen from what the runs observed, see server_run.py), which the plugin merges into
+launch flags chosen from what the runs observed, see compat/cell/server_mode_runs.py), which the plugin merges into
 the raw record's `with_compat`. Without a GPU both load the CPU connector shim, an environment
 shim listed in `env_shims`. When raw was refused for a setting a flag turns off, the raw record
 also says in `api_only` what the same check found on the run with only that flag.
@@ -15,11 +15,11 @@ import typing
 
 import pytest
 
-from compat.harness import breakages
+from compat.shared import breakages
 from compat.cell.observe import CONTRACT_TAG, ContractViolation, describe, speculators_call
 from compat.cell.reference import cell_dtype, compare, figures, reference_states
 
-from server_run import CASES, ModeRun, file_rows, vllm_backend, vllm_version
+from compat.cell.server_mode_runs import CASES, ModeRun, file_rows, vllm_backend, vllm_version
 
 pytestmark = pytest.mark.timeout(900)  # the first file probe of a mode starts the server and runs the client
 

@@ -1,4 +1,4 @@
-"""Fixtures shared by the cell suites (tests/probes, tests/server; they run in one pytest session in
+"""Fixtures shared by the cell suites (compat/cell/probes/in_process, compat/cell/probes/server; they run in one pytest session in
 the cell's venv): the speculators release installed there, its profile, and the tiny model."""
 
 from __future__ import annotations
@@ -30,6 +30,6 @@ def server_profile(profile: Profile, speculators_version: str) -> Profile:
 
 @pytest.fixture(scope="session")
 def model_dir() -> str:
-    from fixtures import tiny_llama
+    from compat.fixtures import tiny_llama
 
     return str(tiny_llama.from_env())

@@ -1,4 +1,4 @@
-"""Fixtures of the server-era probes (see server_run.py for what a mode's run does)."""
+"""Fixtures of the server-era probes (see compat/cell/server_mode_runs.py for what a mode's run does)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from compat.cell import extraction
-from server_run import Extraction
+from compat.cell.server_mode_runs import Extraction
 
 
 @pytest.fixture(scope="session")

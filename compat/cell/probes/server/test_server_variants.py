@@ -35,8 +35,8 @@ from compat.cell.reference import (Tolerance, blind_spots, cell_dtype, compare, 
                                    wrong_row_margins)
 from compat.shared.results import NOT_SELECTED
 
-from server_run import CASES, VARIANT_CASES, Extraction, ModeRun, vllm_backend
-from test_server_probes import load, returned_layers, settle
+from compat.cell.server_mode_runs import CASES, VARIANT_CASES, Extraction, ModeRun, vllm_backend
+from compat.cell.probes.server.test_server_probes import load, returned_layers, settle
 
 pytestmark = pytest.mark.timeout(900)
 

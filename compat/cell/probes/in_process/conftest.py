@@ -1,5 +1,5 @@
 """Fixtures of the in-process probes of one cell: shared engines, adapters in force (the profile and
-the tiny model are tests/conftest.py's, shared with tests/server).
+the tiny model are compat/cell/probes/conftest.py's, shared with compat/cell/probes/server).
 
 Engines are expensive (15-60 s each on 2 cores), so one TP=1 and one TP=2 engine serve all
 probes of a cell. Every probe builds its own scheduler and requests, and leaves the engine as

@@ -88,7 +88,7 @@ def extraction(settings: Settings):
         if importlib.util.find_spec("compat.cell.server") is None:
             pytest.skip(f"speculators {version} uses the server path ({profile.note}); compat/cell/server.py, "
                         "which drives it, is not in this checkout yet")
-        pytest.skip(f"speculators {version} uses the server path; tests/kimi does not drive compat.cell.server yet")
+        pytest.skip(f"speculators {version} uses the server path; compat/cell/probes/kimi does not drive compat.cell.server yet")
     run = Extraction(settings, sequences(_vocab_size(settings.model)))
     generator = _extract(run, profile)
     yield run
@@ -100,7 +100,7 @@ def _vocab_size(model: str) -> int:
     import json
     from pathlib import Path
 
-    from compat.harness.kimi import text_config
+    from compat.shared.kimi_shape import text_config
 
     return min(int(text_config(json.loads((Path(model) / "config.json").read_text()))["vocab_size"]), 100_000)
 
