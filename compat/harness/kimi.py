@@ -43,13 +43,14 @@ import os
 import subprocess
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Sequence
 
 from compat.harness import kimi_shaped
 from compat.harness.cell_envs import REPO_ROOT
 from compat.shared.gpus import host_gpu_count
+from compat.shared.cell_spec import KimiSuiteSpec
 from compat.shared.kimi_shape import text_config
 from compat.shared.mla import MLA_BACKENDS, MLA_REPORT, MlaChoice, choose_mla  # noqa: F401 - kimi.choose_mla, kimi.MlaChoice
 
@@ -267,20 +268,19 @@ def _missing_modules(python: Path, names: Sequence[str]) -> list[str]:
     return out.stdout.split() if out.returncode == 0 else list(names)
 
 
-def suite_environment(info: ModelInfo | None, tp: int, scale: bool, skip: str | None,
-                      mla: MlaChoice | None = None) -> dict[str, str]:
-    """What compat/cell/probes/kimi/conftest.py (and vLLM, for MLA) reads."""
-    env = {"COMPAT_KIMI_TP": str(tp), "COMPAT_KIMI_SCALE": "1" if scale else ""}
-    if skip:
-        env["COMPAT_KIMI_SKIP"] = skip
-    if mla is not None:
-        env["VLLM_MLA_DISABLE"] = "0" if mla.enabled else "1"  # cell_run only sets it where unset
-        if scale and mla.dtype:
-            env["COMPAT_KIMI_DTYPE"] = mla.dtype
+def suite_spec(info: ModelInfo | None, tp: int, scale: bool, skip: str | None,
+               mla: MlaChoice | None = None) -> KimiSuiteSpec:
+    """What compat/cell/probes/kimi/conftest.py reads (the cell spec's `kimi`)."""
+    suite = KimiSuiteSpec(skip=skip or "", tp=tp, scale=scale,
+                          dtype=mla.dtype if mla is not None and scale and mla.dtype else "")
     if info is not None:
-        env.update({MODEL_VARIABLE: str(info.path), "COMPAT_KIMI_LAYERS": ",".join(map(str, info.layers)),
-                    "COMPAT_KIMI_HIDDEN": str(info.hidden_size)})
-    return env
+        suite = replace(suite, model=str(info.path), layers=tuple(info.layers), hidden_size=info.hidden_size)
+    return suite
+
+
+def suite_environment(mla: MlaChoice | None) -> dict[str, str]:
+    """What vLLM reads for MLA: on or off, explicitly (cell_run only sets it where unset)."""
+    return {} if mla is None else {"VLLM_MLA_DISABLE": "0" if mla.enabled else "1"}
 
 
 def suite_status(probes: list[dict[str, Any]], error: str | None) -> tuple[str, str | None]:
@@ -325,7 +325,7 @@ def main(argv: Sequence[str]) -> int:
 
 
 def run(options: argparse.Namespace, record: dict[str, Any]) -> int:
-    from compat.harness.cell_run import run_probes
+    from compat.harness.cell_run import cell_spec, run_probes
     from compat.harness.cell_envs import CellEnv
     from compat.harness.matrix import Cell
 
@@ -363,13 +363,14 @@ def run(options: argparse.Namespace, record: dict[str, Any]) -> int:
         env = CellEnv(path=Path(sys.prefix), python=Path(sys.executable), seconds=0.0, reused=True)
     print(f"[kimi] {'skipping every test: ' + skip if skip else 'running ' + SUITE} "
           f"({cell.id}, TP={options.tp})", flush=True)
-    os.environ.update(suite_environment(info, options.tp, options.scale_model, skip, mla))
+    suite = suite_spec(info, options.tp, options.scale_model, skip, mla)
     if shaped is not None and "compared" in record:
-        os.environ.update(kimi_shaped.suite_environment(shaped, record["compared"]))
+        suite = replace(suite, **kimi_shaped.suite_settings(shaped, record["compared"]))
+    spec = cell_spec(cell, work_dir, info.path if info else Path(os.devnull), probe_timeout=options.timeout,
+                     cell_timeout=options.timeout + 120, kimi=suite)
     started = time.monotonic()
-    outcome = run_probes(cell, env, work_dir, model_dir=info.path if info else Path(os.devnull),
-                         probe_timeout=options.timeout, cell_timeout=options.timeout + 120,
-                         suites=(SUITE,), echo=lambda line: print(line, flush=True))
+    outcome = run_probes(cell, env, work_dir, spec=spec, suites=(SUITE,), echo=lambda line: print(line, flush=True),
+                         settings=suite_environment(mla))
     record.setdefault("seconds", {})["suite"] = round(time.monotonic() - started, 2)
     record["probes"] = outcome["probes"]
     record.update(figures(outcome["probes"]))

@@ -186,11 +186,10 @@ def reference_plan(recipe: dict) -> dict[str, Any]:
                    "batch, single and repeated calls)"}
 
 
-def suite_environment(recipe: dict, plan: dict[str, Any]) -> dict[str, str]:
-    """What compat/cell/probes/kimi/conftest.py reads for a Kimi-shaped run."""
-    return {"COMPAT_KIMI_DTYPE": recipe["dtype"],
-            "COMPAT_KIMI_REFERENCE": "1" if plan["transformers_reference"] else "",
-            "COMPAT_KIMI_NO_REFERENCE": "" if plan["transformers_reference"] else plan["why"]}
+def suite_settings(recipe: dict, plan: dict[str, Any]) -> dict[str, Any]:
+    """The Kimi suite spec's fields (compat.shared.cell_spec.KimiSuiteSpec) a Kimi-shaped run sets."""
+    return {"dtype": recipe["dtype"], "reference": bool(plan["transformers_reference"]),
+            "no_reference": "" if plan["transformers_reference"] else plan["why"]}
 
 
 def record(recipe: dict, path: Path | None = None, build: dict[str, Any] | None = None) -> dict[str, Any]:

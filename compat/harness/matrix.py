@@ -29,7 +29,7 @@ CELL_KEYS = {"vllm": True, "speculators": True, "backend": False, "why": False, 
 # The server-era variants a cell may serve (compat.cell.server_models.VARIANTS; kept here, the harness
 # does not import the cell side). A cell without `variants` serves them all.
 SERVER_VARIANTS = ("deepseek_v3", "hybrid", "llama-runner_v2", "llama-bfloat16")
-# The dtype vLLM runs in for the data checks (the runner's --dtype; the probes read COMPAT_DTYPE).
+# The dtype vLLM runs in for the data checks (the runner's --dtype; the probes read it from the cell spec).
 DTYPES = ("float32", "bfloat16")
 DEFAULT_DTYPE = "float32"
 

@@ -85,16 +85,6 @@ def _fraction(text: str) -> float:
     return value
 
 
-def option_settings(options: argparse.Namespace) -> dict[str, str]:
-    """Environment variables the probes read for the runner's options (recorded per cell)."""
-    settings = {}
-    if getattr(options, "dtype", None):
-        settings["COMPAT_DTYPE"] = options.dtype
-    if getattr(options, "gpu_memory_utilization", None):
-        settings["COMPAT_GPU_MEMORY_UTILIZATION"] = str(options.gpu_memory_utilization)
-    return settings
-
-
 def main(argv: Sequence[str]) -> int:
     # A plain SIGTERM would skip the `finally` blocks that stop a cell's processes.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
@@ -229,7 +219,7 @@ def run_matrix(cells: list[Cell], index, options: argparse.Namespace, model_dir:
             record = run_cell(cell, recipe, work_dir, model_dir=model_dir, reinstall=options.reinstall,
                               probe_timeout=options.probe_timeout, cell_timeout=options.cell_timeout,
                               echo=lambda line: print(line, flush=True), python=python,
-                              settings=option_settings(options))
+                              gpu_memory_utilization=getattr(options, "gpu_memory_utilization", None))
         record = with_static(record, cell, options)
         write_json_atomic(options.results / f"{cell.id}.json", record)
         records.append(record)

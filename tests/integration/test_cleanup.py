@@ -19,8 +19,8 @@ def test_killed_worker_and_hang_leave_nothing_behind(tmp_path):
     env = envs.CellEnv(path=venv, python=venv / "bin" / "python", seconds=0.0, reused=True)
     from compat.fixtures import tiny_llama
 
-    outcome = cell_run.run_probes(CELL, env, tmp_path, model_dir=tiny_llama.ensure(), probe_timeout=900,
-                                  cell_timeout=150, suites=("tests/faults",), echo=lambda line: None)
+    spec = cell_run.cell_spec(CELL, tmp_path, tiny_llama.ensure(), probe_timeout=900, cell_timeout=150)
+    outcome = cell_run.run_probes(CELL, env, tmp_path, spec=spec, suites=("tests/faults",), echo=lambda line: None)
     assert outcome["error"].startswith("timeout"), outcome["error"]
     [probe] = outcome["probes"]
     assert probe["status"] == "error"

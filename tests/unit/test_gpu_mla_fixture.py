@@ -28,7 +28,7 @@ GPU_NO_DIMS_KERNEL = {"TRITON_MLA": {"head_sizes": [576], "dtypes": ["bfloat16"]
 def built(monkeypatch, tmp_path):
     made = []
 
-    def fake(recipe=tiny_deepseek.RECIPE):
+    def fake(cache_root=None, recipe=tiny_deepseek.RECIPE):
         path = tmp_path / f"ds-{recipe['kv_lora_rank']}-{recipe['qk_nope_head_dim']}-{recipe['v_head_dim']}"
         path.mkdir(exist_ok=True)
         (path / "config.json").write_text(json.dumps({"num_hidden_layers": recipe["num_hidden_layers"]}))
@@ -96,7 +96,7 @@ def test_hybrid_uses_vllms_triton_gdn_prefill_on_a_gpu_without_flashinfer(monkey
     from compat.fixtures import tiny_hybrid
 
     (tmp_path / "config.json").write_text(json.dumps({"num_hidden_layers": 4}))
-    monkeypatch.setattr(tiny_hybrid, "ensure", lambda: tmp_path)
+    monkeypatch.setattr(tiny_hybrid, "ensure", lambda cache_root=None: tmp_path)
     monkeypatch.setattr(server_models, "_has_engine_arg", lambda name: name == "gdn_prefill_backend")
     monkeypatch.setattr(server_models, "_has_module", lambda name: name != "flashinfer")
     v = server_models.hybrid("gpu")

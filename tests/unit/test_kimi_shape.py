@@ -153,8 +153,8 @@ def test_reference_is_compared_only_where_cheap_and_says_why():
     assert small["transformers_reference"] and "kimi_matches_reference" in small["checks"]
     assert not big["transformers_reference"] and "kimi_matches_reference" not in big["checks"]
     assert "not compared with transformers" in big["why"] and "float32" in big["why"]
-    env = kimi_shaped.suite_environment(kimi_shape.recipe(layers=3, experts=64), big)
-    assert env["COMPAT_KIMI_REFERENCE"] == "" and env["COMPAT_KIMI_NO_REFERENCE"] == big["why"]
+    suite = kimi_shaped.suite_settings(kimi_shape.recipe(layers=3, experts=64), big)
+    assert suite["reference"] is False and suite["no_reference"] == big["why"]
 
 
 def test_record_has_the_shape_and_the_sizes():

@@ -1,13 +1,22 @@
 """Fixtures shared by the cell suites (compat/cell/probes/in_process, compat/cell/probes/server; they run in one pytest session in
-the cell's venv): the speculators release installed there, its profile, and the tiny model."""
+the cell's venv; the Kimi suite in its own): the cell spec the harness wrote, the speculators release
+installed there, its profile, and the model."""
 
 from __future__ import annotations
 
 import importlib.metadata
+from pathlib import Path
 
 import pytest
 
+from compat.shared.cell_spec import CellSpec, CellSpecError, spec_from_environment
 from compat.shared.profiles import Profile, profile_for
+
+
+@pytest.fixture(scope="session")
+def cell_spec() -> CellSpec:
+    """The cell's settings (compat.shared.cell_spec), read once from the file the harness names."""
+    return spec_from_environment()
 
 
 @pytest.fixture(scope="session")
@@ -29,7 +38,12 @@ def server_profile(profile: Profile, speculators_version: str) -> Profile:
 
 
 @pytest.fixture(scope="session")
-def model_dir() -> str:
-    from compat.fixtures import tiny_llama
+def model_dir(cell_spec: CellSpec) -> str:
+    return checked_model_dir(cell_spec.model_dir)
 
-    return str(tiny_llama.from_env())
+
+def checked_model_dir(path: str) -> str:
+    if not (Path(path) / "config.json").is_file():
+        raise CellSpecError(f"the cell spec's model_dir {path} has no config.json; expected a model folder "
+                            "such as the one `python -m compat.fixtures.tiny_llama` prints")
+    return path

@@ -17,8 +17,8 @@ def num_layers(model_dir: str) -> int:
 
 
 @pytest.fixture(scope="session")
-def extraction_runs(server_profile, model_dir, num_layers, speculators_version) -> Extraction:
-    return Extraction(model_dir, speculators_version, extraction.layer_ids(num_layers))
+def extraction_runs(server_profile, model_dir, num_layers, speculators_version, cell_spec) -> Extraction:
+    return Extraction(model_dir, speculators_version, extraction.layer_ids(num_layers), cell_spec)
 
 
 @pytest.fixture(scope="session")
