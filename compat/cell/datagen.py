@@ -17,7 +17,7 @@ from typing import Any, Sequence
 
 from compat.cell.adapters import generator as adapters
 from compat.cell import cpu_shims as env_shims
-from compat.cell.observe import speculators_call
+from compat.shared.observe import speculators_call
 from compat.shared.profiles import Profile
 from compat.cell.vllm_setup import omp_binding
 

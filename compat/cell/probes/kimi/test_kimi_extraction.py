@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from compat.cell.observe import ContractViolation, speculators_call
+from compat.shared.observe import ContractViolation, speculators_call
 
 
 def _check(condition: bool, message: str) -> None:

@@ -16,7 +16,7 @@ import typing
 import pytest
 
 from compat.shared import breakages
-from compat.cell.observe import CONTRACT_TAG, ContractViolation, describe, speculators_call
+from compat.shared.observe import CONTRACT_TAG, ContractViolation, describe, speculators_call
 from compat.cell.reference import compare, figures, reference_states, tolerance_for
 
 from compat.cell.server_mode_runs import CASES, ModeRun, file_rows, vllm_backend, vllm_version

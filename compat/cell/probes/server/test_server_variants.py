@@ -28,7 +28,7 @@ from __future__ import annotations
 import pytest
 
 from compat.cell import extraction, server_models
-from compat.cell.observe import ContractViolation, speculators_call
+from compat.shared.observe import ContractViolation, speculators_call
 from compat.cell.reference import (Tolerance, blind_spots, compare, drift_rule_for, drift_total, figures,
                                    load_reference_model, reference_states, set_aside_drift, tolerance_for,
                                    wrong_row_margins)
