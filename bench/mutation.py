@@ -19,13 +19,13 @@ import tempfile
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-AFTER = {"mutate": ["compat/harness/verdict.py", "compat/harness/classify.py", "compat/harness/breakages.py",
+AFTER = {"mutate": ["compat/harness/verdict.py", "compat/harness/classify.py", "compat/shared/breakages.py",
                     "compat/harness/evidence.py", "compat/harness/causes.py"],
          "tests": ["tests/unit/test_verdict.py", "tests/unit/test_classify.py", "tests/unit/test_trap_corpus.py",
                    "tests/unit/test_explain.py", "tests/unit/test_evidence.py", "tests/unit/test_evidence_genuine.py",
                    "tests/unit/test_verdict_mutants.py"]}
 # Before: the verdict rule lived in compat/shared/results.py (cell_verdict) and the gate in classify.exit_code.
-BEFORE = {"mutate": ["compat/shared/results.py", "compat/harness/classify.py", "compat/harness/breakages.py"],
+BEFORE = {"mutate": ["compat/shared/results.py", "compat/harness/classify.py", "compat/shared/breakages.py"],
           "tests": ["tests/unit/test_classify.py", "tests/unit/test_report.py", "tests/unit/test_runner.py"]}
 
 

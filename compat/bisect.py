@@ -1,8 +1,8 @@
-"""Entry point for `python -m compat.bisect`; the code is compat.harness.bisect."""
+"""Entry point for `python -m compat.bisect`; the code is compat.harness.bisect_cli."""
 
 import sys
 
-from compat.harness.bisect import main
+from compat.harness.bisect_cli import main
 
 if __name__ == "__main__":
     sys.exit(main())

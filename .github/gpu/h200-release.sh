@@ -14,7 +14,7 @@
 #       the checkout: run `rest` carrying .device first (float32 only, no FlashAttention needed), then at
 #       once (the machine stays warm 30 s; .site/ is kept) `mla` carrying .device-fa3 alone.
 #   bash .github/gpu/h200-release.sh PHASE      (carry .device and .device-fa3; from the checkout root)
-# PHASE `mla`: the server cell with deepseek_v3 + llama-bfloat16 (COMPAT_SERVER_VARIANTS); `rest`: the
+# PHASE `mla`: the server cell with deepseek_v3 + llama-bfloat16 (--variants); `rest`: the
 #   server cell with hybrid + llama-runner_v2, then the in-process (0.26.0, 0.4.0.1) cell in what is
 #   left of ~9.5 minutes; `server-rest`: that server cell alone; `hybrid-bf16`: the server cell with
 #   hybrid (served in bfloat16 on the Triton GDN prefill since the float32 refusal) + llama-bfloat16

@@ -17,22 +17,21 @@ from typing import Any, Sequence
 
 from compat.cell.adapters import generator as adapters
 from compat.cell import cpu_shims as env_shims
-from compat.cell.observe import speculators_call
+from compat.shared.observe import speculators_call
 from compat.shared.profiles import Profile
 from compat.cell.vllm_setup import omp_binding
 
-DTYPE_VARIABLE = "COMPAT_DTYPE"  # the runner's --dtype: float32 (default) or bfloat16
-# the generator hard-codes dtype="auto", which is bfloat16 on CPU: the probes pin it
-DTYPE = os.environ.get(DTYPE_VARIABLE) or "float32"
+# the generator hard-codes dtype="auto", which is bfloat16 on CPU: the probes pin it (the cell's dtype)
+DEFAULT_DTYPE = "float32"
 
 
 def generator_module():
     return importlib.import_module(adapters.GENERATOR_MODULE)
 
 
-def _pin_dtype(g) -> None:
+def _pin_dtype(g, dtype: str) -> None:
     adapters._wrap(g, "ModelConfig", lambda cls: adapters._keyword_filler(
-        cls, lambda kw: kw.__setitem__("dtype", DTYPE)))
+        cls, lambda kw: kw.__setitem__("dtype", dtype)))
 
 
 @dataclass
@@ -41,6 +40,7 @@ class Generator:
 
     mode: str
     tp: int
+    dtype: str = DEFAULT_DTYPE
     instance: Any = None
     failure: BaseException | None = None
     module: Any = None
@@ -53,7 +53,7 @@ class Generator:
         call time, so this runs before every use: generators of several modes may coexist."""
         adapters.restore(self.module)
         self.env_shims = env_shims.apply_cpu_shims(self.module)
-        _pin_dtype(self.module)
+        _pin_dtype(self.module, self.dtype)
         self.adapters = adapters.apply(self.module, self.planned)
 
     @property
@@ -87,29 +87,31 @@ def adapters_for(mode: str, g, profile: Profile) -> list:
     return adapters.plan(g, profile, kinds=MODE_KINDS[mode]) if MODE_KINDS[mode] else []
 
 
-def memory_kwargs(g) -> dict:
+def memory_kwargs(g, gpu_memory_utilization: float | None) -> dict:
     """The cell's GPU memory fraction, where one was asked for (the release's default is 0.8).
     A TP=1 and a TP=2 generator live at once on GPU 0: each takes half."""
-    from compat.cell.vllm_setup import GPU_MEMORY_VARIABLE, accepts, gpu_memory_utilization
+    from compat.cell.vllm_setup import accepts
 
-    if not os.environ.get(GPU_MEMORY_VARIABLE) or not accepts(g.VllmHiddenStatesGenerator, "gpu_memory_utilization"):
+    if gpu_memory_utilization is None or not accepts(g.VllmHiddenStatesGenerator, "gpu_memory_utilization"):
         return {}
-    return {"gpu_memory_utilization": gpu_memory_utilization() / 2}
+    return {"gpu_memory_utilization": gpu_memory_utilization / 2}
 
 
 def build(profile: Profile, model_dir: str, *, mode: str, layer_ids: list[int], tp: int = 1,
-          max_model_len: int = 512) -> Generator:
-    """Construct the release's generator in `mode` (the construction's exception is kept)."""
+          max_model_len: int = 512, dtype: str = DEFAULT_DTYPE, gpu_memory_utilization: float | None = None,
+          omp_bind_tp1: str = "auto") -> Generator:
+    """Construct the release's generator in `mode` (the construction's exception is kept), in the
+    cell's `dtype`, with the cell's GPU memory fraction where one was asked for."""
     g = generator_module()
     adapters.restore(g)
     planned = adapters_for(mode, g, profile)
-    generator = Generator(mode=mode, tp=tp, module=g, planned=planned)
+    generator = Generator(mode=mode, tp=tp, dtype=dtype, module=g, planned=planned)
     generator.bind()
-    os.environ["VLLM_CPU_OMP_THREADS_BIND"] = omp_binding(tp)
+    os.environ["VLLM_CPU_OMP_THREADS_BIND"] = omp_binding(tp, omp_bind_tp1)
     try:
         generator.instance = g.VllmHiddenStatesGenerator(
             model_path=model_dir, layer_ids=layer_ids, max_model_len=max_model_len,
-            tensor_parallel_size=tp, **memory_kwargs(g))
+            tensor_parallel_size=tp, **memory_kwargs(g, gpu_memory_utilization))
     except Exception as exc:  # noqa: BLE001 - the construction's failure is the observation
         generator.failure = exc
     return generator

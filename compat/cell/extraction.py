@@ -15,7 +15,6 @@ import argparse
 import importlib
 import json
 import os
-import shlex
 import shutil
 import subprocess
 import sys
@@ -27,7 +26,7 @@ from packaging.version import Version
 
 from compat.cell.server import failure_line
 
-SERVE_FLAGS = ("--dtype", os.environ.get("COMPAT_DTYPE") or "float32", "--enforce-eager", "--max-model-len", "256")
+SERVE_FLAGS = ("--dtype", "float32", "--enforce-eager", "--max-model-len", "256")
 SHIM_MODULE = "compat.worker.cpu_connector_shim"
 NO_CHUNKED_PREFILL = "--no-enable-chunked-prefill"
 NO_PREFIX_CACHING = "--no-enable-prefix-caching"
@@ -45,10 +44,12 @@ def launch_flags_of(speculators: str) -> tuple[str, ...]:
 
 
 def serve_args(speculators: str, ids: Sequence[int], storage: Path, *, shim: bool = False,
-               extra_flags: Sequence[str] = (), dtype: str | None = None) -> list[str]:
+               extra_flags: Sequence[str] = (), dtype: str | None = None,
+               gpu_memory_utilization: float | None = None, environment_args: Sequence[str] = ()) -> list[str]:
     """`vllm serve` arguments as the release's launch script builds them, plus `extra_flags`
-    (chosen by the harness from what a run observed, or a variant's own) and our fixed
-    dtype/length flags (`dtype` overrides the cell's)."""
+    (chosen by the harness from what a run observed, or a variant's own), the cell's GPU memory
+    fraction and `environment_args` (the cell spec's serve_args) where given, and our fixed
+    dtype/length flags (`dtype`: the cell's or a variant's; float32 when None)."""
     speculative = {"method": "extract_hidden_states", "num_speculative_tokens": 1,
                    "draft_model_config": {"hf_config": {"eagle_aux_hidden_state_layer_ids": list(ids)}}}
     transfer = dict(launch_transfer_config(speculators, storage)[0])
@@ -56,10 +57,10 @@ def serve_args(speculators: str, ids: Sequence[int], storage: Path, *, shim: boo
         transfer["kv_connector_module_path"] = SHIM_MODULE
     flags = list(launch_flags_of(speculators))
     flags += [flag for flag in extra_flags if flag not in flags]
-    if os.environ.get("COMPAT_GPU_MEMORY_UTILIZATION"):  # the runner's --gpu-memory-utilization
-        flags += ["--gpu-memory-utilization", os.environ["COMPAT_GPU_MEMORY_UTILIZATION"]]
+    if gpu_memory_utilization is not None:  # the runner's --gpu-memory-utilization
+        flags += ["--gpu-memory-utilization", str(gpu_memory_utilization)]
     # the environment's own needs, e.g. --attention-backend TRITON_ATTN for a build without FlashAttention
-    flags += shlex.split(os.environ.get("COMPAT_SERVE_ARGS", ""))
+    flags += list(environment_args)
     fixed = list(SERVE_FLAGS)
     if dtype:
         fixed[fixed.index("--dtype") + 1] = dtype

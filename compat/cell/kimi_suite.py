@@ -1,4 +1,4 @@
-"""What the Kimi suite (tests/kimi) runs inside the cell: the tokenizer fix for Kimi's custom-code
+"""What the Kimi suite (compat/cell/probes/kimi) runs inside the cell: the tokenizer fix for Kimi's custom-code
 tokenizer, and the functions it sends to vLLM's workers through collective_rpc. The orchestration
 (gate, install, kimi.json) is compat.harness.kimi."""
 

@@ -2,7 +2,7 @@
 
 Probes stay plain pytest tests marked `@pytest.mark.probe("<id>")`. Outcome mapping:
 - passed -> ok
-- failed in the call, with the exception tagged by compat.cell.observe.speculators_call -> broken
+- failed in the call, with the exception tagged by compat.shared.observe.speculators_call -> broken
 - failed in setup/teardown, failed untagged (harness fault) or timed out -> error, with why
 - skipped with reason "n/a: ..." -> n/a; "unsupported-on-cpu: ..." -> unsupported-on-cpu;
   "not selected: ..." (the cell's matrix entry left it out) -> skipped and advisory, so it decides
@@ -23,7 +23,7 @@ from typing import Any
 
 import pytest
 
-from compat.cell.observe import CONTRACT_TAG, describe
+from compat.shared.observe import CONTRACT_TAG, describe
 from compat.shared.results import ADVISORY_PROBES, NOT_SELECTED, write_json_atomic
 
 SKIP_PREFIXES = {"n/a:": "n/a", "unsupported-on-cpu:": "unsupported-on-cpu"}
@@ -157,8 +157,8 @@ def _same_probe(records: list[dict[str, Any]], record: dict[str, Any]) -> dict[s
 
 
 def _add_raw(records: list[dict[str, Any]], record: dict[str, Any]) -> dict[str, Any] | None:
-    """Two suites may report the same (id, case), one per profile (tests/probes in-process,
-    tests/server for speculators >= 0.5): the run where the contract applies wins over `n/a`,
+    """Two suites may report the same (id, case), one per profile (compat/cell/probes/in_process in-process,
+    compat/cell/probes/server for speculators >= 0.5): the run where the contract applies wins over `n/a`,
     whichever came first, and each (id, case) appears once."""
     existing = _same_probe(records, record)
     if existing is None:

@@ -10,7 +10,6 @@ index k (id == num_layers is the last layer's output before the norm; HF's own l
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from typing import Any, Sequence
 
@@ -22,7 +21,6 @@ RTOL = 1e-4  # of the reference's largest magnitude in that layer and sequence
 # kernels' own rounding, and a row off by 0.3 still fails. docs/gpu.md: measured margins on the H200.
 BF16_ATOL = 0.05
 BF16_RTOL = 0.02
-DTYPE_VARIABLE = "COMPAT_DTYPE"
 
 
 @dataclass(frozen=True)
@@ -40,11 +38,6 @@ def tolerance_for(dtype: str) -> Tolerance:
     if dtype == "bfloat16":
         return Tolerance(atol=BF16_ATOL, rtol=BF16_RTOL)
     raise ValueError(f"no reference tolerance for dtype {dtype!r}; expected float32 or bfloat16")
-
-
-def cell_dtype() -> str:
-    """The dtype the cell's vLLM runs in (the runner's --dtype); the reference stays float32."""
-    return os.environ.get(DTYPE_VARIABLE) or "float32"
 
 
 def load_reference_model(model_dir: str):
@@ -89,18 +82,17 @@ def _decoder_layers(model):
 
 
 def compare(returned: Sequence[Sequence[Any]], reference: Sequence[Sequence[Any]],
-            expected_index: Sequence[int], tolerance: Tolerance | None = None) -> dict[str, Any]:
+            expected_index: Sequence[int], tolerance: Tolerance) -> dict[str, Any]:
     """Compare returned[seq][layer] with reference[seq][expected_index[layer]].
 
     Returns per layer and sequence: shape, max abs and relative error, the reference's largest
     magnitude (`scale`, what the tolerance is relative to), and which reference index the
-    returned tensor matches best (the layer-index semantics actually observed). The tolerance
-    defaults to the cell dtype's. `figures` turns the rows into what the harness re-derives the
+    returned tensor matches best (the layer-index semantics actually observed). The tolerance is
+    the cell dtype's (tolerance_for). `figures` turns the rows into what the harness re-derives the
     verdict from.
     """
     import torch
 
-    tolerance = tolerance or tolerance_for(cell_dtype())
     rows = []
     problems = []
     for s, (got_layers, table) in enumerate(zip(returned, reference)):
@@ -292,9 +284,8 @@ def is_permutation(sequence_matches: list[list[int]] | None) -> bool:
     return sorted(order) == list(range(len(order))) and order != list(range(len(order)))
 
 
-def best_index(tensor, table, tolerance: Tolerance | None = None) -> int | None:
+def best_index(tensor, table, tolerance: Tolerance) -> int | None:
     """The reference index this tensor matches within tolerance, if any."""
-    tolerance = tolerance or tolerance_for(cell_dtype())
     for index, candidate in enumerate(table):
         if tuple(candidate.shape) == tuple(tensor.shape):
             scale = float(candidate.abs().max())

@@ -1,7 +1,7 @@
 """A real `vllm serve` on 127.0.0.1: start on a free port, wait for /health, always stop.
 
 The server runs in its own process group (API server, engine core and workers), so stopping it
-kills the whole group. Its log is kept in the cell's work dir (env COMPAT_WORK_DIR).
+kills the whole group. Its log is kept where the caller says (the cell's work dir).
 Imports nothing from vLLM: the server is a subprocess of the cell's Python.
 """
 
@@ -12,7 +12,6 @@ import re
 import signal
 import socket
 import subprocess
-import tempfile
 import time
 import urllib.error
 import urllib.request
@@ -41,13 +40,6 @@ def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
-
-
-def work_dir() -> Path:
-    given = os.environ.get("COMPAT_WORK_DIR")
-    path = Path(given) if given else Path(tempfile.gettempdir()) / "compat-server"
-    path.mkdir(parents=True, exist_ok=True)
-    return path
 
 
 def failure_line(log_text: str) -> str | None:

@@ -34,7 +34,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from compat.cell.reference import cell_dtype
 from compat.shared.mla import MLA_OFF, MlaChoice, choose_mla, prefill_takes
 
 # vLLM's CPU rotary kernel misreads the strided query slice DeepSeek rotates: measured on
@@ -94,7 +93,7 @@ class Variant:
     env: dict[str, str] = field(default_factory=dict)
     env_shims: list[dict[str, str]] = field(default_factory=list)
     client_flags: list[str] = field(default_factory=list)  # for speculators prepare-data
-    dtype: str = field(default_factory=lambda: cell_dtype())
+    dtype: str = ""  # the variant's own dtype; variant() gives the others the cell's
     notes: dict[str, Any] = field(default_factory=dict)
     not_applicable: str | None = None  # why this build cannot serve the variant at all (the probe says n/a)
 
@@ -107,13 +106,21 @@ def num_layers(model: str) -> int:
     return int(json.loads(Path(model, "config.json").read_text())["num_hidden_layers"])
 
 
-def variant(name: str, llama: str, backend: str) -> Variant:
+def variant(name: str, llama: str, backend: str, *, cell_dtype: str, cache_root: Path | None = None) -> Variant:
+    """The variant `name` as this build serves it, in its own dtype or else the cell's; its tiny model
+    built into `cache_root` (the fixtures' default cache when None)."""
+    chosen = _variant(name, llama, backend, cache_root)
+    chosen.dtype = chosen.dtype or cell_dtype
+    return chosen
+
+
+def _variant(name: str, llama: str, backend: str, cache_root: Path | None) -> Variant:
     if name == "deepseek_v3":
-        return deepseek_v3(backend)
+        return deepseek_v3(backend, cache_root)
     if name == "llama-runner_v2":
         return runner_v2(llama, backend)
     if name == "hybrid":
-        return hybrid(backend)
+        return hybrid(backend, cache_root)
     if name == "llama-bfloat16":
         return Variant(name, llama, num_layers(llama), dtype="bfloat16",
                        notes={"why": "speculators' launch leaves --dtype to the model's config: bfloat16 for real "
@@ -122,7 +129,7 @@ def variant(name: str, llama: str, backend: str) -> Variant:
 
 
 def _fixture_name(recipe: dict) -> str:
-    from fixtures import tiny_deepseek
+    from compat.fixtures import tiny_deepseek
 
     if recipe is tiny_deepseek.MLA_KIMI_HEADS:
         return ("MLA_KIMI_HEADS (kv_lora_rank 512 + qk_rope_head_dim 64, qk_nope_head_dim 128, v_head_dim 128: "
@@ -132,8 +139,8 @@ def _fixture_name(recipe: dict) -> str:
     return "RECIPE (kv_lora_rank 64 + qk_rope_head_dim 32)"
 
 
-def deepseek_v3(backend: str) -> Variant:
-    from fixtures import tiny_deepseek
+def deepseek_v3(backend: str, cache_root: Path | None = None) -> Variant:
+    from compat.fixtures import tiny_deepseek
     from compat.shared.mla import backends_here
 
     try:
@@ -156,7 +163,7 @@ def deepseek_v3(backend: str) -> Variant:
         if refused:
             choice = MlaChoice(False, f"{MLA_OFF}: Kimi's latent (576) has an MLA backend here, but {refused[-1]}",
                                choice.dtype, choice.latent, found)
-    model = str(tiny_deepseek.ensure(recipe=recipe))
+    model = str(tiny_deepseek.ensure(cache_root=cache_root, recipe=recipe))
     out = Variant("deepseek_v3", model, num_layers(model),
                   serve_flags=["--trust-remote-code"], flags={"--trust-remote-code": TRUST_REMOTE_CODE},
                   env={"VLLM_MLA_DISABLE": "0" if choice.enabled else "1"}, client_flags=["--trust-remote-code"])
@@ -172,17 +179,16 @@ def deepseek_v3(backend: str) -> Variant:
         from compat.worker import cpu_moe_shim
 
         if cpu_moe_shim.silu_entry() is not None:  # this build's MoE fallback has the fault
-            out.env[cpu_moe_shim.VARIABLE] = "1"
             out.serve_flags += ["--worker-extension-cls", cpu_moe_shim.EXTENSION]
             out.env_shims.append({"id": cpu_moe_shim.SHIM_ID, "why": cpu_moe_shim.WHY})
     return out
 
 
-def hybrid(backend: str) -> Variant:
-    """The tiny Qwen3-Next (fixtures/tiny_hybrid.py: Gated DeltaNet linear attention + full attention)."""
-    from fixtures import tiny_hybrid
+def hybrid(backend: str, cache_root: Path | None = None) -> Variant:
+    """The tiny Qwen3-Next (compat/fixtures/tiny_hybrid.py: Gated DeltaNet linear attention + full attention)."""
+    from compat.fixtures import tiny_hybrid
 
-    model = str(tiny_hybrid.ensure())
+    model = str(tiny_hybrid.ensure(cache_root=cache_root))
     out = Variant("hybrid", model, num_layers(model),
                   notes={"layer_types": tiny_hybrid.RECIPE["layer_types"],
                          "why": "a hybrid verifier (attention + linear-attention layers), the kind vllm#46301 / "

@@ -15,14 +15,7 @@ from typing import Any
 PROBE_WORKER_EXTENSION = "compat.worker.probe_worker.ProbeWorkerExtension"
 MAX_MODEL_LEN = 256
 BLOCK_SIZE = 16
-GPU_MEMORY_VARIABLE = "COMPAT_GPU_MEMORY_UTILIZATION"  # set by the runner's --gpu-memory-utilization
 DEFAULT_GPU_MEMORY_UTILIZATION = 0.8  # vLLM's CacheConfig default, kept where nothing is asked
-
-
-def gpu_memory_utilization() -> float:
-    """The fraction of a GPU's memory one vLLM instance of this cell may take."""
-    value = os.environ.get(GPU_MEMORY_VARIABLE)
-    return float(value) if value else DEFAULT_GPU_MEMORY_UTILIZATION
 
 
 def visible_gpu_count() -> int:
@@ -73,7 +66,7 @@ def vllm_config(model_dir: str, tp: int = 1, *, worker_extension_cls: str = PROB
                              VllmConfig)
 
     cache_kwargs: dict[str, Any] = {"block_size": BLOCK_SIZE,
-                                    "gpu_memory_utilization": memory_fraction or gpu_memory_utilization()}
+                                    "gpu_memory_utilization": memory_fraction or DEFAULT_GPU_MEMORY_UTILIZATION}
     if enable_prefix_caching is not None:
         cache_kwargs["enable_prefix_caching"] = enable_prefix_caching
     return VllmConfig(
@@ -88,11 +81,12 @@ def vllm_config(model_dir: str, tp: int = 1, *, worker_extension_cls: str = PROB
     )
 
 
-def omp_binding(tp: int) -> str:
-    """vLLM's CPU worker binds one OpenMP core list per rank; on 2 cores TP=2 needs one each."""
+def omp_binding(tp: int, tp1: str = "auto") -> str:
+    """vLLM's CPU worker binds one OpenMP core list per rank; on 2 cores TP=2 needs one each.
+    `tp1`: the binding for one rank (the cell spec's omp_bind_tp1)."""
     cores = os.cpu_count() or 1
     if tp == 1:
-        return os.environ.get("COMPAT_OMP_BIND_TP1", "auto")
+        return tp1
     per_rank = max(1, cores // tp)
     return "|".join(
         ",".join(str(c) for c in range(r * per_rank, (r + 1) * per_rank)) if per_rank > 1 else str(r % cores)
@@ -115,12 +109,12 @@ class Engine:
         self.executor.shutdown()
 
 
-def start_engine(model_dir: str, tp: int = 1, **config_kwargs: Any) -> Engine:
+def start_engine(model_dir: str, tp: int = 1, *, omp_bind_tp1: str = "auto", **config_kwargs: Any) -> Engine:
     """A probe engine. On CUDA, with a TP=1 and a TP=2 engine alive at once, the caller keeps
     each one's memory fraction at most half the GPU (conftest's engine pool)."""
     from vllm.v1.executor.multiproc_executor import MultiprocExecutor
 
-    os.environ["VLLM_CPU_OMP_THREADS_BIND"] = omp_binding(tp)
+    os.environ["VLLM_CPU_OMP_THREADS_BIND"] = omp_binding(tp, omp_bind_tp1)
     config = vllm_config(model_dir, tp, **config_kwargs)
     executor = MultiprocExecutor(vllm_config=config)
     engine = Engine(executor=executor, vllm_config=config, tp=tp)

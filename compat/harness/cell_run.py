@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import platform
+import shlex
 import signal
 import socket
 import subprocess
@@ -17,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from compat.harness.cell_envs import REPO_ROOT, CellEnv, InstallError, ensure_env, existing_env, tail
-from compat.harness.matrix import DEFAULT_DTYPE, Cell
+from compat.harness.matrix import Cell
 from compat.shared.gpus import describe_gpus, host_gpu_names
 from compat.shared.manifest import expected_manifest
 from compat.shared.profiles import profile_for
@@ -25,8 +26,11 @@ from compat.shared.records import SCHEMA_VERSION
 from compat.harness.recipe import Recipe
 from compat.shared.results import ResultFileError, read_json
 from compat.harness.verdict import decide
+from compat.shared.cell_spec import SPEC_VARIABLE, CellSpec, KimiSuiteSpec
 
 TOKEN_VARIABLE = "COMPAT_CELL_TOKEN"
+# The probe suites a matrix cell runs, relative to the repository root (the probe run's working directory).
+PROBE_SUITES = ("compat/cell/probes/in_process", "compat/cell/probes/server")
 PYTEST_EXIT_MEANING = {0: "all probes passed", 1: "some probes failed", 2: "interrupted",
                        3: "pytest internal error", 4: "pytest usage error", 5: "no probes collected"}
 
@@ -51,8 +55,8 @@ def run_settings(cell: Cell) -> dict[str, Any]:
     every record, also one that never reached its probes: dtype, backend, the server-era variants
     selected (server-era cells only), and the --model folder where one was given (else the tiny
     Llama fixture). Tensor parallelism is no cell setting: the probes run TP=1 and, where two GPUs
-    are visible, TP=2 cases. The environment variables the probes got (cell_settings, upper case)
-    join these in run_cell."""
+    are visible, TP=2 cases. The other options the cell spec carries (spec_settings) and the
+    environment variables the probes got (cell_settings, upper case) join these in run_cell."""
     settings: dict[str, Any] = {"dtype": cell.dtype, "backend": cell.backend}
     if cell.variants_selected is not None:
         settings["variants"] = list(cell.variants_selected)
@@ -62,10 +66,11 @@ def run_settings(cell: Cell) -> dict[str, Any]:
 
 
 def run_cell(cell: Cell, recipe: Recipe | None, work_dir: Path, *, model_dir: Path, reinstall: bool = False,
-             probe_timeout: int = 300, cell_timeout: int = 1200, suites: tuple[str, ...] = ("tests/probes", "tests/server"),
-             echo=print, python: Path | None = None, settings: dict[str, str] | None = None) -> dict[str, Any]:
+             probe_timeout: int = 300, cell_timeout: int = 1200, suites: tuple[str, ...] = PROBE_SUITES,
+             echo=print, python: Path | None = None, gpu_memory_utilization: float | None = None) -> dict[str, Any]:
     """One cell: its venv built from `recipe`, or (`python`) an interpreter the user already has,
-    into which nothing is installed. `settings`: environment variables the runner's options set."""
+    into which nothing is installed. Its probes get the cell spec (cell_spec) and the environment
+    variables cell_settings names."""
     record = base_record(cell)
     started = time.monotonic()
     if python is not None:
@@ -82,7 +87,10 @@ def run_cell(cell: Cell, recipe: Recipe | None, work_dir: Path, *, model_dir: Pa
             record["seconds"]["install"] = round(time.monotonic() - started, 2)
             echo(f"[compat] {cell.id}: install-error: {exc}")
             return record
-    environment = cell_settings(cell, settings, existing=python is not None)
+    spec = cell_spec(cell, work_dir, model_dir, probe_timeout=probe_timeout, cell_timeout=cell_timeout,
+                     gpu_memory_utilization=gpu_memory_utilization)
+    environment = cell_settings(cell, existing=python is not None)
+    record["settings"].update(spec_settings(spec))
     record["settings"].update(environment)
     record["seconds"]["install"] = env.seconds
     record["env"] = {k: env.info.get(k) for k in ("python", "torch", "transformers", "vllm_dist", "speculators")}
@@ -91,8 +99,7 @@ def run_cell(cell: Cell, recipe: Recipe | None, work_dir: Path, *, model_dir: Pa
     echo(f"[compat] {cell.id}: environment ready in {env.seconds:.1f}s"
          f"{' (reused)' if env.reused else ''}; running probes")
     probes_started = time.monotonic()
-    outcome = run_probes(cell, env, work_dir, model_dir=model_dir, probe_timeout=probe_timeout,
-                         cell_timeout=cell_timeout, suites=suites, echo=echo, settings=environment)
+    outcome = run_probes(cell, env, work_dir, spec=spec, suites=suites, echo=echo, settings=environment)
     record["seconds"]["probes"] = round(time.monotonic() - probes_started, 2)
     record["probes"] = outcome["probes"]
     record["error"] = outcome["error"]
@@ -101,8 +108,7 @@ def run_cell(cell: Cell, recipe: Recipe | None, work_dir: Path, *, model_dir: Pa
     if doubtful and not outcome["error"]:
         echo(f"[compat] {cell.id}: running {len(doubtful)} probe(s) again alone before they decide: "
              f"{', '.join(doubtful)}")
-        again = run_probes(cell, env, work_dir, model_dir=model_dir, probe_timeout=probe_timeout,
-                           cell_timeout=cell_timeout, suites=suites, echo=echo, settings=environment,
+        again = run_probes(cell, env, work_dir, spec=spec, suites=suites, echo=echo, settings=environment,
                            select=[n for p in record["probes"] if _key(p) in doubtful for n in p.get("nodeids") or []],
                            name="probes-rerun")
         record["probes"] = merge_rerun(record["probes"], again["probes"], doubtful, again["error"])
@@ -177,26 +183,43 @@ def existing_env_notes(python: Path, env: CellEnv) -> list[str]:
 GPU_SETTINGS = {"TRITON_F32_DEFAULT": "ieee", "VLLM_WORKER_MULTIPROC_METHOD": "spawn"}
 
 
-def cell_settings(cell: Cell, asked: dict[str, str] | None, *, existing: bool) -> dict[str, str]:
-    """The environment variables the harness sets for this cell's probes (recorded in the result):
-    the runner's options, the GPU settings on gpu cells, the harness on PYTHONPATH for an
+def cell_spec(cell: Cell, work_dir: Path, model_dir: Path, *, probe_timeout: int = 300, cell_timeout: int = 1200,
+              gpu_memory_utilization: float | None = None, kimi: KimiSuiteSpec | None = None) -> CellSpec:
+    """What the cell's probes are told (compat.shared.cell_spec): the cell's settings, the runner's
+    options, and what the harness's own environment asks of every cell (COMPAT_SERVE_ARGS: flags
+    for every `vllm serve`; COMPAT_OMP_BIND_TP1: a TP=1 engine's CPU binding; COMPAT_CACHE_DIR)."""
+    return CellSpec(cell_id=cell.id, vllm=cell.vllm, speculators=cell.speculators, backend=cell.backend,
+                    model_dir=str(model_dir), work_dir=str(work_dir), dtype=cell.dtype,
+                    variants=cell.variants_selected, gpu_memory_utilization=gpu_memory_utilization,
+                    serve_args=tuple(shlex.split(os.environ.get("COMPAT_SERVE_ARGS", ""))),
+                    omp_bind_tp1=os.environ.get("COMPAT_OMP_BIND_TP1", "auto"),
+                    cache_dir=os.environ.get("COMPAT_CACHE_DIR", ""), probe_timeout=probe_timeout,
+                    cell_timeout=cell_timeout, kimi=kimi)
+
+
+def spec_settings(spec: CellSpec) -> dict[str, Any]:
+    """The spec's run options a record keeps beside run_settings, where they differ from the default."""
+    settings: dict[str, Any] = {}
+    if spec.gpu_memory_utilization is not None:
+        settings["gpu_memory_utilization"] = spec.gpu_memory_utilization
+    if spec.serve_args:
+        settings["serve_args"] = list(spec.serve_args)
+    return settings
+
+
+def cell_settings(cell: Cell, *, existing: bool) -> dict[str, str]:
+    """The environment variables the harness sets for this cell's probes beside the spec's path
+    (recorded in the result): the GPU settings on gpu cells, the harness on PYTHONPATH for an
     existing environment. A variable already set in the caller's environment wins."""
     settings = {name: os.environ.get(name, value) for name, value in GPU_SETTINGS.items()} \
         if cell.backend == "gpu" else {}
-    settings.update(asked or {})
-    if cell.dtype != DEFAULT_DTYPE:  # the cell's id says so; its probes must run it too
-        settings["COMPAT_DTYPE"] = cell.dtype
-    if cell.variants_selected is not None:  # tests/server/test_server_variants.py serves these, as recorded
-        settings["COMPAT_SERVER_VARIANTS"] = ",".join(cell.variants_selected) or "none"
-    if os.environ.get("COMPAT_SERVE_ARGS"):  # extraction.serve_args adds them to `vllm serve`
-        settings["COMPAT_SERVE_ARGS"] = os.environ["COMPAT_SERVE_ARGS"]
     if existing:
         settings["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")]))
     return settings
 
 
-def probe_environment(cell: Cell, model_dir: Path, token: str, work_dir: Path,
-                      settings: dict[str, str] | None = None, *, owned_env: bool = False) -> dict[str, str]:
+def probe_environment(cell: Cell, spec_file: Path, token: str, settings: dict[str, str] | None = None, *,
+                      owned_env: bool = False) -> dict[str, str]:
     env = {**os.environ, **(settings or {})}
     env.pop("VIRTUAL_ENV", None)
     if owned_env:
@@ -206,8 +229,7 @@ def probe_environment(cell: Cell, model_dir: Path, token: str, work_dir: Path,
         env.pop("PYTHONDONTWRITEBYTECODE", None)
     env.update({
         TOKEN_VARIABLE: token,
-        "COMPAT_MODEL_DIR": str(model_dir),
-        "COMPAT_WORK_DIR": str(work_dir),
+        SPEC_VARIABLE: str(spec_file),
         "HF_HUB_OFFLINE": "1",
         "TRANSFORMERS_OFFLINE": "1",
         "PYTHONUNBUFFERED": "1",
@@ -224,24 +246,26 @@ def probe_environment(cell: Cell, model_dir: Path, token: str, work_dir: Path,
     return env
 
 
-def run_probes(cell: Cell, env: CellEnv, work_dir: Path, *, model_dir: Path, probe_timeout: int,
-               cell_timeout: int, suites: tuple[str, ...], echo, settings: dict[str, str] | None = None,
-               select: list[str] | None = None, name: str = "probes") -> dict[str, Any]:
-    """The probe run (pytest in the cell's interpreter); `select`: these test node ids only."""
+def run_probes(cell: Cell, env: CellEnv, work_dir: Path, *, spec: CellSpec, suites: tuple[str, ...], echo,
+               settings: dict[str, str] | None = None, select: list[str] | None = None,
+               name: str = "probes") -> dict[str, Any]:
+    """The probe run (pytest in the cell's interpreter), told `spec` through one file in `work_dir`;
+    `select`: these test node ids only."""
     token = uuid.uuid4().hex
+    spec_file = spec.write(work_dir / f"{name}.cell-spec.json")
     result_file = work_dir / f"{name}.json"
     result_file.unlink(missing_ok=True)
     log_path = work_dir / f"{name}.log"
     command = [str(env.python), "-m", "pytest", *(select or suites), "-p", "compat.cell.pytest_plugin",
                f"--compat-result={result_file}", f"--compat-label={cell.id}", "-p", "no:cacheprovider",
-               "-q", f"--timeout={probe_timeout}", "-o", "addopts=", "-rN"]
-    environment = probe_environment(cell, model_dir, token, work_dir, settings, owned_env=env.owned)
+               "-q", f"--timeout={spec.probe_timeout}", "-o", "addopts=", "-rN"]
+    environment = probe_environment(cell, spec_file, token, settings, owned_env=env.owned)
     error = None
     with log_path.open("w") as log:
         process = subprocess.Popen(command, cwd=REPO_ROOT, env=environment, stdout=log, stderr=subprocess.PIPE,
                                    start_new_session=True)
         try:
-            error = _relay(process, log, echo, deadline=time.monotonic() + cell_timeout)
+            error = _relay(process, log, echo, deadline=time.monotonic() + spec.cell_timeout)
         finally:
             killed = kill_cell_processes(process, token)
             if killed:

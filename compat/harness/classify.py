@@ -1,4 +1,4 @@
-"""Compare each probe of a cell with the registry of known breakages (compat.harness.breakages).
+"""Compare each probe of a cell with the registry of known breakages (compat.shared.breakages).
 
 Classes (`ProbeClass.kind`):
 - ``known``: the probe is `broken`, and an entry that applies to this (vLLM, speculators,
@@ -24,7 +24,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, Iterable
 
-from compat.harness.breakages import REFERENCE_PROBE, REGISTRY, Breakage, data_symptoms
+from compat.shared.breakages import REFERENCE_PROBE, REGISTRY, Breakage, data_symptoms
 from compat.shared.results import ADVISORY_PROBES, NOT_SELECTED
 
 KINDS = ("known", "new", "fixed", "as-expected-ok", "error", "not-run")

@@ -19,7 +19,7 @@ from __future__ import annotations
 import re
 from typing import Any, Iterable, Optional
 
-from compat.harness.breakages import REFERENCE_PROBE
+from compat.shared.breakages import REFERENCE_PROBE
 from compat.shared.manifest import deselected, expected_manifest, probe_key
 from compat.shared.records import finite
 from compat.shared.results import NOT_SELECTED

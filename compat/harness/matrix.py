@@ -29,7 +29,7 @@ CELL_KEYS = {"vllm": True, "speculators": True, "backend": False, "why": False, 
 # The server-era variants a cell may serve (compat.cell.server_models.VARIANTS; kept here, the harness
 # does not import the cell side). A cell without `variants` serves them all.
 SERVER_VARIANTS = ("deepseek_v3", "hybrid", "llama-runner_v2", "llama-bfloat16")
-# The dtype vLLM runs in for the data checks (the runner's --dtype; the probes read COMPAT_DTYPE).
+# The dtype vLLM runs in for the data checks (the runner's --dtype; the probes read it from the cell spec).
 DTYPES = ("float32", "bfloat16")
 DEFAULT_DTYPE = "float32"
 
@@ -77,7 +77,7 @@ class Cell:
     def variants_selected(self) -> tuple[str, ...] | None:
         """The server-era variants this cell serves (every one where its matrix entry names none);
         None before the server era (speculators < 0.5 serves none: a `variants` key changes nothing)."""
-        if profile_for(self.speculators).name != "server":  # tests/conftest.py server_profile: n/a there
+        if profile_for(self.speculators).name != "server":  # compat/cell/probes/conftest.py server_profile: n/a there
             return None
         return SERVER_VARIANTS if self.variants is None else self.variants
 

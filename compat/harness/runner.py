@@ -33,7 +33,7 @@ def runner_options(argv: Sequence[str]) -> tuple[argparse.Namespace, list[str]]:
     parser.add_argument("--probe-timeout", type=int, default=300, help="seconds per probe (default 300)")
     parser.add_argument("--cell-timeout", type=int, default=1200, help="seconds per cell's probes (default 1200)")
     parser.add_argument("--model", type=Path, default=None,
-                        help="model folder for the probes (default: the tiny Llama built by fixtures/); "
+                        help="model folder for the probes (default: the tiny Llama built by compat/fixtures/); "
                              "part of the cell id (...__model-FOLDER_NAME)")
     parser.add_argument("--python", type=Path, action="append", default=[], metavar="PATH",
                         help="run the probes in this existing interpreter (repeatable); nothing is installed, "
@@ -83,16 +83,6 @@ def _fraction(text: str) -> float:
     if not 0 < value <= 1:
         raise argparse.ArgumentTypeError(f"{text!r} is not a fraction in (0, 1], e.g. 0.4")
     return value
-
-
-def option_settings(options: argparse.Namespace) -> dict[str, str]:
-    """Environment variables the probes read for the runner's options (recorded per cell)."""
-    settings = {}
-    if getattr(options, "dtype", None):
-        settings["COMPAT_DTYPE"] = options.dtype
-    if getattr(options, "gpu_memory_utilization", None):
-        settings["COMPAT_GPU_MEMORY_UTILIZATION"] = str(options.gpu_memory_utilization)
-    return settings
 
 
 def main(argv: Sequence[str]) -> int:
@@ -199,7 +189,7 @@ def host_has_gpu() -> bool:
 
 def resolve_model(path: Path | None) -> Path:
     if path is None:
-        from fixtures import tiny_llama
+        from compat.fixtures import tiny_llama
 
         return tiny_llama.ensure()
     if not (path / "config.json").is_file():
@@ -229,7 +219,7 @@ def run_matrix(cells: list[Cell], index, options: argparse.Namespace, model_dir:
             record = run_cell(cell, recipe, work_dir, model_dir=model_dir, reinstall=options.reinstall,
                               probe_timeout=options.probe_timeout, cell_timeout=options.cell_timeout,
                               echo=lambda line: print(line, flush=True), python=python,
-                              settings=option_settings(options))
+                              gpu_memory_utilization=getattr(options, "gpu_memory_utilization", None))
         record = with_static(record, cell, options)
         write_json_atomic(options.results / f"{cell.id}.json", record)
         records.append(record)

@@ -32,7 +32,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
-from compat.harness.breakages import REFERENCE_PROBE, REGISTRY, Breakage
+from compat.shared.breakages import REFERENCE_PROBE, REGISTRY, Breakage
 from compat.harness.classify import ProbeClass, classify_cell
 from compat.harness.causes import as_not_contract, cause_of, cause_of_error
 from compat.harness.evidence import recheck

@@ -24,7 +24,7 @@ MLA_BACKENDS = {
 # (qk_nope_head_dim, qk_rope_head_dim, v_head_dim) the report asks each available MLA prefill kernel
 # about (vLLM >= 0.26 picks the prefill kernel by head dims: FlashAttention and FlashInfer take
 # DeepSeek's 128/64/128, GLM's and Mistral's, not the tiny fixture's 32/64/32, "Model does not have
-# supported MLA dimensions", seen on an H200): fixtures/tiny_deepseek.py MLA_576 and MLA_KIMI_HEADS.
+# supported MLA dimensions", seen on an H200): compat/fixtures/tiny_deepseek.py MLA_576 and MLA_KIMI_HEADS.
 PREFILL_DIMS = ((32, 64, 32), (128, 64, 128))
 MLA_REPORT = r"""
 import importlib, json, sys

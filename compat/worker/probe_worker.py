@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import os
 
-from compat.cell.observe import definition_site, worker_failure
+from compat.shared.observe import definition_site, worker_failure
 
 try:  # the cell's speculators release: probes then call its RPC names, as it does
     from speculators.data_generation.custom_worker import HiddenStatesWorkerExtension as _Base
@@ -57,7 +57,7 @@ class ProbeWorkerExtension(_Base):  # type: ignore[misc, valid-type]
         try:
             base = self.compat_base_model(lookup)
             if bridge:
-                from compat.cell.adapters.worker_extension import bridge_embedding_names
+                from compat.worker.adapter_extension import bridge_embedding_names
 
                 added = bridge_embedding_names(base)
             # on the model's device: a CPU index into an embedding on cuda:0 fails in the harness
@@ -105,7 +105,7 @@ class ProbeWorkerExtension(_Base):  # type: ignore[misc, valid-type]
         logger = logging.getLogger(logger_name)
         marker = f"compat-log-probe-{os.getpid()}-{id(self)}"
         if fix:
-            from compat.cell.adapters.worker_extension import make_worker_logs_visible
+            from compat.worker.adapter_extension import make_worker_logs_visible
 
             make_worker_logs_visible()
         saved = {fd: os.dup(fd) for fd in (1, 2)}

@@ -1,4 +1,4 @@
-"""The Kimi-shaped builder (fixtures/kimi_shaped.py) at a reduced width, on the CPU: the shards and
+"""The Kimi-shaped builder (compat/fixtures/kimi_shaped.py) at a reduced width, on the CPU: the shards and
 index it writes load in transformers' DeepseekV3 and give finite outputs, the same seed gives the
 same bytes, the dtypes are what the recipe says. Needs torch, transformers and safetensors: run in
 a cell venv (`nox -s tests` runs it with the Kimi suite's cell interpreter):
@@ -16,7 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from fixtures import kimi_shape, kimi_shaped
+from compat.shared import kimi_config
+from compat.fixtures import kimi_shaped
 
 torch = pytest.importorskip("torch", reason="needs torch: run tests/builder with a cell venv's interpreter")
 REPO = Path(__file__).resolve().parents[2]
@@ -26,7 +27,7 @@ SMALL = dict(layers=3, experts=8, width_divisor=64, dtype="float32", shard_bytes
 def build(tmp_path: Path, name: str, **changes) -> Path:
     dest = tmp_path / name
     dest.mkdir()
-    kimi_shaped.build(dest, kimi_shape.recipe(**{**SMALL, **changes}))
+    kimi_shaped.build(dest, kimi_config.recipe(**{**SMALL, **changes}))
     return dest
 
 
@@ -51,15 +52,15 @@ def small(tmp_path_factory) -> Path:
 
 
 def test_shards_and_index_hold_every_planned_tensor_with_its_shape_and_dtype(small):
-    recipe = kimi_shape.recipe(**SMALL)
+    recipe = kimi_config.recipe(**SMALL)
     index = json.loads((small / "model.safetensors.index.json").read_text())
-    planned = kimi_shape.tensors(recipe)
+    planned = kimi_config.tensors(recipe)
     assert sorted(index["weight_map"]) == sorted(name for name, _, _ in planned)
-    for number, shard in enumerate(kimi_shape.shards(recipe)):
-        assert {index["weight_map"][name] for name, _, _ in shard} == {kimi_shape.shard_name(number, len(
-            kimi_shape.shards(recipe)))}
-    assert len(set(index["weight_map"].values())) == len(kimi_shape.shards(recipe)) > 1
-    assert index["metadata"]["total_size"] == kimi_shape.sizes(recipe)["bytes"]
+    for number, shard in enumerate(kimi_config.shards(recipe)):
+        assert {index["weight_map"][name] for name, _, _ in shard} == {kimi_config.shard_name(number, len(
+            kimi_config.shards(recipe)))}
+    assert len(set(index["weight_map"].values())) == len(kimi_config.shards(recipe)) > 1
+    assert index["metadata"]["total_size"] == kimi_config.sizes(recipe)["bytes"]
     loaded = weights(small)
     assert {name: (tuple(t.shape), str(t.dtype)) for name, t in loaded.items()} == \
         {name: (shape, f"torch.{dtype}") for name, shape, dtype in planned}
@@ -124,15 +125,15 @@ def test_scales_follow_fan_in(small):
 
 
 def run_cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "fixtures.kimi_shaped", *args], capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "compat.fixtures.kimi_shaped", *args], capture_output=True, text=True,
                           cwd=REPO)
 
 
 def test_cli_refuses_a_recipe_that_is_not_the_checked_one(tmp_path):
-    bad = {**kimi_shape.recipe(**SMALL), "experts": 3}
+    bad = {**kimi_config.recipe(**SMALL), "experts": 3}
     out = run_cli("--recipe", json.dumps(bad), "--dest", str(tmp_path))
     assert out.returncode == 2 and "--experts 3: expected an integer from 8 to 384" in out.stderr
-    unknown = {**kimi_shape.recipe(**SMALL), "builder": "other/9"}
+    unknown = {**kimi_config.recipe(**SMALL), "builder": "other/9"}
     out = run_cli("--recipe", json.dumps(unknown), "--dest", str(tmp_path))
     assert out.returncode == 2 and "kimi_shaped/1" in out.stderr
     out = run_cli("--recipe", "{not json", "--dest", str(tmp_path))
@@ -141,11 +142,11 @@ def test_cli_refuses_a_recipe_that_is_not_the_checked_one(tmp_path):
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="a CPU-only interpreter refuses the cuda generator")
 def test_cuda_generator_without_cuda_is_refused_with_what_to_do(tmp_path):
-    with pytest.raises(kimi_shape.ShapeError, match="generator 'cuda'.*build with generator 'cpu'"):
-        kimi_shaped.build(tmp_path, kimi_shape.recipe(**SMALL, generator="cuda"))
+    with pytest.raises(kimi_config.ShapeError, match="generator 'cuda'.*build with generator 'cpu'"):
+        kimi_shaped.build(tmp_path, kimi_config.recipe(**SMALL, generator="cuda"))
 
 
 def test_cuda_generator_draws_on_the_first_gpu(monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-    assert kimi_shaped.device_for(kimi_shape.recipe(**SMALL, generator="cuda")) == torch.device("cuda:0")
-    assert kimi_shaped.device_for(kimi_shape.recipe(**SMALL)) == torch.device("cpu")
+    assert kimi_shaped.device_for(kimi_config.recipe(**SMALL, generator="cuda")) == torch.device("cuda:0")
+    assert kimi_shaped.device_for(kimi_config.recipe(**SMALL)) == torch.device("cpu")

@@ -17,10 +17,10 @@ def test_killed_worker_and_hang_leave_nothing_behind(tmp_path):
     if not (venv / "bin" / "python").exists():
         pytest.fail(f"{venv} missing: the default matrix builds it before this test")
     env = envs.CellEnv(path=venv, python=venv / "bin" / "python", seconds=0.0, reused=True)
-    from fixtures import tiny_llama
+    from compat.fixtures import tiny_llama
 
-    outcome = cell_run.run_probes(CELL, env, tmp_path, model_dir=tiny_llama.ensure(), probe_timeout=900,
-                                  cell_timeout=150, suites=("tests/faults",), echo=lambda line: None)
+    spec = cell_run.cell_spec(CELL, tmp_path, tiny_llama.ensure(), probe_timeout=900, cell_timeout=150)
+    outcome = cell_run.run_probes(CELL, env, tmp_path, spec=spec, suites=("tests/faults",), echo=lambda line: None)
     assert outcome["error"].startswith("timeout"), outcome["error"]
     [probe] = outcome["probes"]
     assert probe["status"] == "error"

@@ -50,7 +50,7 @@ def test_022_flags_are_chosen_from_what_its_runs_observed(cell):
     assert record["verdict"] == "incompatible"
 
 
-# -- per model, per layer id; runner; the triple (tests/server/test_server_variants.py) --------
+# -- per model, per layer id; runner; the triple (compat/cell/probes/server/test_server_variants.py) --------
 def layer_table(probe: dict, mode: str = "raw") -> dict:
     detail = probe["detail"] if mode == "raw" else probe["detail"]["with_compat"]["detail"]
     return {k: v["matches_index"] for k, v in detail["layer_ids"].items()}

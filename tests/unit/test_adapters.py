@@ -7,7 +7,7 @@ import pytest
 
 from compat.cell.adapters import generator as adapters
 from compat.cell import datagen
-from compat.harness.breakages import BY_ID
+from compat.shared.breakages import BY_ID
 from compat.shared.profiles import profile_for
 
 PROFILE = profile_for("0.4.0.1")

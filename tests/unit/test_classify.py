@@ -11,8 +11,8 @@ from hypothesis import strategies as st
 
 from record_factory import complete
 
-from compat.harness import breakages
-from compat.harness.breakages import BY_ID, REGISTRY, Breakage, Symptom
+from compat.shared import breakages
+from compat.shared.breakages import BY_ID, REGISTRY, Breakage, Symptom
 from compat.harness.classify import annotate, classify_probe, counts
 from compat.harness.verdict import matrix_gate as exit_code
 from compat.shared.results import load_cell, write_json_atomic

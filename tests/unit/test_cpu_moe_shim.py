@@ -8,6 +8,8 @@ import sys
 import textwrap
 from pathlib import Path
 
+from compat.worker import cpu_moe_shim
+
 ACTIVATION = """
 class SiluAndMul:
     built = 0
@@ -60,11 +62,9 @@ def run(tmp_path: Path, fused_moe: str | None, asked: bool, check: str = CHECK) 
         (tmp_path / name).write_text(textwrap.dedent(text))
     repo = Path(__file__).resolve().parents[2]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(repo)])}
-    env.pop("COMPAT_CPU_MOE_SHIM", None)
-    if asked:
-        env["COMPAT_CPU_MOE_SHIM"] = "1"
-    # importing the module is what vLLM's worker does for --worker-extension-cls
-    code = ("import importlib; importlib.import_module('compat.worker.cpu_moe_shim')\n" if asked else "") + check
+    # importing the extension module is what vLLM's worker does for --worker-extension-cls
+    code = (f"import importlib; importlib.import_module({cpu_moe_shim.EXTENSION.rsplit('.', 1)[0]!r})\n"
+            if asked else "") + check
     done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
     return json.loads(done.stdout.strip().splitlines()[-1])
 
@@ -75,7 +75,8 @@ def test_the_shim_swaps_the_per_call_silu_for_the_same_computation(tmp_path):
     assert got["needed"] is False  # swapped: nothing left to do
 
 
-def test_without_the_variable_the_build_is_left_as_shipped(tmp_path):
+def test_without_the_extension_the_build_is_left_as_shipped(tmp_path):
+    """The cell imports compat.worker.cpu_moe_shim to ask whether the build needs it: that changes nothing."""
     got = run(tmp_path, FUSED_MOE_0221, asked=False)
     assert got["needed"] and got["out"] == "Current vLLM config is not set."
 

@@ -248,7 +248,7 @@ def test_two_records_with_one_cell_id_are_both_kept_and_flagged(tmp_path, capsys
 
 
 def test_a_symptom_the_entry_does_not_name_beside_one_it_does_is_new():
-    from compat.harness.breakages import BY_ID
+    from compat.shared.breakages import BY_ID
 
     silent = next(e for e in BY_ID.values() if e.symptom.silent)
     named = silent.symptom.data[0]

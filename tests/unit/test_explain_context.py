@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from compat.harness.breakages import BY_ID, Breakage, Symptom
+from compat.shared.breakages import BY_ID, Breakage, Symptom
 from compat.harness.explain import main
 from compat.harness.explain_context import contexts, surroundings
 

@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from fixtures import tiny_deepseek, tiny_llama
+from compat.fixtures import tiny_deepseek, tiny_llama
 
 
 def digest(folder):

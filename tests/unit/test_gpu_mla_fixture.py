@@ -12,7 +12,7 @@ import pytest
 
 from compat.cell import server_models
 from compat.shared.mla import PREFILL_DIMS, prefill_takes
-from fixtures import tiny_deepseek
+from compat.fixtures import tiny_deepseek
 
 TINY, KIMI = list(tiny_deepseek.mla_dims(tiny_deepseek.MLA_576)), list(tiny_deepseek.mla_dims(tiny_deepseek.MLA_KIMI_HEADS))
 # what MLA_REPORT found on official 0.26.0's kernels (FLASH_ATTN: DeepSeek / GLM / Mistral dims only)
@@ -28,7 +28,7 @@ GPU_NO_DIMS_KERNEL = {"TRITON_MLA": {"head_sizes": [576], "dtypes": ["bfloat16"]
 def built(monkeypatch, tmp_path):
     made = []
 
-    def fake(recipe=tiny_deepseek.RECIPE):
+    def fake(cache_root=None, recipe=tiny_deepseek.RECIPE):
         path = tmp_path / f"ds-{recipe['kv_lora_rank']}-{recipe['qk_nope_head_dim']}-{recipe['v_head_dim']}"
         path.mkdir(exist_ok=True)
         (path / "config.json").write_text(json.dumps({"num_hidden_layers": recipe["num_hidden_layers"]}))
@@ -93,10 +93,10 @@ def test_the_kimi_heads_fixture_builds_with_those_dims(tmp_path):
 
 
 def test_hybrid_uses_vllms_triton_gdn_prefill_on_a_gpu_without_flashinfer(monkeypatch, tmp_path):
-    from fixtures import tiny_hybrid
+    from compat.fixtures import tiny_hybrid
 
     (tmp_path / "config.json").write_text(json.dumps({"num_hidden_layers": 4}))
-    monkeypatch.setattr(tiny_hybrid, "ensure", lambda: tmp_path)
+    monkeypatch.setattr(tiny_hybrid, "ensure", lambda cache_root=None: tmp_path)
     monkeypatch.setattr(server_models, "_has_engine_arg", lambda name: name == "gdn_prefill_backend")
     monkeypatch.setattr(server_models, "_has_module", lambda name: name != "flashinfer")
     v = server_models.hybrid("gpu")

@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from compat.harness import runner
-from compat.harness.cell_run import GPU_SETTINGS, cell_settings, probe_environment
+from compat.harness.cell_run import GPU_SETTINGS, cell_settings, cell_spec, probe_environment
+from compat.shared.cell_spec import SPEC_VARIABLE
 from compat.harness.cell_envs import ExistingEnvError, cell_from_env
 from compat.harness.matrix import SERVER_VARIANTS, Cell
 from compat.cell.reference import tolerance_for
@@ -52,14 +53,15 @@ def test_gpu_cells_get_ieee_float32_and_spawned_workers_cpu_cells_do_not(monkeyp
     for name in GPU_SETTINGS:
         monkeypatch.delenv(name, raising=False)
     gpu, cpu = Cell("0.24.0", "0.9.0", "gpu"), Cell("0.16.0", "0.3.0", "cpu")
-    assert cell_settings(gpu, {}, existing=False) == {"TRITON_F32_DEFAULT": "ieee", "VLLM_WORKER_MULTIPROC_METHOD": "spawn",
-                                                      "COMPAT_SERVER_VARIANTS": ",".join(SERVER_VARIANTS)}
-    assert cell_settings(cpu, {}, existing=False) == {}
-    env = probe_environment(cpu, tmp_path, "t", tmp_path)
+    assert cell_settings(gpu, existing=False) == {"TRITON_F32_DEFAULT": "ieee", "VLLM_WORKER_MULTIPROC_METHOD": "spawn"}
+    assert cell_spec(gpu, tmp_path, tmp_path).variants == tuple(SERVER_VARIANTS)
+    assert cell_settings(cpu, existing=False) == {}
+    env = probe_environment(cpu, tmp_path / "spec.json", "t")
     assert "TRITON_F32_DEFAULT" not in env and "VLLM_WORKER_MULTIPROC_METHOD" not in env
-    assert probe_environment(gpu, tmp_path, "t", tmp_path)["TRITON_F32_DEFAULT"] == "ieee"
-    existing = cell_settings(cpu, {"COMPAT_DTYPE": "bfloat16"}, existing=True)
-    assert existing["COMPAT_DTYPE"] == "bfloat16" and existing["PYTHONPATH"].split(":")[0] == str(runner.REPO_ROOT)
+    assert env[SPEC_VARIABLE] == str(tmp_path / "spec.json")
+    assert probe_environment(gpu, tmp_path, "t")["TRITON_F32_DEFAULT"] == "ieee"
+    existing = cell_settings(cpu, existing=True)
+    assert existing["PYTHONPATH"].split(":")[0] == str(runner.REPO_ROOT)
 
 
 def test_python_option_refuses_what_cannot_host_the_probes(tmp_path, capsys):
@@ -81,9 +83,9 @@ def test_gpu_memory_utilization_must_be_a_fraction(value, capsys):
 def test_probes_write_bytecode_in_the_harness_venv_but_not_in_an_interpreter_the_user_gave(monkeypatch, tmp_path):
     monkeypatch.setenv("PYTHONDONTWRITEBYTECODE", "1")
     cpu = Cell("0.16.0", "0.3.0", "cpu")
-    assert "PYTHONDONTWRITEBYTECODE" not in probe_environment(cpu, tmp_path, "t", tmp_path, owned_env=True)
-    assert probe_environment(cpu, tmp_path, "t", tmp_path, owned_env=False)["PYTHONDONTWRITEBYTECODE"] == "1"
-    assert probe_environment(cpu, tmp_path, "t", tmp_path)["PYTHONDONTWRITEBYTECODE"] == "1"
+    assert "PYTHONDONTWRITEBYTECODE" not in probe_environment(cpu, tmp_path, "t", owned_env=True)
+    assert probe_environment(cpu, tmp_path, "t", owned_env=False)["PYTHONDONTWRITEBYTECODE"] == "1"
+    assert probe_environment(cpu, tmp_path, "t")["PYTHONDONTWRITEBYTECODE"] == "1"
 
 
 def test_only_venvs_the_harness_builds_count_as_its_own(tmp_path):
@@ -114,6 +116,7 @@ def test_run_probes_lifts_the_bytecode_ban_only_for_a_venv_the_harness_built(mon
     for owned in (True, False):
         env = CellEnv(path=tmp_path, python=tmp_path / "python", seconds=0.0, reused=True, owned=owned)
         with pytest.raises(Started):
-            cell_run.run_probes(cell, env, tmp_path, model_dir=tmp_path, probe_timeout=1, cell_timeout=1,
-                                suites=("tests/probes",), echo=print)
+            cell_run.run_probes(cell, env, tmp_path, spec=cell_spec(cell, tmp_path, tmp_path, probe_timeout=1,
+                                                                    cell_timeout=1),
+                                suites=("compat/cell/probes/in_process",), echo=print)
     assert "PYTHONDONTWRITEBYTECODE" not in seen[0] and seen[1]["PYTHONDONTWRITEBYTECODE"] == "1"

@@ -132,12 +132,12 @@ def test_figures_are_lifted_from_details():
     assert found == {"load_seconds": 12.5, "tokens_per_second": 99.0, "max_abs_error_vs_reference": 1e-6}
 
 
-def test_suite_environment_carries_the_skip_reason(tmp_path):
-    env = kimi.suite_environment(None, 8, False, "needs 8 visible GPUs")
-    assert env["COMPAT_KIMI_SKIP"] == "needs 8 visible GPUs" and env["COMPAT_KIMI_TP"] == "8"
+def test_suite_spec_carries_the_skip_reason(tmp_path):
+    suite = kimi.suite_spec(None, 8, False, "needs 8 visible GPUs")
+    assert suite.skip == "needs 8 visible GPUs" and suite.tp == 8
     info = kimi.ModelInfo(tmp_path, 61, 7168, (2, 30, 58, 60))
-    env = kimi.suite_environment(info, 8, False, None)
-    assert env["COMPAT_KIMI_LAYERS"] == "2,30,58,60" and "COMPAT_KIMI_SKIP" not in env
+    suite = kimi.suite_spec(info, 8, False, None)
+    assert suite.layers == (2, 30, 58, 60) and not suite.skip and suite.run_dtype == "auto"
 
 
 def test_wrong_model_path_exits_2_and_records_the_error(tmp_path, capsys):
@@ -202,11 +202,12 @@ def test_mla_latent_reads_top_level_or_text_config(tmp_path):
 
 def test_suite_environment_turns_mla_on_or_off_explicitly():
     on = kimi.MlaChoice(True, "MLA on", "bfloat16", 96)
-    env = kimi.suite_environment(None, 2, True, None, on)
-    assert env["VLLM_MLA_DISABLE"] == "0" and env["COMPAT_KIMI_DTYPE"] == "bfloat16"
+    assert kimi.suite_environment(on) == {"VLLM_MLA_DISABLE": "0"}
+    assert kimi.suite_spec(None, 2, True, None, on).run_dtype == "bfloat16"
     off = kimi.MlaChoice(False, "no backend", "float32", 96)
-    assert kimi.suite_environment(None, 2, True, None, off)["VLLM_MLA_DISABLE"] == "1"
-    assert "COMPAT_KIMI_DTYPE" not in kimi.suite_environment(None, 8, False, None, on)  # Kimi: "auto"
+    assert kimi.suite_environment(off)["VLLM_MLA_DISABLE"] == "1"
+    assert kimi.suite_spec(None, 2, True, None, off).run_dtype == "float32"  # the scale model, MLA off
+    assert kimi.suite_spec(None, 8, False, None, on).run_dtype == "auto"  # Kimi: "auto"
 
 
 @pytest.mark.parametrize("argv", [["--mla-fixture"], ["--dtype", "float32"],
@@ -281,10 +282,10 @@ def test_a_release_that_decides_trust_remote_code_itself_is_left_alone():
 
 
 def test_the_kimi_conftest_builds_through_the_fix():
-    """The suite's one generator build is inside the fix (tests/kimi/conftest.py)."""
+    """The suite's one generator build is inside the fix (compat/cell/probes/kimi/conftest.py)."""
     from pathlib import Path
 
-    source = (Path(kimi.REPO_ROOT) / "tests" / "kimi" / "conftest.py").read_text()
+    source = (Path(kimi.REPO_ROOT) / kimi.SUITE / "conftest.py").read_text()
     build = source.index("datagen.build(")
     assert source.rindex("with kimi_suite.tokenizer_trusting_remote_code(datagen.generator_module()", 0, build) > 0
 

@@ -89,16 +89,16 @@ def test_bad_matrix_files(tmp_path, text, expected):
 
 def test_a_cell_may_name_its_server_variants_and_the_probes_are_told(tmp_path):
     from compat.cell.server_models import VARIANTS
-    from compat.harness.cell_run import cell_settings
+    from compat.harness.cell_run import cell_spec
 
     assert SERVER_VARIANTS == VARIANTS  # the harness keeps its own copy: it does not import the cell side
     path = write(tmp_path, '[[cell]]\nvllm = "0.22.1"\nspeculators = "0.8.1"\nvariants = ["deepseek_v3"]\n'
                            '[[cell]]\nvllm = "0.32.0"\nspeculators = "0.9.0"\n')
     named, every = load_matrix(path)
     assert named.variants == ("deepseek_v3",) and every.variants is None
-    assert cell_settings(named, {}, existing=False) == {"COMPAT_SERVER_VARIANTS": "deepseek_v3"}
-    # every variant, said to the probes too: an inherited COMPAT_SERVER_VARIANTS cannot narrow what the record says
-    assert cell_settings(every, {}, existing=False) == {"COMPAT_SERVER_VARIANTS": ",".join(SERVER_VARIANTS)}
+    assert cell_spec(named, tmp_path, tmp_path).variants == ("deepseek_v3",)
+    # every variant, said to the probes too: nothing inherited can narrow what the record says
+    assert cell_spec(every, tmp_path, tmp_path).variants == tuple(SERVER_VARIANTS)
     on_gpu = cells_for(MatrixRequest(matrix=path, backend="gpu"))
     assert on_gpu[0].variants == ("deepseek_v3",)
     default = {c.id: c.variants for c in load_matrix(DEFAULT_MATRIX)}
@@ -247,12 +247,11 @@ def test_a_float32_and_a_bfloat16_run_of_one_pair_get_different_ids_and_result_p
     assert f32.environment_cell == bf16.environment_cell and f32.environment_cell.id == f32.id
 
 
-def test_a_bfloat16_cell_tells_its_probes_even_without_the_runners_variable():
-    from compat.harness.cell_run import cell_settings
+def test_a_bfloat16_cell_tells_its_probes_even_without_the_runners_option(tmp_path):
+    from compat.harness.cell_run import cell_spec
 
-    cell = Cell("0.16.0", "0.3.0", dtype="bfloat16")
-    assert cell_settings(cell, {}, existing=False) == {"COMPAT_DTYPE": "bfloat16"}
-    assert "COMPAT_DTYPE" not in cell_settings(Cell("0.16.0", "0.3.0"), {}, existing=False)
+    assert cell_spec(Cell("0.16.0", "0.3.0", dtype="bfloat16"), tmp_path, tmp_path).dtype == "bfloat16"
+    assert cell_spec(Cell("0.16.0", "0.3.0"), tmp_path, tmp_path).dtype == "float32"
 
 
 def test_only_and_list_cells_take_the_new_ids():

@@ -4,7 +4,7 @@ import json
 
 PROBES = '''
 import pytest
-from compat.cell.observe import ContractViolation, speculators_call
+from compat.shared.observe import ContractViolation, speculators_call
 
 @pytest.fixture
 def broken_engine():

@@ -63,8 +63,9 @@ def test_a_probe_that_stops_mid_line_is_stopped_at_the_cell_deadline(tmp_path):
     python = Path(sys.executable)
     env = envs.CellEnv(path=python.parent.parent, python=python, seconds=0.0, reused=True)
     started = time.monotonic()
-    outcome = cell_run.run_probes(Cell("0.16.0", "0.3.0"), env, tmp_path, model_dir=tmp_path,
-                                  probe_timeout=600, cell_timeout=15,
+    cell = Cell("0.16.0", "0.3.0")
+    outcome = cell_run.run_probes(cell, env, tmp_path,
+                                  spec=cell_run.cell_spec(cell, tmp_path, tmp_path, probe_timeout=600, cell_timeout=15),
                                   suites=("tests/faults/partial_line_fault.py",), echo=lambda line: None)
     assert time.monotonic() - started < 40
     assert outcome["error"].startswith("timeout"), outcome["error"]

@@ -123,14 +123,19 @@ def test_the_record_names_the_settings_and_the_probes_get_only_environment_varia
 
     given = {}
     monkeypatch.setattr(cell_run, "existing_env", lambda python, backend: CellEnv(tmp_path, tmp_path / "python", 0.0, True))
+    told = {}
     monkeypatch.setattr(cell_run, "run_probes",
-                        lambda *a, settings, **k: given.update(settings) or {"probes": [], "error": None})
+                        lambda *a, settings, spec, **k: given.update(settings) or told.update(spec=spec)
+                        or {"probes": [], "error": None})
     record = cell_run.run_cell(cell, None, tmp_path, model_dir=tmp_path, echo=lambda line: None, python=tmp_path / "python",
-                               settings={"COMPAT_DTYPE": "bfloat16"})
-    assert record["settings"]["dtype"] == "bfloat16" and record["settings"]["COMPAT_DTYPE"] == "bfloat16"
-    assert record["settings"]["COMPAT_SERVER_VARIANTS"] == "hybrid"
+                               gpu_memory_utilization=0.4)
+    assert record["settings"]["dtype"] == "bfloat16" and record["settings"]["variants"] == ["hybrid"]
+    assert record["settings"]["gpu_memory_utilization"] == 0.4
     assert all(name.isupper() and isinstance(value, str) for name, value in given.items())
-    assert "dtype" not in given and given["COMPAT_DTYPE"] == "bfloat16"
+    assert not [name for name in given if name.startswith("COMPAT_")]  # the spec's path only, set by run_probes
+    spec = told["spec"]
+    assert (spec.dtype, spec.variants, spec.gpu_memory_utilization) == ("bfloat16", ("hybrid",), 0.4)
+    assert (spec.model_dir, spec.work_dir, spec.cell_id) == (str(tmp_path), str(tmp_path), cell.id)
 
 
 def test_an_existing_environment_run_in_bfloat16_is_named_so(tmp_path):
@@ -150,7 +155,7 @@ def test_a_new_finding_is_run_again_alone_and_a_flip_reads_flaky(tmp_path, monke
     cell = Cell("0.16.0", "0.3.0")
     new = {"id": "kv_cache_config_api", "case": None, "status": "broken", "with_compat": "broken", "advisory": False,
            "error": {"type": "KeyError", "message": "'no_such_group'", "where": "vllm/v1/core/kv_cache_utils.py:9"},
-           "reason": None, "seconds": 0.1, "detail": {}, "nodeids": ["tests/probes/test_x.py::test_kv"]}
+           "reason": None, "seconds": 0.1, "detail": {}, "nodeids": ["compat/cell/probes/in_process/test_x.py::test_kv"]}
     first = complete({**cell_run.base_record(cell), "probes": [new]})["probes"]
     calls = []
 
@@ -165,7 +170,7 @@ def test_a_new_finding_is_run_again_alone_and_a_flip_reads_flaky(tmp_path, monke
     monkeypatch.setattr(cell_run, "existing_env", lambda python, backend: env)
     monkeypatch.setattr(cell_run, "run_probes", fake_probes)
     record = cell_run.run_cell(cell, None, tmp_path, model_dir=tmp_path, python=tmp_path / "python", echo=lambda _: None)
-    assert calls == [None, ["tests/probes/test_x.py::test_kv"]]
+    assert calls == [None, ["compat/cell/probes/in_process/test_x.py::test_kv"]]
     probe = next(p for p in record["probes"] if p["id"] == "kv_cache_config_api")
     assert probe["status"] == "flaky" and probe["rerun"]["status"] == "ok", probe
     assert decide(record).gate == UNTESTED and record["verdict"] == "error"
@@ -193,7 +198,6 @@ def test_variants_option_selects_what_the_record_and_the_probes_say(tmp_path, mo
     record = cell_run.base_record(cell)
     assert record["settings"]["variants"] == ["deepseek_v3", "llama-bfloat16"]
     assert record["manifest"]["variants"] == ["deepseek_v3", "llama-bfloat16"]
-    monkeypatch.setenv("COMPAT_SERVER_VARIANTS", "hybrid")
-    assert cell_run.cell_settings(cell, {}, existing=False)["COMPAT_SERVER_VARIANTS"] == "deepseek_v3,llama-bfloat16"
+    assert cell_run.cell_spec(cell, tmp_path, tmp_path).variants == ("deepseek_v3", "llama-bfloat16")
     with pytest.raises(SystemExit):
         runner.runner_options(["--variants", "deepseek"])

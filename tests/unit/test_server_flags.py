@@ -3,18 +3,13 @@ rows missing on prefix-cached prompts), never from a version range."""
 
 import json
 import struct
-import sys
 from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "server"))
-
-from server_run import (PROMPTS, ModeRun, data_flags, file_rows,  # noqa: E402
-                        refusal_flags)
-
-from compat.cell.extraction import NO_CHUNKED_PREFILL, NO_PREFIX_CACHING  # noqa: E402
-from compat.cell.observe import ContractViolation  # noqa: E402
+from compat.cell.extraction import NO_CHUNKED_PREFILL, NO_PREFIX_CACHING
+from compat.shared.observe import ContractViolation
+from compat.cell.server_mode_runs import PROMPTS, ModeRun, data_flags, file_rows, refusal_flags
 
 REFUSAL = ("vllm serve exited 1 before it was ready: Value error, ExampleHiddenStatesConnector does not support "
            "chunked prefill. Please disable chunked prefill (--no-enable-chunked-prefill).")

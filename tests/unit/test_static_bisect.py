@@ -7,8 +7,8 @@ import json
 
 import pytest
 
-from compat.harness.breakages import BY_ID
-from compat.harness.static.bisect import (cell_results, confirm, flips, holds, holds_text, registry_check,
+from compat.shared.breakages import BY_ID
+from compat.harness.static.contract_history import (cell_results, confirm, flips, holds, holds_text, registry_check,
                                           registry_entries, support)
 from compat.harness.static.check import Finding
 from compat.harness.static.uses import Use
@@ -94,7 +94,7 @@ def test_the_nearest_cpu_builds_stand_in_and_say_so(tmp_path):
 
 
 def test_bisect_refuses_a_bad_version_bound_naming_it(capsys):
-    from compat.harness.bisect import main
+    from compat.harness.bisect_cli import main
 
     assert main(["--speculators", "0.3.0", "--since", "banana"]) == 2
     assert "--since 'banana' is not a version" in capsys.readouterr().err

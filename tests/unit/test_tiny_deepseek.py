@@ -2,7 +2,7 @@
 
 import json
 
-from fixtures import tiny_deepseek
+from compat.fixtures import tiny_deepseek
 
 
 def test_tokenizer_is_custom_code_behind_an_auto_map(tmp_path):

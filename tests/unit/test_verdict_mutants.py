@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 from record_factory import complete, passing_figures
 
-from compat.harness import breakages
-from compat.harness.breakages import BY_ID, REGISTRY, Breakage, Symptom
+from compat.shared import breakages
+from compat.shared.breakages import BY_ID, REGISTRY, Breakage, Symptom
 from compat.harness.classify import classify_probe, counts
 from compat.harness.evidence import figures_pass
 from compat.harness.verdict import FINDING, PASS, UNTESTED, decide, matrix_gate

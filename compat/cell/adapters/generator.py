@@ -17,7 +17,7 @@ from compat.shared.profiles import Profile
 from compat.cell.vllm_setup import accepts, scheduler_block_size
 
 GENERATOR_MODULE = "speculators.data_generation.vllm_hidden_states_generator"
-WORKER_EXTENSION = "compat.cell.adapters.worker_extension.CompatWorkerExtension"
+WORKER_EXTENSION = "compat.worker.adapter_extension.CompatWorkerExtension"
 
 
 EXCEPTION = "exception"  # fixes a call that raises: without it the release stops

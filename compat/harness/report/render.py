@@ -24,7 +24,7 @@ import jinja2
 from packaging.version import InvalidVersion, Version
 
 from compat.harness import baseline as _baseline
-from compat.harness.breakages import BY_ID, get as get_breakage
+from compat.shared.breakages import BY_ID, get as get_breakage
 from compat.harness.classify import annotate, tally
 from compat.harness.verdict import GATE_WORDS, decide, worst_gate
 from compat.harness.junit import cell_id, write_junit

@@ -3,7 +3,7 @@ layer id with the reference index it matched and its largest error, the model ru
 MLA on or off (and why), and what speculators installs into the vLLM environment (hs-connectors).
 
 Read from the probes `layer_ids_by_model`, `model_runner_v2` and `bfloat16_reference`
-(tests/server/test_server_variants.py); a cell without them has no server-era view.
+(compat/cell/probes/server/test_server_variants.py); a cell without them has no server-era view.
 """
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ from typing import Any
 from packaging.version import Version
 
 from compat.harness.static.api import Api
-from compat.harness.static.bisect import SINCE, vllm_releases
+from compat.harness.static.contract_history import SINCE, vllm_releases
 from compat.harness.static.check import check_pair_findings, load_release, verdict_of
 from compat.harness.static.sources import SourceCache, StaticError
 

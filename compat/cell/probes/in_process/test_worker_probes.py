@@ -9,7 +9,7 @@ import logging
 import pytest
 
 from compat.cell import vllm_setup
-from compat.cell.observe import ContractViolation, raise_if_worker_failed, speculators_call
+from compat.shared.observe import ContractViolation, raise_if_worker_failed, speculators_call
 
 
 def require_release_extension(engine):

@@ -1,4 +1,4 @@
-"""Fixtures of the server-era probes (see server_run.py for what a mode's run does)."""
+"""Fixtures of the server-era probes (see compat/cell/server_mode_runs.py for what a mode's run does)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from compat.cell import extraction
-from server_run import Extraction
+from compat.cell.server_mode_runs import Extraction
 
 
 @pytest.fixture(scope="session")
@@ -17,8 +17,8 @@ def num_layers(model_dir: str) -> int:
 
 
 @pytest.fixture(scope="session")
-def extraction_runs(server_profile, model_dir, num_layers, speculators_version) -> Extraction:
-    return Extraction(model_dir, speculators_version, extraction.layer_ids(num_layers))
+def extraction_runs(server_profile, model_dir, num_layers, speculators_version, cell_spec) -> Extraction:
+    return Extraction(model_dir, speculators_version, extraction.layer_ids(num_layers), cell_spec)
 
 
 @pytest.fixture(scope="session")

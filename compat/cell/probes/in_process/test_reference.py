@@ -15,7 +15,8 @@ import pytest
 
 from compat.cell import datagen
 from compat.cell import reference
-from compat.cell.observe import CONTRACT_TAG, WrongHiddenStates, speculators_call
+from compat.shared.observe import CONTRACT_TAG, WrongHiddenStates, speculators_call
+from compat.shared.cell_spec import CellSpec
 
 LAYER_IDS = [1, 3, 5]  # distinct; 5 is the last of the tiny model's 6 layers
 SILENT_BREAKAGE = {"repeated": "prefix_caching_default", "shared_prefix": "prefix_caching_default",
@@ -42,8 +43,8 @@ CASES = ["batch", "repeated", "shared_prefix", "multi_step", "tp2"]
 class DatagenSession:
     """Generators per (mode, tp), built lazily; at most one running generator per TP size."""
 
-    def __init__(self, profile, model_dir):
-        self.profile, self.model_dir = profile, model_dir
+    def __init__(self, profile, model_dir, spec: CellSpec):
+        self.profile, self.model_dir, self.spec = profile, model_dir, spec
         self.generators: dict[tuple[str, int], datagen.Generator] = {}
         self.seen: set[tuple[str, int, str]] = set()
         self._reference_model = None
@@ -53,8 +54,9 @@ class DatagenSession:
         if (mode, tp) not in self.generators:
             for key in [k for k, gen in self.generators.items() if k[1] == tp and gen.live]:
                 self.generators.pop(key).shutdown()
-            self.generators[(mode, tp)] = datagen.build(self.profile, self.model_dir, mode=mode,
-                                                        layer_ids=LAYER_IDS, tp=tp)
+            self.generators[(mode, tp)] = datagen.build(
+                self.profile, self.model_dir, mode=mode, layer_ids=LAYER_IDS, tp=tp, dtype=self.spec.dtype,
+                gpu_memory_utilization=self.spec.gpu_memory_utilization, omp_bind_tp1=self.spec.omp_bind_tp1)
         return self.generators[(mode, tp)]
 
     def reference(self, case: str) -> list:
@@ -70,9 +72,9 @@ class DatagenSession:
 
 
 @pytest.fixture(scope="session")
-def datagen_session(in_process, model_dir, engines):
+def datagen_session(in_process, model_dir, engines, cell_spec):
     engines.shutdown()  # two cores: the generators get them to themselves
-    session = DatagenSession(in_process, model_dir)
+    session = DatagenSession(in_process, model_dir, cell_spec)
     yield session
     session.shutdown()
 
@@ -94,7 +96,8 @@ def extract_and_compare(session: DatagenSession, mode: str, case: str, applied: 
     if case == "batch":
         session.seen.add((mode, tp, "batch"))
     started = time.monotonic()
-    result = reference.compare(returned, session.reference(case), [i + 1 for i in LAYER_IDS])
+    result = reference.compare(returned, session.reference(case), [i + 1 for i in LAYER_IDS],
+                               reference.tolerance_for(session.spec.dtype))
     result["reference_seconds"] = round(time.monotonic() - started, 3)
     result["rows_returned"] = [int(layers[0].shape[0]) if layers else 0 for layers in returned]
     result["rows_expected"] = [len(s) for s in INPUTS[case]]
@@ -109,9 +112,9 @@ def _summary(result: dict) -> dict:
     return {k: result[k] for k in keep if k in result}
 
 
-def _figures(result: dict, case: str) -> dict:
+def _figures(result: dict, case: str, dtype: str) -> dict:
     """What the harness recomputes pass/fail from: every (sequence, captured layer) row of this run."""
-    return reference.figures(result, result["tolerance"], datagen.DTYPE, len(INPUTS[case]) * len(LAYER_IDS),
+    return reference.figures(result, result["tolerance"], dtype, len(INPUTS[case]) * len(LAYER_IDS),
                              layers=LAYER_IDS)
 
 
@@ -123,7 +126,7 @@ def release_failed(exc: BaseException) -> bool:
 def run_case(session: DatagenSession, mode: str, case: str, probe_detail: dict) -> None:
     probe_detail["mode"] = mode
     probe_detail["layer_ids"] = LAYER_IDS
-    probe_detail["dtype"] = (f"{datagen.DTYPE} (pinned: the generator's dtype='auto' is bfloat16 on CPU; "
+    probe_detail["dtype"] = (f"{session.spec.dtype} (pinned: the generator's dtype='auto' is bfloat16 on CPU; "
                              f"the reference is float32)")
     try:
         result = extract_and_compare(session, mode, case, probe_detail)
@@ -132,7 +135,7 @@ def run_case(session: DatagenSession, mode: str, case: str, probe_detail: dict) 
             _look_behind_the_exception(session, case, probe_detail)
         raise
     probe_detail.update(_summary(result))
-    probe_detail["figures"] = _figures(result, case)
+    probe_detail["figures"] = _figures(result, case, session.spec.dtype)
     if not result["ok"]:
         _attribute(result, case, probe_detail)
         with speculators_call():
@@ -153,7 +156,7 @@ def _look_behind_the_exception(session: DatagenSession, case: str, probe_detail:
                                     "error": f"{type(exc).__name__}: {exc}"[:500]}
         return
     probe_detail["api_only"] = {"status": "ok" if result["ok"] else "broken", **_summary(result),
-                                "figures": _figures(result, case)}  # that run's own, not the record's
+                                "figures": _figures(result, case, session.spec.dtype)}  # that run's own, not the record's
     if not result["ok"]:  # named in api_only: the raw record's own error is the exception's
         _attribute(result, case, probe_detail["api_only"])
 

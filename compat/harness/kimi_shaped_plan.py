@@ -1,5 +1,5 @@
 """`nox -s kimi -- --kimi-shaped --layers N [--experts E]`: the Kimi suite on a checkpoint with
-Kimi-K2.5's shapes and random weights (fixtures/kimi_shape.py, fixtures/kimi_shaped.py).
+Kimi-K2.5's shapes and random weights (compat/shared/kimi_config.py, compat/fixtures/kimi_shaped.py).
 
 Here, in the harness (no torch): the options as a recipe, the refusals (a model that will not fit
 the visible GPUs' memory, the host's memory on CPU, or the disk under the model cache, each naming
@@ -19,8 +19,8 @@ from pathlib import Path
 from typing import Any
 
 from compat.harness.cell_envs import REPO_ROOT
-from fixtures import kimi_shape
-from fixtures.checkpoint import cached_build, default_cache_root
+from compat.shared import kimi_config
+from compat.fixtures.checkpoint import cached_build, default_cache_root
 
 # The share of each GPU vLLM may take (the generator's default, vLLM's 0.8) and what it needs on
 # top of the weights per rank: activations of a profiling batch (fused-MoE buffers for 8192
@@ -42,7 +42,7 @@ class ShapedError(ValueError):
 
 def recipe_from_options(options, backend: str) -> dict[str, Any]:
     """The recipe for these options (generated on CUDA for the gpu backend); ShapeError when bad."""
-    return kimi_shape.recipe(layers=options.layers, experts=options.experts, width_divisor=options.width_divisor,
+    return kimi_config.recipe(layers=options.layers, experts=options.experts, width_divisor=options.width_divisor,
                              dtype=options.dtype or "bfloat16", quantization=options.quantization,
                              seed=options.seed, generator="cuda" if backend == "gpu" else "cpu")
 
@@ -57,7 +57,7 @@ def options_text(recipe: dict) -> str:
 def per_rank_bytes(recipe: dict, tp: int) -> int:
     """Weights split over the TP ranks (embeddings vocab-parallel, attention heads and expert widths
     split) plus the reserve: what one GPU needs."""
-    return -(-kimi_shape.sizes(recipe)["bytes"] // tp) + RESERVE_BYTES_PER_RANK
+    return -(-kimi_config.sizes(recipe)["bytes"] // tp) + RESERVE_BYTES_PER_RANK
 
 
 def gpu_problem(recipe: dict, tp: int, gpu_bytes: list[int]) -> str | None:
@@ -68,10 +68,10 @@ def gpu_problem(recipe: dict, tp: int, gpu_bytes: list[int]) -> str | None:
     needed = per_rank_bytes(recipe, tp)
     if needed <= usable:
         return None
-    sizes = kimi_shape.sizes(recipe)["bytes_per"]
+    sizes = kimi_config.sizes(recipe)["bytes_per"]
     budget = (usable - RESERVE_BYTES_PER_RANK) * tp  # weights that fit over the tp ranks
-    layers_fit = _most(recipe, "layers", kimi_shape.LAYERS, budget)
-    experts_fit = _most(recipe, "experts", kimi_shape.EXPERTS, budget)
+    layers_fit = _most(recipe, "layers", kimi_config.LAYERS, budget)
+    experts_fit = _most(recipe, "experts", kimi_config.EXPERTS, budget)
     hints = []
     if layers_fit is not None:
         hints.append(f"--layers {layers_fit} with --experts {recipe['experts']}")
@@ -95,7 +95,7 @@ def _most(recipe: dict, option: str, bounds: tuple[int, int], budget: int) -> in
     """The largest value of `option` (layers or experts, the rest as asked) whose weights fit in
     `budget` bytes, or None when not even the smallest does (the checkpoint's bytes are linear in each)."""
     def size(value: int) -> int:
-        return kimi_shape.sizes({**recipe, option: value})["bytes"]
+        return kimi_config.sizes({**recipe, option: value})["bytes"]
 
     low = size(bounds[0])
     if low > budget:
@@ -104,7 +104,7 @@ def _most(recipe: dict, option: str, bounds: tuple[int, int], budget: int) -> in
 
 
 def sizes_text(recipe: dict) -> str:
-    parts = kimi_shape.sizes(recipe)
+    parts = kimi_config.sizes(recipe)
     gib = 2**30
     return (f"{parts['bytes'] / gib:.1f} GiB of {recipe['dtype']} weights: embeddings + lm_head "
             f"{parts['bytes_per']['embeddings_and_lm_head'] / gib:.2f} GiB, dense layer "
@@ -114,7 +114,7 @@ def sizes_text(recipe: dict) -> str:
 
 def host_problem(recipe: dict, cache_root: Path, backend: str) -> str | None:
     """Why the checkpoint cannot be written (disk) or, on CPU, held (memory) here; None if it can."""
-    size = kimi_shape.sizes(recipe)["bytes"]
+    size = kimi_config.sizes(recipe)["bytes"]
     gib = 2**30
     root = _existing_parent(cache_root)
     free = shutil.disk_usage(root).free
@@ -150,7 +150,7 @@ def ensure(recipe: dict, python: Path, cache_root: Path | None = None) -> tuple[
         env.pop("VIRTUAL_ENV", None)
         print(f"[kimi] building the Kimi-shaped checkpoint ({options_text(recipe)}, {sizes_text(recipe)}) "
               f"on {recipe['generator']} with {python}", flush=True)
-        out = subprocess.run([str(python), "-m", "fixtures.kimi_shaped", "--recipe", json.dumps(recipe),
+        out = subprocess.run([str(python), "-m", "compat.fixtures.kimi_shaped", "--recipe", json.dumps(recipe),
                               "--dest", str(dest)], capture_output=True, text=True, env=env, cwd=REPO_ROOT,
                              timeout=BUILD_TIMEOUT)
         if out.returncode != 0:
@@ -158,7 +158,7 @@ def ensure(recipe: dict, python: Path, cache_root: Path | None = None) -> tuple[
                               f"failed (exit {out.returncode}): {out.stderr.strip()[-1500:]}")
         built.update(json.loads(out.stdout.strip().splitlines()[-1]), wall_seconds=round(time.monotonic() - started, 2))
 
-    path = cached_build(kimi_shape.name(recipe), recipe, build, cache_root)
+    path = cached_build(kimi_config.name(recipe), recipe, build, cache_root)
     if built:
         return path, {**built, "reused": False}
     stored = path / "build.json"
@@ -171,7 +171,7 @@ def cache_root() -> Path:
 
 def reference_plan(recipe: dict) -> dict[str, Any]:
     """Whether the suite compares with transformers, and why (recorded as kimi.json's `compared`)."""
-    float32 = kimi_shape.sizes({**recipe, "dtype": "float32"})["bytes"]
+    float32 = kimi_config.sizes({**recipe, "dtype": "float32"})["bytes"]
     gib = 2**30
     if float32 <= REFERENCE_MAX_FLOAT32_BYTES:
         return {"transformers_reference": True, "checks": [*CONSISTENCY_CHECKS, "kimi_matches_reference"],
@@ -186,16 +186,15 @@ def reference_plan(recipe: dict) -> dict[str, Any]:
                    "batch, single and repeated calls)"}
 
 
-def suite_environment(recipe: dict, plan: dict[str, Any]) -> dict[str, str]:
-    """What tests/kimi/conftest.py reads for a Kimi-shaped run."""
-    return {"COMPAT_KIMI_DTYPE": recipe["dtype"],
-            "COMPAT_KIMI_REFERENCE": "1" if plan["transformers_reference"] else "",
-            "COMPAT_KIMI_NO_REFERENCE": "" if plan["transformers_reference"] else plan["why"]}
+def suite_settings(recipe: dict, plan: dict[str, Any]) -> dict[str, Any]:
+    """The Kimi suite spec's fields (compat.shared.cell_spec.KimiSuiteSpec) a Kimi-shaped run sets."""
+    return {"dtype": recipe["dtype"], "reference": bool(plan["transformers_reference"]),
+            "no_reference": "" if plan["transformers_reference"] else plan["why"]}
 
 
 def record(recipe: dict, path: Path | None = None, build: dict[str, Any] | None = None) -> dict[str, Any]:
     """kimi.json's `kimi_shaped`: the options, the config values, parameters, bytes, shards and the build."""
-    summary = kimi_shape.summary(recipe)
+    summary = kimi_config.summary(recipe)
     if path is not None:
         summary["path"] = str(path)
         summary["bytes_on_disk"] = sum(f.stat().st_size for f in Path(path).iterdir() if f.is_file())

@@ -21,7 +21,7 @@ from typing import Any, Iterable
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
-from compat.harness.breakages import REGISTRY, Breakage
+from compat.shared.breakages import REGISTRY, Breakage
 from compat.harness.static.api import Api
 from compat.harness.static.check import Finding, check_pair_findings, load_release
 from compat.harness.static.layers import PROBE_CONTRACTS

@@ -22,7 +22,7 @@ from pathlib import Path
 from packaging.version import InvalidVersion, Version
 
 from compat.harness.cell_envs import REPO_ROOT
-from compat.harness.static.bisect import SINCE, bisect
+from compat.harness.static.contract_history import SINCE, bisect
 from compat.harness.static.layers import PROBE_CONTRACTS
 from compat.harness.static.sources import SourceCache, StaticError, local_wheel
 from compat.shared.results import write_json_atomic

@@ -1,21 +1,22 @@
 """The Kimi suite's shared run: one generator, built once, through the matrix's extraction path
 (compat.cell.datagen with adapters); the tests only check what it returned.
 
-Settings come from compat.harness.kimi through the environment (COMPAT_KIMI_*). With COMPAT_KIMI_SKIP
-set (the gate is closed) every test is skipped with that reason before anything is imported.
+Settings come from compat.harness.kimi in the cell spec (`cell_spec.kimi`). With its `skip` set (the gate
+is closed) every test is skipped with that reason before anything is imported.
 """
 
 from __future__ import annotations
 
 import importlib.metadata
 import importlib.util
-import os
 import random
 import time
 from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
+
+from compat.shared.cell_spec import CellSpec, CellSpecError, KimiSuiteSpec
 
 LENGTHS = (512, 257, 100, 33)  # the seeds' 512-token rows, plus uneven ones for the batch
 
@@ -32,11 +33,9 @@ class Settings:
     reference: bool = False
     no_reference: str = "the transformers reference runs on the scale model only (--scale-model)"
 
-    @property
-    def dtype(self) -> str:
-        # compat.harness.kimi picks it (COMPAT_KIMI_DTYPE): the tiny fixture runs float32 where the
-        # attention backend takes it (else bfloat16); Kimi's INT4 kernels need 16-bit ("auto").
-        return os.environ.get("COMPAT_KIMI_DTYPE") or ("float32" if self.scale else "auto")
+    # compat.harness.kimi picks it: the tiny fixture runs float32 where the attention backend takes
+    # it (else bfloat16); Kimi's INT4 kernels need 16-bit ("auto").
+    dtype: str = "auto"
 
 
 @dataclass
@@ -55,22 +54,26 @@ class Extraction:
             raise self.failure
 
 
+@pytest.fixture(scope="session")
+def kimi_spec(cell_spec: CellSpec) -> KimiSuiteSpec:
+    if cell_spec.kimi is None:
+        raise CellSpecError(f"the cell spec of {cell_spec.cell_id} has no `kimi` section: the Kimi suite runs "
+                            "through `python -m compat.kimi`, which writes it")
+    return cell_spec.kimi
+
+
 @pytest.fixture(scope="session", autouse=True)
-def kimi_gate():
-    reason = os.environ.get("COMPAT_KIMI_SKIP")
-    if reason:
-        pytest.skip(reason)
+def kimi_gate(kimi_spec: KimiSuiteSpec):
+    if kimi_spec.skip:
+        pytest.skip(kimi_spec.skip)
 
 
 @pytest.fixture(scope="session")
-def settings(kimi_gate) -> Settings:
-    scale = os.environ.get("COMPAT_KIMI_SCALE") == "1"
-    return Settings(model=os.environ["COMPAT_KIMI_MODEL"], tp=int(os.environ["COMPAT_KIMI_TP"]),
-                    layers=[int(x) for x in os.environ["COMPAT_KIMI_LAYERS"].split(",")],
-                    hidden_size=int(os.environ["COMPAT_KIMI_HIDDEN"]), scale=scale,
-                    reference=os.environ.get("COMPAT_KIMI_REFERENCE", "1" if scale else "") == "1",
-                    **({"no_reference": os.environ["COMPAT_KIMI_NO_REFERENCE"]}
-                       if os.environ.get("COMPAT_KIMI_NO_REFERENCE") else {}))
+def settings(kimi_gate, kimi_spec: KimiSuiteSpec) -> Settings:
+    return Settings(model=kimi_spec.model, tp=kimi_spec.tp, layers=list(kimi_spec.layers),
+                    hidden_size=kimi_spec.hidden_size, scale=kimi_spec.scale, reference=kimi_spec.with_reference,
+                    dtype=kimi_spec.run_dtype, **({"no_reference": kimi_spec.no_reference}
+                                                  if kimi_spec.no_reference else {}))
 
 
 def sequences(vocab_size: int) -> list[list[int]]:
@@ -88,7 +91,7 @@ def extraction(settings: Settings):
         if importlib.util.find_spec("compat.cell.server") is None:
             pytest.skip(f"speculators {version} uses the server path ({profile.note}); compat/cell/server.py, "
                         "which drives it, is not in this checkout yet")
-        pytest.skip(f"speculators {version} uses the server path; tests/kimi does not drive compat.cell.server yet")
+        pytest.skip(f"speculators {version} uses the server path; compat/cell/probes/kimi does not drive compat.cell.server yet")
     run = Extraction(settings, sequences(_vocab_size(settings.model)))
     generator = _extract(run, profile)
     yield run
@@ -100,7 +103,7 @@ def _vocab_size(model: str) -> int:
     import json
     from pathlib import Path
 
-    from compat.harness.kimi import text_config
+    from compat.shared.kimi_config import text_config
 
     return min(int(text_config(json.loads((Path(model) / "config.json").read_text()))["vocab_size"]), 100_000)
 
@@ -111,12 +114,11 @@ def _extract(run: Extraction, profile):
     from compat.cell import kimi_suite
 
     settings = run.settings
-    datagen.DTYPE = settings.dtype  # read by datagen's ModelConfig wrapper at call time
     started = time.monotonic()
     fixes: list[dict] = []
     with kimi_suite.tokenizer_trusting_remote_code(datagen.generator_module(), fixes):
         generator = datagen.build(profile, settings.model, mode="with_compat", layer_ids=settings.layers,
-                                  tp=settings.tp, max_model_len=max(LENGTHS) + 16)
+                                  tp=settings.tp, dtype=settings.dtype, max_model_len=max(LENGTHS) + 16)
     run.figures["load_seconds"] = round(time.monotonic() - started, 2)
     run.figures["suite_fixes"] = fixes
     try:
@@ -157,7 +159,7 @@ def _worker_adapters(generator) -> list[str]:
 
 
 def _worker_shims() -> list[str]:
-    """cpu_native_rotary runs inside the workers (compat.cell.adapters.worker_extension), on CPU only."""
+    """cpu_native_rotary runs inside the workers (compat.worker.adapter_extension), on CPU only."""
     import torch
 
     return [] if torch.cuda.is_available() else ["cpu_native_rotary"]

@@ -1,7 +1,7 @@
 """Probes of vLLM's extract_hidden_states + ExampleHiddenStatesConnector contract (speculators >= 0.5).
 
 Every file-level probe runs twice: "raw" (vLLM as shipped, its status) and "with_compat" (the
-launch flags chosen from what the runs observed, see server_run.py), which the plugin merges into
+launch flags chosen from what the runs observed, see compat/cell/server_mode_runs.py), which the plugin merges into
 the raw record's `with_compat`. Without a GPU both load the CPU connector shim, an environment
 shim listed in `env_shims`. When raw was refused for a setting a flag turns off, the raw record
 also says in `api_only` what the same check found on the run with only that flag.
@@ -15,11 +15,11 @@ import typing
 
 import pytest
 
-from compat.harness import breakages
-from compat.cell.observe import CONTRACT_TAG, ContractViolation, describe, speculators_call
-from compat.cell.reference import cell_dtype, compare, figures, reference_states
+from compat.shared import breakages
+from compat.shared.observe import CONTRACT_TAG, ContractViolation, describe, speculators_call
+from compat.cell.reference import compare, figures, reference_states, tolerance_for
 
-from server_run import CASES, ModeRun, file_rows, vllm_backend, vllm_version
+from compat.cell.server_mode_runs import CASES, ModeRun, file_rows, vllm_backend, vllm_version
 
 pytestmark = pytest.mark.timeout(900)  # the first file probe of a mode starts the server and runs the client
 
@@ -111,7 +111,7 @@ def returned_layers(tensors) -> list:
 
 
 # -- probes of the written files ---------------------------------------------------------------
-def payload_schema(run: ModeRun, ids: list[int], probe_detail: dict) -> None:
+def payload_schema(run: ModeRun, ids: list[int], dtype: str, probe_detail: dict) -> None:
     import torch
 
     settle(run, probe_detail)
@@ -135,8 +135,8 @@ def payload_schema(run: ModeRun, ids: list[int], probe_detail: dict) -> None:
                          "dtype": str(hs.dtype).removeprefix("torch."), "token_ids_dtype": str(tok.dtype).removeprefix("torch.")})
             if hs.ndim != 3 or hs.shape[0] != len(prompt) or hs.shape[1] != len(ids):
                 problems.append(f"{case}/{path.name}: hidden_states {list(hs.shape)}, expected [{len(prompt)}, {len(ids)}, hidden]")
-            if hs.dtype != getattr(torch, cell_dtype()):
-                problems.append(f"{case}/{path.name}: hidden_states dtype {hs.dtype}, served as {cell_dtype()}")
+            if hs.dtype != getattr(torch, dtype):
+                problems.append(f"{case}/{path.name}: hidden_states dtype {hs.dtype}, served as {dtype}")
             if tok.tolist() != list(prompt):
                 problems.append(f"{case}/{path.name}: token_ids differ from the prompt")
     probe_detail["files"] = seen
@@ -167,7 +167,7 @@ def whole(path, prompt) -> bool:
         return False
 
 
-def layer_numbering(run: ModeRun, ids: list[int], model, probe_detail: dict) -> None:
+def layer_numbering(run: ModeRun, ids: list[int], model, dtype: str, probe_detail: dict) -> None:
     import torch
 
     settle(run, probe_detail, cases=[next((c for c in CASES if c in run.files), CASES[0])])
@@ -175,7 +175,7 @@ def layer_numbering(run: ModeRun, ids: list[int], model, probe_detail: dict) -> 
     prompts = [p for p, _ in items]
     got = [returned_layers(load(path)) for _, path in items]
     tables = reference_states(model, prompts)
-    result = compare(got, tables, expected_index=ids)
+    result = compare(got, tables, expected_index=ids, tolerance=tolerance_for(dtype))
     matches = {}
     for row in result["rows"]:
         matches.setdefault(ids[row["layer"]], set()).add(row["matches_index"])
@@ -194,14 +194,15 @@ def layer_numbering(run: ModeRun, ids: list[int], model, probe_detail: dict) -> 
                                     f"decoder layer k-1 (0 = embeddings, {last} = last layer before the norm)")
 
 
-def match_reference(run: ModeRun, ids: list[int], model, case: str, probe_detail: dict) -> None:
+def match_reference(run: ModeRun, ids: list[int], model, case: str, dtype: str, probe_detail: dict) -> None:
     settle(run, probe_detail, cases=[case])
     items = run.files[case]
     got = [returned_layers(load(path)) for _, path in items]
-    result = compare(got, reference_states(model, [p for p, _ in items]), expected_index=ids)
+    result = compare(got, reference_states(model, [p for p, _ in items]), expected_index=ids,
+                     tolerance=tolerance_for(dtype))
     probe_detail.update({k: result[k] for k in ("max_abs_error", "max_rel_error", "tolerance", "problems")},
                         layer_ids=ids, sequences=[len(p) for p, _ in items])
-    probe_detail["figures"] = figures(result, result["tolerance"], cell_dtype(), len(items) * len(ids), layers=ids)
+    probe_detail["figures"] = figures(result, result["tolerance"], dtype, len(items) * len(ids), layers=ids)
     with speculators_call():
         if not result["ok"]:
             raise ContractViolation(f"hidden states differ from the transformers reference ({case}): "
@@ -239,7 +240,7 @@ def outcome_of(check, run: ModeRun) -> dict:
 
 @pytest.mark.probe("payload_schema")
 def test_payload_schema(extraction_runs, probe_detail):
-    raw_and_behind(extraction_runs, lambda run, detail: payload_schema(run, extraction_runs.ids, detail),
+    raw_and_behind(extraction_runs, lambda run, detail: payload_schema(run, extraction_runs.ids, extraction_runs.spec.dtype, detail),
                    probe_detail)
 
 
@@ -251,20 +252,20 @@ def test_write_completion(extraction_runs, probe_detail):
 @pytest.mark.probe("layer_numbering")
 def test_layer_numbering(extraction_runs, reference_model, probe_detail):
     raw_and_behind(extraction_runs, lambda run, detail: layer_numbering(run, extraction_runs.ids, reference_model,
-                                                                        detail), probe_detail)
+                                                                        extraction_runs.spec.dtype, detail), probe_detail)
 
 
 @pytest.mark.probe("hidden_states_match_reference")
 @pytest.mark.parametrize("case", CASES)
 def test_reference(extraction_runs, reference_model, case, probe_detail):
     raw_and_behind(extraction_runs, lambda run, detail: match_reference(run, extraction_runs.ids, reference_model,
-                                                                        case, detail), probe_detail)
+                                                                        case, extraction_runs.spec.dtype, detail), probe_detail)
 
 
 @pytest.mark.probe("payload_schema")
 @pytest.mark.compat_mode("with_compat")
 def test_payload_schema_with_compat(extraction_runs, probe_detail):
-    payload_schema(extraction_runs.get("with_compat"), extraction_runs.ids, probe_detail)
+    payload_schema(extraction_runs.get("with_compat"), extraction_runs.ids, extraction_runs.spec.dtype, probe_detail)
 
 
 @pytest.mark.probe("write_completion")
@@ -276,11 +277,13 @@ def test_write_completion_with_compat(extraction_runs, probe_detail):
 @pytest.mark.probe("layer_numbering")
 @pytest.mark.compat_mode("with_compat")
 def test_layer_numbering_with_compat(extraction_runs, reference_model, probe_detail):
-    layer_numbering(extraction_runs.get("with_compat"), extraction_runs.ids, reference_model, probe_detail)
+    layer_numbering(extraction_runs.get("with_compat"), extraction_runs.ids, reference_model,
+                    extraction_runs.spec.dtype, probe_detail)
 
 
 @pytest.mark.probe("hidden_states_match_reference")
 @pytest.mark.compat_mode("with_compat")
 @pytest.mark.parametrize("case", CASES)
 def test_reference_with_compat(extraction_runs, reference_model, case, probe_detail):
-    match_reference(extraction_runs.get("with_compat"), extraction_runs.ids, reference_model, case, probe_detail)
+    match_reference(extraction_runs.get("with_compat"), extraction_runs.ids, reference_model, case,
+                    extraction_runs.spec.dtype, probe_detail)

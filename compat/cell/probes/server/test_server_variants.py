@@ -24,39 +24,45 @@ cost two more starts, and it says n/a with the flags.
 
 from __future__ import annotations
 
-import os
 
 import pytest
 
 from compat.cell import extraction, server_models
-from compat.cell.observe import ContractViolation, speculators_call
-from compat.cell.reference import (Tolerance, blind_spots, cell_dtype, compare, drift_rule_for, drift_total, figures,
+from compat.shared.observe import ContractViolation, speculators_call
+from compat.cell.reference import (Tolerance, blind_spots, compare, drift_rule_for, drift_total, figures,
                                    load_reference_model, reference_states, set_aside_drift, tolerance_for,
                                    wrong_row_margins)
+from compat.shared.cell_spec import CellSpec
 from compat.shared.results import NOT_SELECTED
 
-from server_run import CASES, VARIANT_CASES, Extraction, ModeRun, vllm_backend
-from test_server_probes import load, returned_layers, settle
+from compat.cell.server_mode_runs import CASES, VARIANT_CASES, Extraction, ModeRun, vllm_backend
+from compat.cell.probes.server.test_server_probes import load, returned_layers, settle
 
 pytestmark = pytest.mark.timeout(900)
 
 MODELS = ["llama", "deepseek_v3", "hybrid"]
 
 
+class VariantRuns:
+    """name -> (Variant, Extraction), built on first use, for the cell `spec`."""
+
+    def __init__(self, extraction_runs: Extraction, model_dir: str, speculators_version: str, spec: CellSpec):
+        self.main, self.model_dir, self.speculators, self.spec = extraction_runs, model_dir, speculators_version, spec
+        self.made: dict = {}
+
+    def __call__(self, name: str):
+        if name not in self.made:
+            chosen = server_models.variant(name, self.model_dir, vllm_backend(), cell_dtype=self.spec.dtype,
+                                           cache_root=self.spec.model_cache)
+            ids = self.main.ids if chosen.model == self.model_dir else extraction.layer_ids(chosen.num_layers)
+            self.made[name] = (chosen, Extraction(chosen.model, self.speculators, ids, self.spec, variant=chosen,
+                                                  follows=self.main, cases=VARIANT_CASES))
+        return self.made[name]
+
+
 @pytest.fixture(scope="session")
-def variants(extraction_runs, model_dir, speculators_version):
-    """name -> (Variant, Extraction), built on first use."""
-    made: dict = {}
-
-    def get(name: str):
-        if name not in made:
-            chosen = server_models.variant(name, model_dir, vllm_backend())
-            ids = extraction_runs.ids if chosen.model == model_dir else extraction.layer_ids(chosen.num_layers)
-            made[name] = (chosen, Extraction(chosen.model, speculators_version, ids, variant=chosen,
-                                             follows=extraction_runs, cases=VARIANT_CASES))
-        return made[name]
-
-    return get
+def variants(extraction_runs, model_dir, speculators_version, cell_spec) -> VariantRuns:
+    return VariantRuns(extraction_runs, model_dir, speculators_version, cell_spec)
 
 
 _reference_models: dict = {}
@@ -69,7 +75,7 @@ def reference_for(model: str):
 
 
 def check_layer_ids(run: ModeRun, ids: list[int], model: str, probe_detail: dict,
-                    tolerance: Tolerance | None = None, dtype: str | None = None) -> None:
+                    dtype: str, tolerance: Tolerance | None = None) -> None:
     """Every file of every case: token ids equal the prompt, dtype as served, and each layer id
     equal to its reference index (within the tolerance); per id, the index it matched."""
     import torch
@@ -78,8 +84,8 @@ def check_layer_ids(run: ModeRun, ids: list[int], model: str, probe_detail: dict
     if not run.files:
         raise RuntimeError("the run wrote no files to check")
     reference = reference_for(model)
-    tolerance = tolerance or tolerance_for(dtype or "float32")
-    rule = drift_rule_for(dtype or cell_dtype())  # 16-bit MoE drift (row_consistency.DRIFT); None in float32
+    tolerance = tolerance or tolerance_for(dtype)
+    rule = drift_rule_for(dtype)  # 16-bit MoE drift (row_consistency.DRIFT); None in float32
     per_id: dict[int, dict] = {k: {"reference_index": k, "matches": set(), "max_abs_error": 0.0,
                                    "max_rel_error": 0.0} for k in ids}
     problems, margins = [], {}
@@ -90,7 +96,7 @@ def check_layer_ids(run: ModeRun, ids: list[int], model: str, probe_detail: dict
         for (prompt, path), t in zip(items, tensors):
             if t["token_ids"].tolist() != list(prompt):
                 problems.append(f"[{case}] {path.name}: token_ids differ from the prompt")
-            if dtype and t["hidden_states"].dtype != getattr(torch, dtype):
+            if t["hidden_states"].dtype != getattr(torch, dtype):
                 problems.append(f"[{case}] {path.name}: hidden_states dtype {t['hidden_states'].dtype}, served as {dtype}")
         tables = reference_states(reference, [p for p, _ in items])
         result = compare([returned_layers(t) for t in tensors], tables, expected_index=ids, tolerance=tolerance)
@@ -129,7 +135,7 @@ def check_layer_ids(run: ModeRun, ids: list[int], model: str, probe_detail: dict
             problems.append(too_many)
     probe_detail.update(layer_ids=table, tolerance={"atol": tolerance.atol, "rtol": tolerance.rtol},
                         model_runner=run.model_runner, final_layer_id=max(ids), problems=problems[:20],
-                        figures=figures(rows, tolerance, dtype or cell_dtype(), sequences_sent * len(ids), layers=ids,
+                        figures=figures(rows, tolerance, dtype, sequences_sent * len(ids), layers=ids,
                                         drift_rule=rule))
     if run.variant and run.variant.get("mla"):
         probe_detail["mla"] = run.variant["mla"]
@@ -152,17 +158,17 @@ class PrecisionDrift(RuntimeError):
     (compat.harness.causes: cause precision, `error`)."""
 
 
-def selected(name: str) -> None:
-    """The cell's matrix entry may name the variants it serves (`variants`, passed as COMPAT_SERVER_VARIANTS)."""
-    wanted = os.environ.get("COMPAT_SERVER_VARIANTS")
-    if wanted is not None and name not in wanted.split(","):
+def selected(name: str, spec: CellSpec) -> None:
+    """The cell's matrix entry may name the variants it serves (`variants`, in the cell spec)."""
+    if spec.variants is not None and name not in spec.variants:
+        wanted = ",".join(spec.variants) or "none"
         pytest.skip(f"{NOT_SELECTED} this cell's matrix entry serves the variants {wanted} only (compat/harness/"
                     f"matrix.toml `variants`, to keep the default matrix's time), so this decides nothing here; "
                     f"an ad hoc pair (`nox -s compat -- --vllm V --speculators S`) serves every variant")
 
 
-def variant_run(variants, name: str, mode: str, probe_detail: dict) -> tuple:
-    selected(name)
+def variant_run(variants: VariantRuns, name: str, mode: str, probe_detail: dict) -> tuple:
+    selected(name, variants.spec)
     chosen, runs = variants(name)
     probe_detail["variant"] = {"name": name, **chosen.record()}
     if chosen.not_applicable:
@@ -196,7 +202,7 @@ def layer_ids_by_model(extraction_runs, variants, model_dir, model, mode, probe_
     else:
         chosen, runs, run = variant_run(variants, model, mode, probe_detail)
         ids, path = runs.ids, chosen.model
-    check_layer_ids(run, ids, path, probe_detail, dtype=_served_dtype(run))
+    check_layer_ids(run, ids, path, probe_detail, dtype=_served_dtype(run, variants.spec))
 
 
 @pytest.mark.probe("model_runner_v2")
@@ -234,7 +240,5 @@ def test_bfloat16_reference_with_compat(extraction_runs, variants, probe_detail)
     check_layer_ids(run, runs.ids, chosen.model, probe_detail, tolerance=tolerance_for("bfloat16"), dtype="bfloat16")
 
 
-def _served_dtype(run: ModeRun) -> str:
-    from compat.cell.reference import cell_dtype
-
-    return (run.variant or {}).get("dtype") or cell_dtype()
+def _served_dtype(run: ModeRun, spec: CellSpec) -> str:
+    return (run.variant or {}).get("dtype") or spec.dtype

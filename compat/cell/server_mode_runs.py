@@ -24,8 +24,9 @@ from pathlib import Path
 from typing import Any
 
 from compat.cell import extraction
-from compat.cell.observe import ContractViolation
-from compat.cell.server import ServerFailed, VllmServer, environment_fault, failure_line, model_runner, vllm_frame, work_dir
+from compat.shared.observe import ContractViolation
+from compat.cell.server import ServerFailed, VllmServer, environment_fault, failure_line, model_runner, vllm_frame
+from compat.shared.cell_spec import CellSpec
 
 # The batch is sent concurrently; "repeated" sends the same rows again (prefix-cache hits);
 # the shared-prefix rows share 140 tokens, more than one 128-token CPU KV block.
@@ -110,16 +111,19 @@ class Extraction:
     model's data behind a refusal). A variant drives only the batch case (VARIANT_CASES): its
     question is each layer id of another model, runner or dtype, and each case costs a client run."""
 
-    def __init__(self, model: str, speculators: str, ids: list[int], variant=None, follows: "Extraction | None" = None,
-                 cases: tuple[str, ...] = CASES):
+    def __init__(self, model: str, speculators: str, ids: list[int], spec: CellSpec, variant=None,
+                 follows: "Extraction | None" = None, cases: tuple[str, ...] = CASES):
         self.model = model
+        self.spec = spec
         self.cases = cases
         self.speculators = speculators
         self.ids = ids
         self.variant = variant
         self.follows = follows
         self.name = variant.name if variant is not None else ""
-        self.root = work_dir() / "server" / self.name if self.name else work_dir() / "server"
+        self.work_dir = Path(spec.work_dir)
+        self.work_dir.mkdir(parents=True, exist_ok=True)
+        self.root = self.work_dir / "server" / self.name if self.name else self.work_dir / "server"
         self.runs: dict[str, ModeRun] = {}
         self._prepared: dict[str, Path] = {}
         self._preparing: dict[str, Any] = {}
@@ -159,7 +163,7 @@ class Extraction:
         return refusal_flags(self.get("raw")) if mode == "api_only" else self.chosen_flags()
 
     def _log(self, mode: str) -> Path:
-        return work_dir() / (f"server-{self.name}-{mode}.log" if self.name else f"server-{mode}.log")
+        return self.work_dir / (f"server-{self.name}-{mode}.log" if self.name else f"server-{mode}.log")
 
     def _run(self, mode: str) -> ModeRun:
         import torch
@@ -172,7 +176,9 @@ class Extraction:
         variant = self.variant
         args = extraction.serve_args(self.speculators, self.ids, storage, shim=shim,
                                      extra_flags=[*flags, *(variant.serve_flags if variant else [])],
-                                     dtype=variant.dtype if variant else None)
+                                     dtype=variant.dtype if variant else self.spec.dtype,
+                                     gpu_memory_utilization=self.spec.gpu_memory_utilization,
+                                     environment_args=self.spec.serve_args)
         run = ModeRun(mode, args, self._log(mode), storage=storage,
                       env_shims=([SHIM_RECORD] if shim else []) + (list(variant.env_shims) if variant else []),
                       flags=flags, variant=variant.record() if variant else None)

@@ -2,7 +2,7 @@
 
 import pytest
 
-from compat.cell.observe import ContractViolation, speculators_call
+from compat.shared.observe import ContractViolation, speculators_call
 from compat.cell.vllm_setup import MAX_MODEL_LEN
 
 

@@ -5,7 +5,7 @@ import copy
 import pytest
 
 from compat.cell import vllm_setup
-from compat.cell.observe import ContractViolation, speculators_call
+from compat.shared.observe import ContractViolation, speculators_call
 
 
 def original(obj):

