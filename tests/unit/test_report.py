@@ -91,7 +91,7 @@ def test_cli_gate_and_errors(results, tmp_path):
     assert main(["--results", str(results), "--out", str(tmp_path / "a"), "--no-gate"]) == 0
     empty = tmp_path / "empty"
     empty.mkdir()
-    assert main(["--results", str(empty), "--out", str(tmp_path / "b")]) == 3
+    assert main(["--results", str(empty), "--out", str(tmp_path / "b"), "--store", str(tmp_path / "empty.sqlite")]) == 3
     (results / "broken.json").write_text("{not json")
     assert main(["--results", str(results), "--out", str(tmp_path / "c"), "--no-gate"]) == 3
     assert (tmp_path / "c" / "compat.html").exists()  # the readable files are still rendered

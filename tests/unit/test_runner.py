@@ -41,7 +41,10 @@ def test_an_uninstallable_cell_is_recorded_and_the_matrix_goes_on(tmp_path, monk
 
     monkeypatch.setattr(runner, "derive_recipe", recipe_for)
     monkeypatch.setattr(cell_run, "run_cell", lambda cell, *a, **k: finished(cell))
-    records = runner.run_matrix(CELLS, index=None, options=options(tmp_path), model_dir=tmp_path)
+    records = []
+    code = runner.run_and_report(options(tmp_path), lambda kept: records.extend(
+        runner.run_matrix(CELLS, index=None, options=options(tmp_path), model_dir=tmp_path, prior=kept)))
+    assert code == 2  # an install-error tested nothing
     assert [r["verdict"] for r in records] == ["install-error", "compatible", "compatible"]
     assert "torch==2.8.0" in records[0]["error"]
     merged = json.loads((tmp_path / "reports" / "compat.json").read_text())
@@ -56,8 +59,9 @@ def test_an_interrupted_run_keeps_its_finished_cells(tmp_path, monkeypatch):
 
     monkeypatch.setattr(runner, "derive_recipe", lambda cell, index: RECIPE)
     monkeypatch.setattr(cell_run, "run_cell", run_or_interrupt)
-    with pytest.raises(KeyboardInterrupt):
-        runner.run_matrix(CELLS, index=None, options=options(tmp_path), model_dir=tmp_path)
+    with pytest.raises(KeyboardInterrupt):  # the reports are still written, once, from what finished
+        runner.run_and_report(options(tmp_path), lambda kept: runner.run_matrix(
+            CELLS, index=None, options=options(tmp_path), model_dir=tmp_path, prior=kept))
     kept = sorted(p.name for p in (tmp_path / "results").glob("*.json"))
     assert kept == [f"{CELLS[0].id}.json", f"{CELLS[1].id}.json"]
     merged = json.loads((tmp_path / "reports" / "compat.json").read_text())
@@ -94,7 +98,8 @@ def test_a_float32_and_a_bfloat16_run_of_one_pair_both_stay(tmp_path, monkeypatc
     f32, bf16 = Cell("0.24.0", "0.9.0", "gpu"), Cell("0.24.0", "0.9.0", "gpu", dtype="bfloat16")
     monkeypatch.setattr(runner, "derive_recipe", lambda cell, index: RECIPE)
     monkeypatch.setattr(cell_run, "run_cell", lambda cell, *a, **k: finished(cell))
-    runner.run_matrix([f32, bf16], index=None, options=options(tmp_path), model_dir=tmp_path)
+    runner.run_and_report(options(tmp_path), lambda kept: runner.run_matrix(
+        [f32, bf16], index=None, options=options(tmp_path), model_dir=tmp_path, prior=kept))
     results = tmp_path / "results"
     assert sorted(p.name for p in results.glob("*.json")) == ["vllm-0.24.0__speculators-0.9.0__gpu.json",
                                                               "vllm-0.24.0__speculators-0.9.0__gpu__bfloat16.json"]

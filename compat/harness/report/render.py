@@ -1,6 +1,5 @@
-"""Build the merged report and render it: reports/compat.json, compat.html, compat.md, junit/.
+"""Render the merged report (compat.harness.report.build): reports/compat.json, compat.html, compat.md, junit/.
 
-    report = build_report(cells, kimi=None, baseline=None)   # cells from compat.shared.results.load_cell
     write_reports(report, Path("reports"))
 
 The HTML is one self-contained file (inline CSS and JS, no network at view time), rendered
@@ -10,26 +9,20 @@ a GitHub job summary or PR comment.
 
 from __future__ import annotations
 
-import datetime as _dt
 import json
 import math
-import os
-import platform
 import re
-import socket
 from pathlib import Path
 from typing import Any, Iterable
 
 import jinja2
-from packaging.version import InvalidVersion, Version
-
 from compat.harness import baseline as _baseline
-from compat.harness.breakages import BY_ID, get as get_breakage
-from compat.harness.classify import annotate, tally
-from compat.harness.verdict import GATE_WORDS, decide, worst_gate
+from compat.harness.breakages import get as get_breakage
+from compat.harness.verdict import GATE_WORDS
 from compat.harness.junit import cell_id, write_junit
+from compat.harness.report.build import version_key
 from compat.harness.report.server_era import server_era_view
-from compat.shared.results import CELL_VERDICTS, probe_key, write_json_atomic
+from compat.shared.results import probe_key, write_json_atomic
 
 TEMPLATES = Path(__file__).parent / "templates"
 
@@ -59,112 +52,6 @@ CLASS_LABELS = {
     "error": "",
     "not-run": "",
 }
-
-
-# --------------------------------------------------------------------------- building
-
-
-def harness_version() -> str:
-    try:
-        from importlib.metadata import PackageNotFoundError, version
-
-        try:
-            return version("vllm-spec-compat")
-        except PackageNotFoundError:
-            pass
-    except ImportError:  # pragma: no cover
-        pass
-    pyproject = Path(__file__).resolve().parents[3] / "pyproject.toml"
-    try:
-        match = re.search(r'^version\s*=\s*"([^"]+)"', pyproject.read_text(), re.M)
-        if match:
-            return match.group(1)
-    except OSError:
-        pass
-    return "unknown"
-
-
-def machine_info(cells: Iterable[dict[str, Any]] = ()) -> dict[str, Any]:
-    cells = list(cells)
-    backends = sorted({str(c.get("backend")) for c in cells if c.get("backend")})
-    info: dict[str, Any] = {
-        "hostname": socket.gethostname(),
-        "cpu_count": os.cpu_count(),
-        "platform": platform.platform(),
-        "python": platform.python_version(),
-        "backends": backends,
-    }
-    # A cell may say where it ran; prefer that over the machine that renders.
-    for cell in cells:
-        m = cell.get("machine")
-        if isinstance(m, dict):
-            for k in ("hostname", "cpu_count", "gpu"):
-                if m.get(k) is not None:
-                    info[k] = m[k]
-            break
-    return info
-
-
-def build_report(
-    cells: Iterable[dict[str, Any]],
-    kimi: dict[str, Any] | None = None,
-    baseline: dict[str, Any] | None = None,
-    generated_at: str | None = None,
-    bisect: list[dict[str, Any]] | None = None,
-) -> dict[str, Any]:
-    """The merged report: contract keys plus harness_version, generated_at, machine, summary."""
-    raw = sorted(cells, key=_cell_sort_key)
-    decisions = [decide(c) for c in raw]
-    annotated = [_decided(c, d) for c, d in zip(raw, decisions)]
-    used = sorted(
-        {p["classification"]["breakage"] for c in annotated for p in c["probes"] if p["classification"]["breakage"]}
-        | {p["classification"]["behind"]["breakage"] for c in annotated for p in c["probes"]
-           if (p["classification"].get("behind") or {}).get("breakage")}
-    )
-    report: dict[str, Any] = {
-        "harness_version": harness_version(),
-        "generated_at": generated_at
-        or _dt.datetime.now(_dt.timezone.utc).replace(microsecond=0).isoformat().replace("+00:00", "Z"),
-        "machine": machine_info(raw),
-        "summary": {
-            "verdicts": {v: sum(1 for c in annotated if c["verdict"] == v) for v in CELL_VERDICTS},
-            "probes": tally(d.classes for d in decisions),
-            "exit_code": worst_gate(d.gate for d in decisions),
-        },
-        "cells": annotated,
-        "breakages": [BY_ID[b].as_dict() for b in used if b in BY_ID],
-    }
-    if kimi is not None:
-        report["kimi"] = kimi
-    if baseline is not None:
-        report["changes"] = _baseline.diff(baseline, annotated)
-    if bisect:
-        report["bisect"] = bisect
-    return report
-
-
-def _decided(cell: dict[str, Any], decision) -> dict[str, Any]:
-    """The cell as its evidence reads, with classified probes and the verdict derived from them
-    (compat.harness.verdict); a stored verdict that disagrees is kept as `stored_verdict`, and the
-    report says so."""
-    out = annotate(decision.checked, classes=decision.classes)
-    out.update(verdict=decision.verdict, verdict_reasons=list(decision.reasons), gate=decision.gate)
-    if cell.get("verdict") != decision.verdict:
-        out["stored_verdict"] = cell.get("verdict")
-    else:
-        out.pop("stored_verdict", None)
-    return out
-
-
-def _version_key(text: Any) -> tuple:
-    try:
-        return (0, Version(str(text)), "")
-    except InvalidVersion:
-        return (1, Version("0"), str(text))
-
-
-def _cell_sort_key(cell: dict[str, Any]) -> tuple:
-    return (_version_key(cell.get("vllm")), _version_key(cell.get("speculators")), str(cell.get("backend") or ""))
 
 
 # --------------------------------------------------------------------------- view model
@@ -344,8 +231,8 @@ def _cell_view(cell: dict[str, Any]) -> dict[str, Any]:
 
 def view_model(report: dict[str, Any]) -> dict[str, Any]:
     cells = [_cell_view(c) for c in report.get("cells") or []]
-    vllms = sorted({c["vllm"] for c in cells}, key=_version_key)
-    specs = sorted({c["speculators"] for c in cells}, key=_version_key)
+    vllms = sorted({c["vllm"] for c in cells}, key=version_key)
+    specs = sorted({c["speculators"] for c in cells}, key=version_key)
     grid = {v: {s: [c for c in cells if c["vllm"] == v and c["speculators"] == s] for s in specs} for v in vllms}
     machine = report.get("machine") or {}
     backends = machine.get("backends") or []
