@@ -110,7 +110,7 @@ class Run:
 
 @dataclass
 class Imported:
-    """What one import of a results folder did: runs added, runs already kept, files refused (why)."""
+    """What one import of a results folder did: cell runs added, cell runs already kept, files refused (why)."""
     added: int = 0
     known: int = 0
     problems: list[str] = field(default_factory=list)
@@ -180,16 +180,16 @@ class Store:
         for path in sorted(p for p in folder.glob("*.json") if not p.name.startswith(".")):
             try:
                 if path.name.startswith("kimi"):
-                    added = self.add_document(KIMI, path.stem, read_json(path, "kimi result"), _file_time(path), str(path))
-                else:
-                    cell = load_cell(path)
-                    if cell["id"] in seen:
-                        cell = dict(cell, id=f"{cell['id']}@{path.name}", duplicate_of=str(seen[cell["id"]]))
-                    seen.setdefault(cell["id"], path)
-                    added = self.add_run(cell, _file_time(path), str(path))
+                    self.add_document(KIMI, path.stem, read_json(path, "kimi result"), _file_time(path), str(path))
+                    continue
+                cell = load_cell(path)
             except ResultFileError as exc:
                 out.problems.append(str(exc))
                 continue
+            if cell["id"] in seen:
+                cell = dict(cell, id=f"{cell['id']}@{path.name}", duplicate_of=str(seen[cell["id"]]))
+            seen.setdefault(cell["id"], path)
+            added = self.add_run(cell, _file_time(path), str(path))
             out.added += added
             out.known += not added
         for path in sorted((folder / "bisect").glob("speculators-*.json")):

@@ -226,6 +226,7 @@ def _cell_view(cell: dict[str, Any]) -> dict[str, Any]:
         "static": cell.get("static"),
         "fidelity": cell.get("fidelity"),
         "server_era": server_era_view(cell),
+        "run": cell.get("run"),
     }
 
 
@@ -275,6 +276,7 @@ def view_model(report: dict[str, Any]) -> dict[str, Any]:
         "changes_empty": _baseline.is_empty(report["changes"]) if report.get("changes") else True,
         "kimi": kimi_view,
         "bisect": report.get("bisect"),
+        "flips": report.get("flips") or [],
         "gate": GATE_WORDS.get(summary.get("exit_code"), "unknown"),
     }
 
