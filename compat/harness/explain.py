@@ -219,16 +219,6 @@ def explain(found: Found, vllm: str | None = None, speculators: str | None = Non
 
 # -- output ------------------------------------------------------------------------------------------
 
-def describe_entry(entry: Breakage) -> list[str]:
-    return [
-        f"  known breakage {entry.id}: {entry.title}",
-        f"    since vLLM {entry.introduced_in}" + (f", gone in {entry.removed_in}" if entry.removed_in else "")
-        + f"; speculators {entry.affects}; observed on {', '.join(entry.backends) or 'no backend (inferred)'}",
-        f"    fix: {entry.fix}",
-        *(f"    see: {ref}" for ref in entry.references),
-    ]
-
-
 def exit_status(explanations: list[Explanation]) -> int:
     if not explanations:
         return 2
@@ -250,7 +240,7 @@ def render(explanations: list[Explanation], versions: Versions | None = None) ->
         chain = f" (raised while handling the one before: {f.chained})" if f.chained else ""
         out.append(f"{head}\n  raised at {place}" + (f" (input line {f.line})" if f.line else "") + chain)
         for entry in ex.matches:
-            out.extend(describe_entry(entry))
+            out.append(entry.explain("text"))
         for entry, why in ex.out_of_range:
             out.append(f"  matches {entry.id} ({entry.title}), {why}: not counted known")
         if not ex.matches:
@@ -290,8 +280,7 @@ def render_github(explanations: list[Explanation], versions: Versions) -> str:
         f = ex.found
         head = f"{f.type}: {(f.message.splitlines() or [''])[0][:200]}"
         if ex.matches:
-            e = ex.matches[0]
-            out.append(f"::notice title=known breakage {e.id}::{_gh(head + chr(10) + e.title + chr(10) + 'fix: ' + e.fix)}")
+            out.append(ex.matches[0].explain("github", seen=head))
         else:
             extra = "".join(f"\nmatches {e.id}, {why}" for e, why in ex.out_of_range)
             out.append(f"::warning title=no known breakage::{_gh(head + extra)}")

@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable
 
 from compat.harness.breakages import REFERENCE_PROBE, REGISTRY, Breakage
-from compat.harness.classify import ProbeClass, classify_cell
+from compat.harness.classify import ProbeClass, classify_cell, new_findings
 from compat.harness.causes import as_not_contract, cause_of, cause_of_error
 from compat.harness.evidence import recheck
 from compat.shared.records import migrate
@@ -115,10 +115,9 @@ def cell_gate(verdict: str, classes: list[tuple[dict, ProbeClass]]) -> tuple[int
     for probe, cls in classes:
         if cls.advisory:
             continue
-        if cls.kind == "new":
-            findings.append(f"NEW: {_label(probe)}: {cls.note or 'no registry entry explains it'}")
-        if cls.behind is not None and cls.behind.kind == "new":
-            findings.append(f"NEW behind the exception: {_label(probe)}: {cls.behind.note}")
+        for finding in new_findings(cls):
+            what = "NEW" if finding is cls else "NEW behind the exception"
+            findings.append(f"{what}: {_label(probe)}: {finding.note or 'no registry entry explains it'}")
         if cls.adapter_regression:
             findings.append(f"adapter regression: {_label(probe)}: {cls.adapter_regression}")
     if findings:

@@ -151,7 +151,8 @@ def test_markdown_summary(results):
     assert lines[header + 2].startswith("| **0.11.0** | ✔ compatible | ⊘ install-error |")
     assert "✖ incompatible · **1 NEW**" in lines[header + 3]
     assert "**NEW** `kv_cache_config_api` — ValueError: &lt;script&gt;" in md
-    assert "`block_hasher` — AssertionError: (no message) (`vllm/v1/core/block_pool.py:238`) — Give each Request" in md
+    assert ("`block_hasher` — AssertionError: (no message) (`vllm/v1/core/block_pool.py:238`) — known `block_hasher`: "
+            "Give each Request") in md
     assert "`worker_logging` (advisory)" in md
     assert "resolution failed" not in md or "unsatisfiable" in md
     assert "<script>" not in md

@@ -20,6 +20,8 @@ from compat.harness import baseline as _baseline
 from compat.harness.breakages import get as get_breakage
 from compat.harness.verdict import GATE_WORDS
 from compat.harness.junit import cell_id, write_junit
+from compat.harness.markdown import Md, md_code, md_escape
+from compat.harness.presentation import reference_url, symptom_text
 from compat.harness.report.build import version_key
 from compat.harness.report.server_era import server_era_view
 from compat.shared.results import probe_key, write_json_atomic
@@ -139,21 +141,16 @@ def _entry_view(breakage_id: str | None) -> dict[str, Any] | None:
         "adapter": entry.adapter,
         "advisory": entry.advisory,
         "silent": entry.symptom.silent,
-        "symptom": entry.symptom.description
-        or f"{'/'.join(entry.symptom.exception)}: /{entry.symptom.message}/",
+        "symptom": symptom_text(entry),
         "references": [ref_view(r) for r in entry.references],
         "notes": entry.notes,
+        "html": entry.explain("html"),
+        "markdown": entry.explain("markdown"),
     }
 
 
-_REF = re.compile(r"^([\w.-]+/[\w.-]+)#(\d+)$")
-
-
 def ref_view(text: str) -> dict[str, Any]:
-    m = _REF.match(text.strip())
-    if m:
-        return {"text": text, "url": f"https://github.com/{m.group(1)}/issues/{m.group(2)}"}
-    return {"text": text, "url": None}
+    return {"text": text, "url": reference_url(text)}
 
 
 def _probe_view(probe: dict[str, Any], cid: str) -> dict[str, Any]:
@@ -163,8 +160,9 @@ def _probe_view(probe: dict[str, Any], cid: str) -> dict[str, Any]:
     key = probe_key(probe)
     kind = cls.get("kind") or ""
     return {
-        "listed": status in ("broken", "error") or kind in ("new", "fixed") or bool(cls.get("adapter_regression"))
-        or (cls.get("behind") or {}).get("kind") == "new",
+        "listed": status in ("broken", "error") or kind == "fixed" or bool(cls.get("new_findings"))
+        or bool(cls.get("adapter_regression")),
+        "new_findings": int(cls.get("new_findings") or 0),
         "key": key,
         "id": probe.get("id"),
         "case": probe.get("case"),
@@ -197,10 +195,10 @@ def _behind_view(behind: dict[str, Any] | None) -> dict[str, Any] | None:
 def _cell_view(cell: dict[str, Any]) -> dict[str, Any]:
     cid = cell_id(cell)
     probes = [_probe_view(p, cid) for p in cell.get("probes") or []]
-    probes.sort(key=lambda p: 0 if p["kind"] == "new" else 1)  # stable: NEW first, then probe order
+    probes.sort(key=lambda p: 0 if p["new_findings"] else 1)  # stable: NEW first, then probe order
     verdict = cell.get("verdict") or "error"
-    tally = {k: sum(1 for p in probes if p["kind"] == k and not p["advisory"]) for k in ("known", "new", "fixed")}
-    tally["new"] += sum(1 for p in probes if (p["behind"] or {}).get("kind") == "new" and not p["advisory"])
+    tally = {k: sum(1 for p in probes if p["kind"] == k and not p["advisory"]) for k in ("known", "fixed")}
+    tally["new"] = sum(p["new_findings"] for p in probes if not p["advisory"])
     tally["regressions"] = sum(1 for p in probes if p["adapter_regression"] and not p["advisory"])
     tally["error"] = sum(1 for p in probes if p["status"] == "error" and not p["advisory"])
     seconds = cell.get("seconds") or {}
@@ -245,10 +243,10 @@ def view_model(report: dict[str, Any]) -> dict[str, Any]:
         {"cell": c, "probe": p}
         for c in cells
         for p in c["probes"]
-        if p["kind"] in ("new", "fixed") or (p["status"] == "error" and not p["advisory"])
-        or p["adapter_regression"] or (p["behind"] or {}).get("kind") == "new"
+        if p["new_findings"] or p["kind"] == "fixed" or (p["status"] == "error" and not p["advisory"])
+        or p["adapter_regression"]
     ]
-    attention.sort(key=lambda a: {"new": 0, "error": 1}.get(a["probe"]["kind"], 2))
+    attention.sort(key=lambda a: 0 if a["probe"]["new_findings"] else 1 if a["probe"]["kind"] == "error" else 2)
     kimi = report.get("kimi")
     kimi_view = None
     if isinstance(kimi, dict):
@@ -284,46 +282,9 @@ def view_model(report: dict[str, Any]) -> dict[str, Any]:
 # --------------------------------------------------------------------------- rendering
 
 
-# The Markdown is as untrusted as the logs it quotes. One rule, as autoescape is for the HTML: every
-# `{{ }}` of the Markdown templates passes through _md_finalize, which escapes whatever the `md` or
-# `mdcode` filter did not already make safe.
-_MD_CONTROL = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]")
-_MD_SPECIAL = re.compile(r"[\\`*_\[\]<>&|~$#!]")
-_MD_ENTITIES = {"&": "&amp;", "<": "&lt;", ">": "&gt;"}
-
-
-class _Md(str):
-    """Markdown that `md` or `mdcode` made safe; _md_finalize leaves it as it is."""
-
-
-def _md_line(text: Any, limit: int | None) -> str:
-    """One line: whitespace runs (newlines too) one space, control characters U+FFFD, at most limit long."""
-    s = _MD_CONTROL.sub("\ufffd", " ".join(str(text if text is not None else "").split()))
-    if limit is not None and len(s) > limit:
-        s = s[: limit - 1] + "…"
-    return s
-
-
-def _md_escape(text: Any, limit: int | None = 240) -> _Md:
-    """Plain text in a paragraph, list item or table cell: `&`, `<`, `>` as entities (no HTML, no
-    autolink), and every other character Markdown gives a meaning to (emphasis, code spans, links and
-    images, table cells, strikethrough, math, headings) behind a backslash."""
-    return _Md(_MD_SPECIAL.sub(lambda m: _MD_ENTITIES.get(m[0], "\\" + m[0]), _md_line(text, limit)))
-
-
-def _md_code(text: Any, limit: int = 160) -> _Md:
-    """A code span: its fence is one backtick longer than the longest run of backticks inside, so the
-    text cannot close it (and HTML in a code span is text); `|` is escaped for a table cell."""
-    s = _md_line(text, limit)
-    if not s:
-        return _Md("")
-    fence = "`" * (max((len(run) for run in re.findall("`+", s)), default=0) + 1)
-    pad = " " if s.startswith("`") or s.endswith("`") else ""
-    return _Md(fence + pad + s.replace("|", "\\|") + pad + fence)
-
-
 def _md_finalize(value: Any) -> str:
-    return value if isinstance(value, _Md) else _md_escape(str(value), limit=None)
+    """Every `{{ }}` of the Markdown templates: what `md` or `mdcode` did not already make safe is escaped."""
+    return value if isinstance(value, Md) else md_escape(str(value), limit=None)
 
 
 def _env(autoescape: bool) -> jinja2.Environment:
@@ -336,8 +297,8 @@ def _env(autoescape: bool) -> jinja2.Environment:
         keep_trailing_newline=True,
     )
     env.filters["num"] = fmt_number
-    env.filters["md"] = _md_escape
-    env.filters["mdcode"] = _md_code
+    env.filters["md"] = md_escape
+    env.filters["mdcode"] = md_code
     return env
 
 
