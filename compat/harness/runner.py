@@ -22,6 +22,7 @@ from compat.harness.matrix import (DEFAULT_DTYPE, DTYPES, SERVER_VARIANTS, Cell,
 from compat.harness.pypi import PackageIndex, PackageIndexError
 from compat.harness.recipe import RecipeError, derive_recipe
 from compat.harness.static.layers import split_static_only
+from compat.harness.store import stamp
 from compat.shared.results import write_json_atomic
 
 
@@ -150,7 +151,7 @@ def run_static_only(cells: dict[Cell, str], options: argparse.Namespace) -> list
         print(f"[compat] {cell.id}: {record['static']['label']}; untested at runtime", flush=True)
         for line in static.get("broken") or []:
             print(f"[compat]   {line}", flush=True)
-        write_json_atomic(options.results / f"{cell.id}.json", record)
+        write_json_atomic(options.results / f"{cell.id}.json", stamp(record))
         records.append(record)
     return records
 
@@ -241,7 +242,7 @@ def run_matrix(cells: list[Cell], index, options: argparse.Namespace, model_dir:
                               echo=lambda line: print(line, flush=True), python=python,
                               settings=option_settings(options))
         record = with_static(record, cell, options)
-        write_json_atomic(options.results / f"{cell.id}.json", record)
+        write_json_atomic(options.results / f"{cell.id}.json", stamp(record))
         records.append(record)
     print(f"[compat] matrix done in {time.monotonic() - started:.0f}s", flush=True)
     return records

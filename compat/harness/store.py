@@ -9,8 +9,9 @@
 A run is keyed by its cell id (ids carry every non-default setting, so a bfloat16 run is another
 key) and identified by the hash of its record's content: importing the same file twice, or the
 results folder a run already stored, adds nothing. Each run keeps its settings, the harness commit
-and the machine it was stored from, and when it ran (a file's modification time on import; the
-moment it was stored otherwise). The Kimi record and the bisect tables are kept the same way, as
+and machine that ran it and when it finished, as the record states them (`harness_commit`,
+`machine`, `finished_at`, written by the runner); for an older record that does not, the file's
+modification time and `unknown (stored by <commit>)`. The Kimi record and the bisect tables are kept the same way, as
 documents, newest per name.
 """
 
@@ -20,8 +21,6 @@ import datetime as _dt
 import hashlib
 import json
 import os
-import platform
-import socket
 import sqlite3
 import subprocess
 from dataclasses import dataclass, field
@@ -93,8 +92,12 @@ def harness_commit() -> str:
     return head + ("+dirty" if dirty else "") if head else "unknown"
 
 
-def this_machine() -> dict[str, Any]:
-    return {"hostname": socket.gethostname(), "cpu_count": os.cpu_count(), "platform": platform.platform()}
+def stamp(record: dict[str, Any]) -> dict[str, Any]:
+    """The record with what the store keeps of a run it cannot tell later: the harness commit that
+    ran it and when it finished (the runner calls this as a cell ends)."""
+    record.setdefault("harness_commit", harness_commit())
+    record["finished_at"] = now()
+    return record
 
 
 @dataclass(frozen=True)
@@ -153,8 +156,9 @@ class Store:
             cursor = self.db.execute(
                 "INSERT OR IGNORE INTO runs (cell_id, content_hash, ran_at, stored_at, harness_commit, machine, "
                 "settings, source, record) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                (str(record["id"]), digest, ran_at or now(), now(), self._harness_commit(),
-                 json.dumps(record.get("machine") or this_machine()), json.dumps(record.get("settings") or {}),
+                (str(record["id"]), digest, record.get("finished_at") or ran_at or now(), now(),
+                 record.get("harness_commit") or f"unknown (stored by {self._harness_commit()})",
+                 json.dumps(record.get("machine") or {}), json.dumps(record.get("settings") or {}),
                  source, json.dumps(record)))
         return cursor.rowcount == 1
 

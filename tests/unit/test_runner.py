@@ -69,6 +69,30 @@ def test_an_interrupted_run_keeps_its_finished_cells(tmp_path, monkeypatch):
                                                                     ("0.16.0", "incompatible")]
 
 
+def test_each_run_is_kept_with_its_commit_machine_and_time_and_reported_once(tmp_path, monkeypatch):
+    from compat.harness.report import publish as publish_module
+    from compat.harness.store import Store
+
+    built = []
+    real_build = publish_module.build_report
+    monkeypatch.setattr(publish_module, "build_report", lambda *a, **k: built.append(1) or real_build(*a, **k))
+    monkeypatch.setattr(runner, "derive_recipe", lambda cell, index: RECIPE)
+    monkeypatch.setattr(cell_run, "run_cell", lambda cell, *a, **k: finished(cell))
+    opts = options(tmp_path)
+    code = runner.run_and_report(opts, lambda kept: runner.run_matrix(CELLS, None, opts, tmp_path, prior=kept))
+    assert code == 0 and built == [1]  # the report is built once, at the end, not after every cell
+    store = Store.open()
+    runs = {r.cell_id: r for r in store.runs()}
+    assert sorted(runs) == sorted(c.id for c in CELLS)
+    for cell in CELLS:
+        written = json.loads((tmp_path / "results" / f"{cell.id}.json").read_text())
+        run = runs[cell.id]
+        assert run.ran_at == written["finished_at"] and run.harness_commit == written["harness_commit"] != ""
+        assert run.machine == written["machine"] and run.machine["hostname"]
+    again = runner.run_and_report(opts, lambda kept: None)  # nothing ran: no cell of its own
+    assert again == 2 and len(store.runs()) == 3  # and results/ imported again adds no run
+
+
 def test_unknown_versions_are_refused_naming_what_exists(capsys, monkeypatch, tmp_path):
     from compat.harness.pypi import LocalIndex
 
