@@ -93,7 +93,7 @@ def main(argv: list[str] | None = None) -> int:
                   f"{cell['stored_verdict']}, its probes give {cell['verdict']}", file=sys.stderr)
     for flip in report.get("flips") or []:
         print(f"flip: {flip['cell']}: {flip['old']} ({flip['old_at']}) -> {flip['new']} ({flip['new_at']})")
-    for problem in problems + published.duplicates:
+    for problem in problems + list(published.duplicates.values()):
         print(f"error: {problem}", file=sys.stderr)
     if problems:
         return 3

@@ -75,6 +75,15 @@ def _file_time(path: Path) -> str:
     return _iso(_dt.datetime.fromtimestamp(path.stat().st_mtime, _dt.timezone.utc))
 
 
+def _stated_time(record: dict[str, Any]) -> str | None:
+    """The record's `finished_at` where it is an ISO 8601 time (a result file is input like any other)."""
+    text = record.get("finished_at")
+    try:
+        return _iso(_dt.datetime.fromisoformat(str(text).replace("Z", "+00:00"))) if text else None
+    except ValueError:
+        return None
+
+
 def content_hash(data: Any) -> str:
     return hashlib.sha256(json.dumps(data, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
 
@@ -156,7 +165,7 @@ class Store:
             cursor = self.db.execute(
                 "INSERT OR IGNORE INTO runs (cell_id, content_hash, ran_at, stored_at, harness_commit, machine, "
                 "settings, source, record) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                (str(record["id"]), digest, record.get("finished_at") or ran_at or now(), now(),
+                (str(record["id"]), digest, _stated_time(record) or ran_at or now(), now(),
                  record.get("harness_commit") or f"unknown (stored by {self._harness_commit()})",
                  json.dumps(record.get("machine") or {}), json.dumps(record.get("settings") or {}),
                  source, json.dumps(record)))

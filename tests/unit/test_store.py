@@ -134,3 +134,14 @@ def test_a_store_that_is_not_a_database_is_refused_by_name(tmp_path, capsys):
         Store.open(not_db)
     assert report_main(["--store", str(not_db), "--results", str(tmp_path), "--out", str(tmp_path / "out")]) == 3
     assert "notes.sqlite" in capsys.readouterr().err
+
+
+def test_a_run_is_dated_by_its_stated_finish_else_by_its_file(tmp_path):
+    stated = dict(record("0.16.0", "0.3.0"), finished_at="2026-02-01T12:00:00Z", harness_commit="abc123")
+    garbled = dict(record("0.17.0", "0.3.0"), finished_at="yesterday evening")
+    store = Store.open(tmp_path / "s.sqlite")
+    store.import_dir(results_dir(tmp_path / "a", stated, garbled, mtime=JAN))
+    runs = {r.cell_id: r for r in store.runs()}
+    assert (runs[stated["id"]].ran_at, runs[stated["id"]].harness_commit) == ("2026-02-01T12:00:00Z", "abc123")
+    assert runs[garbled["id"]].ran_at == "2026-01-01T00:00:00Z"
+    assert runs[garbled["id"]].harness_commit.startswith("unknown (stored by ")

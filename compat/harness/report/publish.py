@@ -25,19 +25,15 @@ class Published:
     report: dict[str, Any]
     paths: dict[str, Any]
     problems: list[str] = field(default_factory=list)  # inputs that could not be read (exit 3)
-    duplicates: list[str] = field(default_factory=list)  # two files with one cell id (gate at least 2)
+    duplicates: dict[str, str] = field(default_factory=dict)  # cell id -> why two files hold it (gate at least 2)
 
     def gate(self, cell_ids: Iterable[str] | None = None) -> int:
         """The gate over the report's cells (or only the given ones: a command's own cells; one the
-        report lacks tested nothing); duplicate cell ids never pass."""
-        cells = self.report.get("cells") or []
-        if cell_ids is None:
-            gates = [c["gate"] for c in cells] + [UNTESTED] * bool(self.duplicates)
-        else:
-            by_id = {c.get("id"): c["gate"] for c in cells}
-            gates = [by_id.get(i, UNTESTED) for i in cell_ids]
-            gates += [UNTESTED] * any(f"{i}@" in d for i in cell_ids for d in self.duplicates)
-        return worst_gate(gates)
+        report lacks tested nothing); a cell id two files hold never passes."""
+        gates = {c["id"]: c["gate"] for c in self.report.get("cells") or []}
+        wanted = list(gates) if cell_ids is None else list(cell_ids)
+        doubled = any(i in self.duplicates for i in wanted)
+        return worst_gate([gates.get(i, UNTESTED) for i in wanted] + [UNTESTED] * doubled)
 
 
 def publish(out_dir: Path, store: Store, imports: Iterable[Path] = (), baseline: dict[str, Any] | None = None,
@@ -47,8 +43,9 @@ def publish(out_dir: Path, store: Store, imports: Iterable[Path] = (), baseline:
         problems += store.import_dir(folder).problems
     history = store.history()
     cells = [runs[-1].record for runs in history.values()]
-    duplicates = [f"two result files hold cell {c['id'].split('@')[0]}: {c['duplicate_of']} and another; both "
-                  f"are reported, the second as {c['id']}" for c in cells if c.get("duplicate_of")]
+    duplicates = {c["id"].split("@")[0]: f"two result files hold cell {c['id'].split('@')[0]}: {c['duplicate_of']} "
+                                         f"and another; both are reported, the second as {c['id']}"
+                  for c in cells if c.get("duplicate_of")}
     kimi = list(store.documents(KIMI).values())
     bisect = [table for _name, table in sorted(store.documents(BISECT).items())]
     report = build_report(cells, kimi=kimi[-1] if kimi else None, baseline=baseline, generated_at=generated_at,
