@@ -37,9 +37,13 @@ def test_a_committed_report_renders_the_same_verdicts_and_gates(folder, tmp_path
 
 
 def test_a_report_decides_and_classifies_each_cell_once(monkeypatch):
+    """Also a cell whose failure the environment caused (a missing module: `error`, not `broken`):
+    only that probe is classified again, never the whole cell."""
+    failures = {"0.11.0": ("TypeError", "boom"), "0.16.0": ("TypeError", "boom"),
+                "0.17.0": ("ModuleNotFoundError", "No module named 'flashinfer'")}
     cells = [complete({"vllm": v, "speculators": "0.3.0", "verdict": "compatible", "probes": [
         {"id": "request_signature", "status": "broken", "with_compat": "broken", "seconds": 0.1, "detail": {},
-         "error": {"type": "TypeError", "message": "boom", "where": None}}]}) for v in ("0.11.0", "0.16.0", "0.17.0")]
+         "error": {"type": etype, "message": message, "where": None}}]}) for v, (etype, message) in failures.items()]
     calls = {"decide": 0, "classify_cell": 0}
     real_decide, real_classify = verdict.decide, verdict.classify_cell
 
@@ -56,4 +60,4 @@ def test_a_report_decides_and_classifies_each_cell_once(monkeypatch):
     monkeypatch.setattr("compat.harness.classify.classify_cell", counted_classify)
     report = build_report(cells)
     assert calls == {"decide": 3, "classify_cell": 3}
-    assert [c["verdict"] for c in report["cells"]] == ["incompatible"] * 3
+    assert [c["verdict"] for c in report["cells"]] == ["incompatible", "incompatible", "error"]
