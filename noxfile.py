@@ -53,7 +53,8 @@ def compat(session):
 
 @nox.session(python=PYTHON)
 def report(session):
-    """Rebuild reports/ from stored results/ without running anything: `-- --baseline OLD.json`."""
+    """Rebuild reports/ from the results store (results/ imported first) without running anything:
+    `-- --baseline OLD.json`, `-- --import DIR`, `-- --export DIR`, `-- --store PATH`."""
     install_harness(session)
     run_gated(session, "compat.report_cli")
 

@@ -39,7 +39,7 @@ def config(spec: dict) -> str:
 
 # Functions that only build text or serialise (notes, reasons, labels, as_dict for the report's JSON):
 # a mutant there changes wording, never a verdict, a class or the gate.
-PRESENTATION = ("as_dict", "scope", "_label", "_why", "_got", "_new_note", "describe_entry", "render", "_row")
+PRESENTATION = ("as_dict", "scope", "_label", "_why", "_got", "_new_note", "explain", "explain_breakage", "render", "_row")
 
 
 def category(name: str, diff: str) -> str:

@@ -18,13 +18,9 @@ import urllib.request
 from pathlib import Path
 from typing import Sequence
 
+from compat.shared.tracebacks import headline, root_cause
+
 LOG_TAIL_LINES = 30
-# A line that states an error: "ValueError: ...", "torch.AcceleratorError: ...", pydantic's
-# "  Value error, ..." or "AssertionError" alone. Log prefixes such as "(EngineCore pid=1) " vary.
-_ERROR_LINE = re.compile(r"(?:^|[\s\]])((?:[\w.]+\.)?[A-Z]\w*(?:Error|Exception)(?::\s.*)?$|Value error, .*$)")
-_VLLM_FRAME = re.compile(r'File "[^"]*/(vllm/[^"]+)", line (\d+)')
-_NOT_ROOT_CAUSE = re.compile(r"EngineDeadError|Engine core initialization failed|EngineCore encountered an issue"
-                             r"|APIServer|Worker failed with error|RuntimeError: Worker failed")
 
 
 class ServerFailed(RuntimeError):
@@ -100,20 +96,10 @@ def vllm_frame(log_text: str) -> str | None:
 
 
 def failure_site(log_text: str) -> tuple[str | None, str | None]:
-    lines = log_text.splitlines()
-    found = []  # (line number, error text)
-    for number, raw in enumerate(lines):
-        line = raw.strip()
-        match = _ERROR_LINE.search(line)
-        if match and "File \"" not in line:
-            found.append((number, match.group(1).strip()))
-    causes = [item for item in found if not _NOT_ROOT_CAUSE.search(item[1])]
-    if not (causes or found):
-        return None, None
-    number, text = (causes or found)[-1]
-    frames = [_VLLM_FRAME.search(line) for line in lines[:number]]
-    frames = [f for f in frames if f]
-    return text, (f"{frames[-1].group(1)}:{frames[-1].group(2)}" if frames else None)
+    """The root cause's line and its innermost vLLM frame (compat.shared.tracebacks, the parser
+    `nox -s explain` reads pastes with)."""
+    cause = root_cause(log_text)
+    return (headline(cause), cause.where) if cause else (None, None)
 
 
 class VllmServer:

@@ -3,8 +3,10 @@ vLLM release (static layer), its flips, the support table, the registry's introd
 checked against it, and the flips confirmed at runtime on neighbouring CPU builds where stored
 cell results exist (`--confirm` runs the missing ones, one cell at a time, ~3 minutes each).
 
-Writes <results>/bisect/speculators-S.json and re-renders <reports>/ from every result file (the
-support table is a section of compat.html/md, and in compat.json under "bisect").
+Writes <results>/bisect/speculators-S.json, keeps it in the results store (--store PATH, else
+$COMPAT_STORE, else the harness's cache folder) with <results>/ imported, and renders <reports>/
+once from everything the store keeps (the support table is a section of compat.html/md, and in
+compat.json under "bisect").
 
 Exit status: 0 the bisect ran and the registry and runtime agree with it; 1 the registry or a
 runtime result disagrees with a flip; 2 bad input (an unknown release, a probe id no contract has)
@@ -42,6 +44,8 @@ def options(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--results", type=Path, default=REPO_ROOT / "results",
                         help="stored cell results to confirm flips with; bisect/ is written there")
     parser.add_argument("--reports", type=Path, default=REPO_ROOT / "reports")
+    parser.add_argument("--store", type=Path, default=None,
+                        help="the results store (SQLite; default $COMPAT_STORE, else the harness's cache folder)")
     parser.add_argument("--confirm", action="store_true",
                         help="run the runtime cells a flip of a probed contract lacks (one at a time, ~3 min each)")
     return parser.parse_args(argv)
@@ -75,8 +79,8 @@ def confirm_cells(result: dict, args: argparse.Namespace) -> int:
     for version in wanted:
         print(f"[bisect] runtime cell vLLM {version} x speculators {result['speculators']}", flush=True)
         subprocess.run([sys.executable, "-m", "compat", "run", "--vllm", version, "--speculators", result["speculators"],
-                        "--results", str(args.results), "--reports", str(args.results / "bisect" / "cell-reports")],
-                       check=False)
+                        "--results", str(args.results), "--reports", str(args.results / "bisect" / "cell-reports"),
+                        *(["--store", str(args.store)] if args.store else [])], check=False)
     return len(wanted)
 
 
@@ -121,7 +125,13 @@ def main(argv: list[str] | None = None) -> int:
             code = max(code, 2)
         elif disagreements:
             code = max(code, 1) if code != 2 else code
-    from compat.harness.report_cli import main as report_main
+    from compat.harness.report.publish import publish
+    from compat.harness.store import Store
 
-    report_main(["--results", str(args.results), "--out", str(args.reports), "--no-gate"])
+    store = Store.open(args.store)
+    try:
+        for problem in publish(args.reports, store, [args.results]).problems:
+            print(f"bisect: not reported: {problem}", file=sys.stderr)
+    finally:
+        store.close()
     return code

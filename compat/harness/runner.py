@@ -1,7 +1,9 @@
 """`python -m compat run`: the matrix, one cell after another, each result kept as it finishes.
 
-Every finished cell is written to results/<cell>.json and merged into reports/compat.json at
-once (atomically), so a failing or interrupted later cell never loses earlier ones.
+Every finished cell is written to results/<cell>.json at once (atomically), so a failing or
+interrupted later cell never loses earlier ones. At the end (also of an interrupted run) results/
+is imported into the results store and the reports are written once, from everything the store
+keeps (compat.harness.report.publish); the exit status is the gate of this run's cells.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ from dataclasses import replace
 import sys
 import time
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 from compat.harness.cell_envs import REPO_ROOT
 from compat.harness.matrix import (DEFAULT_DTYPE, DTYPES, SERVER_VARIANTS, Cell, MatrixError, cells_for,
@@ -20,6 +22,7 @@ from compat.harness.matrix import (DEFAULT_DTYPE, DTYPES, SERVER_VARIANTS, Cell,
 from compat.harness.pypi import PackageIndex, PackageIndexError
 from compat.harness.recipe import RecipeError, derive_recipe
 from compat.harness.static.layers import split_static_only
+from compat.harness.store import stamp
 from compat.shared.results import write_json_atomic
 
 
@@ -29,6 +32,9 @@ def runner_options(argv: Sequence[str]) -> tuple[argparse.Namespace, list[str]]:
                         help="folder for per-cell results and logs (default: results/)")
     parser.add_argument("--reports", type=Path, default=REPO_ROOT / "reports",
                         help="folder for compat.json/html/md and JUnit (default: reports/)")
+    parser.add_argument("--store", type=Path, default=None,
+                        help="the results store every run is kept in (SQLite; default $COMPAT_STORE, else the "
+                             "harness's cache folder); the reports show every cell it keeps")
     parser.add_argument("--reinstall", action="store_true", help="rebuild cell venvs (from uv's cache)")
     parser.add_argument("--probe-timeout", type=int, default=300, help="seconds per probe (default 300)")
     parser.add_argument("--cell-timeout", type=int, default=1200, help="seconds per cell's probes (default 1200)")
@@ -113,10 +119,13 @@ def main(argv: Sequence[str]) -> int:
     except (MatrixError, PackageIndexError) as exc:
         print(f"compat: {exc}", file=sys.stderr)
         return 2
-    records = run_static_only(static_only, options)
-    if cells:
-        records = run_matrix(cells, index, options, resolve_model(options.model), prior=records)
-    return finish(records, options)
+
+    def run(records: list[dict[str, Any]]) -> None:
+        records += run_static_only(static_only, options)
+        if cells:
+            run_matrix(cells, index, options, resolve_model(options.model), prior=records)
+
+    return run_and_report(options, run)
 
 
 def run_static_only(cells: dict[Cell, str], options: argparse.Namespace) -> list[dict[str, Any]]:
@@ -132,7 +141,7 @@ def run_static_only(cells: dict[Cell, str], options: argparse.Namespace) -> list
         print(f"[compat] {cell.id}: {record['static']['label']}; untested at runtime", flush=True)
         for line in static.get("broken") or []:
             print(f"[compat]   {line}", flush=True)
-        write_json_atomic(options.results / f"{cell.id}.json", record)
+        write_json_atomic(options.results / f"{cell.id}.json", stamp(record))
         records.append(record)
     return records
 
@@ -177,8 +186,8 @@ def run_existing(options: argparse.Namespace, rest: list[str]) -> int:
     except ExistingEnvError as exc:
         print(f"compat: {exc}", file=sys.stderr)
         return 2
-    records = run_matrix(list(cells), None, options, resolve_model(options.model), pythons=cells)
-    return finish(records, options)
+    return run_and_report(options, lambda records: run_matrix(list(cells), None, options, resolve_model(options.model),
+                                                              pythons=cells, prior=records))
 
 
 def host_has_gpu() -> bool:
@@ -199,9 +208,11 @@ def resolve_model(path: Path | None) -> Path:
 
 def run_matrix(cells: list[Cell], index, options: argparse.Namespace, model_dir: Path,
                pythons: dict[Cell, Path] | None = None, prior: list[dict[str, Any]] | None = None) -> list[dict[str, Any]]:
+    """Runs the cells one after another; each finished record is written to results/ and appended
+    to `prior` (returned), so what finished survives an interruption."""
     from compat.harness.cell_run import base_record, run_cell
 
-    records: list[dict[str, Any]] = list(prior or [])
+    records: list[dict[str, Any]] = prior if prior is not None else []
     started = time.monotonic()
     print(f"[compat] {len(cells)} cell(s): {', '.join(c.id for c in cells)}", flush=True)
     for number, cell in enumerate(cells, 1):
@@ -221,26 +232,39 @@ def run_matrix(cells: list[Cell], index, options: argparse.Namespace, model_dir:
                               echo=lambda line: print(line, flush=True), python=python,
                               gpu_memory_utilization=getattr(options, "gpu_memory_utilization", None))
         record = with_static(record, cell, options)
-        write_json_atomic(options.results / f"{cell.id}.json", record)
+        write_json_atomic(options.results / f"{cell.id}.json", stamp(record))
         records.append(record)
-        write_merged(records, options.reports)
     print(f"[compat] matrix done in {time.monotonic() - started:.0f}s", flush=True)
     return records
 
 
-def write_merged(records: list[dict[str, Any]], reports: Path) -> int:
-    """compat.json, html, md and JUnit for the cells run so far; returns the gate's exit code."""
-    from compat.harness.report import build_report, write_reports
-
-    report = build_report(records)
-    write_reports(report, reports)
-    return report["summary"]["exit_code"]
+def run_and_report(options: argparse.Namespace, run: Callable[[list[dict[str, Any]]], Any]) -> int:
+    """`run(records)`, then the reports, once, also when the run is interrupted or fails."""
+    records: list[dict[str, Any]] = []
+    try:
+        run(records)
+    finally:
+        code = finish(records, options)
+    return code
 
 
 def finish(records: list[dict[str, Any]], options: argparse.Namespace) -> int:
-    """The exit code a CI job gates on (compat.harness.verdict): 0 pass, 1 NEW breakage or adapter regression,
-    2 something could not be tested (no cell, install-error, error, a deciding probe `error`)."""
-    code = write_merged(records, options.reports)
+    """The reports from everything kept (results/ imported into the store first), and the exit code
+    a CI job gates on (compat.harness.verdict) over this run's cells: 0 pass, 1 NEW breakage or
+    adapter regression, 2 something could not be tested (no cell, install-error, error, a deciding
+    probe `error`)."""
+    from compat.harness.report.publish import publish
+    from compat.harness.store import Store
+
+    store = Store.open(getattr(options, "store", None))
+    try:
+        published = publish(options.reports, store, [options.results])
+    finally:
+        store.close()
+    for problem in published.problems:
+        print(f"[compat] not reported: {problem}", file=sys.stderr, flush=True)
+    code = published.gate(r["id"] for r in records)
     print(f"[compat] reports in {options.reports}: compat.json, compat.html, compat.md, junit/ "
-          f"(exit {code})", flush=True)
+          f"({len(published.report['cells'])} cell(s) kept in {store.path}; this run's {len(records)}: exit {code})",
+          flush=True)
     return code

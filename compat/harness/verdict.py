@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable
 
 from compat.shared.breakages import REFERENCE_PROBE, REGISTRY, Breakage
-from compat.harness.classify import ProbeClass, classify_cell
+from compat.harness.classify import ProbeClass, classify_cell, classify_probe, new_findings
 from compat.harness.causes import as_not_contract, cause_of, cause_of_error
 from compat.harness.evidence import recheck
 from compat.shared.records import migrate
@@ -115,10 +115,9 @@ def cell_gate(verdict: str, classes: list[tuple[dict, ProbeClass]]) -> tuple[int
     for probe, cls in classes:
         if cls.advisory:
             continue
-        if cls.kind == "new":
-            findings.append(f"NEW: {_label(probe)}: {cls.note or 'no registry entry explains it'}")
-        if cls.behind is not None and cls.behind.kind == "new":
-            findings.append(f"NEW behind the exception: {_label(probe)}: {cls.behind.note}")
+        for finding in new_findings(cls):
+            what = "NEW" if finding is cls else "NEW behind the exception"
+            findings.append(f"{what}: {_label(probe)}: {finding.note or 'no registry entry explains it'}")
         if cls.adapter_regression:
             findings.append(f"adapter regression: {_label(probe)}: {cls.adapter_regression}")
     if findings:
@@ -141,16 +140,13 @@ def decide(cell: dict[str, Any], registry: tuple[Breakage, ...] = REGISTRY) -> D
     if checked.get("backend") not in ("cpu", "gpu"):
         problems.append(f"backend {checked.get('backend')!r}: expected cpu or gpu (no registry entry can apply)")
     classes = classify_cell(checked, registry)
-    not_contract = {id(p): rule for p, cls in classes if p.get("status") == "broken" and cls.kind == "new"
-                    for rule in [cause_of(p.get("error"))] if rule is not None}
-    if not_contract:  # the environment's or our fixture's failure, no registry entry claims it: error
-        checked = dict(checked, probes=[as_not_contract(p, not_contract[id(p)]) if id(p) in not_contract else p
-                                        for p in checked["probes"]])
-        classes = classify_cell(checked, registry)
-    if any(p.get("status") == "error" and not p.get("cause") and cause_of_error(p) for p in checked["probes"]):
-        checked = dict(checked, probes=[dict(p, cause=cause_of_error(p)) if p.get("status") == "error"
-                                        and not p.get("cause") and cause_of_error(p) else p for p in checked["probes"]])
-        classes = classify_cell(checked, registry)
+    # the environment's or our fixture's failure, no registry entry claims it: error
+    checked, classes = _replaced(checked, classes, registry, {
+        id(p): as_not_contract(p, rule) for p, cls in classes if p.get("status") == "broken" and cls.kind == "new"
+        for rule in [cause_of(p.get("error"))] if rule is not None})
+    checked, classes = _replaced(checked, classes, registry, {
+        id(p): dict(p, cause=cause) for p, _cls in classes if p.get("status") == "error" and not p.get("cause")
+        for cause in [cause_of_error(p)] if cause})
     verdict, reasons = cell_verdict(checked, classes)
     gate, gate_reasons = cell_gate(verdict, classes)
     if problems and verdict not in ("install-error", "untested-at-runtime"):
@@ -159,6 +155,17 @@ def decide(cell: dict[str, Any], registry: tuple[Breakage, ...] = REGISTRY) -> D
         gate = UNTESTED
         gate_reasons = [f"the probe run failed: {str(checked['error']).splitlines()[0]}"] if not problems else []
     return Decision(verdict, gate, tuple(reasons + gate_reasons), checked, tuple(classes))
+
+
+def _replaced(checked: dict[str, Any], classes: list[tuple[dict, ProbeClass]], registry: tuple[Breakage, ...],
+              replacements: dict[int, dict[str, Any]]) -> tuple[dict[str, Any], list[tuple[dict, ProbeClass]]]:
+    """The record with some probes replaced (by id() of the old probe), only those classified again."""
+    if not replacements:
+        return checked, classes
+    vllm, speculators, backend = str(checked.get("vllm")), str(checked.get("speculators")), str(checked.get("backend"))
+    classes = [(new, classify_probe(new, vllm, speculators, registry, backend)) if (new := replacements.get(id(p)))
+               else (p, cls) for p, cls in classes]
+    return dict(checked, probes=[p for p, _cls in classes]), classes
 
 
 def matrix_gate(cells: Iterable[dict[str, Any]], registry: tuple[Breakage, ...] = REGISTRY) -> int:

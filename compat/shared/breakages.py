@@ -27,6 +27,7 @@ from functools import lru_cache
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import InvalidVersion, Version
 
+
 REFERENCE_PROBE = "hidden_states_match_reference"
 
 SPECULATORS_PR_225 = "vllm-project/speculators#225"  # "bump up vllm version to 0.12.0", its list of API updates
@@ -192,6 +193,13 @@ class Breakage:
         unknown = set(self.backends) - set(BACKENDS)
         if unknown:
             raise ValueError(f"breakage {self.id}: unknown backend(s) {sorted(unknown)}; expected some of {BACKENDS}")
+
+    def explain(self, style: str = "one-line", seen: str = "") -> str:
+        """This breakage as every output presents it (compat.shared.presentation.STYLES: one-line,
+        text, markdown, html, junit, github); `seen` is the failure as observed, where there is room."""
+        from compat.shared.presentation import explain_breakage  # markupsafe: only where a breakage is presented
+
+        return explain_breakage(self, style, seen)
 
     def scope(self) -> str:
         until = f" up to {self.removed_in} (excluded)" if self.removed_in else ""

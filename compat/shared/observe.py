@@ -10,8 +10,9 @@ from __future__ import annotations
 import contextlib
 import inspect
 import traceback
-from pathlib import PurePath
 from typing import Any, Iterator
+
+from compat.shared.tracebacks import vllm_relative
 
 CONTRACT_TAG = "__compat_contract__"
 
@@ -31,15 +32,6 @@ class WorkerError(Exception):
         super().__init__(message)
         self.type_name = type_name
         self.where = where
-
-
-def vllm_relative(filename: str) -> str | None:
-    """`.../site-packages/vllm/v1/core/block_pool.py` -> `vllm/v1/core/block_pool.py`."""
-    parts = PurePath(filename).parts
-    for i in range(len(parts) - 1, -1, -1):
-        if parts[i] == "vllm" and i + 1 < len(parts):
-            return "/".join(parts[i:])
-    return None
 
 
 def where_in_vllm(exc: BaseException) -> str | None:

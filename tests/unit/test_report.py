@@ -91,7 +91,7 @@ def test_cli_gate_and_errors(results, tmp_path):
     assert main(["--results", str(results), "--out", str(tmp_path / "a"), "--no-gate"]) == 0
     empty = tmp_path / "empty"
     empty.mkdir()
-    assert main(["--results", str(empty), "--out", str(tmp_path / "b")]) == 3
+    assert main(["--results", str(empty), "--out", str(tmp_path / "b"), "--store", str(tmp_path / "empty.sqlite")]) == 3
     (results / "broken.json").write_text("{not json")
     assert main(["--results", str(results), "--out", str(tmp_path / "c"), "--no-gate"]) == 3
     assert (tmp_path / "c" / "compat.html").exists()  # the readable files are still rendered
@@ -151,7 +151,8 @@ def test_markdown_summary(results):
     assert lines[header + 2].startswith("| **0.11.0** | ✔ compatible | ⊘ install-error |")
     assert "✖ incompatible · **1 NEW**" in lines[header + 3]
     assert "**NEW** `kv_cache_config_api` — ValueError: &lt;script&gt;" in md
-    assert "`block_hasher` — AssertionError: (no message) (`vllm/v1/core/block_pool.py:238`) — Give each Request" in md
+    assert ("`block_hasher` — AssertionError: (no message) (`vllm/v1/core/block_pool.py:238`) — known `block_hasher`: "
+            "Give each Request") in md
     assert "`worker_logging` (advisory)" in md
     assert "resolution failed" not in md or "unsatisfiable" in md
     assert "<script>" not in md

@@ -41,7 +41,10 @@ def test_an_uninstallable_cell_is_recorded_and_the_matrix_goes_on(tmp_path, monk
 
     monkeypatch.setattr(runner, "derive_recipe", recipe_for)
     monkeypatch.setattr(cell_run, "run_cell", lambda cell, *a, **k: finished(cell))
-    records = runner.run_matrix(CELLS, index=None, options=options(tmp_path), model_dir=tmp_path)
+    records = []
+    code = runner.run_and_report(options(tmp_path), lambda kept: records.extend(
+        runner.run_matrix(CELLS, index=None, options=options(tmp_path), model_dir=tmp_path, prior=kept)))
+    assert code == 2  # an install-error tested nothing
     assert [r["verdict"] for r in records] == ["install-error", "compatible", "compatible"]
     assert "torch==2.8.0" in records[0]["error"]
     merged = json.loads((tmp_path / "reports" / "compat.json").read_text())
@@ -56,13 +59,38 @@ def test_an_interrupted_run_keeps_its_finished_cells(tmp_path, monkeypatch):
 
     monkeypatch.setattr(runner, "derive_recipe", lambda cell, index: RECIPE)
     monkeypatch.setattr(cell_run, "run_cell", run_or_interrupt)
-    with pytest.raises(KeyboardInterrupt):
-        runner.run_matrix(CELLS, index=None, options=options(tmp_path), model_dir=tmp_path)
+    with pytest.raises(KeyboardInterrupt):  # the reports are still written, once, from what finished
+        runner.run_and_report(options(tmp_path), lambda kept: runner.run_matrix(
+            CELLS, index=None, options=options(tmp_path), model_dir=tmp_path, prior=kept))
     kept = sorted(p.name for p in (tmp_path / "results").glob("*.json"))
     assert kept == [f"{CELLS[0].id}.json", f"{CELLS[1].id}.json"]
     merged = json.loads((tmp_path / "reports" / "compat.json").read_text())
     assert [(c["vllm"], c["verdict"]) for c in merged["cells"]] == [("0.11.0", "compatible"),
                                                                     ("0.16.0", "incompatible")]
+
+
+def test_each_run_is_kept_with_its_commit_machine_and_time_and_reported_once(tmp_path, monkeypatch):
+    from compat.harness.report import publish as publish_module
+    from compat.harness.store import Store
+
+    built = []
+    real_build = publish_module.build_report
+    monkeypatch.setattr(publish_module, "build_report", lambda *a, **k: built.append(1) or real_build(*a, **k))
+    monkeypatch.setattr(runner, "derive_recipe", lambda cell, index: RECIPE)
+    monkeypatch.setattr(cell_run, "run_cell", lambda cell, *a, **k: finished(cell))
+    opts = options(tmp_path)
+    code = runner.run_and_report(opts, lambda kept: runner.run_matrix(CELLS, None, opts, tmp_path, prior=kept))
+    assert code == 0 and built == [1]  # the report is built once, at the end, not after every cell
+    store = Store.open()
+    runs = {r.cell_id: r for r in store.runs()}
+    assert sorted(runs) == sorted(c.id for c in CELLS)
+    for cell in CELLS:
+        written = json.loads((tmp_path / "results" / f"{cell.id}.json").read_text())
+        run = runs[cell.id]
+        assert run.ran_at == written["finished_at"] and run.harness_commit == written["harness_commit"] != ""
+        assert run.machine == written["machine"] and run.machine["hostname"]
+    again = runner.run_and_report(opts, lambda kept: None)  # nothing ran: no cell of its own
+    assert again == 2 and len(store.runs()) == 3  # and results/ imported again adds no run
 
 
 def test_unknown_versions_are_refused_naming_what_exists(capsys, monkeypatch, tmp_path):
@@ -94,7 +122,8 @@ def test_a_float32_and_a_bfloat16_run_of_one_pair_both_stay(tmp_path, monkeypatc
     f32, bf16 = Cell("0.24.0", "0.9.0", "gpu"), Cell("0.24.0", "0.9.0", "gpu", dtype="bfloat16")
     monkeypatch.setattr(runner, "derive_recipe", lambda cell, index: RECIPE)
     monkeypatch.setattr(cell_run, "run_cell", lambda cell, *a, **k: finished(cell))
-    runner.run_matrix([f32, bf16], index=None, options=options(tmp_path), model_dir=tmp_path)
+    runner.run_and_report(options(tmp_path), lambda kept: runner.run_matrix(
+        [f32, bf16], index=None, options=options(tmp_path), model_dir=tmp_path, prior=kept))
     results = tmp_path / "results"
     assert sorted(p.name for p in results.glob("*.json")) == ["vllm-0.24.0__speculators-0.9.0__gpu.json",
                                                               "vllm-0.24.0__speculators-0.9.0__gpu__bfloat16.json"]

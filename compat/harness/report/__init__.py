@@ -1,10 +1,8 @@
 """Rendering of the merged compatibility report (JSON, HTML, Markdown, JUnit)."""
 
+from compat.harness.report.build import SECTIONS, build_report, harness_version, machine_info
 from compat.harness.report.render import (
-    build_report,
     figure_tables,
-    harness_version,
-    machine_info,
     render_html,
     render_markdown,
     view_model,
@@ -12,6 +10,7 @@ from compat.harness.report.render import (
 )
 
 __all__ = [
+    "SECTIONS",
     "build_report",
     "figure_tables",
     "harness_version",

@@ -1,6 +1,5 @@
-"""Build the merged report and render it: reports/compat.json, compat.html, compat.md, junit/.
+"""Render the merged report (compat.harness.report.build): reports/compat.json, compat.html, compat.md, junit/.
 
-    report = build_report(cells, kimi=None, baseline=None)   # cells from compat.shared.results.load_cell
     write_reports(report, Path("reports"))
 
 The HTML is one self-contained file (inline CSS and JS, no network at view time), rendered
@@ -10,26 +9,22 @@ a GitHub job summary or PR comment.
 
 from __future__ import annotations
 
-import datetime as _dt
 import json
 import math
-import os
-import platform
 import re
-import socket
 from pathlib import Path
 from typing import Any, Iterable
 
 import jinja2
-from packaging.version import InvalidVersion, Version
-
 from compat.harness import baseline as _baseline
-from compat.shared.breakages import BY_ID, get as get_breakage
-from compat.harness.classify import annotate, tally
-from compat.harness.verdict import GATE_WORDS, decide, worst_gate
+from compat.shared.breakages import get as get_breakage
+from compat.harness.verdict import GATE_WORDS
 from compat.harness.junit import cell_id, write_junit
+from compat.shared.markdown import Md, md_code, md_escape
+from compat.shared.presentation import reference_url, symptom_text
+from compat.harness.report.build import version_key
 from compat.harness.report.server_era import server_era_view
-from compat.shared.results import CELL_VERDICTS, probe_key, write_json_atomic
+from compat.shared.results import probe_key, write_json_atomic
 
 TEMPLATES = Path(__file__).parent / "templates"
 
@@ -59,112 +54,6 @@ CLASS_LABELS = {
     "error": "",
     "not-run": "",
 }
-
-
-# --------------------------------------------------------------------------- building
-
-
-def harness_version() -> str:
-    try:
-        from importlib.metadata import PackageNotFoundError, version
-
-        try:
-            return version("vllm-spec-compat")
-        except PackageNotFoundError:
-            pass
-    except ImportError:  # pragma: no cover
-        pass
-    pyproject = Path(__file__).resolve().parents[3] / "pyproject.toml"
-    try:
-        match = re.search(r'^version\s*=\s*"([^"]+)"', pyproject.read_text(), re.M)
-        if match:
-            return match.group(1)
-    except OSError:
-        pass
-    return "unknown"
-
-
-def machine_info(cells: Iterable[dict[str, Any]] = ()) -> dict[str, Any]:
-    cells = list(cells)
-    backends = sorted({str(c.get("backend")) for c in cells if c.get("backend")})
-    info: dict[str, Any] = {
-        "hostname": socket.gethostname(),
-        "cpu_count": os.cpu_count(),
-        "platform": platform.platform(),
-        "python": platform.python_version(),
-        "backends": backends,
-    }
-    # A cell may say where it ran; prefer that over the machine that renders.
-    for cell in cells:
-        m = cell.get("machine")
-        if isinstance(m, dict):
-            for k in ("hostname", "cpu_count", "gpu"):
-                if m.get(k) is not None:
-                    info[k] = m[k]
-            break
-    return info
-
-
-def build_report(
-    cells: Iterable[dict[str, Any]],
-    kimi: dict[str, Any] | None = None,
-    baseline: dict[str, Any] | None = None,
-    generated_at: str | None = None,
-    bisect: list[dict[str, Any]] | None = None,
-) -> dict[str, Any]:
-    """The merged report: contract keys plus harness_version, generated_at, machine, summary."""
-    raw = sorted(cells, key=_cell_sort_key)
-    decisions = [decide(c) for c in raw]
-    annotated = [_decided(c, d) for c, d in zip(raw, decisions)]
-    used = sorted(
-        {p["classification"]["breakage"] for c in annotated for p in c["probes"] if p["classification"]["breakage"]}
-        | {p["classification"]["behind"]["breakage"] for c in annotated for p in c["probes"]
-           if (p["classification"].get("behind") or {}).get("breakage")}
-    )
-    report: dict[str, Any] = {
-        "harness_version": harness_version(),
-        "generated_at": generated_at
-        or _dt.datetime.now(_dt.timezone.utc).replace(microsecond=0).isoformat().replace("+00:00", "Z"),
-        "machine": machine_info(raw),
-        "summary": {
-            "verdicts": {v: sum(1 for c in annotated if c["verdict"] == v) for v in CELL_VERDICTS},
-            "probes": tally(d.classes for d in decisions),
-            "exit_code": worst_gate(d.gate for d in decisions),
-        },
-        "cells": annotated,
-        "breakages": [BY_ID[b].as_dict() for b in used if b in BY_ID],
-    }
-    if kimi is not None:
-        report["kimi"] = kimi
-    if baseline is not None:
-        report["changes"] = _baseline.diff(baseline, annotated)
-    if bisect:
-        report["bisect"] = bisect
-    return report
-
-
-def _decided(cell: dict[str, Any], decision) -> dict[str, Any]:
-    """The cell as its evidence reads, with classified probes and the verdict derived from them
-    (compat.harness.verdict); a stored verdict that disagrees is kept as `stored_verdict`, and the
-    report says so."""
-    out = annotate(decision.checked, classes=decision.classes)
-    out.update(verdict=decision.verdict, verdict_reasons=list(decision.reasons), gate=decision.gate)
-    if cell.get("verdict") != decision.verdict:
-        out["stored_verdict"] = cell.get("verdict")
-    else:
-        out.pop("stored_verdict", None)
-    return out
-
-
-def _version_key(text: Any) -> tuple:
-    try:
-        return (0, Version(str(text)), "")
-    except InvalidVersion:
-        return (1, Version("0"), str(text))
-
-
-def _cell_sort_key(cell: dict[str, Any]) -> tuple:
-    return (_version_key(cell.get("vllm")), _version_key(cell.get("speculators")), str(cell.get("backend") or ""))
 
 
 # --------------------------------------------------------------------------- view model
@@ -252,21 +141,16 @@ def _entry_view(breakage_id: str | None) -> dict[str, Any] | None:
         "adapter": entry.adapter,
         "advisory": entry.advisory,
         "silent": entry.symptom.silent,
-        "symptom": entry.symptom.description
-        or f"{'/'.join(entry.symptom.exception)}: /{entry.symptom.message}/",
+        "symptom": symptom_text(entry),
         "references": [ref_view(r) for r in entry.references],
         "notes": entry.notes,
+        "html": entry.explain("html"),
+        "markdown": entry.explain("markdown"),
     }
 
 
-_REF = re.compile(r"^([\w.-]+/[\w.-]+)#(\d+)$")
-
-
 def ref_view(text: str) -> dict[str, Any]:
-    m = _REF.match(text.strip())
-    if m:
-        return {"text": text, "url": f"https://github.com/{m.group(1)}/issues/{m.group(2)}"}
-    return {"text": text, "url": None}
+    return {"text": text, "url": reference_url(text)}
 
 
 def _probe_view(probe: dict[str, Any], cid: str) -> dict[str, Any]:
@@ -276,8 +160,9 @@ def _probe_view(probe: dict[str, Any], cid: str) -> dict[str, Any]:
     key = probe_key(probe)
     kind = cls.get("kind") or ""
     return {
-        "listed": status in ("broken", "error") or kind in ("new", "fixed") or bool(cls.get("adapter_regression"))
-        or (cls.get("behind") or {}).get("kind") == "new",
+        "listed": status in ("broken", "error") or kind == "fixed" or bool(cls.get("new_findings"))
+        or bool(cls.get("adapter_regression")),
+        "new_findings": int(cls.get("new_findings") or 0),
         "key": key,
         "id": probe.get("id"),
         "case": probe.get("case"),
@@ -310,10 +195,10 @@ def _behind_view(behind: dict[str, Any] | None) -> dict[str, Any] | None:
 def _cell_view(cell: dict[str, Any]) -> dict[str, Any]:
     cid = cell_id(cell)
     probes = [_probe_view(p, cid) for p in cell.get("probes") or []]
-    probes.sort(key=lambda p: 0 if p["kind"] == "new" else 1)  # stable: NEW first, then probe order
+    probes.sort(key=lambda p: 0 if p["new_findings"] else 1)  # stable: NEW first, then probe order
     verdict = cell.get("verdict") or "error"
-    tally = {k: sum(1 for p in probes if p["kind"] == k and not p["advisory"]) for k in ("known", "new", "fixed")}
-    tally["new"] += sum(1 for p in probes if (p["behind"] or {}).get("kind") == "new" and not p["advisory"])
+    tally = {k: sum(1 for p in probes if p["kind"] == k and not p["advisory"]) for k in ("known", "fixed")}
+    tally["new"] = sum(p["new_findings"] for p in probes if not p["advisory"])
     tally["regressions"] = sum(1 for p in probes if p["adapter_regression"] and not p["advisory"])
     tally["error"] = sum(1 for p in probes if p["status"] == "error" and not p["advisory"])
     seconds = cell.get("seconds") or {}
@@ -339,13 +224,14 @@ def _cell_view(cell: dict[str, Any]) -> dict[str, Any]:
         "static": cell.get("static"),
         "fidelity": cell.get("fidelity"),
         "server_era": server_era_view(cell),
+        "run": cell.get("run"),
     }
 
 
 def view_model(report: dict[str, Any]) -> dict[str, Any]:
     cells = [_cell_view(c) for c in report.get("cells") or []]
-    vllms = sorted({c["vllm"] for c in cells}, key=_version_key)
-    specs = sorted({c["speculators"] for c in cells}, key=_version_key)
+    vllms = sorted({c["vllm"] for c in cells}, key=version_key)
+    specs = sorted({c["speculators"] for c in cells}, key=version_key)
     grid = {v: {s: [c for c in cells if c["vllm"] == v and c["speculators"] == s] for s in specs} for v in vllms}
     machine = report.get("machine") or {}
     backends = machine.get("backends") or []
@@ -357,10 +243,10 @@ def view_model(report: dict[str, Any]) -> dict[str, Any]:
         {"cell": c, "probe": p}
         for c in cells
         for p in c["probes"]
-        if p["kind"] in ("new", "fixed") or (p["status"] == "error" and not p["advisory"])
-        or p["adapter_regression"] or (p["behind"] or {}).get("kind") == "new"
+        if p["new_findings"] or p["kind"] == "fixed" or (p["status"] == "error" and not p["advisory"])
+        or p["adapter_regression"]
     ]
-    attention.sort(key=lambda a: {"new": 0, "error": 1}.get(a["probe"]["kind"], 2))
+    attention.sort(key=lambda a: 0 if a["probe"]["new_findings"] else 1 if a["probe"]["kind"] == "error" else 2)
     kimi = report.get("kimi")
     kimi_view = None
     if isinstance(kimi, dict):
@@ -388,6 +274,7 @@ def view_model(report: dict[str, Any]) -> dict[str, Any]:
         "changes_empty": _baseline.is_empty(report["changes"]) if report.get("changes") else True,
         "kimi": kimi_view,
         "bisect": report.get("bisect"),
+        "flips": report.get("flips") or [],
         "gate": GATE_WORDS.get(summary.get("exit_code"), "unknown"),
     }
 
@@ -395,46 +282,9 @@ def view_model(report: dict[str, Any]) -> dict[str, Any]:
 # --------------------------------------------------------------------------- rendering
 
 
-# The Markdown is as untrusted as the logs it quotes. One rule, as autoescape is for the HTML: every
-# `{{ }}` of the Markdown templates passes through _md_finalize, which escapes whatever the `md` or
-# `mdcode` filter did not already make safe.
-_MD_CONTROL = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]")
-_MD_SPECIAL = re.compile(r"[\\`*_\[\]<>&|~$#!]")
-_MD_ENTITIES = {"&": "&amp;", "<": "&lt;", ">": "&gt;"}
-
-
-class _Md(str):
-    """Markdown that `md` or `mdcode` made safe; _md_finalize leaves it as it is."""
-
-
-def _md_line(text: Any, limit: int | None) -> str:
-    """One line: whitespace runs (newlines too) one space, control characters U+FFFD, at most limit long."""
-    s = _MD_CONTROL.sub("\ufffd", " ".join(str(text if text is not None else "").split()))
-    if limit is not None and len(s) > limit:
-        s = s[: limit - 1] + "…"
-    return s
-
-
-def _md_escape(text: Any, limit: int | None = 240) -> _Md:
-    """Plain text in a paragraph, list item or table cell: `&`, `<`, `>` as entities (no HTML, no
-    autolink), and every other character Markdown gives a meaning to (emphasis, code spans, links and
-    images, table cells, strikethrough, math, headings) behind a backslash."""
-    return _Md(_MD_SPECIAL.sub(lambda m: _MD_ENTITIES.get(m[0], "\\" + m[0]), _md_line(text, limit)))
-
-
-def _md_code(text: Any, limit: int = 160) -> _Md:
-    """A code span: its fence is one backtick longer than the longest run of backticks inside, so the
-    text cannot close it (and HTML in a code span is text); `|` is escaped for a table cell."""
-    s = _md_line(text, limit)
-    if not s:
-        return _Md("")
-    fence = "`" * (max((len(run) for run in re.findall("`+", s)), default=0) + 1)
-    pad = " " if s.startswith("`") or s.endswith("`") else ""
-    return _Md(fence + pad + s.replace("|", "\\|") + pad + fence)
-
-
 def _md_finalize(value: Any) -> str:
-    return value if isinstance(value, _Md) else _md_escape(str(value), limit=None)
+    """Every `{{ }}` of the Markdown templates: what `md` or `mdcode` did not already make safe is escaped."""
+    return value if isinstance(value, Md) else md_escape(str(value), limit=None)
 
 
 def _env(autoescape: bool) -> jinja2.Environment:
@@ -447,8 +297,8 @@ def _env(autoescape: bool) -> jinja2.Environment:
         keep_trailing_newline=True,
     )
     env.filters["num"] = fmt_number
-    env.filters["md"] = _md_escape
-    env.filters["mdcode"] = _md_code
+    env.filters["md"] = md_escape
+    env.filters["mdcode"] = md_code
     return env
 
 

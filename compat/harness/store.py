@@ -1,0 +1,261 @@
+"""Every cell run kept, in one SQLite file: nothing is overwritten, a re-run adds a run.
+
+    store = Store.open()                      # $COMPAT_STORE, else <cache>/results.sqlite
+    store.add_run(record, ran_at=...)         # a cell record (compat.shared.records.CellRecord as JSON)
+    store.import_dir(Path("results"))         # results/*.json, kimi*.json, bisect/speculators-*.json
+    store.newest()                            # the newest run of every cell id
+    store.export_dir(Path("out"))             # back to <cell-id>.json files
+
+A run is keyed by its cell id (ids carry every non-default setting, so a bfloat16 run is another
+key) and identified by the hash of its record's content: importing the same file twice, or the
+results folder a run already stored, adds nothing. Each run keeps its settings, the harness commit
+and machine that ran it and when it finished, as the record states them (`harness_commit`,
+`machine`, `finished_at`, written by the runner); for an older record that does not, the file's
+modification time and `unknown (stored by <commit>)`. The Kimi record and the bisect tables are kept the same way, as
+documents, newest per name.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import hashlib
+import json
+import os
+import sqlite3
+import subprocess
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterator
+
+from compat.harness.pypi import default_cache_dir
+from compat.shared.results import ResultFileError, load_cell, read_json, write_json_atomic
+
+STORE_ENV = "COMPAT_STORE"
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS runs (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    cell_id TEXT NOT NULL,
+    content_hash TEXT NOT NULL UNIQUE,
+    ran_at TEXT NOT NULL,
+    stored_at TEXT NOT NULL,
+    harness_commit TEXT NOT NULL,
+    machine TEXT NOT NULL,
+    settings TEXT NOT NULL,
+    source TEXT NOT NULL,
+    record TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS runs_by_cell ON runs (cell_id, ran_at);
+CREATE TABLE IF NOT EXISTS documents (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    kind TEXT NOT NULL,
+    name TEXT NOT NULL,
+    content_hash TEXT NOT NULL UNIQUE,
+    ran_at TEXT NOT NULL,
+    source TEXT NOT NULL,
+    data TEXT NOT NULL
+);
+"""
+KIMI, BISECT = "kimi", "bisect"
+
+
+def default_store_path() -> Path:
+    given = os.environ.get(STORE_ENV)
+    return Path(given) if given else default_cache_dir() / "results.sqlite"
+
+
+def now() -> str:
+    return _iso(_dt.datetime.now(_dt.timezone.utc))
+
+
+def _iso(moment: _dt.datetime) -> str:
+    return moment.astimezone(_dt.timezone.utc).replace(microsecond=0).isoformat().replace("+00:00", "Z")
+
+
+def _file_time(path: Path) -> str:
+    return _iso(_dt.datetime.fromtimestamp(path.stat().st_mtime, _dt.timezone.utc))
+
+
+def _stated_time(record: dict[str, Any]) -> str | None:
+    """The record's `finished_at` where it is an ISO 8601 time (a result file is input like any other)."""
+    text = record.get("finished_at")
+    try:
+        return _iso(_dt.datetime.fromisoformat(str(text).replace("Z", "+00:00"))) if text else None
+    except ValueError:
+        return None
+
+
+def content_hash(data: Any) -> str:
+    return hashlib.sha256(json.dumps(data, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+
+
+def harness_commit() -> str:
+    """The git commit the harness runs from, `+dirty` with uncommitted changes; `unknown` outside git."""
+    root = Path(__file__).resolve().parents[2]
+    try:
+        head = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True,
+                              timeout=10, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
+                               capture_output=True, text=True, timeout=10).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+    return head + ("+dirty" if dirty else "") if head else "unknown"
+
+
+def stamp(record: dict[str, Any]) -> dict[str, Any]:
+    """The record with what the store keeps of a run it cannot tell later: the harness commit that
+    ran it and when it finished (the runner calls this as a cell ends)."""
+    record.setdefault("harness_commit", harness_commit())
+    record["finished_at"] = now()
+    return record
+
+
+@dataclass(frozen=True)
+class Run:
+    """One stored run of a cell."""
+    cell_id: str
+    ran_at: str
+    harness_commit: str
+    machine: dict[str, Any]
+    source: str
+    record: dict[str, Any]
+
+
+@dataclass
+class Imported:
+    """What one import of a results folder did: cell runs added, cell runs already kept, files refused (why)."""
+    added: int = 0
+    known: int = 0
+    problems: list[str] = field(default_factory=list)
+
+
+class StoreError(RuntimeError):
+    """The store file cannot be opened or is not a store."""
+
+
+class Store:
+    def __init__(self, path: Path):
+        self.path = Path(path)
+        self._commit: str | None = None
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self.db = sqlite3.connect(str(self.path), timeout=60)
+            self.db.executescript(_SCHEMA)
+        except (OSError, sqlite3.Error) as exc:
+            raise StoreError(f"results store {self.path}: {exc}; expected a writable SQLite file "
+                             f"(--store PATH or ${STORE_ENV})") from exc
+
+    @classmethod
+    def open(cls, path: Path | None = None) -> "Store":
+        return cls(path if path is not None else default_store_path())
+
+    def close(self) -> None:
+        self.db.close()
+
+    def _harness_commit(self) -> str:
+        if self._commit is None:
+            self._commit = harness_commit()
+        return self._commit
+
+    # ------------------------------------------------------------------ writing
+
+    def add_run(self, record: dict[str, Any], ran_at: str | None = None, source: str = "run") -> bool:
+        """Keep one cell run; False when the same record is already kept (by content)."""
+        digest = content_hash(record)
+        with self.db:
+            cursor = self.db.execute(
+                "INSERT OR IGNORE INTO runs (cell_id, content_hash, ran_at, stored_at, harness_commit, machine, "
+                "settings, source, record) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (str(record["id"]), digest, _stated_time(record) or ran_at or now(), now(),
+                 record.get("harness_commit") or f"unknown (stored by {self._harness_commit()})",
+                 json.dumps(record.get("machine") or {}), json.dumps(record.get("settings") or {}),
+                 source, json.dumps(record)))
+        return cursor.rowcount == 1
+
+    def add_document(self, kind: str, name: str, data: Any, ran_at: str | None = None, source: str = "run") -> bool:
+        """Keep a Kimi record or a bisect table; False when the same content is already kept."""
+        with self.db:
+            cursor = self.db.execute(
+                "INSERT OR IGNORE INTO documents (kind, name, content_hash, ran_at, source, data) VALUES (?, ?, ?, ?, ?, ?)",
+                (kind, name, content_hash([kind, name, data]), ran_at or now(), source, json.dumps(data)))
+        return cursor.rowcount == 1
+
+    def import_dir(self, folder: Path) -> Imported:
+        """results/<cell>.json (validated as compat.shared.results.load_cell validates them),
+        kimi*.json and bisect/speculators-*.json. A file that cannot be read or fails the record
+        schema is named in `problems` and the others are still kept. Two files of one folder with
+        one cell id are both kept, the second as `<id>@<file>` (and named in `duplicates`)."""
+        folder = Path(folder)
+        out = Imported()
+        if not folder.is_dir():
+            out.problems.append(f"results directory {folder} does not exist")
+            return out
+        seen: dict[str, Path] = {}
+        for path in sorted(p for p in folder.glob("*.json") if not p.name.startswith(".")):
+            try:
+                if path.name.startswith("kimi"):
+                    self.add_document(KIMI, path.stem, read_json(path, "kimi result"), _file_time(path), str(path))
+                    continue
+                cell = load_cell(path)
+            except ResultFileError as exc:
+                out.problems.append(str(exc))
+                continue
+            if cell["id"] in seen:
+                cell = dict(cell, id=f"{cell['id']}@{path.name}", duplicate_of=str(seen[cell["id"]]))
+            seen.setdefault(cell["id"], path)
+            added = self.add_run(cell, _file_time(path), str(path))
+            out.added += added
+            out.known += not added
+        for path in sorted((folder / "bisect").glob("speculators-*.json")):
+            try:
+                data = read_json(path, "bisect result")
+            except ResultFileError as exc:
+                out.problems.append(str(exc))
+                continue
+            self.add_document(BISECT, path.stem, data, _file_time(path), str(path))
+        return out
+
+    # ------------------------------------------------------------------ reading
+
+    def _runs(self, where: str = "", args: tuple = ()) -> Iterator[Run]:
+        rows = self.db.execute(f"SELECT cell_id, ran_at, harness_commit, machine, source, record FROM runs {where} "
+                               f"ORDER BY cell_id, ran_at, seq", args)
+        for cell_id, ran_at, commit, machine, source, record in rows:
+            yield Run(cell_id, ran_at, commit, json.loads(machine), source, json.loads(record))
+
+    def runs(self, cell_id: str | None = None) -> list[Run]:
+        """Every run (of one cell id), oldest first."""
+        return list(self._runs("WHERE cell_id = ?", (cell_id,)) if cell_id is not None else self._runs())
+
+    def history(self) -> dict[str, list[Run]]:
+        """Every cell id with its runs, oldest first (the newest last)."""
+        out: dict[str, list[Run]] = {}
+        for run in self._runs():
+            out.setdefault(run.cell_id, []).append(run)
+        return out
+
+    def newest(self) -> list[Run]:
+        return [runs[-1] for runs in self.history().values()]
+
+    def documents(self, kind: str) -> dict[str, Any]:
+        """The newest content of each document of a kind, by name, the most recent last."""
+        out: dict[str, Any] = {}
+        for name, data in self.db.execute("SELECT name, data FROM documents WHERE kind = ? ORDER BY ran_at, seq", (kind,)):
+            out.pop(name, None)
+            out[name] = json.loads(data)
+        return out
+
+    def export_dir(self, folder: Path) -> list[Path]:
+        """The newest run of every cell as <cell-id>.json, the Kimi record and the bisect tables."""
+        folder = Path(folder)
+        paths = []
+        for run in self.newest():
+            path = folder / f"{run.cell_id}.json"
+            write_json_atomic(path, run.record)
+            paths.append(path)
+        for name, data in self.documents(KIMI).items():
+            write_json_atomic(folder / f"{name}.json", data)
+            paths.append(folder / f"{name}.json")
+        for name, data in self.documents(BISECT).items():
+            write_json_atomic(folder / "bisect" / f"{name}.json", data)
+            paths.append(folder / "bisect" / f"{name}.json")
+        return paths

@@ -1,0 +1,249 @@
+"""One traceback parser for both sides: what a log, a paste or pytest's output says went wrong.
+
+- `exceptions_in(text)`: every exception of the text (type, message, chained ones, the innermost
+  vLLM file:line where frames exist; a one-line error has no vLLM file), through log prefixes
+  (`(EngineCore pid=1) ERROR 04-21 17:49:59 [core.py:1099] `, Ray, docker compose, timestamps,
+  torchrun), Markdown quotes and fences, and pytest's `E   ` lines. `nox -s explain` reads pastes
+  with it (compat.harness.explain).
+- `root_cause(log_text)`: the one exception a `vllm serve` log failed with: the last one that does
+  not only relay another (`RELAYS`: EngineDeadError, "Engine core initialization failed", ...), else
+  the last; the cell's server runs read their logs with it (compat.cell.server).
+- `vllm_relative(path)` / `vllm_location(path, line)`: a file's path from its `vllm/` folder on.
+
+Pure: the standard library only.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import PurePath
+from typing import Any
+
+_FRAME = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+)')
+_IPY_FRAME = re.compile(r"^\s*(?:File\s+)?\[?(?P<file>[~/][^\s\]]*\.py)\]?(?:\([^)]*\))?(?::(?P<line>\d+))?,?\s+in\b")
+_TYPE = r"(?P<qualified>(?:[\w.]+\.)?(?P<type>[A-Z]\w*(?:Error|Exception|Violation|Exit|Interrupt|States)))"
+_EXCEPTION = re.compile(rf"^{_TYPE}(?::\s?(?P<message>.*))?$")
+_INLINE = re.compile(rf"(?:^|(?<=[\s`'\"(\[>*]))(?P<tick>`?){_TYPE}: (?P<message>\S.*)$")
+_IPY_HEADER = re.compile(rf"^{_TYPE}\s+Traceback \(most recent call last\)")
+_PYDANTIC = re.compile(r"^Value error, (?P<message>.+)$")
+_PYTEST_SECTION = re.compile(r"^_{3,} .+ _{3,}$")
+_PYTEST_LOCATION = re.compile(r'^(?P<file>\S+\.py):(?P<line>\d+):(?: \w+)?\s*$')
+_PYTEST_E = re.compile(r"^E(?: {2,}|$)(?P<text>.*)$")
+_CHAIN = {"The above exception was the direct cause": "cause", "During handling of the above exception": "context"}
+# Prefixes a line can carry, stripped again and again (outermost first).
+_PREFIXES = [
+    re.compile(r"^[\w.-]+\s+\|\s?(?=\S|\s)"),                                   # docker compose: "vllm-1  | "
+    re.compile(r"^\s*(?:>\s?)+"),                                                # Markdown quote
+    re.compile(r"^\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?(?:\s+-\s+|\s+\|\s+|\s)?"),  # ISO / k8s
+    re.compile(r"^\[\d{4}-\d\d-\d\d[ T][^\]]*\]\s?"),                           # [2025-04-16 14:22:53 TP3]
+    re.compile(r"^\(?[A-Za-z_][\w.-]*(?: [\w.=-]+)*? ?pid=\d+[^()\n]*\)\s?"),    # (EngineCore_DP0 pid=1), (pid=2)
+    re.compile(r"^\(pid=\d+[^()\n]*\)\s?"),
+    re.compile(r"^\[rank\d+\]:\s?"),                                            # torchrun
+    re.compile(r"^(?:ERROR|INFO|WARNING|WARN|DEBUG|CRITICAL)\s+\d\d-\d\d\s+\d\d:\d\d:\d\d(?:\.\d+)?\s+\[?[\w./-]+:\d+\]\s?"),
+]
+_FENCE = re.compile(r"^\s*(?:`{3,}|~{3,})[\w+-]*\s*$")
+# An exception that only relays another one (explain counts it neither way; a server log's root cause is another).
+RELAYS = re.compile(r"EngineDeadError|Engine core initialization failed|EngineCore encountered an issue"
+                    r"|Worker failed with error|WorkerError|See root cause above|check the stack trace above"
+                    r"|APIServer")
+# A log line at a level below ERROR: an exception named there is advice ("can cause `OSError: ...`"), not a failure.
+_CALM = re.compile(r"\b(?:INFO|WARNING|WARN|DEBUG)\s+\d\d-\d\d\s+\d\d:\d\d:\d\d|\b(?:INFO|WARNING|DEBUG)\s+-\s")
+
+
+def strip_line(line: str) -> str:
+    """The line without log prefixes, quote marks, fences and its trailing newline."""
+    line = line.rstrip("\r\n")
+    for _ in range(8):
+        before = line
+        for prefix in _PREFIXES:
+            line = prefix.sub("", line, count=1)
+        if line == before:
+            break
+    if _FENCE.match(line):
+        return ""
+    return re.sub(r"^(`{3,})(.*?)(`{3,})?\s*$", lambda m: m.group(2), line)
+
+
+@dataclass
+class Found:
+    """One exception found in the input."""
+
+    type: str
+    message: str
+    where: str | None
+    line: int  # 1-based line of the input where the exception line stands (0: from a result file)
+    frames: list[str] = field(default_factory=list)  # vLLM file:line of its traceback, outermost first
+    chained: str | None = None  # "cause" / "context": raised while handling the exception before it
+    one_line: bool = False  # no traceback: quoted in prose, a title or a bare line
+    qualified: str = ""  # the type as written (`vllm.v1.engine.exceptions.EngineDeadError`), where it was
+
+    def as_error(self) -> dict[str, Any]:
+        return {"type": self.type, "message": self.message, "where": self.where}
+
+    @property
+    def wrapper(self) -> bool:
+        return bool(RELAYS.search(f"{self.type}: {self.message}"))
+
+
+def vllm_relative(filename: str) -> str | None:
+    """`.../site-packages/vllm/v1/core/block_pool.py` -> `vllm/v1/core/block_pool.py` (the innermost
+    `vllm` folder of the path); None for a file outside vLLM."""
+    parts = PurePath(str(filename).replace("\\", "/")).parts
+    for i in range(len(parts) - 1, -1, -1):
+        if parts[i] == "vllm" and i + 1 < len(parts):
+            return "/".join(parts[i:])
+    return None
+
+
+def vllm_location(filename: str, line: str | int | None) -> str | None:
+    """`vllm/...py:LINE` of a frame in vLLM, None for a frame outside it."""
+    rel = vllm_relative(filename)
+    return f"{rel}:{line}" if rel and line else rel
+
+
+def _continuation(lines: list[str], j: int, limit: int = 12) -> tuple[list[str], int]:
+    out = []
+    while j < len(lines) and len(out) < limit:
+        s = lines[j].strip()
+        if (not s or "Traceback (most recent call last)" in s or _FRAME.match(s) or _EXCEPTION.match(s)
+                or _PYTEST_E.match(lines[j]) or s.startswith(tuple(_CHAIN)) or s.startswith("#")):
+            break
+        out.append(s)
+        j += 1
+    return out, j
+
+
+def find_exceptions(text: str) -> list[Found]:
+    """Every exception of a paste: those ending a traceback (with the innermost vLLM frame), chained ones,
+    and one-line errors standing alone or quoted in prose (no vLLM file)."""
+    raw_lines = text.splitlines()
+    lines = [strip_line(line) for line in raw_lines]
+    found: list[Found] = []
+    frames: list[str] = []
+    in_traceback, chained = False, None
+    i = 0
+    while i < len(lines):
+        raw = lines[i]
+        s = raw.strip()
+        if not s or _PYTEST_E.match(raw):
+            i += 1
+            continue
+        if "Traceback (most recent call last)" in s or _IPY_HEADER.match(s):
+            in_traceback, frames = True, []
+            i += 1
+            continue
+        chain = next((kind for head, kind in _CHAIN.items() if s.startswith(head)), None)
+        if chain:
+            chained = chain
+            i += 1
+            continue
+        m = _FRAME.match(s) or (in_traceback and _IPY_FRAME.match(s))
+        if m:
+            in_traceback = True
+            loc = vllm_location(m.group("file"), m.group("line"))
+            if loc:
+                frames.append(loc)
+            i += 1
+            continue
+        m = _EXCEPTION.match(s)
+        if m and (m.group("message") is not None or in_traceback or m.group("type") == "AssertionError"):
+            rest, j = _continuation(lines, i + 1)
+            message = "\n".join([m.group("message") or "", *rest]).strip().rstrip("`").strip()
+            found.append(Found(m.group("type"), message, frames[-1] if frames else None, i + 1, list(frames),
+                               chained, one_line=not in_traceback, qualified=m.group("qualified")))
+            in_traceback, frames, chained = False, [], None
+            i = j
+            continue
+        m = _PYDANTIC.match(s)
+        if m:
+            found.append(Found("ValidationError", s, frames[-1] if frames else None, i + 1, list(frames),
+                               chained, one_line=not in_traceback))
+            i += 1
+            continue
+        m = _INLINE.search(s)
+        if m and not in_traceback and not _CALM.search(raw_lines[i]):
+            message = m.group("message")
+            if m.group("tick"):
+                message = message.split("`", 1)[0]
+            found.append(Found(m.group("type"), message.strip().rstrip("`").strip(), None, i + 1, [], None,
+                               one_line=True))
+        i += 1
+    return _dedupe(found)
+
+
+def exceptions_in(text: str) -> list[Found]:
+    """Every exception a paste shows, once each (tracebacks, pytest's E lines, one-line errors)."""
+    return _dedupe(find_exceptions(text) + find_pytest_failures(text))
+
+
+def _short(type_name: str) -> str:
+    return type_name.rsplit(".", 1)[-1]
+
+
+def _dedupe(found: list[Found]) -> list[Found]:
+    """One entry per exception: a title or a log's second print of the same error is dropped (the one
+    with a place or the longer message kept); `pydantic_core._pydantic_core.ValidationError` and a
+    progress line's `ValidationError` are one type."""
+    out: list[Found] = []
+    for f in found:
+        head = f.message.splitlines()[0].strip() if f.message else ""
+        twin = next((o for o in out if _short(o.type) == _short(f.type) and (
+            (o.message.splitlines()[0].strip() if o.message else "").startswith(head[:60])
+            or head.startswith((o.message.splitlines()[0].strip() if o.message else "")[:60]))), None)
+        if twin is None:
+            out.append(f)
+        elif (f.where and not twin.where) or (twin.one_line and not f.one_line) or (
+                bool(f.where) == bool(twin.where) and twin.one_line == f.one_line and len(f.message) > len(twin.message)):
+            out[out.index(twin)] = f
+    return out
+
+
+def find_pytest_failures(text: str) -> list[Found]:
+    """The exception of each failure section of pytest's output (`E   Type: message` lines), with the
+    innermost vLLM location among the section's `path.py:line:` lines."""
+    found: list[Found] = []
+    sections: list[tuple[int, list[str]]] = []
+    for number, line in enumerate(text.splitlines(), 1):
+        line = strip_line(line)
+        if _PYTEST_SECTION.match(line.strip()) or not sections:
+            sections.append((number, []))
+        sections[-1][1].append(line)
+    for start, lines in sections:
+        frames = [loc for line in lines if (m := _PYTEST_LOCATION.match(line))
+                  and (loc := vllm_location(m.group("file"), m.group("line")))]
+        blocks: list[tuple[int, list[str]]] = []
+        for offset, line in enumerate(lines):
+            m = _PYTEST_E.match(line)
+            if not m:
+                continue
+            if blocks and blocks[-1][0] + len(blocks[-1][1]) == offset:
+                blocks[-1][1].append(m.group("text").strip())
+            else:
+                blocks.append((offset, [m.group("text").strip()]))
+        for offset, block in reversed(blocks):
+            head = _EXCEPTION.match(block[0])
+            if head:
+                message = "\n".join([head.group("message") or "", *block[1:]]).strip()
+                found.append(Found(head.group("type"), message, frames[-1] if frames else None, start + offset, frames))
+                break
+    return found
+
+
+def headline(found: Found) -> str:
+    """The exception as one line: `Type: first line of the message`; for a pydantic validation error
+    its `Value error, ...` line, which says what was refused."""
+    value_error = next((line.strip() for line in found.message.splitlines() if _PYDANTIC.match(line.strip())), None)
+    if value_error:
+        return value_error
+    first = found.message.splitlines()[0].strip() if found.message else ""
+    written = found.qualified or found.type
+    return f"{written}: {first}" if first else written
+
+
+def root_cause(log_text: str) -> Found | None:
+    """The exception a server log failed with: the last one that does not only relay another, else
+    the last one; None when the log states no exception."""
+    found = find_exceptions(log_text)
+    causes = [f for f in found if not f.wrapper]
+    return (causes or found or [None])[-1]

@@ -1,0 +1,66 @@
+"""The one traceback parser (compat.shared.tracebacks): both sides read tracebacks with it, and
+the root cause of a server log is the last exception that does not only relay another."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+from compat.shared.tracebacks import exceptions_in, headline, root_cause, vllm_location, vllm_relative
+
+PACKAGE = Path(__file__).resolve().parents[2] / "compat"
+
+SERVER_LOG = """\
+(EngineCore_DP0 pid=7) ERROR 04-21 17:49:59 [core.py:1099] Traceback (most recent call last):
+(EngineCore_DP0 pid=7) ERROR 04-21 17:49:59 [core.py:1099]   File "/venv/lib/python3.11/site-packages/vllm/v1/engine/core.py", line 1090, in run
+(EngineCore_DP0 pid=7) ERROR 04-21 17:49:59 [core.py:1099]   File "/venv/lib/python3.11/site-packages/vllm/v1/core/block_pool.py", line 238, in cache
+(EngineCore_DP0 pid=7) ERROR 04-21 17:49:59 [core.py:1099] AssertionError: block hash mismatch
+(APIServer pid=1) Traceback (most recent call last):
+(APIServer pid=1)   File "/venv/lib/python3.11/site-packages/vllm/v1/engine/core_client.py", line 1061, in get
+(APIServer pid=1) vllm.v1.engine.exceptions.EngineDeadError: EngineCore encountered an issue. See stack trace (above) for the root cause.
+"""
+
+PYDANTIC_LOG = """\
+Traceback (most recent call last):
+  File "/venv/lib/python3.11/site-packages/vllm/config/vllm.py", line 744, in __post_init__
+pydantic_core._pydantic_core.ValidationError: 1 validation error for VllmConfig
+  Value error, ExampleHiddenStatesConnector does not support chunked prefill. [type=value_error]
+"""
+
+
+def test_the_root_cause_is_the_last_exception_that_does_not_relay_another():
+    cause = root_cause(SERVER_LOG)
+    assert headline(cause) == "AssertionError: block hash mismatch"
+    assert cause.where == "vllm/v1/core/block_pool.py:238"
+    relay_only = SERVER_LOG.split("(APIServer", 1)[0].replace("AssertionError: block hash mismatch", "")
+    assert root_cause(relay_only) is None
+    wrapper = "\n".join(line for line in SERVER_LOG.splitlines() if "EngineCore_DP0" not in line)
+    assert headline(root_cause(wrapper)).startswith("vllm.v1.engine.exceptions.EngineDeadError: EngineCore")
+    assert root_cause("INFO all good\n") is None
+
+
+def test_a_pydantic_error_reads_as_its_value_error_line():
+    cause = root_cause(PYDANTIC_LOG)
+    assert headline(cause).startswith("Value error, ExampleHiddenStatesConnector does not support chunked prefill")
+    assert cause.where == "vllm/config/vllm.py:744"
+    assert [f.type for f in exceptions_in(PYDANTIC_LOG)] == ["ValidationError"]
+
+
+def test_vllm_paths_are_read_from_the_innermost_vllm_folder():
+    assert vllm_relative("/x/site-packages/vllm/v1/core/block_pool.py") == "vllm/v1/core/block_pool.py"
+    assert vllm_relative("C:\\venv\\Lib\\site-packages\\vllm\\config\\vllm.py") == "vllm/config/vllm.py"
+    assert vllm_relative("/x/site-packages/speculators/train.py") is None
+    assert vllm_location("/x/vllm/a.py", 3) == "vllm/a.py:3" and vllm_location("/x/torch/a.py", 3) is None
+
+
+def _defined(name: str) -> list[str]:
+    return [str(p.relative_to(PACKAGE)) for p in PACKAGE.rglob("*.py")
+            for node in ast.walk(ast.parse(p.read_text())) if isinstance(node, ast.FunctionDef) and node.name == name]
+
+
+def test_one_parser_and_one_path_helper_serve_both_sides():
+    for name in ("vllm_relative", "vllm_location", "find_exceptions", "root_cause", "strip_line"):
+        assert _defined(name) == ["shared/tracebacks.py"], name
+    for side in ("cell/server.py", "cell/observe.py", "harness/explain.py"):
+        assert "compat.shared.tracebacks" in (PACKAGE / side).read_text(), side
+    assert "_ERROR_LINE" not in (PACKAGE / "cell" / "server.py").read_text()
