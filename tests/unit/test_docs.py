@@ -135,7 +135,7 @@ def _options_of(main, argv=("--help",)) -> set[str]:
 @pytest.fixture(scope="module")
 def command_options() -> dict[str, set[str]]:
     """Each command of ours, keyed by the words that name it in the docs, with its parser's options."""
-    from compat.harness import bisect, explain, kimi, report_cli, runner
+    from compat.harness import bisect_cli as bisect, explain, kimi, report_cli, runner
 
     run = _options_of(runner.main)
     return {"nox -s compat": run, "compat run": run,

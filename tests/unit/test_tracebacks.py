@@ -61,6 +61,6 @@ def _defined(name: str) -> list[str]:
 def test_one_parser_and_one_path_helper_serve_both_sides():
     for name in ("vllm_relative", "vllm_location", "find_exceptions", "root_cause", "strip_line"):
         assert _defined(name) == ["shared/tracebacks.py"], name
-    for side in ("cell/server.py", "cell/observe.py", "harness/explain.py"):
+    for side in ("cell/server.py", "shared/observe.py", "harness/explain.py"):
         assert "compat.shared.tracebacks" in (PACKAGE / side).read_text(), side
     assert "_ERROR_LINE" not in (PACKAGE / "cell" / "server.py").read_text()
