@@ -31,22 +31,25 @@
 # Results and logs come back as $OUT/PHASE.tgz (a result, runner/probe/server logs, machine.txt).
 set -uo pipefail
 phase=${1:?mla, rest or dry}
-root=$(pwd); out=${OUT:-/tmp/out}; site=$root/.site/v026; s0401=$root/.site/s0401; res=$root/.res/$phase
+# RELEASE (default 026) names the unpacked site and the labels; PAYLOAD (default .device) the carried
+# payload, whose FlashAttention part is $PAYLOAD-fa3 (another release: ../shared/tools/device-payload 0.25.0 .device25 ...).
+release=${RELEASE:-026}; payload=${PAYLOAD:-.device}
+root=$(pwd); out=${OUT:-/tmp/out}; site=$root/.site/v$release; s0401=$root/.site/s0401; res=$root/.res/$phase
 began=$(date +%s)
 mkdir -p "$site" "$s0401" "$res" "$root/.site/tvshim"
-if [ -d "$root/.device/wheels" ]; then  # (again) whenever the carried wheels changed: a warm machine keeps .site/
-  stamp=$site/.wheels-$(ls "$root/.device/wheels" | md5sum | cut -c1-12)
+if [ -d "$root/$payload/wheels" ]; then  # (again) whenever the carried wheels changed: a warm machine keeps .site/
+  stamp=$site/.wheels-$(ls "$root/$payload/wheels" | md5sum | cut -c1-12)
   [ -f "$stamp" ] || { python3 -m pip install -q --no-index --no-deps --no-compile --upgrade --target "$site" \
-                         "$root"/.device/wheels/*.whl && touch "$stamp"; } || exit 3
+                         "$root"/$payload/wheels/*.whl && touch "$stamp"; } || exit 3
 fi
 if [ ! -d "$site/vllm" ]; then
-  tar -xJf "$root/.device/vllm.tar.xz" -C "$site" || exit 3
+  tar -xJf "$root/$payload/vllm.tar.xz" -C "$site" || exit 3
 fi
-if [ -f "$root/.device-fa3/fa3.tar.xz" ] && [ ! -f "$site/vllm/vllm_flash_attn/_vllm_fa3_C.abi3.so" ]; then
-  tar -xJf "$root/.device-fa3/fa3.tar.xz" -C "$site" || exit 3
+if [ -f "$root/$payload-fa3/fa3.tar.xz" ] && [ ! -f "$site/vllm/vllm_flash_attn/_vllm_fa3_C.abi3.so" ]; then
+  tar -xJf "$root/$payload-fa3/fa3.tar.xz" -C "$site" || exit 3
 fi
-if [ ! -d "$s0401/speculators" ] && ls "$root"/.device/s0401/*.whl >/dev/null 2>&1; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --target "$s0401" "$root"/.device/s0401/*.whl || exit 3
+if [ ! -d "$s0401/speculators" ] && ls "$root"/$payload/s0401/*.whl >/dev/null 2>&1; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --target "$s0401" "$root"/$payload/s0401/*.whl || exit 3
 fi
 # datasets <= 5.1 x torchvision 0.26: see tvshim/sitecustomize.py (prepare-data only)
 cp "$root/.github/gpu/tvshim/sitecustomize.py" "$root/.site/tvshim/"
@@ -65,13 +68,13 @@ cell() {  # label pythonpath timeout [variants]
 }
 left() { echo $(( 560 - $(date +%s) + began )); }
 case $phase in
-  mla) cell v026-s090-mla-bf16 "$site:$root/.site/tvshim" "$(left)" deepseek_v3,llama-bfloat16 ;;
-  rest) cell v026-s090-v2-hybrid "$site:$root/.site/tvshim" 350 hybrid,llama-runner_v2
-        cell v026-s0401-inprocess "$s0401:$site" "$(left)" ;;
-  server-rest) cell v026-s090-v2-hybrid "$site:$root/.site/tvshim" 420 hybrid,llama-runner_v2 ;;
-  hybrid-bf16) cell v026-s090-hybrid-bf16 "$site:$root/.site/tvshim" "$(left)" hybrid,llama-bfloat16 ;;
-  dry) cell v026-s090-mla-bf16 "$site:$root/.site/tvshim" "$(left)" deepseek_v3,llama-bfloat16
-       cell v026-s0401-inprocess "$s0401:$site" "$(left)"
+  mla) cell v$release-s090-mla-bf16 "$site:$root/.site/tvshim" "$(left)" deepseek_v3,llama-bfloat16 ;;
+  rest) cell v$release-s090-v2-hybrid "$site:$root/.site/tvshim" 350 hybrid,llama-runner_v2
+        cell v$release-s0401-inprocess "$s0401:$site" "$(left)" ;;
+  server-rest) cell v$release-s090-v2-hybrid "$site:$root/.site/tvshim" 420 hybrid,llama-runner_v2 ;;
+  hybrid-bf16) cell v$release-s090-hybrid-bf16 "$site:$root/.site/tvshim" "$(left)" hybrid,llama-bfloat16 ;;
+  dry) cell v$release-s090-mla-bf16 "$site:$root/.site/tvshim" "$(left)" deepseek_v3,llama-bfloat16
+       cell v$release-s0401-inprocess "$s0401:$site" "$(left)"
        PYTHONPATH=$s0401:$site python3 -c 'import speculators; print("in-process speculators", speculators.__version__)' ;;
   *) echo "unknown phase $phase" >&2; exit 2 ;;
 esac
