@@ -51,6 +51,16 @@ def runner_options(argv: Sequence[str]) -> tuple[argparse.Namespace, list[str]]:
     parser.add_argument("--gpu-memory-utilization", type=_fraction, default=None, metavar="F",
                         help="fraction of each GPU one cell may take (probe engines and generators get half "
                              "each, a TP=1 and a TP=2 instance live at once); vLLM's default when not given")
+    support = parser.add_argument_group("the support table (compat.harness.support_run)")
+    support.add_argument("--all-vllm", action="store_true",
+                         help="a row: --speculators S against every vLLM release (runtime cells chosen, the rest inferred)")
+    support.add_argument("--all-speculators", action="store_true",
+                         help="a column: --vllm V against every speculators release")
+    support.add_argument("--check-inferred", type=int, default=0, metavar="K",
+                         help="with --all-*: also run K cells it inferred (chosen at random) and report agreement")
+    support.add_argument("--seed", type=int, default=None, help="the seed --check-inferred picks with (printed)")
+    support.add_argument("--plan-only", action="store_true", help="with --all-*: choose and write the table, run nothing")
+    support.add_argument("--rerun", action="store_true", help="with --all-*: run runtime cells with stored results again")
     return parser.parse_known_args(list(argv))
 
 
@@ -104,6 +114,10 @@ def main(argv: Sequence[str]) -> int:
         return 2 if exc.code else 0
     if options.python:
         return run_existing(options, rest)
+    if options.all_vllm or options.all_speculators:
+        from compat.harness.support_run import run_support
+
+        return run_support(options, rest)
     try:
         request = replace(parse_cli(rest), dtype=options.dtype, model=_model_setting(options))
         cells = cells_for(request)
@@ -238,11 +252,14 @@ def run_matrix(cells: list[Cell], index, options: argparse.Namespace, model_dir:
     return records
 
 
-def write_merged(records: list[dict[str, Any]], reports: Path) -> int:
-    """compat.json, html, md and JUnit for the cells run so far; returns the gate's exit code."""
+def write_merged(records: list[dict[str, Any]], reports: Path, support: Any = None) -> int:
+    """compat.json, html, md and JUnit for the cells run so far; returns the gate's exit code.
+    `support`: the support table's documents (compat.harness.support_run), the report's first section."""
     from compat.harness.report import build_report, write_reports
 
     report = build_report(records)
+    if support:
+        report["support"] = support
     write_reports(report, reports)
     return report["summary"]["exit_code"]
 
@@ -250,7 +267,7 @@ def write_merged(records: list[dict[str, Any]], reports: Path) -> int:
 def finish(records: list[dict[str, Any]], options: argparse.Namespace) -> int:
     """The exit code a CI job gates on (compat.harness.verdict): 0 pass, 1 NEW breakage or adapter regression,
     2 something could not be tested (no cell, install-error, error, a deciding probe `error`)."""
-    code = write_merged(records, options.reports)
+    code = write_merged(records, options.reports, getattr(options, "support", None))
     print(f"[compat] reports in {options.reports}: compat.json, compat.html, compat.md, junit/ "
           f"(exit {code})", flush=True)
     return code

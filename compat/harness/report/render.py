@@ -29,6 +29,7 @@ from compat.harness.classify import annotate, tally
 from compat.harness.verdict import GATE_WORDS, decide, worst_gate
 from compat.harness.junit import cell_id, write_junit
 from compat.harness.report.server_era import server_era_view
+from compat.harness.report import support_table
 from compat.shared.results import CELL_VERDICTS, probe_key, write_json_atomic
 
 TEMPLATES = Path(__file__).parent / "templates"
@@ -388,6 +389,7 @@ def view_model(report: dict[str, Any]) -> dict[str, Any]:
         "changes_empty": _baseline.is_empty(report["changes"]) if report.get("changes") else True,
         "kimi": kimi_view,
         "bisect": report.get("bisect"),
+        "support_table": support_table.fragments(report.get("support"), markdown_type=_Md),
         "gate": GATE_WORDS.get(summary.get("exit_code"), "unknown"),
     }
 

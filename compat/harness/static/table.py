@@ -50,8 +50,11 @@ def static_table(cache: SourceCache | None = None, vllm: list[str] | None = None
                 rows.setdefault(v, {})[s] = {"verdict": "error", "error": str(apis[v] if isinstance(apis[v], StaticError) else releases[s])}
                 continue
             findings = check_pair_findings(releases[s], apis[v], reference)
+            broken = [f for f in findings if f.outcome == "broken"]
             rows.setdefault(v, {})[s] = {"verdict": verdict_of(findings), "contracts": len(findings),
-                                         "broken": sum(f.outcome == "broken" for f in findings)}
+                                         "broken": len(broken),
+                                         "broken_contracts": sorted({f.use.id for f in broken}),
+                                         "broken_lines": [f.line() for f in broken]}
     done = time.monotonic()
     return {"vllm": vllm, "speculators": speculators, "rows": rows,
             "seconds": {"speculators_wheels": round(fetched - started, 1), "vllm_wheels": round(read - fetched, 1),
