@@ -264,8 +264,10 @@ def answer(planned: list[Planned], measured: dict[tuple[str, str], Measured],
             a = Answer(p.vllm, p.speculators, MEASURED, outcome_of(m.verdict), m.verdict, list(m.reasons)[:3],
                        fix="; ".join(m.fixes), cell_id=m.cell_id)
         elif p.kind == RUNTIME:
-            a = Answer(p.vllm, p.speculators, MEASURED, "untested", "untested-at-runtime",
-                       ["chosen for a runtime run that has not run yet: " + "; ".join(p.reasons)])
+            # not measured until it runs: the static layer is all there is so far
+            a = Answer(p.vllm, p.speculators, STATIC_ONLY, "untested", "untested-at-runtime",
+                       ["chosen for a runtime run that has not run yet: " + "; ".join(p.reasons),
+                        f"{p.static_verdict} (static only)"])
         elif p.kind == INFERRED:
             source = measured.get(p.inferred_from) if p.inferred_from else None
             shared = f"inferred from vLLM {p.inferred_from[0]} x speculators {p.inferred_from[1]} (fingerprint {p.fingerprint})"
