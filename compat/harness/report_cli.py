@@ -3,7 +3,8 @@
     python -m compat.report_cli [--results DIR] [--out DIR] [--baseline OLD.json] [--no-gate]
 
 Reads results/<cell>.json (every *.json except kimi*.json, which is the Kimi section; and
-results/bisect/speculators-*.json, the support tables of `nox -s bisect`), writes
+results/bisect/speculators-*.json, the support tables of `nox -s bisect`; results/support/*.json, the
+rows and columns of `nox -s compat -- --all-vllm` / `--all-speculators`, the report's first section), writes
 <out>/compat.json, compat.html, compat.md and junit/<cell-id>.xml.
 
 Every cell's verdict is derived again from its probe records (compat.harness.verdict); where the stored
@@ -66,6 +67,13 @@ def main(argv: list[str] | None = None) -> int:
         except ResultFileError as exc:
             problems.append(str(exc))
 
+    support = []  # the support tables of `nox -s compat -- ... --all-vllm` (compat.harness.support_run)
+    for path in sorted((args.results / "support").glob("*.json")) if args.results.is_dir() else []:
+        try:
+            support.append(read_json(path, "support table"))
+        except ResultFileError as exc:
+            problems.append(str(exc))
+
     baseline = None
     if args.baseline is not None:
         try:
@@ -77,6 +85,8 @@ def main(argv: list[str] | None = None) -> int:
         problems.append(f"no cell result files in {args.results}")
 
     report = build_report(cells, kimi=kimi, baseline=baseline, bisect=bisect or None)
+    if support:
+        report["support"] = support
     paths = write_reports(report, args.out)
     summary = report["summary"]
     print(

@@ -33,6 +33,8 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--backend", choices=("cpu", "gpu"), default="cpu")
     parser.add_argument("--list-cells", action="store_true")
     parser.add_argument("--json", action="store_true")
+    parser.add_argument("--only", action="append", default=[], metavar="CELL_ID",
+                        help="run only these of the chosen cells (a CI job's one cell); the others stay unrun")
     return parser
 
 
@@ -180,7 +182,12 @@ def run_support(options: argparse.Namespace, rest: list[str]) -> int:
     name = f"speculators-{fixed}" if axis == "vllm" else f"vllm-{fixed}"
     print(describe_plan(planned, axis, fixed, checks, seed if options.check_inferred else None), flush=True)
     stored = {} if options.rerun else stored_records(list(cells.values()), options.results)
-    to_run = [c for c in cells.values() if c.id not in stored]
+    unknown = [i for i in args.only if i not in {c.id for c in cells.values()}]
+    if unknown:
+        print(f"compat: --only {', '.join(unknown)}: not a cell this table runs; its cells: "
+              f"{', '.join(c.id for c in cells.values())}", file=sys.stderr)
+        return 2
+    to_run = [c for c in cells.values() if c.id not in stored and (not args.only or c.id in args.only)]
     records = list(stored.values())
     for cell_id in stored:
         print(f"[support] {cell_id}: stored result reused (results/{cell_id}.json; --rerun runs it again)", flush=True)

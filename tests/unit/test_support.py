@@ -228,3 +228,16 @@ def test_model_runner_read_from_the_sources():
     opt_in = read_model_runner({"vllm/envs.py": 'os.getenv("VLLM_USE_V2_MODEL_RUNNER", "0")'}, has_v2=True)
     assert opt_in["selection"].startswith("opt-in") and opt_in["default_gpu"] == "V1"
     assert read_model_runner({}, has_v2=False)["text"].startswith("V1 (no Model Runner V2")
+
+
+def test_nox_report_reads_the_stored_support_tables(tmp_path):
+    import json
+
+    from compat.harness.report_cli import main
+
+    (tmp_path / "results" / "support").mkdir(parents=True)
+    (tmp_path / "results" / "support" / "speculators-0.9.0.json").write_text(json.dumps(_document()))
+    code = main(["--results", str(tmp_path / "results"), "--out", str(tmp_path / "reports")])
+    assert code == 3  # no cell result file: said so, and the reports are still written
+    html = (tmp_path / "reports" / "compat.html").read_text()
+    assert 'id="support"' in html and "speculators 0.9.0" in html
