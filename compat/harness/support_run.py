@@ -91,7 +91,7 @@ def gather(axis: str, fixed: str, backend: str, cache=None, index=None,
         for s in speculators:
             key = (v, era(s))
             if key not in fingerprints:
-                fingerprints[key] = fingerprint(sources, s)
+                fingerprints[key] = fingerprint(sources, s, cache.root)
     conflicts = pin_conflicts(vllm, speculators, backend, builds, index)
     echo(f"[support] fingerprints, model runners and pins read in {time.monotonic() - started:.0f} s")
     facts = []
@@ -112,14 +112,17 @@ def pin_conflicts(vllm: list[str], speculators: list[str], backend: str, builds:
     recipe's own check (compat.harness.recipe), from the packages' metadata, in seconds. A release
     with no runtime build is checked as the official vllm wheel."""
     from compat.harness.pypi import PackageIndex, PackageIndexError
-    from compat.harness.recipe import RecipeError, derive_recipe
+    from functools import lru_cache
+
+    from compat.harness.recipe import RecipeError, derive_recipe, uv_finds_python
 
     index = index or PackageIndex()
+    finds = lru_cache(maxsize=None)(uv_finds_python)  # the machine's interpreters, asked once a row
     out = {}
     for v in vllm:
         for s in speculators:
             try:
-                derive_recipe(Cell(v, s, backend if v in builds else "gpu"), index)
+                derive_recipe(Cell(v, s, backend if v in builds else "gpu"), index, finds=finds)
             except (RecipeError, PackageIndexError) as exc:
                 out[(v, s)] = str(exc).split(": ", 1)[-1] if "cannot be installed" in str(exc) else str(exc)
     return out

@@ -32,11 +32,14 @@ from __future__ import annotations
 
 import ast
 import hashlib
+import json
+from pathlib import Path
 from typing import Any
 
 from compat.harness.static.sources import WheelSources
 from compat.shared.profiles import profile_for
 
+FORMAT = 1  # bump when the modules or the normalisation change: stored fingerprints are then read again
 SCHEDULING = (
     "vllm/v1/core/sched/scheduler.py",
     "vllm/v1/core/kv_cache_manager.py",
@@ -98,17 +101,18 @@ def normalised(source: str) -> str:
 
 
 def runner_path(source: str) -> str:
-    """The model runner's functions on the hidden-state path, normalised, in file order."""
+    """The model runner's functions on the hidden-state path, normalised, in file order (one parse;
+    a function is kept by its name or by a path word among the names it uses)."""
     try:
-        tree = ast.parse(source)
+        tree = _StripDocstrings().visit(ast.parse(source))
     except SyntaxError:
         return source
     kept = []
     for node in ast.walk(tree):
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            text = ast.unparse(node)
-            if node.name in RUNNER_FUNCTIONS or any(word in text for word in RUNNER_WORDS):
-                kept.append(f"{node.name}:{normalised(text)}")
+            dumped = ast.dump(node, include_attributes=False)
+            if node.name in RUNNER_FUNCTIONS or any(word in dumped for word in RUNNER_WORDS):
+                kept.append(f"{node.name}:{dumped}")
     return "\n".join(kept)
 
 
@@ -122,11 +126,24 @@ def module_digests(sources: WheelSources, speculators: str) -> dict[str, str]:
     return out
 
 
-def fingerprint(sources: WheelSources, speculators: str) -> dict[str, Any]:
-    """The release's fingerprint for this speculators release's path: the digest and its parts."""
+def fingerprint(sources: WheelSources, speculators: str, cache_dir: Path | None = None) -> dict[str, Any]:
+    """The release's fingerprint for this speculators release's path: the digest and its parts.
+    Kept beside the wheel's sources (`cache_dir`, the SourceCache's root): a wheel never changes."""
+    stored = Path(cache_dir) / f"{sources.filename}.fingerprint-{FORMAT}-{era(speculators)}.json" if cache_dir else None
+    if stored is not None and stored.is_file():
+        try:
+            return json.loads(stored.read_text())
+        except (OSError, ValueError):
+            pass
     parts = module_digests(sources, speculators)
     whole = _digest("\n".join(f"{path}={digest}" for path, digest in sorted(parts.items())))
-    return {"vllm": sources.version, "era": era(speculators), "digest": whole, "modules": parts}
+    out = {"vllm": sources.version, "era": era(speculators), "digest": whole, "modules": parts}
+    if stored is not None:
+        try:
+            stored.write_text(json.dumps(out))
+        except OSError:
+            pass
+    return out
 
 
 def changed_modules(before: dict[str, Any], after: dict[str, Any]) -> list[str]:
