@@ -331,3 +331,23 @@ def ranges(answers: list[Answer], axis: str = "vllm") -> dict[str, list[dict[str
         out[a.outcome].append({"version_added": getattr(a, axis), "version_last": getattr(last, axis),
                                "version_removed": getattr(end, axis) if end else None})
     return out
+
+
+def contract_support(outcomes: dict[str, dict[str, str]]) -> dict[str, list[dict[str, str | None]]]:
+    """Per contract, the runs of releases (in the given order) where the static layer finds it holds,
+    in browser-compat-data's words. `outcomes`: release -> {contract id: outcome}; a release the
+    static layer could not read (absent) ends a run. Only contracts that do not hold everywhere."""
+    releases = list(outcomes)
+    ids = sorted({cid for by_id in outcomes.values() for cid in by_id})
+    out: dict[str, list[dict[str, str | None]]] = {}
+    for cid in ids:
+        holds = [outcomes[r].get(cid) == "ok" for r in releases]
+        if all(holds):
+            continue
+        runs = []
+        for i, ok in enumerate(holds):
+            if ok and (i == 0 or not holds[i - 1]):
+                end = next((j for j in range(i, len(holds)) if not holds[j]), None)
+                runs.append({"version_added": releases[i], "version_removed": releases[end] if end is not None else None})
+        out[cid] = runs
+    return out

@@ -76,7 +76,7 @@ def gather(axis: str, fixed: str, backend: str, cache=None, index=None,
         raise MatrixError(f"{what} {fixed} is not a release the table covers; releases: {', '.join(known)}")
     vllm = [fixed] if axis == "speculators" else vllm_all
     speculators = spec_all if axis == "speculators" else [fixed]
-    table = static_table(cache, vllm, speculators)
+    table = static_table(cache, vllm, speculators, detail=True)
     echo(f"[support] static layer: {len(vllm)} vLLM x {len(speculators)} speculators in {table['seconds']['total']} s")
     builds = {r for r in cache.releases(VLLM_DIST[backend]) if not Version(r).is_postrelease}
     fingerprints: dict[tuple[str, str], dict[str, Any]] = {}
@@ -225,10 +225,20 @@ def support_document(axis: str, fixed: str, backend: str, planned: list[support.
         "counts": counts,
         "ranges": {k: v for k, v in support.ranges(answers, axis).items()},
         "agreement": support.agreement(answers), "seed": seed,
+        "contracts": support.contract_support(_outcomes_along(axis, fixed, gathered["table"])),
         "model_runners": {v: r.get("text", "") for v, r in gathered["runners"].items()},
         "fingerprints": {f"{v}|{e}": fp for (v, e), fp in gathered["fingerprints"].items()},
         "seconds_static": gathered["seconds"],
     }
+
+
+def _outcomes_along(axis: str, fixed: str, table: dict[str, Any]) -> dict[str, dict[str, str]]:
+    """release along the axis -> {contract id: outcome}, in order (a row: vLLM releases)."""
+    if axis == "vllm":
+        return {v: table["rows"][v][fixed].get("outcomes") or {} for v in table["vllm"]
+                if table["rows"][v][fixed]["verdict"] != "error"}
+    return {s: table["rows"][fixed][s].get("outcomes") or {} for s in table["speculators"]
+            if table["rows"][fixed][s]["verdict"] != "error"}
 
 
 def describe_plan(planned: list[support.Planned], axis: str, fixed: str, checks: list[support.Planned],

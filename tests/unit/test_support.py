@@ -241,3 +241,16 @@ def test_nox_report_reads_the_stored_support_tables(tmp_path):
     assert code == 3  # no cell result file: said so, and the reports are still written
     html = (tmp_path / "reports" / "compat.html").read_text()
     assert 'id="support"' in html and "speculators 0.9.0" in html
+
+
+def test_contract_support_in_browser_compat_words():
+    outcomes = {"0.16.0": {"a": "ok", "b": "broken", "c": "ok"}, "0.17.0": {"a": "broken", "b": "ok", "c": "ok"},
+                "0.18.0": {"a": "broken", "b": "ok", "c": "ok"}, "0.19.0": {"a": "ok", "b": "ok", "c": "ok"}}
+    found = support.contract_support(outcomes)
+    assert "c" not in found  # holds everywhere: nothing to say
+    assert found["a"] == [{"version_added": "0.16.0", "version_removed": "0.17.0"},
+                          {"version_added": "0.19.0", "version_removed": None}]
+    assert found["b"] == [{"version_added": "0.17.0", "version_removed": None}]
+    doc = dict(_document(), contracts=found)
+    html = fragments([doc])["html"]
+    assert "version_added 0.16.0, version_removed 0.17.0" in html and "version_removed none (holds)" in html

@@ -102,6 +102,18 @@ def _runners(docs: list[dict[str, Any]]) -> dict[str, str]:
     return out
 
 
+def _contracts(docs: list[dict[str, Any]]) -> dict[str, dict[str, list[dict[str, Any]]]]:
+    """speculators release -> its contracts' support along the vLLM releases (rows only)."""
+    return {str(d["fixed"]): d.get("contracts") or {} for d in docs if d.get("axis") == "vllm"}
+
+
+def contract_text(runs: list[dict[str, Any]]) -> str:
+    if not runs:
+        return "holds on no vLLM release read"
+    return ", ".join(f"version_added {r['version_added']}, version_removed {r['version_removed'] or 'none (holds)'}"
+                     for r in runs)
+
+
 def _bcd(ranges: dict[str, list[dict[str, Any]]]) -> str:
     """browser-compat-data's support statement: works (as released, or with adapters: partial)."""
     entries = []
@@ -149,6 +161,12 @@ def _html(rows: dict[str, list[dict[str, Any]]], runners: dict[str, str], docs: 
             out.append(f"<dt>{OUTCOME_SYMBOLS[outcome]} {e(OUTCOME_WORDS[outcome])}</dt>"
                        f"<dd>{e(', '.join(_range_text(r) for r in rs) or 'none')}</dd>")
         out.append(f"</dl><p class=\"foot\">browser-compat-data: <code>{e(_bcd(ranges))}</code></p>")
+        contracts = _contracts(docs).get(spec) or {}
+        if contracts:
+            out.append(f'<details class="foot"><summary>Per contract (static layer): {len(contracts)} that do not '
+                       f'hold on every release</summary><ul>')
+            out += [f"<li><code>{e(cid)}</code>: {e(contract_text(runs))}</li>" for cid, runs in contracts.items()]
+            out.append("</ul></details>")
         out.append('<div class="scroll"><table class="support"><thead><tr><th scope="col">vLLM</th>')
         out += [f'<th scope="col">{e(c["vllm"])}</th>' for c in cells]
         out.append('</tr></thead><tbody><tr><th scope="row">speculators ' + str(e(spec)) + "</th>")
@@ -186,6 +204,8 @@ def _markdown(rows: dict[str, list[dict[str, Any]]], runners: dict[str, str], do
         for outcome, rs in outcome_ranges(cells).items():
             out.append(f"- {OUTCOME_SYMBOLS[outcome]} {OUTCOME_WORDS[outcome]}: "
                        f"{_md(', '.join(_range_text(r) for r in rs) or 'none')}")
+        for cid, runs in (_contracts(docs).get(spec) or {}).items():
+            out.append(f"- contract {_md(cid)}: {_md(contract_text(runs))}")
         out.append("")
         out.append("| vLLM | cell | notes |")
         out.append("|---|---|---|")
