@@ -204,8 +204,6 @@ def _markdown(rows: dict[str, list[dict[str, Any]]], runners: dict[str, str], do
         for outcome, rs in outcome_ranges(cells).items():
             out.append(f"- {OUTCOME_SYMBOLS[outcome]} {OUTCOME_WORDS[outcome]}: "
                        f"{_md(', '.join(_range_text(r) for r in rs) or 'none')}")
-        for cid, runs in (_contracts(docs).get(spec) or {}).items():
-            out.append(f"- contract {_md(cid)}: {_md(contract_text(runs))}")
         out.append("")
         out.append("| vLLM | cell | notes |")
         out.append("|---|---|---|")
@@ -213,5 +211,11 @@ def _markdown(rows: dict[str, list[dict[str, Any]]], runners: dict[str, str], do
             out.append(f"| {_md(cell['vllm'])} | {_md(cell_text(cell))} | "
                        f"{_md(footnote(cell, runners.get(cell['vllm'], ''))[:400])} |")
         out.append("")
+        contracts = _contracts(docs).get(spec) or {}
+        if contracts:
+            out.append("Per contract (static layer), where it does not hold on every release:")
+            out.append("")
+            out += [f"- {_md(cid)}: {_md(contract_text(runs))}" for cid, runs in contracts.items()]
+            out.append("")
     out += [f"- {_md(line)}" for line in _agreements(docs)]
     return "\n".join(out) + "\n"
