@@ -265,9 +265,12 @@ def answer(planned: list[Planned], measured: dict[tuple[str, str], Measured],
                        fix="; ".join(m.fixes), cell_id=m.cell_id)
         elif p.kind == RUNTIME:
             # not measured until it runs: the static layer is all there is so far
-            a = Answer(p.vllm, p.speculators, STATIC_ONLY, "untested", "untested-at-runtime",
+            broken = p.static_verdict == "api-incompatible"
+            lines = static_broken.get(p.pair) or []
+            a = Answer(p.vllm, p.speculators, STATIC_ONLY, "broken" if broken else "untested", "untested-at-runtime",
                        ["chosen for a runtime run that has not run yet: " + "; ".join(p.reasons),
-                        f"{p.static_verdict} (static only)"])
+                        f"{p.static_verdict} (static only)"],
+                       fix=("static break: " + lines[0]) if broken and lines else "")
         elif p.kind == INFERRED:
             source = measured.get(p.inferred_from) if p.inferred_from else None
             shared = f"inferred from vLLM {p.inferred_from[0]} x speculators {p.inferred_from[1]} (fingerprint {p.fingerprint})"

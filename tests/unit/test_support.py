@@ -88,6 +88,10 @@ def test_answers_measured_inferred_static_and_resolver():
     # a runtime cell that has not run is never shown as measured
     assert (answers["0.23.0"].outcome, answers["0.23.0"].provenance) == ("untested", "static-only")
     assert "has not run yet" in answers["0.23.0"].notes[0]
+    # ... and one the static layer finds broken reads broken (static only) until it runs
+    unrun = {a.vllm: a for a in support.answer(planned, {}, {("0.21.0", "0.9.0"): ["x.py:1: gone"]})}
+    assert (unrun["0.21.0"].outcome, unrun["0.21.0"].provenance) == ("broken", "static-only")
+    assert unrun["0.21.0"].fix == "static break: x.py:1: gone"
     assert (answers["0.25.1"].outcome, answers["0.25.1"].fix) == ("broken", "pass --no-enable-prefix-caching")
     assert answers["0.18.0"].verdict == "install-error" and answers["0.18.0"].provenance == "resolver"
     assert answers["0.33.0"].provenance == "static-only" and answers["0.33.0"].outcome == "untested"
