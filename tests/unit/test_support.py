@@ -258,3 +258,29 @@ def test_contract_support_in_browser_compat_words():
     doc = dict(_document(), contracts=found)
     html = fragments([doc])["html"]
     assert "version_added 0.16.0, version_removed 0.17.0" in html and "version_removed none (holds)" in html
+
+
+@pytest.mark.parametrize(("argv", "says"), [
+    (["--all-vllm", "--all-speculators", "--speculators", "0.9.0"], "give one (a row or a column), not both"),
+    (["--all-vllm"], "--all-vllm takes exactly one --speculators S"),
+    (["--all-vllm", "--speculators", "0.9.0", "--vllm", "0.22.1"], "--all-vllm takes exactly one --speculators S"),
+    (["--all-speculators", "--speculators", "0.9.0"], "--all-speculators takes exactly one --vllm V"),
+    (["--all-vllm", "--speculators", "nine"], "not a PEP 440 version"),
+    (["--all-vllm", "--speculators", "0.9.0", "--matrix", "m.toml"], "--matrix m.toml: not accepted with --all-vllm"),
+])
+def test_a_bad_row_or_column_request_says_what_is_accepted(argv, says, capsys):
+    from compat.harness.runner import main
+
+    assert main(argv) == 2
+    assert says in capsys.readouterr().err
+
+
+def test_a_row_request_parses():
+    from compat.harness.runner import runner_options
+    from compat.harness.support_run import request_of
+
+    options, rest = runner_options(["--speculators", "0.8.1", "--all-vllm", "--check-inferred", "2", "--seed", "5"])
+    axis, fixed, args = request_of(options, rest)
+    assert (axis, fixed, args.backend, options.check_inferred, options.seed) == ("vllm", "0.8.1", "cpu", 2, 5)
+    options, rest = runner_options(["--vllm", "0.22.1", "--all-speculators"])
+    assert request_of(options, rest)[:2] == ("speculators", "0.22.1")
