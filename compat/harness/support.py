@@ -11,7 +11,8 @@ A pair is a **runtime** cell when any of these hold (each reason is kept):
 - it is the first or the newest pair with a runtime build;
 - its key differs from the previous runtime-capable pair's: the key is the vLLM release's
   extraction-path fingerprint (compat.harness.static.fingerprint), the static verdict and broken
-  contracts, and the speculators release's profile (how it calls vLLM: compat.shared.profiles).
+  contracts, the speculators release's profile (how it calls vLLM: compat.shared.profiles) and
+  its own extraction code's fingerprint (`speculators/data_generation/` and its hs-connectors).
 Every other pair with a runtime build is **inferred** from the runtime cell with its key (named,
 with the fingerprint they share). A pair whose pins cannot be installed together is answered by
 the resolver (`install-error`, the conflicting pins). A pair with no runtime build is inferred where
@@ -58,10 +59,11 @@ class PairFacts:
     profile: str = ""  # the speculators release's profile name
     runtime_build: bool = True  # the backend's distribution has this vLLM release
     conflict: str = ""  # why the pins cannot be installed together; "" when they can
+    speculators_fingerprint: str = ""  # the speculators release's own extraction code (a column varies it)
 
     @property
     def key(self) -> tuple:
-        return (self.fingerprint, self.static_verdict, self.broken_contracts, self.profile)
+        return (self.fingerprint, self.static_verdict, self.broken_contracts, self.profile, self.speculators_fingerprint)
 
 
 @dataclass
@@ -147,7 +149,7 @@ def plan(facts: Sequence[PairFacts], axis: str = "vllm") -> list[Planned]:
         elif f.key in runtime_by_key:
             source = _nearest(f, runtime_by_key[f.key], axis)
             planned.append(Planned(kind=INFERRED, inferred_from=(source.vllm, source.speculators), reasons=[
-                f"same extraction-path fingerprint {f.fingerprint}, static result and speculators profile as "
+                f"same extraction-path fingerprint {f.fingerprint}, static result and speculators code as "
                 f"vLLM {source.vllm} x speculators {source.speculators}"
                 + ("" if f.runtime_build else "; no runtime build of this release")], **base))
         else:
@@ -179,6 +181,9 @@ def _key_change(previous: PairFacts, current: PairFacts, axis: str) -> str:
         parts.append(f"extraction-path fingerprint {previous.fingerprint} -> {current.fingerprint}")
     if previous.profile != current.profile:
         parts.append(f"speculators profile {previous.profile} -> {current.profile}")
+    if previous.speculators_fingerprint != current.speculators_fingerprint:
+        parts.append(f"speculators' own extraction code {previous.speculators_fingerprint or '(none)'} -> "
+                     f"{current.speculators_fingerprint or '(none)'}")
     if _static_state(previous) != _static_state(current):
         parts.append("static result changed")
     return f"changed since {getattr(previous, axis)}: " + "; ".join(parts)

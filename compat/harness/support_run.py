@@ -61,7 +61,8 @@ def gather(axis: str, fixed: str, backend: str, cache=None, index=None,
            echo=lambda line: print(line, flush=True)) -> dict[str, Any]:
     """The static table, fingerprints, runtime builds and pin conflicts of the row or column."""
     from compat.harness.static.bisect import vllm_releases
-    from compat.harness.static.fingerprint import fingerprint, era
+    from compat.harness.static.check import load_release
+    from compat.harness.static.fingerprint import era, fingerprint, speculators_fingerprint
     from compat.harness.static.model_runner import model_runner
     from compat.harness.static.sources import SourceCache, StaticError
     from compat.harness.static.table import speculators_releases, static_table
@@ -92,6 +93,13 @@ def gather(axis: str, fixed: str, backend: str, cache=None, index=None,
             key = (v, era(s))
             if key not in fingerprints:
                 fingerprints[key] = fingerprint(sources, s, cache.root)
+    spec_fingerprints = {}
+    for s in speculators:
+        try:
+            release = load_release(s, cache)
+            spec_fingerprints[s] = speculators_fingerprint(release.speculators, tuple(release.companions))
+        except StaticError:
+            spec_fingerprints[s] = ""
     conflicts = pin_conflicts(vllm, speculators, backend, builds, index)
     echo(f"[support] fingerprints, model runners and pins read in {time.monotonic() - started:.0f} s")
     facts = []
@@ -102,7 +110,8 @@ def gather(axis: str, fixed: str, backend: str, cache=None, index=None,
             facts.append(support.PairFacts(
                 vllm=v, speculators=s, static_verdict=row["verdict"],
                 broken_contracts=tuple(row.get("broken_contracts") or ()), fingerprint=fp["digest"] if fp else "",
-                profile=profile_for(s).name, runtime_build=v in builds, conflict=conflicts.get((v, s), "")))
+                profile=profile_for(s).name, runtime_build=v in builds, conflict=conflicts.get((v, s), ""),
+                speculators_fingerprint=spec_fingerprints[s]))
     return {"facts": facts, "table": table, "fingerprints": fingerprints, "runners": runners,
             "seconds": round(time.monotonic() - started, 1)}
 

@@ -284,3 +284,11 @@ def test_a_row_request_parses():
     assert (axis, fixed, args.backend, options.check_inferred, options.seed) == ("vllm", "0.8.1", "cpu", 2, 5)
     options, rest = runner_options(["--vllm", "0.22.1", "--all-speculators"])
     assert request_of(options, rest)[:2] == ("speculators", "0.22.1")
+
+
+def test_a_column_infers_only_across_speculators_releases_with_the_same_own_code():
+    column = [support.PairFacts("0.22.1", s, "api-compatible", (), "d", "server", True, "", code)
+              for s, code in (("0.5.0", "x"), ("0.6.0", "x"), ("0.7.0", "y"), ("0.9.0", "z"))]
+    planned = {p.speculators: p for p in support.plan(column, axis="speculators")}
+    assert planned["0.6.0"].kind == support.INFERRED and planned["0.6.0"].inferred_from == ("0.22.1", "0.5.0")
+    assert planned["0.7.0"].kind == support.RUNTIME and "own extraction code x -> y" in planned["0.7.0"].reasons[0]

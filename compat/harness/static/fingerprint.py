@@ -146,6 +146,19 @@ def fingerprint(sources: WheelSources, speculators: str, cache_dir: Path | None 
     return out
 
 
+SPECULATORS_PATH = ("speculators/data_generation/",)  # the release's own extraction code (generator or client)
+
+
+def speculators_fingerprint(sources: WheelSources, companions: tuple[WheelSources, ...] = ()) -> str:
+    """The speculators side of a pair's key (a column of the table varies it): the release's own
+    extraction code (`speculators/data_generation/`, normalised as above) and its hs-connectors
+    release, whose connectors run inside vLLM."""
+    parts = [f"{path}={_digest(normalised(sources.read(path)))}" for path in sorted(sources.paths)
+             if path.endswith(".py") and path.startswith(SPECULATORS_PATH)]
+    parts += [f"{c.dist}=={c.version}" for c in companions]
+    return _digest("\n".join(parts))
+
+
 def changed_modules(before: dict[str, Any], after: dict[str, Any]) -> list[str]:
     """The modules whose digest differs between two fingerprints of one era."""
     return sorted(p for p in set(before["modules"]) | set(after["modules"])
