@@ -221,7 +221,8 @@ class _Draft:
         return removed
 
 
-def derive_recipe(cell: Cell, index: Index, overrides: Iterable[Override] | None = None) -> Recipe:
+def derive_recipe(cell: Cell, index: Index, overrides: Iterable[Override] | None = None, finds=None) -> Recipe:
+    """`finds`: whether uv finds an interpreter for a python version (default: ask uv, ~3 s each)."""
     overrides = load_overrides() if overrides is None else list(overrides)
     if cell.vllm_wheel:
         from compat.harness.pypi import WheelOverlay
@@ -229,7 +230,7 @@ def derive_recipe(cell: Cell, index: Index, overrides: Iterable[Override] | None
         index = WheelOverlay(index, Path(cell.vllm_wheel))
     vllm_dist = VLLM_DIST[cell.backend]
     spec_meta = _metadata(index, SPECULATORS_DIST, cell.speculators, PYTHONS[0])
-    python, vllm_meta, passed_over = _choose_python(cell, index, vllm_dist, spec_meta)
+    python, vllm_meta, passed_over = _choose_python(cell, index, vllm_dist, spec_meta, finds)
     spec_requirements = base_requirements(spec_meta, python)
 
     if cell.backend == "cpu":

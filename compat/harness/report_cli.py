@@ -11,6 +11,8 @@ every cell id, the newest run of each, a verdict that changed between runs shown
 both dates, the newest Kimi record (kimi*.json) and the bisect tables (bisect/speculators-*.json).
 An identical file imported again is not a new run. `--export DIR` writes the newest run of every
 cell back as <cell-id>.json (and kimi.json, bisect/).
+The support tables of `nox -s compat -- --all-vllm` / `--all-speculators` (results/support/*.json)
+are kept likewise and open the report.
 
 Every cell's verdict is derived again from its probe records (compat.harness.verdict); where the stored
 verdict disagrees, the report says so.

@@ -57,6 +57,16 @@ def runner_options(argv: Sequence[str]) -> tuple[argparse.Namespace, list[str]]:
     parser.add_argument("--gpu-memory-utilization", type=_fraction, default=None, metavar="F",
                         help="fraction of each GPU one cell may take (probe engines and generators get half "
                              "each, a TP=1 and a TP=2 instance live at once); vLLM's default when not given")
+    support = parser.add_argument_group("the support table (compat.harness.support_run)")
+    support.add_argument("--all-vllm", action="store_true",
+                         help="a row: --speculators S against every vLLM release (runtime cells chosen, the rest inferred)")
+    support.add_argument("--all-speculators", action="store_true",
+                         help="a column: --vllm V against every speculators release")
+    support.add_argument("--check-inferred", type=int, default=0, metavar="K",
+                         help="with --all-*: also run K cells it inferred (chosen at random) and report agreement")
+    support.add_argument("--seed", type=int, default=None, help="the seed --check-inferred picks with (printed)")
+    support.add_argument("--plan-only", action="store_true", help="with --all-*: choose and write the table, run nothing")
+    support.add_argument("--rerun", action="store_true", help="with --all-*: run runtime cells with stored results again")
     return parser.parse_known_args(list(argv))
 
 
@@ -100,6 +110,10 @@ def main(argv: Sequence[str]) -> int:
         return 2 if exc.code else 0
     if options.python:
         return run_existing(options, rest)
+    if options.all_vllm or options.all_speculators:
+        from compat.harness.support_run import run_support
+
+        return run_support(options, rest)
     try:
         request = replace(parse_cli(rest), dtype=options.dtype, model=_model_setting(options))
         cells = cells_for(request)

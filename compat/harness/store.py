@@ -55,7 +55,7 @@ CREATE TABLE IF NOT EXISTS documents (
     data TEXT NOT NULL
 );
 """
-KIMI, BISECT = "kimi", "bisect"
+KIMI, BISECT, SUPPORT = "kimi", "bisect", "support"
 
 
 def default_store_path() -> Path:
@@ -181,7 +181,7 @@ class Store:
 
     def import_dir(self, folder: Path) -> Imported:
         """results/<cell>.json (validated as compat.shared.results.load_cell validates them),
-        kimi*.json and bisect/speculators-*.json. A file that cannot be read or fails the record
+        kimi*.json, bisect/speculators-*.json and support/*.json. A file that cannot be read or fails the record
         schema is named in `problems` and the others are still kept. Two files of one folder with
         one cell id are both kept, the second as `<id>@<file>` (and named in `duplicates`)."""
         folder = Path(folder)
@@ -212,6 +212,13 @@ class Store:
                 out.problems.append(str(exc))
                 continue
             self.add_document(BISECT, path.stem, data, _file_time(path), str(path))
+        for path in sorted((folder / "support").glob("*.json")):  # compat.harness.support_run's rows and columns
+            try:
+                data = read_json(path, "support table")
+            except ResultFileError as exc:
+                out.problems.append(str(exc))
+                continue
+            self.add_document(SUPPORT, path.stem, data, _file_time(path), str(path))
         return out
 
     # ------------------------------------------------------------------ reading
@@ -245,7 +252,7 @@ class Store:
         return out
 
     def export_dir(self, folder: Path) -> list[Path]:
-        """The newest run of every cell as <cell-id>.json, the Kimi record and the bisect tables."""
+        """The newest run of every cell as <cell-id>.json, the Kimi record, the bisect and support tables."""
         folder = Path(folder)
         paths = []
         for run in self.newest():
@@ -255,7 +262,8 @@ class Store:
         for name, data in self.documents(KIMI).items():
             write_json_atomic(folder / f"{name}.json", data)
             paths.append(folder / f"{name}.json")
-        for name, data in self.documents(BISECT).items():
-            write_json_atomic(folder / "bisect" / f"{name}.json", data)
-            paths.append(folder / "bisect" / f"{name}.json")
+        for kind in (BISECT, SUPPORT):
+            for name, data in self.documents(kind).items():
+                write_json_atomic(folder / kind / f"{name}.json", data)
+                paths.append(folder / kind / f"{name}.json")
         return paths

@@ -176,7 +176,7 @@ def _gate_script(job: str) -> str:
 
 
 def _gated_jobs():
-    for name in ("compat.yml", "gpu-cells.yml"):
+    for name in ("compat.yml", "gpu-cells.yml", "support-row.yml"):
         for job_name, job in _jobs((ROOT / ".github/workflows" / name).read_text()).items():
             runs = [c for c in _commands(job) if GATED_RUN.match(c)]
             if runs:
@@ -199,7 +199,7 @@ def test_every_gated_run_records_its_status_and_its_job_ends_with_the_gate():
         steps = job.split("\n      - ")
         assert steps[-1].startswith(GATE_STEP[2:]) and "\n        if: always()\n" in steps[-1], where
     assert seen == {"compat.yml:cell": 1, "compat.yml:report": 1, "gpu-cells.yml:install": 6,
-                    "gpu-cells.yml:image": 1}
+                    "gpu-cells.yml:image": 1, "support-row.yml:cell": 1, "support-row.yml:table": 1}
     scripts = {_gate_script(job) for _, job, _ in _gated_jobs()}
     assert len(scripts) == 1, "the gate steps differ"
 
@@ -226,3 +226,11 @@ def test_the_gate_fails_the_job_on_1_2_3_each_with_its_own_message(tmp_path, she
     for line in says:
         assert line in done.stdout, done.stdout
     assert ("::error::" in done.stdout) == (code != 0)
+
+
+def test_support_row_fans_out_the_cells_the_selection_chooses():
+    text = (ROOT / ".github/workflows/support-row.yml").read_text()
+    assert '--all-vllm --check-inferred "$CHECK" --seed "$SEED" --list-cells --json' in text
+    assert "fromJSON(needs.cells.outputs.cells)" in text and "merge-multiple: true" in text
+    assert 'nox -s compat -- --vllm "$vllm" --speculators "$ROW" --only "$CELL"' in text
+    assert "--all-vllm" in text.split("\n  table:")[1] and "results/support/" in text

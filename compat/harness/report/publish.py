@@ -4,7 +4,7 @@
 
 Imports the given results folders into the store first (a file that cannot be read or fails the
 record schema is named in `problems`; the others are still kept and reported), then builds the
-report from the newest run of every cell id, the newest Kimi record and every bisect table, with
+report from the newest run of every cell id, the newest Kimi record, every bisect and support table, with
 each cell's runs (flips between them), and writes compat.json, compat.html, compat.md and junit/.
 """
 
@@ -16,7 +16,7 @@ from typing import Any, Iterable
 
 from compat.harness.report.build import build_report
 from compat.harness.report.render import write_reports
-from compat.harness.store import BISECT, KIMI, Store
+from compat.harness.store import BISECT, KIMI, SUPPORT, Store
 from compat.harness.verdict import UNTESTED, worst_gate
 
 
@@ -50,4 +50,7 @@ def publish(out_dir: Path, store: Store, imports: Iterable[Path] = (), baseline:
     bisect = [table for _name, table in sorted(store.documents(BISECT).items())]
     report = build_report(cells, kimi=kimi[-1] if kimi else None, baseline=baseline, generated_at=generated_at,
                           bisect=bisect or None, runs=history)
+    support = [table for _name, table in sorted(store.documents(SUPPORT).items())]
+    if support:  # the rows and columns of `nox -s compat -- --all-vllm / --all-speculators`: the report's first section
+        report["support"] = support
     return Published(report, write_reports(report, out_dir), problems, duplicates)

@@ -24,6 +24,7 @@ from compat.shared.markdown import Md, md_code, md_escape
 from compat.shared.presentation import reference_url, symptom_text
 from compat.harness.report.build import version_key
 from compat.harness.report.server_era import server_era_view
+from compat.harness.report import support_table
 from compat.shared.results import probe_key, write_json_atomic
 
 TEMPLATES = Path(__file__).parent / "templates"
@@ -275,6 +276,7 @@ def view_model(report: dict[str, Any]) -> dict[str, Any]:
         "kimi": kimi_view,
         "bisect": report.get("bisect"),
         "flips": report.get("flips") or [],
+        "support_table": support_table.fragments(report.get("support"), markdown_type=_Md),
         "gate": GATE_WORDS.get(summary.get("exit_code"), "unknown"),
     }
 

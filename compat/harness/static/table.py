@@ -25,7 +25,8 @@ def speculators_releases(cache: SourceCache, since: str = SPECULATORS_SINCE) -> 
 
 
 def static_table(cache: SourceCache | None = None, vllm: list[str] | None = None,
-                 speculators: list[str] | None = None) -> dict[str, Any]:
+                 speculators: list[str] | None = None, detail: bool = False) -> dict[str, Any]:
+    """`detail`: each pair also keeps every contract's outcome (`outcomes`: id -> worst outcome)."""
     cache = cache or SourceCache()
     started = time.monotonic()
     vllm = vllm or vllm_releases(cache, SINCE)
@@ -50,10 +51,25 @@ def static_table(cache: SourceCache | None = None, vllm: list[str] | None = None
                 rows.setdefault(v, {})[s] = {"verdict": "error", "error": str(apis[v] if isinstance(apis[v], StaticError) else releases[s])}
                 continue
             findings = check_pair_findings(releases[s], apis[v], reference)
+            broken = [f for f in findings if f.outcome == "broken"]
             rows.setdefault(v, {})[s] = {"verdict": verdict_of(findings), "contracts": len(findings),
-                                         "broken": sum(f.outcome == "broken" for f in findings)}
+                                         "broken": len(broken),
+                                         "broken_contracts": sorted({f.use.id for f in broken}),
+                                         "broken_lines": [f.line() for f in broken]}
+            if detail:
+                rows[v][s]["outcomes"] = _worst_outcomes(findings)
     done = time.monotonic()
     return {"vllm": vllm, "speculators": speculators, "rows": rows,
             "seconds": {"speculators_wheels": round(fetched - started, 1), "vllm_wheels": round(read - fetched, 1),
                         "checks": round(done - read, 1), "total": round(done - started, 1)},
             "fetch": dict(cache.stats)}
+
+
+def _worst_outcomes(findings) -> dict[str, str]:
+    order = ("broken", "guarded", "unknown", "ok")
+    out: dict[str, str] = {}
+    for f in findings:
+        current = out.get(f.use.id)
+        if current is None or order.index(f.outcome) < order.index(current):
+            out[f.use.id] = f.outcome
+    return out

@@ -1,0 +1,221 @@
+"""The report's opening section: "which vLLM works with my speculators?" (issue 22 item 3).
+
+From the support documents (compat.harness.support_run: results/support/*.json, or the one a run
+just made): per speculators release the vLLM ranges that work as released, with the compat
+adapters, untested, broken, in browser-compat-data's words (version_added / version_removed), then
+every cell of the row. Each cell says its outcome and how it was found with a symbol and a word
+(colour never alone): measured, inferred (named source and fingerprint), static only, resolver
+(pins conflict). A broken cell names the nearest working pair and the fix. Footnotes carry the
+inference sources, fixes and which model runner serves extract_hidden_states.
+
+    fragments(documents) -> {"html": Markup, "markdown": str}   # "" each when there is none
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Iterable
+
+from markupsafe import Markup, escape
+from packaging.version import Version
+
+OUTCOME_SYMBOLS = {"works": "✔", "adapters": "◐", "untested": "?", "broken": "✖"}
+OUTCOME_WORDS = {"works": "works as released", "adapters": "works with the compat adapters",
+                 "untested": "untested", "broken": "broken"}
+PROVENANCE_SYMBOLS = {"measured": "●", "inferred": "≈", "static-only": "⊙", "resolver": "⊘"}
+PROVENANCE_WORDS = {"measured": "measured", "inferred": "inferred", "static-only": "static only",
+                    "resolver": "pins conflict"}
+
+STYLE = """
+#support table.support td { text-align: center; font-size: .8rem; padding: .15rem .3rem; }
+#support .o-works { background: #dff3e0; } #support .o-adapters { background: #fff4cc; }
+#support .o-untested { background: #eeeeee; } #support .o-broken { background: #f9d6d5; }
+#support .p-inferred { border: 2px dashed #777; } #support .p-measured { border: 2px solid #333; }
+#support .p-static-only { border: 2px dotted #999; font-style: italic; } #support .p-resolver { border: 2px double #933; }
+#support .ranges dd { margin: 0 0 .3rem 1rem; } #support .foot { font-size: .8rem; }
+"""
+
+
+def _documents(documents: Any) -> list[dict[str, Any]]:
+    if not documents:
+        return []
+    docs = [documents] if isinstance(documents, dict) else list(documents)
+    return [d for d in docs if isinstance(d, dict) and d.get("cells")]
+
+
+def _rows(docs: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+    """Cells by speculators release (rows), each in vLLM order; a later document's cell wins."""
+    rows: dict[str, dict[str, dict[str, Any]]] = {}
+    for doc in docs:
+        for cell in doc["cells"]:
+            rows.setdefault(str(cell["speculators"]), {})[str(cell["vllm"])] = cell
+    return {s: sorted(cells.values(), key=lambda c: Version(c["vllm"]))
+            for s, cells in sorted(rows.items(), key=lambda kv: Version(kv[0]))}
+
+
+def outcome_ranges(cells: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+    """Per outcome its runs of consecutive vLLM releases: version_added, version_last, version_removed."""
+    out: dict[str, list[dict[str, Any]]] = {o: [] for o in OUTCOME_SYMBOLS}
+    for i, cell in enumerate(cells):
+        if i and cells[i - 1]["outcome"] == cell["outcome"]:
+            continue
+        j = i
+        while j + 1 < len(cells) and cells[j + 1]["outcome"] == cell["outcome"]:
+            j += 1
+        out[cell["outcome"]].append({
+            "version_added": cell["vllm"], "version_last": cells[j]["vllm"],
+            "version_removed": cells[j + 1]["vllm"] if j + 1 < len(cells) else None,
+            "provenance": sorted({c["provenance"] for c in cells[i:j + 1]})})
+    return out
+
+
+def _range_text(r: dict[str, Any]) -> str:
+    span = r["version_added"] if r["version_added"] == r["version_last"] else f"{r['version_added']} – {r['version_last']}"
+    return f"{span} ({', '.join(PROVENANCE_WORDS[p] for p in r['provenance'])})"
+
+
+def cell_text(cell: dict[str, Any]) -> str:
+    """The cell as words: outcome and provenance, never colour alone."""
+    return f"{OUTCOME_SYMBOLS[cell['outcome']]}{PROVENANCE_SYMBOLS[cell['provenance']]} " \
+           f"{OUTCOME_WORDS[cell['outcome']]} · {PROVENANCE_WORDS[cell['provenance']]}"
+
+
+def footnote(cell: dict[str, Any], runner: str = "") -> str:
+    parts = [f"vLLM {cell['vllm']} x speculators {cell['speculators']}: {OUTCOME_WORDS[cell['outcome']]}, "
+             f"{PROVENANCE_WORDS[cell['provenance']]} ({cell['verdict']})"]
+    parts += [str(n) for n in cell.get("notes") or [] if n][:2]
+    if cell.get("check"):
+        parts.append(cell["check"]["text"])
+    if cell["outcome"] == "broken":
+        if cell.get("nearest"):
+            parts.append(f"install instead: {cell['nearest']}")
+        if cell.get("fix"):
+            parts.append(f"fix: {cell['fix']}")
+    if runner:
+        parts.append(f"model runner: {runner}")
+    return "; ".join(parts)
+
+
+def _runners(docs: list[dict[str, Any]]) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for doc in docs:
+        out.update(doc.get("model_runners") or {})
+    return out
+
+
+def _contracts(docs: list[dict[str, Any]]) -> dict[str, dict[str, list[dict[str, Any]]]]:
+    """speculators release -> its contracts' support along the vLLM releases (rows only)."""
+    return {str(d["fixed"]): d.get("contracts") or {} for d in docs if d.get("axis") == "vllm"}
+
+
+def contract_text(runs: list[dict[str, Any]]) -> str:
+    if not runs:
+        return "holds on no vLLM release read"
+    return ", ".join(f"version_added {r['version_added']}, version_removed {r['version_removed'] or 'none (holds)'}"
+                     for r in runs)
+
+
+def _bcd(ranges: dict[str, list[dict[str, Any]]]) -> str:
+    """browser-compat-data's support statement: works (as released, or with adapters: partial)."""
+    entries = []
+    for outcome in ("works", "adapters"):
+        for r in ranges[outcome]:
+            entry = f'{{"version_added": "{r["version_added"]}", "version_removed": ' + \
+                    (f'"{r["version_removed"]}"' if r["version_removed"] else "null")
+            entries.append(entry + (', "partial_implementation": true, "notes": "with the compat adapters"}'
+                                    if outcome == "adapters" else "}"))
+    return '{"vllm": [' + ", ".join(entries) + "]}"
+
+
+def fragments(documents: Any, markdown_type: Callable[[str], str] = str) -> dict[str, Any]:
+    """The section as HTML (Markup) and Markdown (`markdown_type`: the renderer's safe-Markdown string)."""
+    docs = _documents(documents)
+    if not docs:
+        return {"html": Markup(""), "markdown": markdown_type("")}
+    rows, runners = _rows(docs), _runners(docs)
+    return {"html": _html(rows, runners, docs), "markdown": markdown_type(_markdown(rows, runners, docs))}
+
+
+def _agreements(docs: Iterable[dict[str, Any]]) -> list[str]:
+    out = []
+    for doc in docs:
+        a = doc.get("agreement") or {}
+        if a.get("checked"):
+            out.append(f"{doc['axis'] == 'vllm' and 'speculators ' + doc['fixed'] or 'vLLM ' + doc['fixed']}: "
+                       f"inference checked on {a['checked']} cell(s) (seed {doc.get('seed')}), {a['agree']} agree"
+                       + "".join(f"; {d}" for d in a.get("disagreements") or []))
+    return out
+
+
+def _html(rows: dict[str, list[dict[str, Any]]], runners: dict[str, str], docs: list[dict[str, Any]]) -> Markup:
+    e = escape
+    out = [f"<style>{STYLE}</style>", '<section id="support" aria-labelledby="support-h">',
+           '<h2 id="support-h">Which vLLM works with my speculators?</h2>',
+           '<p class="hint">Each cell: outcome (✔ works as released, ◐ with the compat adapters, ? untested, '
+           '✖ broken) and how it was found (● measured, ≈ inferred from a measured cell with the same '
+           'extraction-path fingerprint, ⊙ static only, ⊘ pins conflict). Footnotes name sources and fixes.</p>']
+    notes: list[str] = []
+    for spec, cells in rows.items():
+        ranges = outcome_ranges(cells)
+        out.append(f'<h3 id="support-{e(spec)}">speculators {e(spec)}</h3><dl class="ranges">')
+        for outcome, rs in ranges.items():
+            out.append(f"<dt>{OUTCOME_SYMBOLS[outcome]} {e(OUTCOME_WORDS[outcome])}</dt>"
+                       f"<dd>{e(', '.join(_range_text(r) for r in rs) or 'none')}</dd>")
+        out.append(f"</dl><p class=\"foot\">browser-compat-data: <code>{e(_bcd(ranges))}</code></p>")
+        contracts = _contracts(docs).get(spec) or {}
+        if contracts:
+            out.append(f'<details class="foot"><summary>Per contract (static layer): {len(contracts)} that do not '
+                       f'hold on every release</summary><ul>')
+            out += [f"<li><code>{e(cid)}</code>: {e(contract_text(runs))}</li>" for cid, runs in contracts.items()]
+            out.append("</ul></details>")
+        out.append('<div class="scroll"><table class="support"><thead><tr><th scope="col">vLLM</th>')
+        out += [f'<th scope="col">{e(c["vllm"])}</th>' for c in cells]
+        out.append('</tr></thead><tbody><tr><th scope="row">speculators ' + str(e(spec)) + "</th>")
+        for cell in cells:
+            notes.append(footnote(cell, runners.get(cell["vllm"], "")))
+            n = len(notes)
+            out.append(f'<td class="o-{e(cell["outcome"])} p-{e(cell["provenance"])}" '
+                       f'title="{e(cell_text(cell))}" data-vllm="{e(cell["vllm"])}">'
+                       f'<span>{OUTCOME_SYMBOLS[cell["outcome"]]}{PROVENANCE_SYMBOLS[cell["provenance"]]}</span>'
+                       f'<br><span class="word">{e(cell["outcome"])}</span><br><span class="word">'
+                       f'{e(PROVENANCE_WORDS[cell["provenance"]])}</span>'
+                       f'<sup><a href="#support-note-{n}">{n}</a></sup></td>')
+        out.append("</tr></tbody></table></div>")
+    for line in _agreements(docs):
+        out.append(f"<p>{e(line)}</p>")
+    out.append('<details class="foot"><summary>Footnotes (sources, fixes, model runner)</summary><ol>')
+    out += [f'<li id="support-note-{i}">{e(text)}</li>' for i, text in enumerate(notes, 1)]
+    out.append("</ol></details></section>")
+    return Markup("".join(out))
+
+
+def _md(text: str) -> str:
+    return "".join("\\" + ch if ch in "\\`*_[]<>|~$#!" else ch for ch in " ".join(str(text).split())) \
+        .replace("&", "&amp;")
+
+
+def _markdown(rows: dict[str, list[dict[str, Any]]], runners: dict[str, str], docs: list[dict[str, Any]]) -> str:
+    out = ["## Which vLLM works with my speculators?", "",
+           "✔ works as released · ◐ with the compat adapters · ? untested · ✖ broken; "
+           "● measured · ≈ inferred (same extraction-path fingerprint as a measured cell) · ⊙ static only · "
+           "⊘ pins conflict", ""]
+    for spec, cells in rows.items():
+        out.append(f"### speculators {_md(spec)}")
+        out.append("")
+        for outcome, rs in outcome_ranges(cells).items():
+            out.append(f"- {OUTCOME_SYMBOLS[outcome]} {OUTCOME_WORDS[outcome]}: "
+                       f"{_md(', '.join(_range_text(r) for r in rs) or 'none')}")
+        out.append("")
+        out.append("| vLLM | cell | notes |")
+        out.append("|---|---|---|")
+        for cell in cells:
+            out.append(f"| {_md(cell['vllm'])} | {_md(cell_text(cell))} | "
+                       f"{_md(footnote(cell, runners.get(cell['vllm'], ''))[:400])} |")
+        out.append("")
+        contracts = _contracts(docs).get(spec) or {}
+        if contracts:
+            out.append("Per contract (static layer), where it does not hold on every release:")
+            out.append("")
+            out += [f"- {_md(cid)}: {_md(contract_text(runs))}" for cid, runs in contracts.items()]
+            out.append("")
+    out += [f"- {_md(line)}" for line in _agreements(docs)]
+    return "\n".join(out) + "\n"

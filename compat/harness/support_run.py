@@ -1,0 +1,285 @@
+"""`nox -s compat -- --speculators S --all-vllm` (a row) and `--vllm V --all-speculators` (a column):
+the static layer over every release, the runtime cells compat.harness.support chooses, every
+other cell inferred or static-only, then the support table (results/support/<row>.json and the
+report's first section).
+
+Stored results are reused: a runtime cell whose results/<id>.json exists is not run again unless
+--rerun (so a CI fan-out's merged artifacts, then this command, give the table without a run).
+`--plan-only` prints and writes the choice and runs nothing; `--list-cells --json` prints the ids
+to run (a CI job matrix). `--check-inferred K [--seed N]` also runs K cells it inferred.
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from packaging.version import Version
+
+from compat.harness import support
+from compat.harness.matrix import VLLM_DIST, Cell, MatrixError, check_version
+from compat.shared.profiles import profile_for
+from compat.shared.results import write_json_atomic
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="nox -s compat -- (--all-vllm | --all-speculators)", add_help=False)
+    parser.add_argument("--vllm", action="append", default=[])
+    parser.add_argument("--speculators", action="append", default=[])
+    parser.add_argument("--backend", choices=("cpu", "gpu"), default="cpu")
+    parser.add_argument("--list-cells", action="store_true")
+    parser.add_argument("--json", action="store_true")
+    parser.add_argument("--only", action="append", default=[], metavar="CELL_ID",
+                        help="run only these of the chosen cells (a CI job's one cell); the others stay unrun")
+    return parser
+
+
+def request_of(options: argparse.Namespace, rest: list[str]) -> tuple[str, str, argparse.Namespace]:
+    """(axis, the fixed version, parsed rest); MatrixError names what is wrong."""
+    args, unknown = _parser().parse_known_args(rest)
+    if unknown:
+        raise MatrixError(f"{' '.join(unknown)}: not accepted with --all-vllm/--all-speculators "
+                          f"(accepted: --vllm, --speculators, --backend, --list-cells, --json and the runner's options)")
+    if options.all_vllm and options.all_speculators:
+        raise MatrixError("--all-vllm and --all-speculators: give one (a row or a column), not both")
+    if options.all_vllm:
+        if len(args.speculators) != 1 or args.vllm:
+            raise MatrixError("--all-vllm takes exactly one --speculators S and no --vllm "
+                              "(e.g. --speculators 0.8.1 --all-vllm)")
+        return "vllm", check_version(args.speculators[0], "--speculators"), args
+    if len(args.vllm) != 1 or args.speculators:
+        raise MatrixError("--all-speculators takes exactly one --vllm V and no --speculators "
+                          "(e.g. --vllm 0.22.1 --all-speculators)")
+    return "speculators", check_version(args.vllm[0], "--vllm"), args
+
+
+def gather(axis: str, fixed: str, backend: str, cache=None, index=None,
+           echo=lambda line: print(line, flush=True)) -> dict[str, Any]:
+    """The static table, fingerprints, runtime builds and pin conflicts of the row or column."""
+    from compat.harness.static.contract_history import vllm_releases
+    from compat.harness.static.check import load_release
+    from compat.harness.static.fingerprint import era, fingerprint, speculators_fingerprint
+    from compat.harness.static.model_runner import model_runner
+    from compat.harness.static.sources import SourceCache, StaticError
+    from compat.harness.static.table import speculators_releases, static_table
+
+    cache = cache or SourceCache()
+    started = time.monotonic()
+    vllm_all = vllm_releases(cache)
+    spec_all = speculators_releases(cache)
+    known = vllm_all if axis == "speculators" else spec_all
+    if Version(fixed) not in {Version(r) for r in known}:
+        what = "vLLM" if axis == "speculators" else "speculators"
+        raise MatrixError(f"{what} {fixed} is not a release the table covers; releases: {', '.join(known)}")
+    vllm = [fixed] if axis == "speculators" else vllm_all
+    speculators = spec_all if axis == "speculators" else [fixed]
+    table = static_table(cache, vllm, speculators, detail=True)
+    echo(f"[support] static layer: {len(vllm)} vLLM x {len(speculators)} speculators in {table['seconds']['total']} s")
+    builds = {r for r in cache.releases(VLLM_DIST[backend]) if not Version(r).is_postrelease}
+    fingerprints: dict[tuple[str, str], dict[str, Any]] = {}
+    runners: dict[str, dict[str, Any]] = {}
+    for v in vllm:
+        try:
+            sources = cache.get("vllm", v)
+        except StaticError as exc:
+            runners[v] = {"text": f"not read: {exc}"}
+            continue
+        runners[v] = model_runner(sources)
+        for s in speculators:
+            key = (v, era(s))
+            if key not in fingerprints:
+                fingerprints[key] = fingerprint(sources, s, cache.root)
+    spec_fingerprints = {}
+    for s in speculators:
+        try:
+            release = load_release(s, cache)
+            spec_fingerprints[s] = speculators_fingerprint(release.speculators, tuple(release.companions))
+        except StaticError:
+            spec_fingerprints[s] = ""
+    conflicts = pin_conflicts(vllm, speculators, backend, builds, index)
+    echo(f"[support] fingerprints, model runners and pins read in {time.monotonic() - started:.0f} s")
+    facts = []
+    for v in vllm:
+        for s in speculators:
+            row = table["rows"][v][s]
+            fp = fingerprints.get((v, era(s)))
+            facts.append(support.PairFacts(
+                vllm=v, speculators=s, static_verdict=row["verdict"],
+                broken_contracts=tuple(row.get("broken_contracts") or ()), fingerprint=fp["digest"] if fp else "",
+                profile=profile_for(s).name, runtime_build=v in builds, conflict=conflicts.get((v, s), ""),
+                speculators_fingerprint=spec_fingerprints[s]))
+    return {"facts": facts, "table": table, "fingerprints": fingerprints, "runners": runners,
+            "seconds": round(time.monotonic() - started, 1)}
+
+
+def pin_conflicts(vllm: list[str], speculators: list[str], backend: str, builds: set[str], index=None) -> dict:
+    """{(v, s): message} where the pair's published pins cannot be installed together: the install
+    recipe's own check (compat.harness.recipe), from the packages' metadata, in seconds. A release
+    with no runtime build is checked as the official vllm wheel."""
+    from compat.harness.pypi import PackageIndex, PackageIndexError
+    from functools import lru_cache
+
+    from compat.harness.recipe import RecipeError, derive_recipe, uv_finds_python
+
+    index = index or PackageIndex()
+    finds = lru_cache(maxsize=None)(uv_finds_python)  # the machine's interpreters, asked once a row
+    out = {}
+    for v in vllm:
+        for s in speculators:
+            try:
+                derive_recipe(Cell(v, s, backend if v in builds else "gpu"), index, finds=finds)
+            except (RecipeError, PackageIndexError) as exc:
+                out[(v, s)] = str(exc).split(": ", 1)[-1] if "cannot be installed" in str(exc) else str(exc)
+    return out
+
+
+def measured_from(records: list[dict[str, Any]]) -> dict[tuple[str, str], support.Measured]:
+    """Decided runtime records by pair (the verdict rule, the registry's fix of each known breakage)."""
+    from compat.harness.verdict import decide
+
+    out = {}
+    for record in records:
+        if record.get("verdict") == "untested-at-runtime":
+            continue
+        decision = decide(record)
+        fixes = []
+        for _, cls in decision.classes:
+            if cls.breakage is not None and cls.breakage.fix not in fixes:
+                fixes.append(cls.breakage.fix)
+        out[(str(record.get("vllm")), str(record.get("speculators")))] = support.Measured(
+            decision.verdict, str(record.get("cell") or record.get("id") or ""), decision.reasons, tuple(fixes))
+    return out
+
+
+def stored_records(cells: list[Cell], results: Path) -> dict[str, dict[str, Any]]:
+    from compat.shared.results import ResultFileError, load_cell
+
+    out = {}
+    for cell in cells:
+        path = results / f"{cell.id}.json"
+        if path.is_file():
+            try:
+                out[cell.id] = load_cell(path)
+            except ResultFileError:
+                continue
+    return out
+
+
+def run_support(options: argparse.Namespace, rest: list[str]) -> int:
+    from compat.harness.runner import finish, resolve_model, run_matrix, with_run_settings
+
+    try:
+        axis, fixed, args = request_of(options, rest)
+        gathered = gather(axis, fixed, args.backend)
+        planned = support.plan(gathered["facts"], axis)
+        seed = options.seed if options.seed is not None else random.SystemRandom().randrange(10**6)
+        checks = support.pick_checks(planned, options.check_inferred, seed) if options.check_inferred else []
+    except (MatrixError, support.SupportError) as exc:
+        print(f"compat: {exc}", file=sys.stderr)
+        return 2
+    except Exception as exc:  # the index or a wheel could not be read
+        print(f"compat: the support table needs the static layer, which failed: {type(exc).__name__}: {exc}",
+              file=sys.stderr)
+        return 2
+    cells = {pair: with_run_settings(Cell(pair[0], pair[1], args.backend), options)
+             for pair in support.runtime_pairs(planned)}
+    if args.list_cells:
+        ids = [c.id for c in cells.values()]
+        print(__import__("json").dumps(ids) if args.json else "\n".join(ids))
+        return 0
+    name = f"speculators-{fixed}" if axis == "vllm" else f"vllm-{fixed}"
+    print(describe_plan(planned, axis, fixed, checks, seed if options.check_inferred else None), flush=True)
+    stored = {} if options.rerun else stored_records(list(cells.values()), options.results)
+    unknown = [i for i in args.only if i not in {c.id for c in cells.values()}]
+    if unknown:
+        print(f"compat: --only {', '.join(unknown)}: not a cell this table runs; its cells: "
+              f"{', '.join(c.id for c in cells.values())}", file=sys.stderr)
+        return 2
+    to_run = [c for c in cells.values() if c.id not in stored and (not args.only or c.id in args.only)]
+    records = list(stored.values())
+    for cell_id in stored:
+        print(f"[support] {cell_id}: stored result reused (results/{cell_id}.json; --rerun runs it again)", flush=True)
+    if to_run and not options.plan_only:
+        from compat.harness.pypi import PackageIndex
+
+        started = time.monotonic()
+        records = run_matrix(to_run, PackageIndex(), options, resolve_model(options.model), prior=records)
+        print(f"[support] {len(to_run)} runtime cell(s) in {time.monotonic() - started:.0f} s", flush=True)
+    elif to_run:
+        print(f"[support] --plan-only: {len(to_run)} runtime cell(s) not run: {', '.join(c.id for c in to_run)}")
+    answers = support.answer(planned, measured_from(records),
+                             {(v, s): gathered["table"]["rows"][v][s].get("broken_lines") or []
+                              for v in gathered["table"]["rows"] for s in gathered["table"]["rows"][v]}, axis)
+    table = support_document(axis, fixed, args.backend, planned, answers, gathered, seed if checks else None)
+    write_json_atomic(options.results / "support" / f"{name}.json", table)
+    print(summary_text(table), flush=True)
+    return finish(records, options)
+
+
+def support_document(axis: str, fixed: str, backend: str, planned: list[support.Planned],
+                     answers: list[support.Answer], gathered: dict[str, Any], seed: int | None) -> dict[str, Any]:
+    """What results/support/<row>.json holds and the report's support section reads."""
+    counts: dict[str, int] = {}
+    for p in planned:
+        counts[p.kind] = counts.get(p.kind, 0) + 1
+    return {
+        "axis": axis, "fixed": fixed, "backend": backend,
+        "cells": [a.as_dict() for a in answers],
+        "plan": [p.as_dict() for p in planned],
+        "counts": counts,
+        "ranges": {k: v for k, v in support.ranges(answers, axis).items()},
+        "agreement": support.agreement(answers), "seed": seed,
+        "contracts": support.contract_support(_outcomes_along(axis, fixed, gathered["table"])),
+        "model_runners": {v: r.get("text", "") for v, r in gathered["runners"].items()},
+        "fingerprints": {f"{v}|{e}": fp for (v, e), fp in gathered["fingerprints"].items()},
+        "seconds_static": gathered["seconds"],
+    }
+
+
+def _outcomes_along(axis: str, fixed: str, table: dict[str, Any]) -> dict[str, dict[str, str]]:
+    """release along the axis -> {contract id: outcome}, in order (a row: vLLM releases)."""
+    if axis == "vllm":
+        return {v: table["rows"][v][fixed].get("outcomes") or {} for v in table["vllm"]
+                if table["rows"][v][fixed]["verdict"] != "error"}
+    return {s: table["rows"][fixed][s].get("outcomes") or {} for s in table["speculators"]
+            if table["rows"][fixed][s]["verdict"] != "error"}
+
+
+def describe_plan(planned: list[support.Planned], axis: str, fixed: str, checks: list[support.Planned],
+                  seed: int | None) -> str:
+    what = f"speculators {fixed} x every vLLM release" if axis == "vllm" else f"vLLM {fixed} x every speculators release"
+    lines = [f"[support] {what}: {len(planned)} cells"]
+    for p in planned:
+        label = getattr(p, axis)
+        if p.kind == support.RUNTIME:
+            lines.append(f"[support]   {label}: runtime ({'; '.join(p.reasons)})")
+        elif p.kind == support.INFERRED:
+            src = p.inferred_from[0] if axis == "vllm" else p.inferred_from[1]
+            lines.append(f"[support]   {label}: inferred from {src} (fingerprint {p.fingerprint})"
+                         + (" [checked: runs too]" if p.check else ""))
+        else:
+            lines.append(f"[support]   {label}: {p.kind} ({'; '.join(p.reasons)})")
+    if seed is not None:
+        lines.append(f"[support] --check-inferred: {len(checks)} inferred cell(s) run to check the inference "
+                     f"(seed {seed}; --seed {seed} picks them again): {', '.join(getattr(c, axis) for c in checks)}")
+    counts = {k: sum(p.kind == k for p in planned) for k in (support.RUNTIME, support.INFERRED, support.STATIC_ONLY,
+                                                             support.RESOLVER)}
+    lines.append("[support] " + ", ".join(f"{n} {k}" for k, n in counts.items()))
+    return "\n".join(lines)
+
+
+def summary_text(document: dict[str, Any]) -> str:
+    axis = document["axis"]
+    lines = [f"[support] {o}: " + (", ".join(
+        (r["version_added"] if r["version_added"] == r["version_last"] else f"{r['version_added']} – {r['version_last']}")
+        for r in rs) or "none") for o, rs in document["ranges"].items()]
+    agreement = document["agreement"]
+    if agreement["checked"]:
+        lines.append(f"[support] inference checked on {agreement['checked']} cell(s): {agreement['agree']} agree"
+                     + "".join(f"\n[support]   {d}" for d in agreement["disagreements"]))
+    del axis
+    return "\n".join(lines)
