@@ -276,7 +276,7 @@ def view_model(report: dict[str, Any]) -> dict[str, Any]:
         "kimi": kimi_view,
         "bisect": report.get("bisect"),
         "flips": report.get("flips") or [],
-        "support_table": support_table.fragments(report.get("support"), markdown_type=_Md),
+        "support_table": support_table.fragments(report.get("support"), markdown_type=Md),
         "gate": GATE_WORDS.get(summary.get("exit_code"), "unknown"),
     }
 
