@@ -159,11 +159,11 @@ class PrecisionDrift(RuntimeError):
 
 
 def selected(name: str, spec: CellSpec) -> None:
-    """The cell's matrix entry may name the variants it serves (`variants`, in the cell spec)."""
+    """The cell may serve only some variants (`--variants`, or its matrix entry's `variants`; in the cell spec)."""
     if spec.variants is not None and name not in spec.variants:
         wanted = ",".join(spec.variants) or "none"
-        pytest.skip(f"{NOT_SELECTED} this cell's matrix entry serves the variants {wanted} only (compat/harness/"
-                    f"matrix.toml `variants`, to keep the default matrix's time), so this decides nothing here; "
+        pytest.skip(f"{NOT_SELECTED} this cell serves the variants {wanted} only (the run's `--variants` or its "
+                    f"matrix entry's `variants` in compat/harness/matrix.toml), so this decides nothing here; "
                     f"an ad hoc pair (`nox -s compat -- --vllm V --speculators S`) serves every variant")
 
 
