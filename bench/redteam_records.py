@@ -366,8 +366,10 @@ def _profile(c):
     return HARMFUL, "cell"
 
 
-EDITS["verdict (stored): another valid word"] = ("verdict", lambda c: (c.update(
-    verdict="compatible" if c["verdict"] != "compatible" else "incompatible"), (HARMLESS, "cell"))[1])
+# With no probe, the stored install-error is the only word of what happened: recomputed, it reads error.
+EDITS["verdict (stored): another valid word"] = ("verdict", lambda c: (lambda e: (c.update(
+    verdict="compatible" if c["verdict"] != "compatible" else "incompatible"), (e, "cell"))[1])(
+    HARMLESS if c.get("probes") else EITHER))
 EDITS["verdict (stored): 'pass'"] = ("verdict", cell_set(HARMFUL, verdict="pass"))
 EDITS["error (run level): a crash beside the probes"] = ("error", lambda c: (c.update(
     error="the probe run was killed after 1800 s (cell timeout)") if c.get("probes") else None) or
@@ -483,16 +485,36 @@ EDITS["case removed (a reference case)"] = ("probe.case", on(
 # probe: error vs status
 EDITS["error.type changed (a broken probe)"] = ("probe.error", on(broken_with_error, lambda p: p["error"].update(type="KeyError")))
 EDITS["error.message emptied (a broken probe)"] = ("probe.error", on(broken_with_error, lambda p: p["error"].update(message="")))
+# An entry with no case scope covers every case; a case-scoped one is held to the cases named
+# (compat.harness.classify._uncovered_cases): harmful only where the entry that explains it is case-scoped.
 EDITS["error.message: a second case named"] = ("probe.error", on(broken_with_error, lambda p: p["error"].update(
-    message=str(p["error"].get("message")) + "; [shared_prefix] rows differ")))
+    message=str(p["error"].get("message")) + "; [shared_prefix] rows differ") or _case_scoped(p)))
 EDITS["error.message: unicode and HTML appended"] = ("probe.error", on(broken_with_error, lambda p: p["error"].update(
     message=str(p["error"].get("message")) + " `</code><img src=x onerror=alert(1)>` \u202e"), EITHER))
 EDITS["error.where changed"] = ("probe.error", on(broken_with_error, lambda p: p["error"].update(where="vllm/elsewhere.py:1")))
 EDITS["error removed (a broken probe)"] = ("probe.error", on(broken_with_error, setter(error=None)))
 EDITS["error added (an ok probe)"] = ("probe.error", on(ok_plain, setter(error={"type": "RuntimeError", "message": "boom"})))
 EDITS["error: a string"] = ("probe.error", on(broken_with_error, lambda p: p.update(error=str(p["error"]))))
-EDITS["error.type: environment (FlashAttention)"] = ("probe.error", on(broken_with_error, lambda p: p["error"].update(
-    message="AssertionError: FlashAttention version not detected")))
+# The registry is asked first (issue 19: an entry may claim an environment failure as known), and a
+# silent entry is matched by its data symptoms: harmful only where no silent entry explains the probe.
+EDITS["error.message: an environment failure (FlashAttention)"] = ("probe.error", on(broken_with_error, lambda p: p["error"].update(
+    message="AssertionError: FlashAttention version not detected") or _silent_known(p)))
+
+def _entry(p: dict):
+    from compat.harness.breakages import REGISTRY, data_symptoms
+    detail = p.get("detail") if isinstance(p.get("detail"), dict) else {}
+    return next((e for e in REGISTRY if e.probe == p.get("id") and e.symptom.silent and data_symptoms(detail)), None)
+
+
+def _case_scoped(p: dict) -> str:
+    from compat.harness.breakages import REGISTRY
+    named = [e for e in REGISTRY if e.probe == p.get("id") and e.symptom.cases is not None]
+    return HARMFUL if named else EITHER
+
+
+def _silent_known(p: dict) -> str:
+    return EITHER if _entry(p) is not None else HARMFUL
+
 
 # probe: cause, reason, timings, rerun, nodeids
 EDITS["cause environment on a broken probe"] = ("probe.cause", on(broken_with_error, setter(cause="environment")))
@@ -667,7 +689,13 @@ EDITS["drift.max_relative negative"] = ("figures.drift", _drift(_drifted(lambda 
 # ---- running them --------------------------------------------------------------------------------
 
 def claims(verdict: str, gate: int) -> bool:
-    return verdict in CLAIMS or gate == PASS
+    """What CI believes: a gate that passes (compatible, compatible-with-compat or every failure known)."""
+    return gate == PASS
+
+
+def gained(base, d) -> bool:
+    """The edit made the record claim more than it did: a pass gate, or a compatible word it lacked."""
+    return (d.gate == PASS and base.gate != PASS) or (d.verdict in CLAIMS and base.verdict not in CLAIMS)
 
 
 def render(cell: Any, tmp: Path) -> tuple[str, Any]:
@@ -699,12 +727,12 @@ def outcome(expect: str, base, kind: str, result) -> tuple[str, str]:
     if expect == HARMLESS:
         if same:
             return "harmless", what
-        return ("MISSED" if after and not before else "false alarm"), what + f": {(d.reasons or ('',))[0][:140]}"
+        return ("MISSED" if gained(base, d) else "false alarm"), what + f": {(d.reasons or ('',))[0][:140]}"
     if expect == EITHER:
-        if after and not before:
+        if gained(base, d):
             return "MISSED", what
         return ("harmless" if same else "caught"), what + (f": {(d.reasons or ('',))[0][:140]}" if not same else "")
-    if after:
+    if after or gained(base, d):
         return "MISSED", what + f": {(d.reasons or ('',))[0][:140]}"
     if not before and same and set(d.reasons) == set(base.reasons):
         return "moot", what

@@ -362,6 +362,8 @@ def _record_contradiction(probe: dict[str, Any], migrated: bool) -> Optional[str
     status, reason = probe.get("status"), str(probe.get("reason") or "")
     if status == "ok" and probe.get("error"):
         return f"status ok, but it records an exception ({(probe['error'] or {}).get('type')})"
+    if status == "broken" and not probe.get("error") and probe.get("id") not in DATA_PROBES:
+        return "status broken, but it records no exception (a contract probe reads broken only when one was raised)"
     if status == "ok" and reason.strip():
         return f"status ok, but it records why it did not pass ({reason.splitlines()[0][:120]!r})"
     if (status == "n/a") != reason.startswith(NOT_APPLICABLE):
@@ -374,8 +376,8 @@ def _record_contradiction(probe: dict[str, Any], migrated: bool) -> Optional[str
         return None
     adapted = (probe.get("detail") or {}).get("with_compat")
     stated = adapted.get("status") if isinstance(adapted, dict) else None
-    if migrated and stated is None:
-        return None  # schema 1 kept the with-compat run's record only where it had one
+    if migrated and stated is None and not (status == "broken" and probe.get("with_compat") == "ok"):
+        return None  # schema 1: the with-compat run's record is required only behind a repair it claims
     if probe.get("with_compat") not in ("ok", "broken") and not (stated in ("ok", "broken")
                                                                   and status in ("ok", "broken")):
         return None

@@ -185,6 +185,9 @@ def trapped(base: str, trap: Callable) -> dict:
         adapted = (p.get("detail") or {}).get("with_compat")
         if isinstance(adapted, dict) and adapted.get("status") in ("ok", "broken"):
             adapted["status"] = p.get("with_compat")
+        elif not isinstance(adapted, dict) and p.get("with_compat") in ("ok", "broken"):
+            p.setdefault("detail", {})["with_compat"] = {"status": p["with_compat"], "error": None, "reason": None,
+                                                         "detail": {}}
     return cell
 
 
