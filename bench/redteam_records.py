@@ -483,20 +483,21 @@ EDITS["case removed (a reference case)"] = ("probe.case", on(
     lambda p: p.update(case=None)))
 
 # probe: error vs status
-EDITS["error.type changed (a broken probe)"] = ("probe.error", on(broken_with_error, lambda p: p["error"].update(type="KeyError")))
-EDITS["error.message emptied (a broken probe)"] = ("probe.error", on(broken_with_error, lambda p: p["error"].update(message="")))
+EDITS["error.type changed (a broken probe)"] = ("probe.error", on(broken_with_error, lambda p: p["error"].update(type="KeyError") or _silent_known(p)))
+EDITS["error.message emptied (a broken probe)"] = ("probe.error", on(broken_with_error, lambda p: p["error"].update(message="") or _silent_known(p)))
 # An entry with no case scope covers every case; a case-scoped one is held to the cases named
 # (compat.harness.classify._uncovered_cases): harmful only where the entry that explains it is case-scoped.
 EDITS["error.message: a second case named"] = ("probe.error", on(broken_with_error, lambda p: p["error"].update(
     message=str(p["error"].get("message")) + "; [shared_prefix] rows differ") or _case_scoped(p)))
 EDITS["error.message: unicode and HTML appended"] = ("probe.error", on(broken_with_error, lambda p: p["error"].update(
     message=str(p["error"].get("message")) + " `</code><img src=x onerror=alert(1)>` \u202e"), EITHER))
-EDITS["error.where changed"] = ("probe.error", on(broken_with_error, lambda p: p["error"].update(where="vllm/elsewhere.py:1")))
-EDITS["error removed (a broken probe)"] = ("probe.error", on(broken_with_error, setter(error=None)))
+EDITS["error.where changed"] = ("probe.error", on(broken_with_error, lambda p: p["error"].update(where="vllm/elsewhere.py:1") or _where_matters(p)))
+EDITS["error removed (a broken probe)"] = ("probe.error", on(broken_with_error, lambda p: p.update(error=None) or _silent_known(p)))
 EDITS["error added (an ok probe)"] = ("probe.error", on(ok_plain, setter(error={"type": "RuntimeError", "message": "boom"})))
 EDITS["error: a string"] = ("probe.error", on(broken_with_error, lambda p: p.update(error=str(p["error"]))))
 # The registry is asked first (issue 19: an entry may claim an environment failure as known), and a
-# silent entry is matched by its data symptoms: harmful only where no silent entry explains the probe.
+# silent entry is matched by its data symptoms, not its exception text: an edit of the exception is
+# harmful only where no silent entry explains the probe (the edits of error.* below likewise).
 EDITS["error.message: an environment failure (FlashAttention)"] = ("probe.error", on(broken_with_error, lambda p: p["error"].update(
     message="AssertionError: FlashAttention version not detected") or _silent_known(p)))
 
@@ -509,7 +510,14 @@ def _entry(p: dict):
 def _case_scoped(p: dict) -> str:
     from compat.harness.breakages import REGISTRY
     named = [e for e in REGISTRY if e.probe == p.get("id") and e.symptom.cases is not None]
-    return HARMFUL if named else EITHER
+    return HARMFUL if named and _entry(p) is None else EITHER
+
+
+def _where_matters(p: dict) -> str:
+    """An entry whose `where` is '' takes the failure from any file (raised in speculators or our check)."""
+    from compat.harness.breakages import REGISTRY
+    anywhere = any(e.symptom.where == "" for e in REGISTRY if e.probe == p.get("id"))
+    return EITHER if anywhere or _entry(p) is not None else HARMFUL
 
 
 def _silent_known(p: dict) -> str:
