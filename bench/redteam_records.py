@@ -696,6 +696,41 @@ EDITS["drift.tokens x 100 (dilutes the share)"] = ("figures.drift", _drift(_drif
 EDITS["drift.max_relative negative"] = ("figures.drift", _drift(_drifted(lambda d: d.update(max_relative=-1.0))))
 
 
+# Why an edit held harmless cannot change what the record supports (by edit-name prefix).
+WHY_HARMLESS = {
+    "env.vllm_dist: its local +cpu build tag": "the same release; a local build tag is not another version",
+    "env.torch": "torch is not a coordinate of the cell (the pair and backend are); shown, never judged",
+    "verdict (stored)": "a stored verdict is recomputed from the probes, never trusted",
+    "error (run level): empty string": "no run-level error: nothing crashed",
+    "seconds": "timings decide nothing",
+    "install_log_tail": "text shown, escaped by the report; decides nothing",
+    "an unknown top-level key": "extra keys are welcome (the schema keeps what it does not declare)",
+    "probes: reversed order": "the order of probes decides nothing",
+    "advisory true": "a stored advisory flag never makes a probe that ran advisory (classify.is_advisory)",
+    "cause contract on an error probe": "an error reads error whatever cause it names",
+    "nodeids": "only the rerun's selection reads them",
+    "rerun: the same outcome": "a second run that agrees confirms",
+    "figures row matches_index null": "the row is judged by its own max abs error and scale",
+    "figures: an unknown key": "extra keys are welcome",
+    "figures row": "the edited figure stays inside the rule the harness recomputes (or is stricter)",
+    "drift.": "no row set tokens aside in this record",
+    "id removed": "schema 1: migration derives the id from the pair",
+    "manifest removed": "schema 1 had no manifest: migration derives it",
+    "schema_version": "a schema-1 (or migrated) record migrates again the same way",
+    "migrated_from": "a migrated record read by schema 1's rules again, or by the stricter schema-2 ones",
+    "cause precision on an ok probe": "an ok probe's cause is never read, only a failure's",
+    "error.message: a second case named": "the entry that explains it has no case scope, or a silent entry explains it by its data",
+    "error.message: unicode and HTML": "the entry's pattern still fits; the text is escaped by the report",
+    "error": "a silent entry explains this probe by its data symptoms, not its exception (or its entry takes any file)",
+    "reason removed from an error probe": "an error reads error with or without its reason",
+    "settings removed": "schema 1's settings are the probes' environment variables, judged by nothing",
+}
+
+
+def why_harmless(name: str) -> str:
+    return next((why for prefix, why in WHY_HARMLESS.items() if name.startswith(prefix)), "")
+
+
 # ---- running them --------------------------------------------------------------------------------
 
 def claims(verdict: str, gate: int) -> bool:
@@ -815,11 +850,12 @@ def markdown(rows, counts, by_edit, files) -> str:
              f"moot {counts['moot']}, MISSED {counts['MISSED']}, false alarm {counts['false alarm']}, "
              f"crashes {counts['crash']}; edit classes with a MISSED edit: {worst['MISSED']}, with a crash: "
              f"{worst['crash']}, with a false alarm: {worst['false alarm']}.", "",
-             "| field | edit class | caught | harmless | moot | MISSED | false alarm | crash |",
-             "|---|---|---|---|---|---|---|---|"]
+             "| field | edit class | caught | harmless | moot | MISSED | false alarm | crash | why harmless |",
+             "|---|---|---|---|---|---|---|---|---|"]
     for (field, name), c in sorted(by_edit.items()):
         lines.append(f"| {field} | {name} | " + " | ".join(str(c[lab] or "") for lab in
-                                                          ("caught", "harmless", "moot", "MISSED", "false alarm", "crash")) + " |")
+                                                          ("caught", "harmless", "moot", "MISSED", "false alarm", "crash"))
+                     + f" | {why_harmless(name) if c['harmless'] else ''} |")
     return "\n".join(lines)
 
 
