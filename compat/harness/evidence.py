@@ -20,8 +20,10 @@ import re
 from typing import Any, Iterable, Optional
 
 from compat.shared.breakages import REFERENCE_PROBE
-from compat.shared.manifest import deselected, expected_manifest, probe_key
-from compat.shared.records import finite
+from compat.harness.matrix import DEFAULT_DTYPE, Cell
+from compat.shared.manifest import CORE_PROBE_KEYS, PROBE_KEYS, deselected, expected_manifest, probe_key
+from compat.shared.profiles import profile_for
+from compat.shared.records import Tolerance, finite
 from compat.shared.results import NOT_SELECTED
 
 DATA_PROBES = frozenset({REFERENCE_PROBE, "layer_ids_by_model", "bfloat16_reference"})
@@ -29,6 +31,12 @@ DATA_PROBES = frozenset({REFERENCE_PROBE, "layer_ids_by_model", "bfloat16_refere
 # probes' own; tests/unit/test_evidence.py keeps the two equal). A record that states another one
 # for its dtype contradicts the harness: a larger tolerance is never the fix.
 TOLERANCES = {"float32": (1e-4, 1e-4), "bfloat16": (0.05, 0.02), "float16": (0.05, 0.02)}
+# The one rule the figures are recomputed by; a record stating another was judged by another.
+RULE = Tolerance(0.0, 0.0).rule
+# The 16-bit drift each dtype may show (compat.cell.row_consistency.DRIFT, kept equal by
+# tests/unit/test_evidence_redteam.py): like a tolerance, a record's own looser rule is never believed.
+DRIFT_RULES = {"bfloat16": {"relative": 0.5, "separation": 0.9, "fraction": 0.05},
+               "float16": {"relative": 0.5, "separation": 0.9, "fraction": 0.05}}
 CONTRADICTS = "the record contradicts itself: "
 
 
@@ -49,12 +57,17 @@ def figures_pass(figures: Any) -> tuple[Optional[bool], str]:
     if TOLERANCES.get(figures.get("dtype")) != (atol, rtol):
         return None, (f"tolerance atol {atol:g}, rtol {rtol:g} for dtype {figures.get('dtype')!r}; the harness holds "
                       f"{figures.get('dtype')!r} to {TOLERANCES.get(figures.get('dtype'), 'nothing (unknown dtype)')}")
+    if tolerance.get("rule") != RULE:
+        return None, f"the tolerance rule {tolerance.get('rule')!r} is not the one the harness recomputes ({RULE!r})"
     rows = figures.get("rows") if isinstance(figures.get("rows"), list) else []
     if not rows:
         return None, "no rows compared"
     places = [(r.get("case"), r.get("sequence"), r.get("layer")) for r in rows if isinstance(r, dict)]
     if len(set(places)) != len(places):
         return None, "a (sequence, layer) row is listed twice"
+    impossible = rows_impossible(rows)
+    if impossible:
+        return None, impossible
     bad = [r for r in rows if isinstance(r, dict) and r.get("max_abs_error") is not None
            and not (finite(r.get("max_abs_error")) and finite(r.get("scale")))]
     if bad:
@@ -64,12 +77,40 @@ def figures_pass(figures: Any) -> tuple[Optional[bool], str]:
     drift_why = drift_check(figures, rows)
     if drift_why:
         return False, drift_why
+    elsewhere = [r for r in rows if isinstance(r, dict) and r.get("matches_index") is not None
+                 and r.get("matches_index") != r.get("reference_index")]
+    if elsewhere:
+        return False, (f"{len(elsewhere)} row(s) match another reference layer than the one compared "
+                       f"(e.g. {_row(elsewhere[0])}: matches index {elsewhere[0].get('matches_index')}, "
+                       f"compared with {elsewhere[0].get('reference_index')})")
     if outside:
         return False, (f"{len(outside)} of {len(rows)} row(s) outside max_abs_error <= {atol:g} + {rtol:g} * scale "
                        f"(e.g. {_row(outside[0])})")
     if not isinstance(expected, int) or len(rows) != expected:
         return False, f"{len(rows)} row(s) compared, {expected} expected"
     return True, f"{len(rows)} row(s) within max_abs_error <= {atol:g} + {rtol:g} * scale"
+
+
+def rows_impossible(rows: list[Any]) -> str:
+    """Figures no comparison can produce: a negative error, scale, sequence or layer, or one row
+    compared with another layer than its siblings (every row of one check maps its layer to the
+    reference's index by the same offset). '' when none."""
+    for r in rows:
+        if not isinstance(r, dict):
+            continue
+        for name in ("max_abs_error", "scale", "sequence", "layer", "reference_index", "matches_index"):
+            if finite(r.get(name)) and r[name] < 0:
+                return f"{_row(r)}: {name} {r[name]} is negative, which no comparison gives"
+    offsets = {r["reference_index"] - r["layer"] for r in rows if isinstance(r, dict)
+               and finite(r.get("reference_index")) and finite(r.get("layer"))}
+    if len(offsets) > 1:
+        odd = min(offsets, key=lambda o: sum(1 for r in rows if isinstance(r, dict) and finite(r.get("reference_index"))
+                                             and finite(r.get("layer")) and r["reference_index"] - r["layer"] == o))
+        row = next(r for r in rows if isinstance(r, dict) and finite(r.get("reference_index")) and finite(r.get("layer"))
+                   and r["reference_index"] - r["layer"] == odd)
+        return (f"{_row(row)} is compared with reference index {row.get('reference_index')}, another layer than "
+                f"its sibling rows' (layer-to-reference offsets {sorted(offsets)})")
+    return ""
 
 
 SIXTEEN_BIT = frozenset({"bfloat16", "float16"})
@@ -81,6 +122,9 @@ def drift_check(figures: dict[str, Any], rows: list[Any]) -> str:
     other tokens'). Believed only in 16-bit, under the figures' stated rule (`drift_rule: {relative,
     separation, fraction}`): every drifted token within `relative` and still nearest its own row
     (separation below `separation`), and all drifted tokens at most `fraction` of all. '' when it holds."""
+    counts = drift_counts_problem(rows)
+    if counts:
+        return counts
     drifted = [r for r in rows if isinstance(r, dict) and isinstance(r.get("drift"), dict)
                and r["drift"].get("drifted")]
     if not drifted:
@@ -91,6 +135,9 @@ def drift_check(figures: dict[str, Any], rows: list[Any]) -> str:
                f"(dtype {figures.get('dtype')}, drift_rule {rule})"
     if not all(finite(rule.get(k)) for k in ("relative", "separation", "fraction")):
         return f"drift_rule {rule} is not three finite numbers"
+    held = DRIFT_RULES[figures["dtype"]]
+    if {k: rule.get(k) for k in held} != held:
+        return f"drift_rule {rule} is not the one the harness holds {figures['dtype']} to ({held})"
     tokens = sum(r["drift"].get("tokens") or 0 for r in rows if isinstance(r, dict) and isinstance(r.get("drift"), dict))
     count = sum(r["drift"]["drifted"] for r in drifted)
     for r in drifted:
@@ -101,6 +148,30 @@ def drift_check(figures: dict[str, Any], rows: list[Any]) -> str:
                     f"{d.get('max_separation')}: beyond the drift rule {rule}")
     if not tokens or count > rule["fraction"] * tokens:
         return f"{count} of {tokens} token rows set aside as drift, more than {rule['fraction']:g} of them"
+    return ""
+
+
+def drift_counts_problem(rows: list[Any]) -> str:
+    """Drift counts no check can produce: drifted outside 0..tokens, figures of drifted tokens
+    without any drifted (or none with some), or one sequence of one case with two token counts
+    (every layer of a sequence sees the same tokens)."""
+    tokens_of: dict[tuple, set] = {}
+    for r in rows:
+        d = r.get("drift") if isinstance(r, dict) else None
+        if not isinstance(d, dict):
+            continue
+        tokens, drifted = d.get("tokens"), d.get("drifted")
+        if not (isinstance(tokens, int) and isinstance(drifted, int) and 0 <= drifted <= tokens):
+            return f"{_row(r)}: {drifted} of {tokens} tokens drifted, which no check counts"
+        described = [d.get(k) is not None for k in ("max_relative", "max_separation")]
+        if any(described) != bool(drifted) or (drifted and not all(described)):
+            return f"{_row(r)}: {drifted} token(s) drifted, but the figures of drifted tokens say otherwise ({d})"
+        if drifted and not (d["max_relative"] >= 0 and d["max_separation"] >= 0):
+            return f"{_row(r)}: a drift figure below 0 or not a number ({d})"
+        tokens_of.setdefault((r.get("case"), r.get("sequence")), set()).add(tokens)
+    odd = next(((place, counts) for place, counts in tokens_of.items() if len(counts) > 1), None)
+    if odd:
+        return f"sequence {odd[0][1]} of {odd[0][0]} has {sorted(odd[1])} tokens in different layers"
     return ""
 
 
@@ -205,6 +276,40 @@ def env_problems(cell: dict[str, Any]) -> list[str]:
     return problems
 
 
+def identity_problems(cell: dict[str, Any]) -> list[str]:
+    """The record names one run in several places; they must agree: the id is the one the runner
+    gives this pair, backend and settings (compat.harness.matrix.Cell.id; a migrated record's id is
+    its pair's, schema 1 had no settings in ids), `settings.backend` is the backend, the profile is
+    the one the speculators release is driven by, and a cpu cell ran a CPU build of vLLM."""
+    if not cell.get("probes"):
+        return []
+    problems = []
+    settings = cell.get("settings") if isinstance(cell.get("settings"), dict) else {}
+    try:
+        profile = profile_for(str(cell.get("speculators"))).name
+    except Exception:  # noqa: BLE001 - an unparsable version: the record names no release
+        return [f"speculators {cell.get('speculators')!r} is not a release version"]
+    if cell.get("migrated_from"):
+        expected = Cell(str(cell.get("vllm")), str(cell.get("speculators")), str(cell.get("backend"))).id
+    else:
+        variants = settings.get("variants")
+        expected = Cell(str(cell.get("vllm")), str(cell.get("speculators")), str(cell.get("backend")),
+                        variants=tuple(variants) if isinstance(variants, list) else None,
+                        dtype=str(settings.get("dtype") or DEFAULT_DTYPE), model=str(settings.get("model") or "")).id
+    if cell.get("id") != expected:
+        problems.append(f"the record's id {cell.get('id')!r} is not the one its pair, backend and settings give "
+                        f"({expected!r})")
+    if "backend" in settings and settings["backend"] != cell.get("backend"):
+        problems.append(f"settings.backend is {settings['backend']!r}, but the cell's backend is {cell.get('backend')!r}")
+    if cell.get("profile") is not None and cell.get("profile") != profile:
+        problems.append(f"profile {cell.get('profile')!r}, but speculators {cell.get('speculators')} is driven by "
+                        f"the {profile!r} profile")
+    dist = (cell.get("env") or {}).get("vllm_dist") if isinstance(cell.get("env"), dict) else None
+    if cell.get("backend") == "cpu" and dist and "cpu" not in str(dist):
+        problems.append(f"env.vllm_dist is {dist!r}, not a CPU build, but the cell's backend is cpu")
+    return problems
+
+
 def _spec_variants(cell: dict[str, Any]) -> Optional[list[str]]:
     manifest = cell.get("manifest") if isinstance(cell.get("manifest"), dict) else {}
     settings = cell.get("settings") if isinstance(cell.get("settings"), dict) else {}
@@ -237,22 +342,65 @@ def manifest_problems(cell: dict[str, Any], present: Iterable[str]) -> tuple[lis
         wanted = expected["probes"]
     else:
         wanted = manifest.get("probes") or []
+        lacking = [k for k in CORE_PROBE_KEYS if k not in wanted]
+        if lacking:
+            problems.append(f"the record's manifest lacks {lacking}, which every schema-1 record held")
+        unknown = sorted(set(wanted) - set(PROBE_KEYS))
+        if unknown:
+            problems.append(f"the record's manifest names {unknown}, which no probe of this harness reports "
+                            f"(known keys: compat/shared/manifest.py PROBE_KEYS)")
     present = set(present)
     return problems, [k for k in wanted if k not in present]
 
 
 def _record_contradiction(probe: dict[str, Any], migrated: bool) -> Optional[str]:
-    """What any probe record must agree with: an `ok` raises nothing; the with-compat word is the
-    with-compat run's own (schema 2 keeps that run's record in detail.with_compat)."""
-    if probe.get("status") == "ok" and probe.get("error"):
+    """What any probe record must agree with: an `ok` raises nothing and gives no reason (the cell's
+    plugin records a reason only for what did not pass); `n/a` is a skip whose reason says why
+    (`n/a: ...`), and only an `n/a` says so; the with-compat word is the with-compat run's own
+    (detail.with_compat keeps that run's record); a probe run again alone that gave another outcome
+    reads `flaky` (compat.harness.cell_run.merge_rerun)."""
+    status, reason = probe.get("status"), str(probe.get("reason") or "")
+    if status == "ok" and probe.get("error"):
         return f"status ok, but it records an exception ({(probe['error'] or {}).get('type')})"
-    if migrated or probe.get("with_compat") not in ("ok", "broken") or probe.get("stated"):
+    if status == "broken" and not probe.get("error") and probe.get("id") not in DATA_PROBES:
+        return "status broken, but it records no exception (a contract probe reads broken only when one was raised)"
+    if status == "ok" and reason.strip():
+        return f"status ok, but it records why it did not pass ({reason.splitlines()[0][:120]!r})"
+    if (status == "n/a") != reason.startswith(NOT_APPLICABLE):
+        return (f"status {status}, but its reason is {reason.splitlines()[0][:120] if reason else 'absent'!r}: "
+                f"only a probe skipped as {NOT_APPLICABLE!r} (the skip's reason) reads n/a")
+    flip = _rerun_flip(probe)
+    if flip:
+        return flip
+    if probe.get("stated"):
         return None
     adapted = (probe.get("detail") or {}).get("with_compat")
     stated = adapted.get("status") if isinstance(adapted, dict) else None
+    if migrated and stated is None and not (status == "broken" and probe.get("with_compat") == "ok"):
+        return None  # schema 1: the with-compat run's record is required only behind a repair it claims
+    if probe.get("with_compat") not in ("ok", "broken") and not (stated in ("ok", "broken")
+                                                                  and status in ("ok", "broken")):
+        return None
     if stated != probe.get("with_compat"):
         return (f"with_compat {probe.get('with_compat')}, but the with-compat run's own record says "
                 f"{stated or 'nothing (absent)'}")
+    return None
+
+
+NOT_APPLICABLE = "n/a:"
+
+
+def _rerun_flip(probe: dict[str, Any]) -> Optional[str]:
+    rerun = probe.get("rerun")
+    if not isinstance(rerun, dict) or probe.get("status") == "flaky":
+        return None
+    if str(rerun.get("reason") or "").startswith("the second run did not report it"):
+        return None  # not a second outcome: the first stands, unconfirmed
+    first = (probe.get("status"), (probe.get("error") or {}).get("type"))
+    again = (rerun.get("status"), (rerun.get("error") or {}).get("type") if isinstance(rerun.get("error"), dict) else None)
+    if first != again:
+        return (f"run again alone it gave {again[0]}{f' ({again[1]})' if again[1] else ''}, not "
+                f"{first[0]}{f' ({first[1]})' if first[1] else ''}: a flip reads flaky, never either outcome")
     return None
 
 
@@ -283,7 +431,7 @@ def recheck(cell: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
         probes.append({"id": pid, "case": case.rstrip("]") or None, "status": "error", "with_compat": None,
                        "advisory": False, "error": None, "cause": "record", "seconds": 0.0, "detail": {},
                        "reason": f"{CONTRADICTS}{key} is expected (manifest) but absent from the record"})
-    problems += env_problems(cell)
+    problems += env_problems(cell) + identity_problems(cell)
     out = dict(cell)
     out["probes"] = probes
     return out, problems

@@ -161,6 +161,7 @@ class CellRecord:
     install_log_tail: Optional[str] = None
     settings: Optional[dict[str, Any]] = None
     manifest: Optional[Manifest] = None
+    migrated_from: Optional[int] = None  # the schema version `migrate` read it from (only 1 exists)
 
 
 class RecordError(ValueError):
@@ -260,12 +261,47 @@ def migrate(record: dict[str, Any], source: str = "") -> dict[str, Any]:
     """The record in this harness's schema: schema 2 as it is, schema 1 through `migrate_v1`;
     a newer or unknown version is refused with why."""
     version = record.get("schema_version", 1)
-    if version == SCHEMA_VERSION:
+    if version == SCHEMA_VERSION and not isinstance(version, bool):
+        migrated_fields(record)
         return record
-    if version == 1:
+    if version == 1 and not isinstance(version, bool):
+        later = schema2_fields(record)
+        if later:
+            raise RecordError("schema_version", f"{_describe(record.get('schema_version'))} (schema 1), but the record "
+                                                f"holds {', '.join(later)}, which schema 1 never had: a schema-2 record "
+                                                f"with its version edited or lost; expected schema_version {SCHEMA_VERSION}")
         return migrate_v1(record)
     raise RecordError("schema_version", f"{_describe(version)}: this harness reads schema 1 (migrated) and "
                                         f"{SCHEMA_VERSION}; a newer record needs a newer vllm-spec-compat{source}")
+
+
+def schema2_fields(record: dict[str, Any]) -> list[str]:
+    """What a record holds that only schema 2 writes: a manifest, per-row figures, `migrated_from`."""
+    found = [k for k in ("manifest", "migrated_from") if k in record]
+    probes = record.get("probes") if isinstance(record.get("probes"), list) else []
+    found += sorted({f"probes[{i}].{k}" for i, p in enumerate(probes) if isinstance(p, dict)
+                     for k in ("figures", "with_compat_figures") if p.get(k) is not None}, key=_index)[:1]
+    return found
+
+
+def _index(path: str) -> int:
+    return int(path.split("[", 1)[1].split("]", 1)[0])
+
+
+def migrated_fields(record: dict[str, Any]) -> None:
+    """A schema-2 record that says it was migrated (`migrated_from`) is read by schema 1's weaker
+    rules (no manifest recomputed, case figures only), so it must be what migration makes: from
+    schema 1, with no per-row figures (schema 1 had none)."""
+    if "migrated_from" not in record or record["migrated_from"] is None:
+        return
+    if record["migrated_from"] != 1 or isinstance(record["migrated_from"], bool):
+        raise RecordError("migrated_from", f"{_describe(record['migrated_from'])}: the only schema a record is "
+                                           f"migrated from is 1")
+    figures = schema2_fields({"probes": record.get("probes")})
+    if figures:
+        raise RecordError("migrated_from", f"1 (read by schema 1's rules), but {figures[0]} holds per-row figures, "
+                                           f"which only a schema-2 run writes: a schema-2 record with "
+                                           f"`migrated_from` added")
 
 
 def migrate_v1(record: dict[str, Any]) -> dict[str, Any]:

