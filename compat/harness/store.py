@@ -205,20 +205,15 @@ class Store:
             added = self.add_run(cell, _file_time(path), str(path))
             out.added += added
             out.known += not added
-        for path in sorted((folder / "bisect").glob("speculators-*.json")):
-            try:
-                data = read_json(path, "bisect result")
-            except ResultFileError as exc:
-                out.problems.append(str(exc))
-                continue
-            self.add_document(BISECT, path.stem, data, _file_time(path), str(path))
-        for path in sorted((folder / "support").glob("*.json")):  # compat.harness.support_run's rows and columns
-            try:
-                data = read_json(path, "support table")
-            except ResultFileError as exc:
-                out.problems.append(str(exc))
-                continue
-            self.add_document(SUPPORT, path.stem, data, _file_time(path), str(path))
+        # bisect tables, and compat.harness.support_run's rows and columns
+        for kind, pattern, what in ((BISECT, "speculators-*.json", "bisect result"), (SUPPORT, "*.json", "support table")):
+            for path in sorted((folder / kind).glob(pattern)):
+                try:
+                    data = read_json(path, what)
+                except ResultFileError as exc:
+                    out.problems.append(str(exc))
+                    continue
+                self.add_document(kind, path.stem, data, _file_time(path), str(path))
         return out
 
     # ------------------------------------------------------------------ reading
