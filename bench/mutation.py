@@ -23,7 +23,8 @@ AFTER = {"mutate": ["compat/harness/verdict.py", "compat/harness/classify.py", "
                     "compat/harness/evidence.py", "compat/harness/causes.py"],
          "tests": ["tests/unit/test_verdict.py", "tests/unit/test_classify.py", "tests/unit/test_trap_corpus.py",
                    "tests/unit/test_explain.py", "tests/unit/test_evidence.py", "tests/unit/test_evidence_genuine.py",
-                   "tests/unit/test_verdict_mutants.py"]}
+                   "tests/unit/test_verdict_mutants.py", "tests/unit/test_evidence_redteam.py",
+                   "tests/unit/test_gpu_causes.py"]}
 # Before: the verdict rule lived in compat/shared/results.py (cell_verdict) and the gate in classify.exit_code.
 BEFORE = {"mutate": ["compat/shared/results.py", "compat/harness/classify.py", "compat/shared/breakages.py"],
           "tests": ["tests/unit/test_classify.py", "tests/unit/test_report.py", "tests/unit/test_runner.py"]}
@@ -34,7 +35,7 @@ def config(spec: dict) -> str:
     return (f"\n[tool.mutmut]\nsource_paths = [\"compat\"]\nonly_mutate = {quoted(spec['mutate'])}\n"
             f"pytest_add_cli_args_test_selection = {quoted(spec['tests'])}\n"
             "pytest_add_cli_args = [\"-p\", \"no:cacheprovider\", \"-q\"]\n"
-            "also_copy = [\"docs\", \"tests/unit/corpus\", \"tests/unit/record_factory.py\"]\n")  # the registry's reference test reads docs/findings.md
+            "also_copy = [\"docs\", \"reports\", \"tests/unit/corpus\", \"tests/unit/record_factory.py\"]\n")  # the registry's reference test reads docs/findings.md
 
 
 # Functions that only build text or serialise (notes, reasons, labels, as_dict for the report's JSON):
