@@ -2,7 +2,7 @@
 
 import sys
 
-from compat.harness.runner import main
+from compat.harness.run_command import main
 
 if __name__ == "__main__":
     if len(sys.argv) > 1 and sys.argv[1] == "run":

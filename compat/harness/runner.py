@@ -101,19 +101,23 @@ def _fraction(text: str) -> float:
     return value
 
 
-def main(argv: Sequence[str]) -> int:
+def stop_on_sigterm() -> None:
     # A plain SIGTERM would skip the `finally` blocks that stop a cell's processes.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+
+
+def main(argv: Sequence[str]) -> int:
+    stop_on_sigterm()
     try:
         options, rest = runner_options(argv)
     except SystemExit as exc:  # argparse already printed which option was bad
         return 2 if exc.code else 0
     if options.python:
         return run_existing(options, rest)
-    if options.all_vllm or options.all_speculators:
-        from compat.harness.support_run import run_support
-
-        return run_support(options, rest)
+    if options.all_vllm or options.all_speculators:  # compat.harness.run_command sends those to the support table
+        print("compat: --all-vllm / --all-speculators run through `python -m compat run` "
+              "(compat.harness.run_command)", file=sys.stderr)
+        return 2
     try:
         request = replace(parse_cli(rest), dtype=options.dtype, model=_model_setting(options))
         cells = cells_for(request)

@@ -14,15 +14,13 @@ Styles:
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from markupsafe import Markup, escape
 
 from compat.shared.markdown import Md, md_code, md_escape
 
-if TYPE_CHECKING:
-    from compat.shared.breakages import Breakage
-
+Breakage = Any  # compat.shared.breakages.Breakage, which imports this module when it presents itself
 STYLES = ("one-line", "text", "markdown", "html", "junit", "github")
 _GITHUB_REF = re.compile(r"^([\w.-]+/[\w.-]+)#(\d+)$")
 

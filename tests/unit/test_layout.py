@@ -68,7 +68,7 @@ def test_every_module_lives_on_a_side():
 def test_entry_modules_only_forward_to_the_harness():
     for name in ENTRY_MODULES - {"__init__.py"}:
         command = name[:-3].removesuffix("_cli")
-        assert set(imported(PACKAGE / name)) <= {"sys", "compat.harness.runner", "compat.harness.runner.main",
+        assert set(imported(PACKAGE / name)) <= {"sys", "compat.harness.run_command", "compat.harness.run_command.main",
                                                   *(f"compat.harness.{module}{main}" for module in (command, f"{command}_cli")
                                                     for main in ("", ".main"))}, name
 
@@ -161,3 +161,42 @@ def test_the_rule_reads_lazy_relative_and_package_imports(tmp_path, source, forb
     path.parent.mkdir(parents=True)
     path.write_text(source)
     assert bool(offending([path], forbidden, root=tmp_path)) is caught
+
+
+def import_graph() -> dict[str, set[str]]:
+    """compat's modules and the modules of ours each imports (lazy and TYPE_CHECKING imports count)."""
+    modules = {".".join(p.relative_to(PACKAGE.parent).with_suffix("").parts).removesuffix(".__init__"): p
+               for p in PACKAGE.rglob("*.py")}
+    graph = {}
+    for name, path in modules.items():
+        targets = set()
+        for imported_name in imported(path):
+            while imported_name and imported_name not in modules:
+                imported_name = imported_name.rpartition(".")[0]
+            if imported_name and imported_name != name and not modules[imported_name].name == "__init__.py":
+                targets.add(imported_name)
+        graph[name] = targets
+    return graph
+
+
+def circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    found, state = [], {}
+
+    def visit(node, trail):
+        state[node] = "open"
+        for target in sorted(graph.get(node, ())):
+            if state.get(target) == "open":
+                found.append(trail[trail.index(target):] + [target])
+            elif target not in state:
+                visit(target, trail + [target])
+        state[node] = "done"
+
+    for node in sorted(graph):
+        if node not in state:
+            visit(node, [node])
+    return found
+
+
+def test_no_import_circles():
+    assert circles({"a": {"b"}, "b": {"a"}}) == [["a", "b", "a"]]  # the check itself finds one
+    assert not circles(import_graph()), circles(import_graph())

@@ -269,7 +269,7 @@ def test_contract_support_in_browser_compat_words():
     (["--all-vllm", "--speculators", "0.9.0", "--matrix", "m.toml"], "--matrix m.toml: not accepted with --all-vllm"),
 ])
 def test_a_bad_row_or_column_request_says_what_is_accepted(argv, says, capsys):
-    from compat.harness.runner import main
+    from compat.harness.run_command import main
 
     assert main(argv) == 2
     assert says in capsys.readouterr().err
