@@ -108,8 +108,9 @@ def test_readiness_timeout_stops_the_server(tmp_path):
 def test_stop_escalates_to_sigkill(tmp_path):
     stubborn = "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); print('up', flush=True); time.sleep(300)"
     server = VllmServer(sys.executable, "model", [], tmp_path / "server.log", command=[sys.executable, "-c", stubborn])
-    server.process = __import__("subprocess").Popen(server.command, start_new_session=True)
-    time.sleep(0.5)
+    server.process = __import__("subprocess").Popen(server.command, start_new_session=True,
+                                                    stdout=__import__("subprocess").PIPE, text=True)
+    assert server.process.stdout.readline().strip() == "up"  # its SIGTERM handler is set (a fixed sleep raced a loaded machine)
     started = time.monotonic()
     server.stop(grace=1.0)
     assert server.process.returncode == -9
