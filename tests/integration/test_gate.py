@@ -7,6 +7,7 @@ import pytest
 
 from compat.harness.classify import classify_cell
 from compat.harness.explain import exceptions_in, explain
+from compat.harness.explain_context import contexts
 from compat.shared.results import load_cell
 from compat.harness.verdict import PASS, decide, matrix_gate
 
@@ -50,6 +51,7 @@ def test_explain_names_a_breakage_for_every_traceback_of_the_real_probe_log(cell
     text = (RESULTS / cell_id / "probes.log").read_text(errors="replace")
     found = exceptions_in(text)
     assert found, "no traceback in the probe log of a cell with broken probes"
-    unexplained = [(f.type, f.message[:100], f.where) for f in found
-                   if not explain(f, record["vllm"], record["speculators"], record["backend"]).matches]
+    around = contexts(text, [f.line for f in found])  # as `nox -s explain` reads a log: each exception with its context
+    unexplained = [(f.type, f.message[:100], f.where) for f, c in zip(found, around)
+                   if not explain(f, record["vllm"], record["speculators"], record["backend"], context=c).matches]
     assert not unexplained
