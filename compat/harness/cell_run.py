@@ -22,7 +22,7 @@ from compat.harness.matrix import Cell
 from compat.shared.gpus import describe_gpus, host_gpu_names
 from compat.shared.manifest import expected_manifest
 from compat.shared.profiles import profile_for
-from compat.shared.records import SCHEMA_VERSION
+from compat.shared.records import SCHEMA_VERSION, probe_key
 from compat.harness.recipe import Recipe
 from compat.shared.results import ResultFileError, read_json
 from compat.harness.classify import new_findings
@@ -110,7 +110,7 @@ def run_cell(cell: Cell, recipe: Recipe | None, work_dir: Path, *, model_dir: Pa
         echo(f"[compat] {cell.id}: running {len(doubtful)} probe(s) again alone before they decide: "
              f"{', '.join(doubtful)}")
         again = run_probes(cell, env, work_dir, spec=spec, suites=suites, echo=echo, settings=environment,
-                           select=[n for p in record["probes"] if _key(p) in doubtful for n in p.get("nodeids") or []],
+                           select=[n for p in record["probes"] if probe_key(p) in doubtful for n in p.get("nodeids") or []],
                            name="probes-rerun")
         record["probes"] = merge_rerun(record["probes"], again["probes"], doubtful, again["error"])
         record["seconds"]["rerun"] = round(time.monotonic() - probes_started - record["seconds"]["probes"], 2)
@@ -120,24 +120,20 @@ def run_cell(cell: Cell, recipe: Recipe | None, work_dir: Path, *, model_dir: Pa
     return record
 
 
-def _key(probe: dict[str, Any]) -> str:
-    return f"{probe.get('id')}[{probe['case']}]" if probe.get("case") else str(probe.get("id"))
-
-
 def rerun_candidates(decision) -> list[str]:
     """Probes whose outcome would make a claim worth a second look: a NEW finding, or a failure the
     environment caused (as Crater re-runs its regressions before reporting them)."""
-    return [_key(p) for p, cls in decision.classes if not cls.advisory and p.get("nodeids")
+    return [probe_key(p) for p, cls in decision.classes if not cls.advisory and p.get("nodeids")
             and (new_findings(cls) or p.get("cause") == "environment")]
 
 
 def merge_rerun(probes: list[dict[str, Any]], again: list[dict[str, Any]], keys: list[str],
                 error: str | None) -> list[dict[str, Any]]:
     """Both outcomes are kept (`rerun`); one that flips reads `flaky`, never `ok`."""
-    by_key = {_key(p): p for p in again}
+    by_key = {probe_key(p): p for p in again}
     out = []
     for probe in probes:
-        key = _key(probe)
+        key = probe_key(probe)
         if key not in keys:
             out.append(probe)
             continue

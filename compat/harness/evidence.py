@@ -19,14 +19,15 @@ from __future__ import annotations
 import re
 from typing import Any, Iterable, Optional
 
-from compat.shared.breakages import REFERENCE_PROBE
 from compat.harness.matrix import DEFAULT_DTYPE, Cell
-from compat.shared.manifest import CORE_PROBE_KEYS, PROBE_KEYS, deselected, expected_manifest, probe_key
+from compat.shared.manifest import CORE_PROBE_KEYS, PROBE_KEYS, deselected, expected_manifest
+from compat.shared.probe_catalog import ids_where
 from compat.shared.profiles import profile_for
 from compat.shared.records import Tolerance, finite
-from compat.shared.results import NOT_SELECTED
+from compat.shared.results import NOT_SELECTED, probe_key
 
-DATA_PROBES = frozenset({REFERENCE_PROBE, "layer_ids_by_model", "bfloat16_reference"})
+# Probes whose ok must carry figures: marked @pytest.mark.probe(..., data=True).
+DATA_PROBES = ids_where("data")
 # The tolerance each dtype is held to against the float32 reference (compat.cell.reference, the
 # probes' own; tests/unit/test_evidence.py keeps the two equal). A record that states another one
 # for its dtype contradicts the harness: a larger tolerance is never the fix.
@@ -412,7 +413,7 @@ def recheck(cell: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
     probes = []
     seen: set[str] = set()
     for probe in cell.get("probes") or []:
-        key = probe_key(str(probe.get("id")), probe.get("case"))
+        key = probe_key(probe)
         why, compat_why = _data_contradiction(probe, migrated) if probe.get("id") in DATA_PROBES else (None, None)
         why = why or _record_contradiction(probe, migrated)
         if key in seen:
@@ -425,7 +426,7 @@ def recheck(cell: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
             why = f"status broken, but its cause is {probe.get('cause')} (only a contract failure reads broken)"
         probes.append(_contradicted(probe, why) if why else _compat_contradicted(probe, compat_why) if compat_why
                       else probe)
-    problems, absent = manifest_problems(cell, (probe_key(str(p.get("id")), p.get("case")) for p in probes))
+    problems, absent = manifest_problems(cell, (probe_key(p) for p in probes))
     for key in absent:
         pid, _, case = key.partition("[")
         probes.append({"id": pid, "case": case.rstrip("]") or None, "status": "error", "with_compat": None,

@@ -2,12 +2,15 @@
 server-era variant decides. The runner writes it into each record (`manifest`); the report works
 it out again from the record's spec and compares (compat.harness.evidence).
 
-tests/integration/test_default_matrix.py holds this list against what the matrix really reported.
+tests/integration/test_default_matrix.py holds the keys against what the matrix really reported;
+tests/unit/test_probe_catalog.py holds that every variant's key is a probe's.
 """
 
 from __future__ import annotations
 
 from typing import Iterable, Optional
+
+from compat.shared.probe_catalog import probe_keys
 
 # The 21 keys every record has held since the server era began (schema 1 included).
 CORE_PROBE_KEYS = (
@@ -26,11 +29,8 @@ VARIANT_PROBE_KEYS = {
     "llama-runner_v2": "model_runner_v2",
     "llama-bfloat16": "bfloat16_reference",
 }
-PROBE_KEYS = CORE_PROBE_KEYS + ("layer_ids_by_model[llama]", *VARIANT_PROBE_KEYS.values())
-
-
-def probe_key(probe_id: str, case: Optional[str]) -> str:
-    return f"{probe_id}[{case}]" if case else probe_id
+# Every key a cell reports, read from the probes' own markers (compat.shared.probe_catalog).
+PROBE_KEYS = probe_keys()
 
 
 def expected_manifest(variants: Optional[Iterable[str]]) -> dict:

@@ -315,7 +315,7 @@ def migrate_v1(record: dict[str, Any]) -> dict[str, Any]:
     if "id" not in out and all(isinstance(out.get(k), str) for k in ("vllm", "speculators", "backend")):
         out["id"] = f"vllm-{out['vllm']}__speculators-{out['speculators']}__{out['backend']}"
     if out.get("probes") and "manifest" not in out:
-        present = {_key(p) for p in out["probes"] if isinstance(p, dict)}
+        present = {probe_key(p) for p in out["probes"] if isinstance(p, dict)}
         out["manifest"] = {"probes": list(CORE_PROBE_KEYS) + sorted(present - set(CORE_PROBE_KEYS)),
                            "variants": v1_variants(out.get("settings"))}
     return out
@@ -329,7 +329,8 @@ def v1_variants(settings: Any) -> Optional[list[str]]:
     return [] if raw.strip() in ("", "none") else [v.strip() for v in raw.split(",") if v.strip()]
 
 
-def _key(probe: dict[str, Any]) -> str:
+def probe_key(probe: dict[str, Any]) -> str:
+    """`id` or `id[case]`: unique within a cell (the manifest's keys, compat.shared.probe_catalog)."""
     return f"{probe.get('id')}[{probe['case']}]" if probe.get("case") else str(probe.get("id"))
 
 

@@ -15,12 +15,14 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from compat.shared.records import ProbeStatus, RecordError, Verdict, validate_cell
+from compat.shared.probe_catalog import ids_where
+from compat.shared.records import ProbeStatus, RecordError, Verdict, probe_key, validate_cell
 
 PROBE_STATUSES = tuple(s.value for s in ProbeStatus)
 # untested-at-runtime: no runtime cell could run (no build of that release here): the static layer alone
 CELL_VERDICTS = tuple(v.value for v in Verdict)
-ADVISORY_PROBES = frozenset({"worker_logging"})
+# Probes that never decide a verdict: marked @pytest.mark.probe(..., advisory=True).
+ADVISORY_PROBES = ids_where("advisory")
 # The skip reason of a probe the cell chose not to run (a server-era variant its matrix entry left
 # out): `skipped` and advisory, it decides nothing.
 NOT_SELECTED = "not selected:"
@@ -28,12 +30,6 @@ NOT_SELECTED = "not selected:"
 
 class ResultFileError(ValueError):
     """A result file that cannot be read or does not have the expected shape."""
-
-
-def probe_key(probe: dict[str, Any]) -> str:
-    """`id` or `id[case]`: unique within a cell."""
-    case = probe.get("case")
-    return f"{probe['id']}[{case}]" if case else probe["id"]
 
 
 def write_json_atomic(path: Path, data: Any) -> None:

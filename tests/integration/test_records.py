@@ -8,7 +8,8 @@ from conftest import RESULTS
 
 from compat.harness.evidence import DATA_PROBES, figures_pass
 from compat.harness.verdict import decide
-from compat.shared.manifest import PROBE_KEYS, probe_key
+from compat.shared.manifest import PROBE_KEYS
+from compat.shared.results import probe_key
 from compat.shared.records import SCHEMA_VERSION
 from compat.shared.results import load_cell
 
@@ -21,15 +22,15 @@ DEFAULT_IDS = ["vllm-0.11.0__speculators-0.3.0__cpu", "vllm-0.16.0__speculators-
 def test_the_record_is_schema_2_and_its_evidence_holds(cell_id):
     record = load_cell(RESULTS / f"{cell_id}.json")
     assert record["schema_version"] == SCHEMA_VERSION and "migrated_from" not in record
-    keys = [probe_key(p["id"], p.get("case")) for p in record["probes"]]
+    keys = [probe_key(p) for p in record["probes"]]
     assert sorted(keys) == sorted(record["manifest"]["probes"]) == sorted(PROBE_KEYS)
     for probe in record["probes"]:
         if probe["id"] not in DATA_PROBES:
             continue
         if probe["status"] == "ok":
-            assert figures_pass(probe["figures"])[0] is True, (probe_key(probe["id"], probe["case"]), probe["figures"])
+            assert figures_pass(probe["figures"])[0] is True, (probe_key(probe), probe["figures"])
         if probe["with_compat"] == "ok":
-            assert figures_pass(probe["with_compat_figures"])[0] is True, probe_key(probe["id"], probe["case"])
+            assert figures_pass(probe["with_compat_figures"])[0] is True, probe_key(probe)
     decision = decide(record)
     assert not any("contradicts itself" in r for r in decision.reasons), decision.reasons
     assert record["verdict"] == decision.verdict

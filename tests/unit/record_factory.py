@@ -11,7 +11,8 @@ from __future__ import annotations
 import copy
 
 from compat.harness.evidence import DATA_PROBES, TOLERANCES
-from compat.shared.manifest import expected_manifest, probe_key
+from compat.shared.manifest import expected_manifest
+from compat.shared.results import probe_key
 from compat.shared.records import SCHEMA_VERSION
 
 
@@ -36,7 +37,7 @@ def complete(cell: dict, *, figures: bool = True, variants=None) -> dict:
     out.setdefault("settings", {"variants": variants})
     variants = out["settings"].get("variants", variants)
     out.setdefault("manifest", expected_manifest(variants))
-    present = {probe_key(p["id"], p.get("case")) for p in out["probes"]}
+    present = {probe_key(p) for p in out["probes"]}
     for key in out["manifest"]["probes"]:
         if key not in present:
             pid, _, case = key.partition("[")

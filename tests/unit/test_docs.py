@@ -193,3 +193,12 @@ def test_the_slug_is_githubs():
     assert _slug("Bisect (`nox -s bisect`)") == "bisect-nox--s-bisect"
     assert _slug("Set up and run (a fresh Linux machine, no GPU needed)") == "set-up-and-run-a-fresh-linux-machine-no-gpu-needed"
     assert _slug("Server-era cells (speculators ≥ 0.5)") == "server-era-cells-speculators--05"
+
+
+def test_every_probe_has_its_row_in_the_probes_table():
+    from compat.shared.probe_catalog import probes
+
+    page = (ROOT / "docs" / "probes.md").read_text()
+    rows = {m.group(1) for m in re.finditer(r"^\| `([\w\[\]-]+)`", page, re.M)}
+    missing = sorted({p.id for p in probes()} - rows)
+    assert not missing, f"docs/probes.md has no table row for probe(s) {missing}: add `| \\`id\\` | what is observed |`"

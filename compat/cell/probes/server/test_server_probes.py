@@ -255,7 +255,7 @@ def test_layer_numbering(extraction_runs, reference_model, probe_detail):
                                                                         extraction_runs.spec.dtype, detail), probe_detail)
 
 
-@pytest.mark.probe("hidden_states_match_reference")
+@pytest.mark.probe("hidden_states_match_reference", data=True)
 @pytest.mark.parametrize("case", CASES)
 def test_reference(extraction_runs, reference_model, case, probe_detail):
     raw_and_behind(extraction_runs, lambda run, detail: match_reference(run, extraction_runs.ids, reference_model,
@@ -281,7 +281,7 @@ def test_layer_numbering_with_compat(extraction_runs, reference_model, probe_det
                     extraction_runs.spec.dtype, probe_detail)
 
 
-@pytest.mark.probe("hidden_states_match_reference")
+@pytest.mark.probe("hidden_states_match_reference", data=True)
 @pytest.mark.compat_mode("with_compat")
 @pytest.mark.parametrize("case", CASES)
 def test_reference_with_compat(extraction_runs, reference_model, case, probe_detail):

@@ -182,13 +182,13 @@ def variant_run(variants: VariantRuns, name: str, mode: str, probe_detail: dict)
 
 
 # -- the probes, raw then with_compat --------------------------------------------------------
-@pytest.mark.probe("layer_ids_by_model")
+@pytest.mark.probe("layer_ids_by_model", data=True)
 @pytest.mark.parametrize("model", MODELS)
 def test_layer_ids_by_model(extraction_runs, variants, model_dir, model, probe_detail):
     layer_ids_by_model(extraction_runs, variants, model_dir, model, "raw", probe_detail)
 
 
-@pytest.mark.probe("layer_ids_by_model")
+@pytest.mark.probe("layer_ids_by_model", data=True)
 @pytest.mark.compat_mode("with_compat")
 @pytest.mark.parametrize("model", MODELS)
 def test_layer_ids_by_model_with_compat(extraction_runs, variants, model_dir, model, probe_detail):
@@ -225,14 +225,14 @@ def bfloat16_applies(extraction_runs) -> None:
                     f"{', '.join(flags)} (each variant costs a server start per mode)")
 
 
-@pytest.mark.probe("bfloat16_reference")
+@pytest.mark.probe("bfloat16_reference", data=True)
 def test_bfloat16_reference(extraction_runs, variants, probe_detail):
     bfloat16_applies(extraction_runs)
     chosen, runs, run = variant_run(variants, "llama-bfloat16", "raw", probe_detail)
     check_layer_ids(run, runs.ids, chosen.model, probe_detail, tolerance=tolerance_for("bfloat16"), dtype="bfloat16")
 
 
-@pytest.mark.probe("bfloat16_reference")
+@pytest.mark.probe("bfloat16_reference", data=True)
 @pytest.mark.compat_mode("with_compat")
 def test_bfloat16_reference_with_compat(extraction_runs, variants, probe_detail):
     bfloat16_applies(extraction_runs)

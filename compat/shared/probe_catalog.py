@@ -1,0 +1,175 @@
+"""The probes a cell runs, read from the probes' own markers: adding a probe is writing it.
+
+A probe is a test function in compat/cell/probes/in_process/ or compat/cell/probes/server/ marked
+`@pytest.mark.probe("id")`; `data=True` when its `ok` must carry figures the report recomputes
+(compat.harness.evidence), `advisory=True` when it never decides a verdict. Its keys are the ones
+compat.cell.pytest_plugin reports: `id`, or `id[case]` with case the parametrized values joined by
+`-`, then `tpN` from `@pytest.mark.tp(N)`. The `with_compat` twin of a probe reports into the same
+key, so only the raw test counts.
+
+Read with `ast`, not by importing the modules: the harness that decides verdicts has no vLLM.
+A marker or a parametrize this reader cannot resolve raises CatalogError naming the file and line,
+so a probe is never silently left out of the manifest.
+"""
+
+from __future__ import annotations
+
+import ast
+import functools
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Optional
+
+PACKAGE_ROOT = Path(__file__).resolve().parents[1]  # compat/
+PROBE_DIRS = ("cell/probes/in_process", "cell/probes/server")
+MARKER_OPTIONS = ("data", "advisory")
+
+
+class CatalogError(ValueError):
+    """A probe module whose markers cannot be read statically."""
+
+
+@dataclass(frozen=True)
+class Probe:
+    id: str
+    cases: tuple[Optional[str], ...]  # (None,) for an unparametrized probe
+    data: bool
+    advisory: bool
+    where: str  # module path and line, relative to compat/
+
+    @property
+    def keys(self) -> tuple[str, ...]:
+        return tuple(f"{self.id}[{case}]" if case else self.id for case in self.cases)
+
+
+def _where(path: Path, node: ast.AST) -> str:
+    shown = path.relative_to(PACKAGE_ROOT.parent) if path.is_relative_to(PACKAGE_ROOT.parent) else path
+    return f"{shown}:{getattr(node, 'lineno', '?')}"
+
+
+def _mark(decorator: ast.expr) -> Optional[tuple[str, ast.Call]]:
+    """`pytest.mark.NAME(...)` → (NAME, the call)."""
+    if (isinstance(decorator, ast.Call) and isinstance(decorator.func, ast.Attribute)
+            and isinstance(decorator.func.value, ast.Attribute) and decorator.func.value.attr == "mark"):
+        return decorator.func.attr, decorator
+    return None
+
+
+def _module_of(name: str) -> Path:
+    parts = name.split(".")
+    if parts[0] != "compat":
+        raise KeyError(name)
+    path = PACKAGE_ROOT.joinpath(*parts[1:])
+    return path / "__init__.py" if path.is_dir() else path.with_suffix(".py")
+
+
+@functools.lru_cache(maxsize=None)
+def _tree(path: Path) -> ast.Module:
+    return ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+
+
+def _constant(path: Path, name: str, seen: frozenset = frozenset()) -> Any:
+    """A module-level literal NAME of this module, following `from compat.x import NAME`."""
+    if (path, name) in seen:
+        raise KeyError(name)
+    for node in _tree(path).body:
+        if isinstance(node, (ast.Assign, ast.AnnAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            if any(isinstance(t, ast.Name) and t.id == name for t in targets) and node.value is not None:
+                return ast.literal_eval(node.value)
+        if isinstance(node, ast.ImportFrom) and node.module:
+            for alias in node.names:
+                if (alias.asname or alias.name) == name:
+                    return _constant(_module_of(node.module), alias.name, seen | {(path, name)})
+    raise KeyError(name)
+
+
+def _values(path: Path, node: ast.expr, where: str) -> list[Any]:
+    try:
+        if isinstance(node, ast.Name):
+            values = _constant(path, node.id)
+        else:
+            values = ast.literal_eval(node)
+    except (KeyError, ValueError, SyntaxError, FileNotFoundError) as exc:
+        raise CatalogError(f"{where}: parametrize values {ast.unparse(node)!r} are not a literal list or a "
+                           f"module-level literal (here or imported from compat.*): {exc!r}") from None
+    if not isinstance(values, (list, tuple)):
+        raise CatalogError(f"{where}: parametrize values {ast.unparse(node)!r} are {type(values).__name__}, "
+                           f"expected a list or tuple")
+    return list(values)
+
+
+def _probe(path: Path, function: ast.FunctionDef) -> Optional[Probe]:
+    marks = [m for m in map(_mark, function.decorator_list) if m]
+    probe = next((call for name, call in marks if name == "probe"), None)
+    where = _where(path, function)
+    if probe is None:
+        if function.name.startswith("test"):
+            raise CatalogError(f"{where}: {function.name} is a test in a probe module without "
+                               f"@pytest.mark.probe(\"id\"); the cell would report it under its name")
+        return None
+    if any(name == "compat_mode" for name, _ in marks):
+        return None  # the with_compat twin: same keys as its raw test
+    if len(probe.args) != 1 or not isinstance(probe.args[0], ast.Constant) or not isinstance(probe.args[0].value, str):
+        raise CatalogError(f"{where}: @pytest.mark.probe takes one string id, e.g. @pytest.mark.probe(\"block_hasher\")")
+    options = {}
+    for keyword in probe.keywords:
+        if keyword.arg not in MARKER_OPTIONS or not isinstance(keyword.value, ast.Constant) \
+                or not isinstance(keyword.value.value, bool):
+            raise CatalogError(f"{where}: @pytest.mark.probe option {ast.unparse(keyword)!r}: accepted "
+                               f"{', '.join(o + '=True' for o in MARKER_OPTIONS)}")
+        options[keyword.arg] = keyword.value.value
+    params: list[list[str]] = []
+    tp: list[str] = []
+    for name, call in marks:
+        if name == "parametrize":
+            if len(call.args) < 2 or not isinstance(call.args[0], ast.Constant) or "," in str(call.args[0].value):
+                raise CatalogError(f"{where}: only @pytest.mark.parametrize(\"name\", VALUES) with one name is read")
+            params.append([str(v) for v in _values(path, call.args[1], where)])
+        elif name == "tp":
+            tp = [f"tp{ast.literal_eval(call.args[0])}"]
+    # as compat.cell.pytest_plugin names a case: the parameters pytest applied first (the decorator
+    # nearest the function) first, then tpN
+    cases: list[Optional[str]] = [None]
+    for axis in [*reversed(params), *([tp] if tp else [])]:
+        cases = ["-".join(filter(None, [case, value])) for case in cases for value in axis]
+    return Probe(probe.args[0].value, tuple(cases), options.get("data", False), options.get("advisory", False), where)
+
+
+def read_module(path: Path) -> list[Probe]:
+    """The probes one module declares, in file order (the with_compat twins left out)."""
+    found = []
+    for node in _tree(path).body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            probe = _probe(path, node)  # type: ignore[arg-type]
+            if probe:
+                found.append(probe)
+    return found
+
+
+@functools.lru_cache(maxsize=None)
+def probes() -> tuple[Probe, ...]:
+    """Every probe of the in-process and server suites, in file order, one entry per test function."""
+    found = [probe for directory in PROBE_DIRS
+             for path in sorted((PACKAGE_ROOT / directory).glob("test_*.py")) for probe in read_module(path)]
+    if not found:
+        raise CatalogError(f"no probe found under {', '.join(str(PACKAGE_ROOT / d) for d in PROBE_DIRS)}")
+    return tuple(found)
+
+
+def probe_keys() -> tuple[str, ...]:
+    """Every key a cell reports (both suites run in one session; the other era's probes say n/a)."""
+    return tuple(dict.fromkeys(key for probe in probes() for key in probe.keys))
+
+
+def ids_where(option: str) -> frozenset[str]:
+    """The probe ids marked with `option=True` (data, advisory); a probe's marks must agree across its tests."""
+    if option not in MARKER_OPTIONS:
+        raise ValueError(f"{option!r}: accepted {', '.join(MARKER_OPTIONS)}")
+    marked = {p.id for p in probes() if getattr(p, option)}
+    unmarked = {p.id: p.where for p in probes() if not getattr(p, option)}
+    both = sorted(marked & set(unmarked))
+    if both:
+        raise CatalogError(f"probe {both[0]!r} is marked {option}=True in one test and not at {unmarked[both[0]]}: "
+                           f"mark every test of a probe alike")
+    return frozenset(marked)
