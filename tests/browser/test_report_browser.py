@@ -12,6 +12,7 @@ is set (to anything but "" or "0"): then a missing browser fails.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import sys
 import tempfile
@@ -205,4 +206,53 @@ def test_screenshot(driver, rendered):
     _open(driver, html, 390, 844, hash_)
     driver.execute_script("window.scrollTo(0, 0)")
     _full_page_screenshot(driver, REPO / "reports" / "compat-screenshot-mobile.png", 390)
+    assert _severe(driver) == []
+
+
+# -- the support table's answer, in the first screen (issue 22; speculators#1157) -----------------
+
+SUPPORT_RUNS = sorted((REPO / "reports").glob("cpu-support-*/results"))
+
+
+@pytest.fixture(scope="module")
+def support_rendered(tmp_path_factory):
+    """The report `nox -s report` writes from the committed support-row runs (their records and
+    results/support/*.json), through the store."""
+    from compat.harness.report.publish import publish
+    from compat.harness.store import Store
+
+    assert SUPPORT_RUNS, "no committed support-row run under reports/cpu-support-*/results"
+    base = tmp_path_factory.mktemp("support")
+    store = Store.open(base / "store.sqlite")
+    try:
+        published = publish(base / "reports", store, imports=SUPPORT_RUNS)
+    finally:
+        store.close()
+    assert not published.problems, published.problems
+    assert published.report.get("support"), "the committed runs hold no support document"
+    return base / "reports" / "compat.html", published.report
+
+
+def test_the_first_screen_answers_which_vllm_works_with_each_speculators(driver, support_rendered):
+    from selenium.webdriver.common.by import By
+
+    html, report = support_rendered
+    rows = sorted({str(c["speculators"]) for doc in report["support"] for c in doc["cells"]})
+    _open(driver, html, 1280, 900)
+    driver.execute_script("window.scrollTo(0, 0)")
+    screen = driver.execute_script("return window.innerHeight")
+    answers = driver.find_element(By.CSS_SELECTOR, "#support table.answers")
+    bottom = driver.execute_script("return arguments[0].getBoundingClientRect().bottom", answers)
+    assert bottom <= screen, f"the answer ends {bottom:.0f} px down, below the first screen ({screen} px)"
+    for spec in rows:
+        line = answers.find_element(By.XPATH, f".//tr[th/a[normalize-space()={_css_str(spec)}]]")
+        cells = line.find_elements(By.TAG_NAME, "td")
+        assert [c.get_attribute("class") for c in cells] == ["o-works", "o-adapters", "o-untested", "o-broken"]
+        texts = [c.text for c in cells]
+        assert all(texts), f"speculators {spec}: an empty answer cell {texts}"
+        assert re.search(r"\d+\.\d+\.\d+", " ".join(texts)), f"speculators {spec}: no vLLM release named: {texts}"
+        if texts[3] != "none":  # a broken range says what to install instead
+            assert "install instead: vLLM " in texts[3], texts[3]
+    path = REPO / "reports" / "compat-screenshot-support.png"
+    assert driver.save_screenshot(str(path)), f"could not write {path}"  # the first screen only
     assert _severe(driver) == []

@@ -292,3 +292,13 @@ def test_a_column_infers_only_across_speculators_releases_with_the_same_own_code
     planned = {p.speculators: p for p in support.plan(column, axis="speculators")}
     assert planned["0.6.0"].kind == support.INFERRED and planned["0.6.0"].inferred_from == ("0.22.1", "0.5.0")
     assert planned["0.7.0"].kind == support.RUNTIME and "own extraction code x -> y" in planned["0.7.0"].reasons[0]
+
+
+def test_a_broken_range_names_what_to_install_instead_where_the_ranges_are_read():
+    doc = _document()
+    cells = sorted(doc["cells"], key=lambda c: tuple(int(x) for x in c["vllm"].split(".")))
+    broken = outcome_ranges(cells)["broken"]
+    assert broken and all(r["instead"] for r in broken)
+    answer = next(line for line in fragments([doc])["markdown"].splitlines() if line.startswith("| 0.9.0 |"))
+    broken_column = answer.split(" | ")[4]
+    assert "install instead: vLLM " in broken_column and " x speculators 0.9.0" in broken_column

@@ -31,7 +31,9 @@ STYLE = """
 #support .o-untested { background: #eeeeee; } #support .o-broken { background: #f9d6d5; }
 #support .p-inferred { border: 2px dashed #777; } #support .p-measured { border: 2px solid #333; }
 #support .p-static-only { border: 2px dotted #999; font-style: italic; } #support .p-resolver { border: 2px double #933; }
-#support .ranges dd { margin: 0 0 .3rem 1rem; } #support .foot { font-size: .8rem; }
+#support .foot { font-size: .8rem; }
+#support table.answers { font-size: .85rem; margin: .5rem 0 1rem; } #support table.answers td { vertical-align: top; }
+#support table.answers caption { text-align: left; font-weight: 600; }
 """
 
 
@@ -53,7 +55,8 @@ def _rows(docs: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
 
 
 def outcome_ranges(cells: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
-    """Per outcome its runs of consecutive vLLM releases: version_added, version_last, version_removed."""
+    """Per outcome its runs of consecutive vLLM releases: version_added, version_last, version_removed,
+    and for a broken run the nearest working pairs its cells name (`instead`)."""
     out: dict[str, list[dict[str, Any]]] = {o: [] for o in OUTCOME_SYMBOLS}
     for i, cell in enumerate(cells):
         if i and cells[i - 1]["outcome"] == cell["outcome"]:
@@ -64,13 +67,15 @@ def outcome_ranges(cells: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]
         out[cell["outcome"]].append({
             "version_added": cell["vllm"], "version_last": cells[j]["vllm"],
             "version_removed": cells[j + 1]["vllm"] if j + 1 < len(cells) else None,
-            "provenance": sorted({c["provenance"] for c in cells[i:j + 1]})})
+            "provenance": sorted({c["provenance"] for c in cells[i:j + 1]}),
+            "instead": list(dict.fromkeys(c["nearest"] for c in cells[i:j + 1] if c.get("nearest")))})
     return out
 
 
 def _range_text(r: dict[str, Any]) -> str:
     span = r["version_added"] if r["version_added"] == r["version_last"] else f"{r['version_added']} – {r['version_last']}"
-    return f"{span} ({', '.join(PROVENANCE_WORDS[p] for p in r['provenance'])})"
+    instead = f" → install instead: {' or '.join(r['instead'])}" if r.get("instead") else ""
+    return f"{span} ({', '.join(PROVENANCE_WORDS[p] for p in r['provenance'])}){instead}"
 
 
 def cell_text(cell: dict[str, Any]) -> str:
@@ -153,14 +158,21 @@ def _html(rows: dict[str, list[dict[str, Any]]], runners: dict[str, str], docs: 
            '<p class="hint">Each cell: outcome (✔ works as released, ◐ with the compat adapters, ? untested, '
            '✖ broken) and how it was found (● measured, ≈ inferred from a measured cell with the same '
            'extraction-path fingerprint, ⊙ static only, ⊘ pins conflict). Footnotes name sources and fixes.</p>']
+    out.append('<table class="answers"><caption>The answer, one line per speculators release (details below)</caption>'
+               '<thead><tr><th scope="col">speculators</th>'
+               + "".join(f'<th scope="col">{OUTCOME_SYMBOLS[o]} {e(OUTCOME_WORDS[o])}</th>' for o in OUTCOME_SYMBOLS)
+               + "</tr></thead><tbody>")
+    for spec, cells in rows.items():
+        ranges = outcome_ranges(cells)
+        out.append(f'<tr><th scope="row"><a href="#support-{e(spec)}">{e(spec)}</a></th>'
+                   + "".join(f'<td class="o-{o}">{e("; ".join(_range_text(r) for r in ranges[o]) or "none")}</td>'
+                             for o in OUTCOME_SYMBOLS) + "</tr>")
+    out.append("</tbody></table>")
     notes: list[str] = []
     for spec, cells in rows.items():
         ranges = outcome_ranges(cells)
-        out.append(f'<h3 id="support-{e(spec)}">speculators {e(spec)}</h3><dl class="ranges">')
-        for outcome, rs in ranges.items():
-            out.append(f"<dt>{OUTCOME_SYMBOLS[outcome]} {e(OUTCOME_WORDS[outcome])}</dt>"
-                       f"<dd>{e(', '.join(_range_text(r) for r in rs) or 'none')}</dd>")
-        out.append(f"</dl><p class=\"foot\">browser-compat-data: <code>{e(_bcd(ranges))}</code></p>")
+        out.append(f'<h3 id="support-{e(spec)}">speculators {e(spec)}</h3>'
+                   f'<p class="foot">browser-compat-data: <code>{e(_bcd(ranges))}</code></p>')
         contracts = _contracts(docs).get(spec) or {}
         if contracts:
             out.append(f'<details class="foot"><summary>Per contract (static layer): {len(contracts)} that do not '
@@ -197,13 +209,16 @@ def _markdown(rows: dict[str, list[dict[str, Any]]], runners: dict[str, str], do
     out = ["## Which vLLM works with my speculators?", "",
            "✔ works as released · ◐ with the compat adapters · ? untested · ✖ broken; "
            "● measured · ≈ inferred (same extraction-path fingerprint as a measured cell) · ⊙ static only · "
-           "⊘ pins conflict", ""]
+           "⊘ pins conflict", "",
+           "| speculators | " + " | ".join(f"{OUTCOME_SYMBOLS[o]} {OUTCOME_WORDS[o]}" for o in OUTCOME_SYMBOLS) + " |",
+           "|---" * (1 + len(OUTCOME_SYMBOLS)) + "|"]
+    for spec, cells in rows.items():
+        ranges = outcome_ranges(cells)
+        out.append(f"| {_md(spec)} | " + " | ".join(_md("; ".join(_range_text(r) for r in ranges[o]) or "none")
+                                                    for o in OUTCOME_SYMBOLS) + " |")
+    out.append("")
     for spec, cells in rows.items():
         out.append(f"### speculators {_md(spec)}")
-        out.append("")
-        for outcome, rs in outcome_ranges(cells).items():
-            out.append(f"- {OUTCOME_SYMBOLS[outcome]} {OUTCOME_WORDS[outcome]}: "
-                       f"{_md(', '.join(_range_text(r) for r in rs) or 'none')}")
         out.append("")
         out.append("| vLLM | cell | notes |")
         out.append("|---|---|---|")
