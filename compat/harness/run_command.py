@@ -18,4 +18,4 @@ def main(argv: Sequence[str]) -> int:
     if (options.all_vllm or options.all_speculators) and not options.python:
         runner.stop_on_sigterm()
         return run_support(options, rest)
-    return runner.main(argv)
+    return runner.run(options, rest)

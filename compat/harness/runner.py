@@ -27,6 +27,11 @@ from compat.shared.results import write_json_atomic
 
 
 def runner_options(argv: Sequence[str]) -> tuple[argparse.Namespace, list[str]]:
+    return _runner_parser().parse_known_args(list(argv))
+
+
+def _runner_parser() -> argparse.ArgumentParser:
+    """The run's settings; the cell selection is compat.harness.matrix's parser (both in --help)."""
     parser = argparse.ArgumentParser(prog="nox -s compat --", add_help=False)
     parser.add_argument("--results", type=Path, default=REPO_ROOT / "results",
                         help="folder for per-cell results and logs (default: results/)")
@@ -67,7 +72,7 @@ def runner_options(argv: Sequence[str]) -> tuple[argparse.Namespace, list[str]]:
     support.add_argument("--seed", type=int, default=None, help="the seed --check-inferred picks with (printed)")
     support.add_argument("--plan-only", action="store_true", help="with --all-*: choose and write the table, run nothing")
     support.add_argument("--rerun", action="store_true", help="with --all-*: run runtime cells with stored results again")
-    return parser.parse_known_args(list(argv))
+    return parser
 
 
 def with_run_settings(cell: Cell, options: argparse.Namespace) -> Cell:
@@ -107,11 +112,22 @@ def stop_on_sigterm() -> None:
 
 
 def main(argv: Sequence[str]) -> int:
-    stop_on_sigterm()
     try:
         options, rest = runner_options(argv)
     except SystemExit as exc:  # argparse already printed which option was bad
         return 2 if exc.code else 0
+    return run(options, rest)
+
+
+def run(options: argparse.Namespace, rest: list[str]) -> int:
+    """The matrix over parsed options; `rest` holds the cell selection (compat.harness.matrix.parse_cli)."""
+    stop_on_sigterm()
+    if {"-h", "--help"} & set(rest):
+        print(_runner_parser().format_help().replace("usage: ", "usage (the run's settings): ", 1))
+        try:
+            parse_cli(rest)  # prints the cell selection's options and exits
+        except SystemExit as exc:
+            return 2 if exc.code else 0
     if options.python:
         return run_existing(options, rest)
     if options.all_vllm or options.all_speculators:  # compat.harness.run_command sends those to the support table
@@ -138,12 +154,12 @@ def main(argv: Sequence[str]) -> int:
         print(f"compat: {exc}", file=sys.stderr)
         return 2
 
-    def run(records: list[dict[str, Any]]) -> None:
+    def run_cells(records: list[dict[str, Any]]) -> None:
         records += run_static_only(static_only, options)
         if cells:
             run_matrix(cells, index, options, resolve_model(options.model), prior=records)
 
-    return run_and_report(options, run)
+    return run_and_report(options, run_cells)
 
 
 def run_static_only(cells: dict[Cell, str], options: argparse.Namespace) -> list[dict[str, Any]]:

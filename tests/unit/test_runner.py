@@ -230,3 +230,12 @@ def test_variants_option_selects_what_the_record_and_the_probes_say(tmp_path, mo
     assert cell_run.cell_spec(cell, tmp_path, tmp_path).variants == ("deepseek_v3", "llama-bfloat16")
     with pytest.raises(SystemExit):
         runner.runner_options(["--variants", "deepseek"])
+
+
+def test_help_shows_the_run_settings_and_the_cell_selection(capsys):
+    from compat.harness import run_command
+
+    assert run_command.main(["--help"]) == 0
+    shown = capsys.readouterr().out
+    for option in ("--dtype", "--variants", "--all-vllm", "--check-inferred", "--store", "--vllm", "--only", "--list-cells"):
+        assert option in shown, f"{option} missing from `nox -s compat -- --help`"
