@@ -88,7 +88,7 @@ def parse_options(argv: Sequence[str]) -> argparse.Namespace:
                         help="run in this existing interpreter (its vLLM and speculators name the cell); "
                              "nothing is installed. It needs pytest and pytest-timeout")
     parser.add_argument("--backend", choices=("cpu", "gpu"), default=None,
-                        help="default: gpu when nvidia-smi lists GPUs, else cpu; cpu with --scale-model")
+                        help="default: gpu when nvidia-smi lists GPUs, else cpu (with --scale-model and --kimi-shaped too)")
     parser.add_argument("--model", type=Path, default=None,
                         help=f"Kimi-K2.5 model folder (default: ${MODEL_VARIABLE})")
     parser.add_argument("--tp", type=int, default=None,
