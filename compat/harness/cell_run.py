@@ -385,8 +385,9 @@ def _mark_unfinished(probes: list[dict[str, Any]], result_file: Path, error: str
         collected = []
     done = {(p["id"], p.get("case")) for p in probes}
     log_tail = tail(log_path, 15)
-    for item in collected:
+    for item in collected:  # both suites collect the keys they share (e.g. hidden_states_match_reference[batch])
         if (item["id"], item.get("case")) not in done:
+            done.add((item["id"], item.get("case")))
             probes.append({"id": item["id"], "case": item.get("case"), "status": "error",
                            "with_compat": None, "advisory": item.get("advisory", False), "error": None,
                            "reason": f"did not run: {error}\n{log_tail}", "seconds": 0.0, "detail": {}})

@@ -92,3 +92,22 @@ def test_the_adapted_run_fills_with_compat_of_the_same_record(pytester):
     both = probes["both_modes"]
     assert (both["status"], both["with_compat"]) == ("broken", "ok")
     assert both["detail"]["with_compat"]["status"] == "ok"
+
+
+def test_a_cell_stopped_early_reports_each_unreached_key_once(tmp_path):
+    """Both suites collect the keys they share; a timeout must not record one of them twice (the
+    report would read the record as contradicting itself). Seen on the H200: vLLM 0.25.1 x 0.9.0."""
+    from compat.harness.cell_run import _mark_unfinished
+    from compat.shared.results import probe_key, write_json_atomic
+
+    shared = {"id": "hidden_states_match_reference", "case": "batch", "advisory": False}
+    result = tmp_path / "probes.json"
+    write_json_atomic(result, {"collected": [shared, {"id": "payload_schema", "case": None}, dict(shared)],
+                               "probes": []})
+    log = tmp_path / "log.txt"
+    log.write_text("the cell's log\n")
+    done = [{"id": "payload_schema", "case": None, "status": "ok"}]
+    probes = _mark_unfinished(done, result, "timeout", log)
+    keys = [probe_key(p) for p in probes]
+    assert sorted(keys) == ["hidden_states_match_reference[batch]", "payload_schema"]
+    assert probes[-1]["status"] == "error" and probes[-1]["reason"].startswith("did not run: timeout")
