@@ -18,7 +18,8 @@
 #   server cell with hybrid + llama-runner_v2, then the in-process (0.26.0, 0.4.0.1) cell in what is
 #   left of ~9.5 minutes; `server-rest`: that server cell alone; `hybrid-bf16`: the server cell with
 #   hybrid (served in bfloat16 on the Triton GDN prefill since the float32 refusal) + llama-bfloat16
-#   (carry .device-fa3: bfloat16 attention takes FlashAttention); `dry`: unpack and
+#   (carry .device-fa3: bfloat16 attention takes FlashAttention); `llama`: the server cell with no
+#   variant (float32 Llama: the contract probes and the reference check, no FlashAttention); `dry`: unpack and
 #   print what would run. float32 (the MLA DeepseekV3 runs in bfloat16: GPU MLA takes 16-bit only).
 # No flashinfer travels (its GDN prefill is JIT-compiled, no nvcc here): the hybrid takes vLLM's
 # Triton GDN prefill where the build has --gdn-prefill-backend (compat/cell/server_models.py).
@@ -72,6 +73,7 @@ case $phase in
   rest) cell v$release-s090-v2-hybrid "$site:$root/.site/tvshim" 350 hybrid,llama-runner_v2
         cell v$release-s0401-inprocess "$s0401:$site" "$(left)" ;;
   server-rest) cell v$release-s090-v2-hybrid "$site:$root/.site/tvshim" 420 hybrid,llama-runner_v2 ;;
+  llama) cell v$release-s090-llama "$site:$root/.site/tvshim" "$(left)" none ;;
   hybrid-bf16) cell v$release-s090-hybrid-bf16 "$site:$root/.site/tvshim" "$(left)" hybrid,llama-bfloat16 ;;
   dry) cell v$release-s090-mla-bf16 "$site:$root/.site/tvshim" "$(left)" deepseek_v3,llama-bfloat16
        cell v$release-s0401-inprocess "$s0401:$site" "$(left)"
