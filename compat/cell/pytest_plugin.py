@@ -16,6 +16,7 @@ in the raw record's `with_compat_figures` (null where a probe recorded none).
 
 from __future__ import annotations
 
+import re
 import sys
 import time
 from pathlib import Path
@@ -26,6 +27,11 @@ import pytest
 from compat.shared.observe import CONTRACT_TAG, describe
 from compat.shared.results import ADVISORY_PROBES, NOT_SELECTED, write_json_atomic
 
+# vLLM's words when the real exception was raised in another of its processes and only printed there.
+ROOT_CAUSE_ELSEWHERE = re.compile(r"See stack trace for root cause|See root cause above|initialization failed")
+# A vLLM process's printed exception: `(Worker pid=29099) ERROR 12-02 00:01:19 [file.py:852] RuntimeError: ...`.
+PRINTED_EXCEPTION = re.compile(r"^\((?:Worker|EngineCore|VllmWorker|APIServer)[\w_]* pid=\d+\)\s+ERROR\b[^\]]*\]\s*"
+                               r"((?:[\w.]+\.)?[A-Z]\w*(?:Error|Exception|Exit)): (.+)$", re.M)
 SKIP_PREFIXES = {"n/a:": "n/a", "unsupported-on-cpu:": "unsupported-on-cpu"}
 RECORD_KEY = pytest.StashKey[dict]()
 
@@ -103,7 +109,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
         text = str(exc) if exc is not None else str(report.longrepr)
         if report.when == "call" and exc is not None and hasattr(exc, CONTRACT_TAG):
             record["status"] = "broken"
-            record["error"] = describe(exc)
+            record["error"] = _with_root_cause(describe(exc), report)
         elif text.lstrip().startswith("Timeout"):
             record["status"] = "error"
             record["reason"] = f"timeout: {text.strip().splitlines()[0]}"
@@ -113,8 +119,21 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
                 report.when, "harness fault")
             record["reason"] = f"{phase}: {type(exc).__name__ if exc else 'error'}: {text.strip()[:1500]}"
             if exc is not None:
-                record["error"] = describe(exc)
+                record["error"] = _with_root_cause(describe(exc), report)
     return report
+
+
+def _with_root_cause(error: dict[str, Any], report: pytest.TestReport) -> dict[str, Any]:
+    """Where vLLM says the cause was raised in another of its processes, the last exception those
+    processes printed during this test (its captured output), so the report can tell an environment
+    fault (a library the build requires) from a break of the contract."""
+    if not ROOT_CAUSE_ELSEWHERE.search(error.get("message") or ""):
+        return error
+    printed = [m for _title, text in report.sections for m in PRINTED_EXCEPTION.finditer(text)]
+    if printed:
+        kind, message = printed[-1].groups()
+        error["root_cause"] = f"{kind.rsplit('.', 1)[-1]}: {message.strip()}"[:1000]
+    return error
 
 
 def _skip_reason(report: pytest.TestReport) -> str:

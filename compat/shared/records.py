@@ -68,6 +68,9 @@ class ProbeError:
     type: str
     message: str = ""
     where: Optional[str] = None
+    # "Type: message" a vLLM process printed, where the probe's own exception only points at it
+    # ("See stack trace for root cause"): compat.cell.pytest_plugin reads it from the test's output.
+    root_cause: Optional[str] = None
 
 
 @dataclass

