@@ -30,10 +30,11 @@ import json
 import re
 import sys
 from dataclasses import dataclass, field
-from typing import Any, Sequence, TextIO
+from typing import Any, Optional, Sequence, TextIO
 
 from packaging.version import InvalidVersion, Version
 
+from compat.harness.causes import CauseRule, cause_of
 from compat.harness.explain_context import contexts
 from compat.shared.breakages import REGISTRY, Breakage, Symptom, _specifier
 from compat.shared.tracebacks import (Found, exceptions_in, find_exceptions, find_pytest_failures,  # noqa: F401
@@ -165,6 +166,8 @@ class Explanation:
     matches: list[Breakage]  # known: fits and applies
     closest: list[tuple[Breakage, str]]  # rejected candidates and why
     out_of_range: list[tuple[Breakage, str]] = field(default_factory=list)  # fits, but not here
+    # no breakage: the environment's or our fixture's (compat.harness.causes), as the report reads it
+    cause: Optional[CauseRule] = None
 
     @property
     def known(self) -> bool:
@@ -220,7 +223,8 @@ def explain(found: Found, vllm: str | None = None, speculators: str | None = Non
         else:
             rejected.append((entry, whys[0]))
     rejected.sort(key=lambda pair: -_closeness(pair[0], error))
-    return Explanation(found, matches, [r for r in rejected if _closeness(r[0], error) > 0][:3], elsewhere)
+    return Explanation(found, matches, [r for r in rejected if _closeness(r[0], error) > 0][:3], elsewhere,
+                       cause=None if matches else cause_of(error))
 
 
 # -- output ------------------------------------------------------------------------------------------
@@ -253,7 +257,9 @@ def render(explanations: list[Explanation], versions: Versions | None = None) ->
             if f.wrapper:
                 out.append("  relays another failure (see the root cause above)")
             out.append("  no known breakage matches")
-            for entry, why in ex.closest:
+            if ex.cause is not None:
+                out.append(f"  not a break of the contract: {ex.cause.cause}; what to do: {ex.cause.todo}")
+            for entry, why in ex.closest if ex.cause is None else ():
                 out.append(f"    closest: {entry.id} ({entry.title}): rejected, {why}")
         out.append("")
     return "\n".join(out)
@@ -270,6 +276,7 @@ def as_json(explanations: list[Explanation], versions: Versions, source: str) ->
                        "references": list(e.references)} for e in ex.matches],
             "out_of_range": [{"id": e.id, "why": why} for e, why in ex.out_of_range],
             "closest": [{"id": e.id, "why": why} for e, why in ex.closest],
+            "cause": {"cause": ex.cause.cause, "todo": ex.cause.todo} if ex.cause else None,
         } for ex in explanations],
         "exit": exit_status(explanations),
     }
@@ -289,6 +296,8 @@ def render_github(explanations: list[Explanation], versions: Versions) -> str:
             out.append(ex.matches[0].explain("github", seen=head))
         else:
             extra = "".join(f"\nmatches {e.id}, {why}" for e, why in ex.out_of_range)
+            if ex.cause is not None:
+                extra += f"\nnot a break of the contract: {ex.cause.cause}; what to do: {ex.cause.todo}"
             out.append(f"::warning title=no known breakage::{_gh(head + extra)}")
     out.append(f"::notice title=versions found::{_gh(versions.describe())}")
     return "\n".join(out) + "\n"

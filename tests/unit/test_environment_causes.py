@@ -97,3 +97,16 @@ def test_the_plugin_reads_what_each_vllm_process_prints_and_the_cause_follows():
                      ("torch.OutOfMemoryError", "CUDA out of memory. Tried to allocate 2.00 GiB")]
     assert cause_of({**OUTER, "root_cause": "ValueError: head_size 80 is not supported"}).cause == "fixture"
     assert cause_of({**OUTER, "root_cause": "OutOfMemoryError: CUDA out of memory."}).cause == "environment"
+
+
+def test_explain_says_what_to_install_for_the_real_worker_line():
+    from compat.harness.explain import explain_paste, render
+
+    line = (Path(__file__).resolve().parents[2] / "reports" / "cpu-support-0.4.0.1" / "before-preload"
+            / "worker-error.txt").read_text()
+    assert line.startswith("(Worker pid=") and "libtcmalloc is not found in LD_PRELOAD" in line
+    explanations, versions = explain_paste(line)
+    assert [ex.cause.cause for ex in explanations] == ["environment"] and not explanations[0].known
+    text = render(explanations, versions)
+    assert "not a break of the contract: environment" in text and "libtcmalloc-minimal4" in text
+    assert "closest:" not in text
