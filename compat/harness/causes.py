@@ -49,7 +49,7 @@ RULES = (
     CauseRule("environment", (), r"\blib\w+ is not found in LD_PRELOAD",
               "this vLLM CPU build requires libraries preloaded (vLLM's CPU install guide, `set LD_PRELOAD`): "
               "install tcmalloc (apt-get install libtcmalloc-minimal4); the harness then preloads it and the "
-              "venv's libiomp5.so for builds that check (compat.harness.cell_run.preloaded_libraries)"),
+              "venv's libiomp5.so for builds that refuse without them (compat.harness.cell_run.preloaded_libraries)"),
     CauseRule("environment", (), r"CUDA out of memory|OutOfMemoryError|out of memory",
               "free GPU memory or lower --gpu-memory-utilization"),
     CauseRule("environment", (), r"Address already in use|address already in use",

