@@ -26,10 +26,8 @@ import pytest
 
 from compat.shared.observe import CONTRACT_TAG, describe
 from compat.shared.results import ADVISORY_PROBES, NOT_SELECTED, write_json_atomic
+from compat.shared.tracebacks import RELAYS
 
-# vLLM's words when the real exception was raised in another of its processes and only printed there.
-ROOT_CAUSE_ELSEWHERE = re.compile(r"stack trace(?: \(above\)| above)? for (?:the )?root cause|See root cause above"
-                                  r"|initialization failed")
 # A vLLM process's printed exception: `(Worker pid=29099) ERROR 12-02 00:01:19 [file.py:852] RuntimeError: ...`,
 # `(EngineCore_DP0 pid=7) ERROR ... [core.py:866] ValueError: ...`, `(VllmWorker rank=0 pid=9) ERROR ...`.
 PRINTED_EXCEPTION = re.compile(r"^\((?:Worker|EngineCore|VllmWorker|APIServer)[^)\n]*pid=\d+\)\s+ERROR\b[^\]\n]*\]\s*"
@@ -129,7 +127,7 @@ def _with_root_cause(error: dict[str, Any], report: pytest.TestReport) -> dict[s
     """Where vLLM says the cause was raised in another of its processes, the last exception those
     processes printed during this test (its captured output), so the report can tell an environment
     fault (a library the build requires) from a break of the contract."""
-    if not ROOT_CAUSE_ELSEWHERE.search(error.get("message") or ""):
+    if not RELAYS.search(f"{error.get('type')}: {error.get('message') or ''}"):  # vLLM points elsewhere
         return error
     printed = [m for _title, text in report.sections for m in PRINTED_EXCEPTION.finditer(text)]
     if printed:

@@ -61,6 +61,8 @@ def cpu_refusal(cause: str | None, log_text: str) -> str | None:
         if cause and pattern.search(cause) and (needs is None or needs in log_text):
             return cause
     return None
+
+
 SHIM_RECORD = {"id": "cpu_hidden_states_connector",
                "why": "vLLM's ExampleHiddenStatesConnector writes through CUDA-only pieces (pinned host memory, "
                       "torch.cuda.Stream/Event); on CPU the worker dies after the first request. "

@@ -417,11 +417,11 @@ def _mark_unfinished(probes: list[dict[str, Any]], result_file: Path, error: str
         collected = read_json(result_file, "probe results").get("collected", [])
     except ResultFileError:
         collected = []
-    done = {(p["id"], p.get("case")) for p in probes}
+    done = {probe_key(p) for p in probes}
     log_tail = tail(log_path, 15)
     for item in collected:  # both suites collect the keys they share (e.g. hidden_states_match_reference[batch])
-        if (item["id"], item.get("case")) not in done:
-            done.add((item["id"], item.get("case")))
+        if probe_key(item) not in done:
+            done.add(probe_key(item))
             probes.append({"id": item["id"], "case": item.get("case"), "status": "error",
                            "with_compat": None, "advisory": item.get("advisory", False), "error": None,
                            "reason": f"did not run: {error}\n{log_tail}", "seconds": 0.0, "detail": {}})

@@ -46,6 +46,7 @@ _FENCE = re.compile(r"^\s*(?:`{3,}|~{3,})[\w+-]*\s*$")
 # An exception that only relays another one (explain counts it neither way; a server log's root cause is another).
 RELAYS = re.compile(r"EngineDeadError|Engine core initialization failed|EngineCore encountered an issue"
                     r"|Worker failed with error|WorkerError|See root cause above|check the stack trace above"
+                    r"|WorkerProc initialization failed|See stack trace for root cause"
                     r"|APIServer")
 # A log line at a level below ERROR: an exception named there is advice ("can cause `OSError: ...`"), not a failure.
 _CALM = re.compile(r"\b(?:INFO|WARNING|WARN|DEBUG)\s+\d\d-\d\d\s+\d\d:\d\d:\d\d|\b(?:INFO|WARNING|DEBUG)\s+-\s")
