@@ -14,6 +14,8 @@ import re
 from dataclasses import dataclass
 from typing import Any, Optional
 
+from compat.shared.tracebacks import SILENT
+
 OURS = r"(?:vllm|speculators|hs_connectors)"
 
 
@@ -25,14 +27,15 @@ class CauseRule:
     todo: str
 
     def fits(self, error: dict[str, Any]) -> bool:
-        """The probe's exception fits, or the root cause a vLLM process printed for it does."""
-        raised = [(str(error.get("type") or ""), str(error.get("message") or ""))]
+        """The root cause a vLLM process printed fits, where one was kept (the probe's own exception
+        then only relays it), else the probe's exception."""
         root = str(error.get("root_cause") or "")
         if root:
             kind, _, message = root.partition(": ")
-            raised.append((kind, message))
-        return any((not self.exceptions or kind.rsplit(".", 1)[-1] in self.exceptions)
-                   and bool(re.search(self.message, message)) for kind, message in raised)
+        else:
+            kind, message = str(error.get("type") or ""), str(error.get("message") or "")
+        return ((not self.exceptions or kind.rsplit(".", 1)[-1] in self.exceptions)
+                and bool(re.search(self.message, message)))
 
 
 RULES = (
@@ -52,6 +55,10 @@ RULES = (
               "venv's libiomp5.so for builds that refuse without them (compat.harness.cell_run.preloaded_libraries)"),
     CauseRule("environment", (), r"CUDA out of memory|OutOfMemoryError|out of memory",
               "free GPU memory or lower --gpu-memory-utilization"),
+    CauseRule("environment", (), re.escape(SILENT) + r"|died with exit code -\d+|Failed core proc\(s\): \{[^}]*: -\d+",
+              "a vLLM process ended without raising: killed by a signal (most often the kernel's out-of-memory "
+              "killer, which `dmesg` names) or a crash in compiled code; give it more memory or a smaller KV "
+              "cache (VLLM_CPU_KVCACHE_SPACE, --gpu-memory-utilization) and run the cell again"),
     CauseRule("environment", (), r"Address already in use|address already in use",
               "another process holds the port: stop it, or let the harness choose a free one"),
     CauseRule("environment", (), r"No CUDA GPUs are available|CUDA driver version is insufficient|"

@@ -254,7 +254,11 @@ def render(explanations: list[Explanation], versions: Versions | None = None) ->
         for entry, why in ex.out_of_range:
             out.append(f"  matches {entry.id} ({entry.title}), {why}: not counted known")
         if not ex.matches:
-            if f.wrapper:
+            if f.wrapper and all(other.found.wrapper for other in explanations):
+                out.append("  relays another failure, and the paste holds none: paste the log from further up; "
+                           "where it has none, the vLLM process died without raising (killed by a signal, most "
+                           "often the kernel's out-of-memory killer, which `dmesg` names; or a crash in compiled code)")
+            elif f.wrapper:
                 out.append("  relays another failure (see the root cause above)")
             out.append("  no known breakage matches")
             if ex.cause is not None:

@@ -7,7 +7,10 @@
   with it (compat.harness.explain).
 - `root_cause(log_text)`: the one exception a `vllm serve` log failed with: the last one that does
   not only relay another (`RELAYS`: EngineDeadError, "Engine core initialization failed", ...), else
-  the last; the cell's server runs read their logs with it (compat.cell.server).
+  `silent_death`; the cell's server runs read their logs with it (compat.cell.server).
+- `silent_death(text, relay)`: where vLLM says another of its processes failed and none printed an
+  exception (a SIGKILL from the kernel's out-of-memory killer, a crash in compiled code: the
+  process raised nothing), a `PROCESS_DIED` root cause naming vLLM's last word on it.
 - `vllm_relative(path)` / `vllm_location(path, line)`: a file's path from its `vllm/` folder on.
 
 Pure: the standard library only.
@@ -47,7 +50,14 @@ _FENCE = re.compile(r"^\s*(?:`{3,}|~{3,})[\w+-]*\s*$")
 RELAYS = re.compile(r"EngineDeadError|Engine core initialization failed|EngineCore encountered an issue"
                     r"|Worker failed with error|WorkerError|See root cause above|check the stack trace above"
                     r"|WorkerProc initialization failed|See stack trace for root cause"
-                    r"|APIServer")
+                    r"|APIServer|Engine core process \S+ died unexpectedly")
+# vLLM's words for a process of its own that ended: a worker or engine core that died (its monitor's
+# line), or the exit codes it lists. A SIGKILL (the kernel's OOM killer) or a crash in compiled code
+# leaves only these and the relays: the process raised nothing, so nothing else is printed.
+_DEATH = re.compile(r"(?:Worker proc|Engine core proc(?:ess)?|Process|RayWorkerProc rank=)\s*\S+ (?:\(PID: \d+\) )?"
+                    r"died (?:unexpectedly|with exit code -?\d+)[^\n]*|Failed core proc\(s\): \{[^}\n]*\}")
+PROCESS_DIED = "ProcessDied"  # our type for that root cause; vLLM raised nothing
+SILENT = "no vLLM process printed an exception"
 # A log line at a level below ERROR: an exception named there is advice ("can cause `OSError: ...`"), not a failure.
 _CALM = re.compile(r"\b(?:INFO|WARNING|WARN|DEBUG)\s+\d\d-\d\d\s+\d\d:\d\d:\d\d|\b(?:INFO|WARNING|DEBUG)\s+-\s")
 
@@ -246,13 +256,33 @@ def headline(found: Found) -> str:
 _QUOTES = re.compile(r"failed with error '(?P<quoted>.+?)'(?:,|$)", re.S)
 
 
+def process_death(text: str) -> str | None:
+    """vLLM's last line saying one of its processes died or listing failed processes, or None."""
+    lines = [strip_line(line) for line in text.splitlines()]
+    deaths = [m.group(0).strip() for line in lines for m in [_DEATH.search(line)] if m]
+    return deaths[-1] if deaths else None
+
+
+def silent_death(text: str, relay: str | None = None) -> Found | None:
+    """The root cause where vLLM said another of its processes failed (`relay`, or a relay or death
+    line in `text`) and none printed an exception: a `PROCESS_DIED` naming vLLM's last word on it;
+    None where an exception other than a relay was printed, or a relay quotes one."""
+    found = find_exceptions(text)
+    if any(not f.wrapper or _QUOTES.search(f.message) for f in found) or _QUOTES.search(relay or ""):
+        return None
+    said = process_death(text) or (headline(found[-1]) if found else relay)
+    return Found(PROCESS_DIED, f"{said.rstrip('.')}; {SILENT}", None, 0, one_line=True) if said else None
+
+
 def root_cause(log_text: str) -> Found | None:
     """The exception a server log failed with: the one the last relay quoting an error names (a
     worker's exception; a process can fail again on its way out, e.g. a CPU build's shutdown asking
-    for CUDA), else the last one that does not only relay another, else the last one; None when the
-    log states no exception."""
+    for CUDA), else the last one that does not only relay another, else (only relays, or vLLM's line
+    that a process died) `silent_death`, else the last relay; None when the log states none."""
     found = find_exceptions(log_text)
     causes = [f for f in found if not f.wrapper]
     quoting = [m.group("quoted").strip() for f in found if f.wrapper for m in [_QUOTES.search(f.message)] if m]
     named = [f for f in causes if quoting and f.message.strip() == quoting[-1]]
-    return (named or causes or found or [None])[-1]
+    if named or causes:
+        return (named or causes)[-1]
+    return silent_death(log_text) or (found[-1] if found else None)

@@ -118,3 +118,60 @@ def test_explain_says_what_to_install_for_the_real_worker_line():
     text = render(explanations, versions)
     assert "not a break of the contract: environment" in text and "libtcmalloc-minimal4" in text
     assert "closest:" not in text
+
+
+@pytest.mark.parametrize("log", ["vllm-0.22.0__cpu.engine-core-sigkill-after-ready.log",
+                                 "vllm-0.22.0__cpu.engine-core-sigkill-while-loading.log"])
+def test_a_vllm_process_killed_by_a_signal_reads_environment_not_a_break(log):
+    """A `vllm serve` cell whose engine core the OOM killer takes: the server probe's message carries the
+    log's root cause (compat.cell.server.failure_line); the report reads it `error`, environment."""
+    from compat.cell.server import failure_line
+
+    text = (Path(__file__).parent / "corpus" / "logs" / log).read_text()
+    error = {"type": "ContractViolation", "message": f"generate-offline-data exited 1; vLLM server (exited 1): {failure_line(text)}"}
+    rule = cause_of(error)
+    assert rule is not None and rule.cause == "environment" and "out-of-memory killer" in rule.todo
+    assert cause_of({"type": "RuntimeError", "message": "Engine core initialization failed. See root cause above. "
+                                                        "Failed core proc(s): {'EngineCore_DP0': -9}"}).cause == "environment"
+    assert cause_of({"type": "RuntimeError", "message": "Engine core initialization failed. See root cause above. "
+                                                        "Failed core proc(s): {'EngineCore_DP0': 1}"}) is None
+
+
+def test_the_kept_root_cause_decides_over_the_relay_that_points_at_it():
+    relay = {"type": "RuntimeError", "message": "Engine core process EngineCore_DP0 died unexpectedly."}
+    assert cause_of({**relay, "root_cause": "ProcessDied: Engine core process EngineCore_DP0 died unexpectedly; "
+                                            "no vLLM process printed an exception"}).cause == "environment"
+    assert cause_of({**relay, "root_cause": "TypeError: Scheduler.__init__() missing 1 required positional argument: "
+                                            "'block_size'"}) is None
+
+
+def test_the_plugin_names_a_silent_death_and_keeps_a_printed_cause():
+    """In-process cells: the probe's exception relays; the captured output decides."""
+    from types import SimpleNamespace
+
+    from compat.cell.pytest_plugin import _with_root_cause
+
+    dead = {"type": "EngineDeadError", "message": "EngineCore encountered an issue. See stack trace (above) for the root cause."}
+    killed = SimpleNamespace(sections=[("Captured stderr call", "(EngineCore_DP0 pid=7) INFO 12-02 [core.py:1] loading\n")])
+    assert cause_of(_with_root_cause(dict(dead), killed)).cause == "environment"
+    printed = SimpleNamespace(sections=[("Captured stderr call", "(EngineCore_DP0 pid=7) ERROR 12-02 00:01:19 [core.py:866] "
+                                                                 "AttributeError: 'Request' object has no attribute 'block_hashes'\n")])
+    kept = _with_root_cause(dict(dead), printed)
+    assert kept["root_cause"] == "AttributeError: 'Request' object has no attribute 'block_hashes'" and cause_of(kept) is None
+    unprefixed = SimpleNamespace(sections=[("Captured stderr setup", "Traceback (most recent call last):\n"
+                                            '  File "/v/vllm/v1/core/sched/scheduler.py", line 9, in schedule\n'
+                                            "KeyError: 'num_computed_tokens'\n")])
+    assert cause_of(_with_root_cause(dict(dead), unprefixed)) is None  # any exception printed: not silent
+
+
+def test_explain_on_a_paste_of_relays_only_says_where_the_cause_can_be():
+    """A paste may be cut below its root cause, or the process died without raising: explain says both."""
+    from compat.harness.explain import explain_paste, render
+
+    text = (Path(__file__).parent / "corpus" / "logs" / "vllm-0.22.0__cpu.engine-core-sigkill-while-loading.log").read_text()
+    explanations, versions = explain_paste(text)
+    assert explanations and all(ex.found.wrapper for ex in explanations)
+    said = render(explanations, versions)
+    assert "paste the log from further up" in said and "out-of-memory killer" in said
+    printed = "AttributeError: 'Request' object has no attribute 'block_hashes'\n" + text
+    assert "paste the log from further up" not in render(*explain_paste(printed))

