@@ -19,7 +19,9 @@
 #   left of ~9.5 minutes; `server-rest`: that server cell alone; `hybrid-bf16`: the server cell with
 #   hybrid (served in bfloat16 on the Triton GDN prefill since the float32 refusal) + llama-bfloat16
 #   (carry .device-fa3: bfloat16 attention takes FlashAttention); `llama`: the server cell with no
-#   variant (float32 Llama: the contract probes and the reference check, no FlashAttention); `dry`: unpack and
+#   variant (float32 Llama: the contract probes and the reference check, no FlashAttention); `llama081`: the
+#   same with speculators 0.8.1 (s081/ in a carried folder); `llama-both`: `llama`, then `llama081`;
+#   `unpack`: only install what was carried (the first of two back-to-back calls); `dry`: unpack and
 #   print what would run. float32 (the MLA DeepseekV3 runs in bfloat16: GPU MLA takes 16-bit only).
 # No flashinfer travels (its GDN prefill is JIT-compiled, no nvcc here): the hybrid takes vLLM's
 # Triton GDN prefill where the build has --gdn-prefill-backend (compat/cell/server_models.py).
@@ -29,6 +31,11 @@
 # code against 0.26.0 (the cell's notes say the interpreter was used as found).
 # Variants are chosen with `--variants` (the cell's id, settings and manifest say so; the 0.26.0 run of
 # reports/gpu-h200/0.26.0-s090 chose them through the environment, which its records do not show).
+# 0.23.0 (2026-12-02): ../shared/tools/device-payload 0.23.0 .device23 <the extras above>; .device23-mc/wheels:
+#   mistral_common==1.13.1 pycountry==26.2.16 pydantic-extra-types==2.11.1 tiktoken==0.14.0 sentencepiece==0.2.3
+#   jsonschema==4.26.0 jsonschema-specifications==2025.9.1 referencing==0.37.0 rpds-py==2026.9.1 (cv2 is optional
+#   to mistral_common); .device23-mc/s081: speculators==0.8.1 hs-connectors==0.8.1. Call 1 carries .device23
+#   (`unpack`), call 2 at once carries .device23-mc (`llama-both`).
 # Results and logs come back as $OUT/PHASE.tgz (a result, runner/probe/server logs, machine.txt).
 set -uo pipefail
 phase=${1:?mla, rest or dry}
@@ -43,6 +50,20 @@ if [ -d "$root/$payload/wheels" ]; then  # (again) whenever the carried wheels c
   [ -f "$stamp" ] || { python3 -m pip install -q --no-index --no-deps --no-compile --upgrade --target "$site" \
                          "$root"/$payload/wheels/*.whl && touch "$stamp"; } || exit 3
 fi
+# a second carried folder, $payload-mc (mistral_common and its deps: 0.23.0's `vllm serve` imports it; over
+# 64 MiB with the payload, so it travels in the next call while .site/ stays on the warm machine)
+if [ -d "$root/$payload-mc/wheels" ]; then
+  stamp=$site/.mc-$(ls "$root/$payload-mc/wheels" | md5sum | cut -c1-12)
+  [ -f "$stamp" ] || { python3 -m pip install -q --no-index --no-deps --no-compile --upgrade --target "$site" \
+                         "$root"/$payload-mc/wheels/*.whl && touch "$stamp"; } || exit 3
+fi
+# speculators 0.8.1 + hs-connectors 0.8.1 beside the payload's 0.9.0 (s081/ of either carried folder)
+s081=$root/.site/s081
+for d in "$root/$payload/s081" "$root/$payload-mc/s081"; do
+  if [ ! -d "$s081/speculators" ] && ls "$d"/*.whl >/dev/null 2>&1; then
+    python3 -m pip install -q --no-index --no-deps --no-compile --target "$s081" "$d"/*.whl || exit 3
+  fi
+done
 if [ ! -d "$site/vllm" ]; then
   tar -xJf "$root/$payload/vllm.tar.xz" -C "$site" || exit 3
 fi
@@ -74,6 +95,10 @@ case $phase in
         cell v$release-s0401-inprocess "$s0401:$site" "$(left)" ;;
   server-rest) cell v$release-s090-v2-hybrid "$site:$root/.site/tvshim" 420 hybrid,llama-runner_v2 ;;
   llama) cell v$release-s090-llama "$site:$root/.site/tvshim" "$(left)" none ;;
+  llama081) cell v$release-s081-llama "$s081:$site:$root/.site/tvshim" "$(left)" none ;;
+  llama-both) cell v$release-s090-llama "$site:$root/.site/tvshim" 280 none
+              cell v$release-s081-llama "$s081:$site:$root/.site/tvshim" "$(left)" none ;;
+  unpack) ;;
   hybrid-bf16) cell v$release-s090-hybrid-bf16 "$site:$root/.site/tvshim" "$(left)" hybrid,llama-bfloat16 ;;
   dry) cell v$release-s090-mla-bf16 "$site:$root/.site/tvshim" "$(left)" deepseek_v3,llama-bfloat16
        cell v$release-s0401-inprocess "$s0401:$site" "$(left)"
