@@ -359,3 +359,24 @@ def contract_support(outcomes: dict[str, dict[str, str]]) -> dict[str, list[dict
                 runs.append({"version_added": releases[i], "version_removed": releases[end] if end is not None else None})
         out[cid] = runs
     return out
+
+
+def with_other_backends(document: dict[str, Any], cells: Iterable[dict[str, Any]]) -> dict[str, Any]:
+    """The support document with, on each of its cells, the decided runs of the same pair on the
+    other backend (`elsewhere`: backend, verdict, outcome, cell id): a GPU run decides what a CPU
+    build cannot serve. The row's own outcome stays its backend's; a run whose verdict the table
+    does not know is left out."""
+    if not document.get("backend"):
+        return document
+    by_pair: dict[tuple[str, str], list[dict[str, str]]] = {}
+    for cell in cells:
+        verdict, backend = str(cell.get("verdict") or ""), str(cell.get("backend") or "")
+        if backend and backend != document.get("backend") and verdict in OUTCOME_OF_VERDICT:
+            by_pair.setdefault((str(cell.get("vllm")), str(cell.get("speculators"))), []).append(
+                {"backend": backend, "verdict": verdict, "outcome": OUTCOME_OF_VERDICT[verdict],
+                 "cell_id": str(cell.get("id") or "")})
+    out = dict(document)
+    out["cells"] = [dict(c, elsewhere=sorted(by_pair.get((str(c["vllm"]), str(c["speculators"])), []),
+                                             key=lambda r: r["cell_id"]))
+                    for c in document.get("cells") or []]
+    return out

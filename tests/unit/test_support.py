@@ -302,3 +302,52 @@ def test_a_broken_range_names_what_to_install_instead_where_the_ranges_are_read(
     answer = next(line for line in fragments([doc])["markdown"].splitlines() if line.startswith("| 0.9.0 |"))
     broken_column = answer.split(" | ")[4]
     assert "install instead: vLLM " in broken_column and " x speculators 0.9.0" in broken_column
+
+
+def test_a_pair_measured_on_the_other_backend_shows_beside_the_row():
+    """A CPU row's cell the CPU build cannot serve (unsupported-on-cpu) next to the same pair run on a
+    GPU: its own column in the answer, a mark in the cell, the run in the footnote; the row's outcome
+    stays the CPU's."""
+    from compat.harness.report import build_report
+
+    doc = dict(_document(), backend="cpu")
+    runs = [{"id": "vllm-0.23.0__speculators-0.9.0__gpu__variants-none", "vllm": "0.23.0", "speculators": "0.9.0",
+             "backend": "gpu", "verdict": "compatible-with-compat"},
+            {"id": "vllm-0.23.0__speculators-0.9.0__cpu", "vllm": "0.23.0", "speculators": "0.9.0",
+             "backend": "cpu", "verdict": "unsupported-on-cpu"},
+            {"id": "vllm-0.25.0__speculators-0.9.0__gpu", "vllm": "0.25.0", "speculators": "0.9.0",
+             "backend": "gpu", "verdict": "not-a-verdict"}]
+    joined = support.with_other_backends(doc, runs)
+    cell = {c["vllm"]: c for c in joined["cells"]}
+    assert cell["0.23.0"]["elsewhere"] == [{"backend": "gpu", "verdict": "compatible-with-compat",
+                                           "outcome": "adapters", "cell_id": runs[0]["id"]}]
+    assert cell["0.25.0"]["elsewhere"] == [] and cell["0.23.0"]["outcome"] == dict(
+        (c["vllm"], c) for c in doc["cells"])["0.23.0"]["outcome"]
+    assert support.with_other_backends(_document(), runs) == _document()  # no backend stated: nothing joined
+    report = build_report([])
+    report["support"] = [joined]
+    html, md = render_html(report), render_markdown(report)
+    assert "measured on the other backend" in html and "gpu: 0.23.0 ◐ works with the compat adapters" in html
+    assert "also measured on gpu: works with the compat adapters (compatible-with-compat" in html
+    assert "gpu: 0.23.0 ◐ works with the compat adapters" in md
+    report["support"] = [doc]
+    assert "measured on the other backend" not in render_html(report)
+
+
+def test_the_report_joins_the_stored_runs_of_the_other_backend(tmp_path):
+    import json
+
+    from record_factory import complete
+
+    from compat.harness.report_cli import main
+
+    results = tmp_path / "results"
+    (results / "support").mkdir(parents=True)
+    (results / "support" / "speculators-0.9.0.json").write_text(json.dumps(dict(_document(), backend="cpu")))
+    gpu = complete({"vllm": "0.23.0", "speculators": "0.9.0", "backend": "gpu", "verdict": "compatible",
+                    "probes": [{"id": "request_signature", "case": None, "status": "ok", "with_compat": "ok",
+                                "error": None, "reason": None, "seconds": 0.1, "detail": {}}]})
+    (results / f"{gpu['id']}.json").write_text(json.dumps(gpu))
+    main(["--results", str(results), "--out", str(tmp_path / "reports"), "--store", str(tmp_path / "s.sqlite")])
+    md = (tmp_path / "reports" / "compat.md").read_text()
+    assert "measured on the other backend" in md and "gpu: 0.23.0" in md

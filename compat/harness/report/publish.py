@@ -5,7 +5,8 @@
 Imports the given results folders into the store first (a file that cannot be read or fails the
 record schema is named in `problems`; the others are still kept and reported), then builds the
 report from the newest run of every cell id, the newest Kimi record, every bisect and support table, with
-each cell's runs (flips between them), and writes compat.json, compat.html, compat.md and junit/.
+each cell's runs (flips between them; a support row's cells also name the same pair's runs on the
+other backend), and writes compat.json, compat.html, compat.md and junit/.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from typing import Any, Iterable
 from compat.harness.report.build import build_report
 from compat.harness.report.render import write_reports
 from compat.harness.store import BISECT, KIMI, SUPPORT, Store
+from compat.harness.support import with_other_backends
 from compat.harness.verdict import UNTESTED, worst_gate
 
 
@@ -52,5 +54,5 @@ def publish(out_dir: Path, store: Store, imports: Iterable[Path] = (), baseline:
                           bisect=bisect or None, runs=history)
     support = [table for _name, table in sorted(store.documents(SUPPORT).items())]
     if support:  # the rows and columns of `nox -s compat -- --all-vllm / --all-speculators`: the report's first section
-        report["support"] = support
+        report["support"] = [with_other_backends(table, report.get("cells") or []) for table in support]
     return Published(report, write_reports(report, out_dir), problems, duplicates)

@@ -6,7 +6,9 @@ adapters, untested, broken, in browser-compat-data's words (version_added / vers
 every cell of the row. Each cell says its outcome and how it was found with a symbol and a word
 (colour never alone): measured, inferred (named source and fingerprint), static only, resolver
 (pins conflict). A broken cell names the nearest working pair and the fix. Footnotes carry the
-inference sources, fixes and which model runner serves extract_hidden_states.
+inference sources, fixes and which model runner serves extract_hidden_states. Runs of the same pair
+on the other backend (a cell's `elsewhere`, compat.harness.support.with_other_backends) get their own
+column and a mark in the cell; the row's outcome stays its own backend's.
 
     fragments(documents) -> {"html": Markup, "markdown": str}   # "" each when there is none
 """
@@ -95,9 +97,25 @@ def footnote(cell: dict[str, Any], runner: str = "") -> str:
             parts.append(f"install instead: {cell['nearest']}")
         if cell.get("fix"):
             parts.append(f"fix: {cell['fix']}")
+    parts += [f"also measured on {r['backend']}: {OUTCOME_WORDS[r['outcome']]} ({r['verdict']}, {r['cell_id']})"
+              for r in cell.get("elsewhere") or []]
     if runner:
         parts.append(f"model runner: {runner}")
     return "; ".join(parts)
+
+
+def elsewhere_text(cells: list[dict[str, Any]]) -> str:
+    """What runs on the other backend decided for this row's releases: `gpu: 0.24.0 ✔ works as released; ...`."""
+    found: dict[str, list[str]] = {}
+    for cell in cells:
+        for r in cell.get("elsewhere") or []:
+            found.setdefault(r["backend"], []).append(
+                f"{cell['vllm']} {OUTCOME_SYMBOLS[r['outcome']]} {OUTCOME_WORDS[r['outcome']]}")
+    return " · ".join(f"{backend}: {'; '.join(items)}" for backend, items in found.items())
+
+
+def _any_elsewhere(rows: dict[str, list[dict[str, Any]]]) -> bool:
+    return any(cell.get("elsewhere") for cells in rows.values() for cell in cells)
 
 
 def _runners(docs: list[dict[str, Any]]) -> dict[str, str]:
@@ -153,6 +171,7 @@ def _agreements(docs: Iterable[dict[str, Any]]) -> list[str]:
 
 def _html(rows: dict[str, list[dict[str, Any]]], runners: dict[str, str], docs: list[dict[str, Any]]) -> Markup:
     e = escape
+    elsewhere = _any_elsewhere(rows)
     out = [f"<style>{STYLE}</style>", '<section id="support" aria-labelledby="support-h">',
            '<h2 id="support-h">Which vLLM works with my speculators?</h2>',
            '<p class="hint">Each cell: outcome (✔ works as released, ◐ with the compat adapters, ? untested, '
@@ -161,12 +180,14 @@ def _html(rows: dict[str, list[dict[str, Any]]], runners: dict[str, str], docs: 
     out.append('<table class="answers"><caption>The answer, one line per speculators release (details below)</caption>'
                '<thead><tr><th scope="col">speculators</th>'
                + "".join(f'<th scope="col">{OUTCOME_SYMBOLS[o]} {e(OUTCOME_WORDS[o])}</th>' for o in OUTCOME_SYMBOLS)
+               + ('<th scope="col">measured on the other backend</th>' if elsewhere else "")
                + "</tr></thead><tbody>")
     for spec, cells in rows.items():
         ranges = outcome_ranges(cells)
         out.append(f'<tr><th scope="row"><a href="#support-{e(spec)}">{e(spec)}</a></th>'
                    + "".join(f'<td class="o-{o}">{e("; ".join(_range_text(r) for r in ranges[o]) or "none")}</td>'
-                             for o in OUTCOME_SYMBOLS) + "</tr>")
+                             for o in OUTCOME_SYMBOLS)
+                   + (f'<td>{e(elsewhere_text(cells) or "none")}</td>' if elsewhere else "") + "</tr>")
     out.append("</tbody></table>")
     notes: list[str] = []
     for spec, cells in rows.items():
@@ -190,7 +211,9 @@ def _html(rows: dict[str, list[dict[str, Any]]], runners: dict[str, str], docs: 
                        f'<span>{OUTCOME_SYMBOLS[cell["outcome"]]}{PROVENANCE_SYMBOLS[cell["provenance"]]}</span>'
                        f'<br><span class="word">{e(cell["outcome"])}</span><br><span class="word">'
                        f'{e(PROVENANCE_WORDS[cell["provenance"]])}</span>'
-                       f'<sup><a href="#support-note-{n}">{n}</a></sup></td>')
+                       + "".join(f'<br><span class="word">{e(r["backend"])} {OUTCOME_SYMBOLS[r["outcome"]]}</span>'
+                                 for r in cell.get("elsewhere") or [])
+                       + f'<sup><a href="#support-note-{n}">{n}</a></sup></td>')
         out.append("</tr></tbody></table></div>")
     for line in _agreements(docs):
         out.append(f"<p>{e(line)}</p>")
@@ -206,16 +229,19 @@ def _md(text: str) -> str:
 
 
 def _markdown(rows: dict[str, list[dict[str, Any]]], runners: dict[str, str], docs: list[dict[str, Any]]) -> str:
+    elsewhere = _any_elsewhere(rows)
     out = ["## Which vLLM works with my speculators?", "",
            "✔ works as released · ◐ with the compat adapters · ? untested · ✖ broken; "
            "● measured · ≈ inferred (same extraction-path fingerprint as a measured cell) · ⊙ static only · "
            "⊘ pins conflict", "",
-           "| speculators | " + " | ".join(f"{OUTCOME_SYMBOLS[o]} {OUTCOME_WORDS[o]}" for o in OUTCOME_SYMBOLS) + " |",
-           "|---" * (1 + len(OUTCOME_SYMBOLS)) + "|"]
+           "| speculators | " + " | ".join(f"{OUTCOME_SYMBOLS[o]} {OUTCOME_WORDS[o]}" for o in OUTCOME_SYMBOLS)
+           + (" | measured on the other backend" if elsewhere else "") + " |",
+           "|---" * (1 + len(OUTCOME_SYMBOLS) + elsewhere) + "|"]
     for spec, cells in rows.items():
         ranges = outcome_ranges(cells)
         out.append(f"| {_md(spec)} | " + " | ".join(_md("; ".join(_range_text(r) for r in ranges[o]) or "none")
-                                                    for o in OUTCOME_SYMBOLS) + " |")
+                                                    for o in OUTCOME_SYMBOLS)
+                   + (f" | {_md(elsewhere_text(cells) or 'none')}" if elsewhere else "") + " |")
     out.append("")
     for spec, cells in rows.items():
         out.append(f"### speculators {_md(spec)}")
