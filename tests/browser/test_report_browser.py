@@ -212,6 +212,8 @@ def test_screenshot(driver, rendered):
 # -- the support table's answer, in the first screen (issue 22; speculators#1157) -----------------
 
 SUPPORT_RUNS = sorted((REPO / "reports").glob("cpu-support-*/results"))
+# the same pairs run on a GPU where the CPU build could not serve them: the answer's last column
+GPU_RUNS = [REPO / "reports" / "gpu-h200" / "s081" / "results", REPO / "reports" / "gpu-h200" / "0.23.0-s090" / "results"]
 
 
 @pytest.fixture(scope="module")
@@ -225,7 +227,7 @@ def support_rendered(tmp_path_factory):
     base = tmp_path_factory.mktemp("support")
     store = Store.open(base / "store.sqlite")
     try:
-        published = publish(base / "reports", store, imports=SUPPORT_RUNS)
+        published = publish(base / "reports", store, imports=SUPPORT_RUNS + GPU_RUNS)
     finally:
         store.close()
     assert not published.problems, published.problems
@@ -247,12 +249,15 @@ def test_the_first_screen_answers_which_vllm_works_with_each_speculators(driver,
     for spec in rows:
         line = answers.find_element(By.XPATH, f".//tr[th/a[normalize-space()={_css_str(spec)}]]")
         cells = line.find_elements(By.TAG_NAME, "td")
-        assert [c.get_attribute("class") for c in cells] == ["o-works", "o-adapters", "o-untested", "o-broken"]
+        assert [c.get_attribute("class") for c in cells] == ["o-works", "o-adapters", "o-untested", "o-broken",
+                                                             "elsewhere"]
+        assert cells.pop().text  # what the GPU runs decided for this row's releases, or "none"
         texts = [c.text for c in cells]
         assert all(texts), f"speculators {spec}: an empty answer cell {texts}"
         assert re.search(r"\d+\.\d+\.\d+", " ".join(texts)), f"speculators {spec}: no vLLM release named: {texts}"
         if texts[3] != "none":  # a broken range says what to install instead
             assert "install instead: vLLM " in texts[3], texts[3]
+    assert "gpu: 0.23.0" in answers.text  # 0.23.0 x 0.8.1 and x 0.9.0: what the CPU build cannot serve
     path = REPO / "reports" / "compat-screenshot-support.png"
     assert driver.save_screenshot(str(path)), f"could not write {path}"  # the first screen only
     assert _severe(driver) == []

@@ -187,7 +187,7 @@ def _html(rows: dict[str, list[dict[str, Any]]], runners: dict[str, str], docs: 
         out.append(f'<tr><th scope="row"><a href="#support-{e(spec)}">{e(spec)}</a></th>'
                    + "".join(f'<td class="o-{o}">{e("; ".join(_range_text(r) for r in ranges[o]) or "none")}</td>'
                              for o in OUTCOME_SYMBOLS)
-                   + (f'<td>{e(elsewhere_text(cells) or "none")}</td>' if elsewhere else "") + "</tr>")
+                   + (f'<td class="elsewhere">{e(elsewhere_text(cells) or "none")}</td>' if elsewhere else "") + "</tr>")
     out.append("</tbody></table>")
     notes: list[str] = []
     for spec, cells in rows.items():
