@@ -23,6 +23,7 @@ from packaging.version import Version
 OUTCOME_SYMBOLS = {"works": "✔", "adapters": "◐", "untested": "?", "broken": "✖"}
 OUTCOME_WORDS = {"works": "works as released", "adapters": "works with the compat adapters",
                  "untested": "untested", "broken": "broken"}
+SHORT_WORDS = {"works": "as released", "adapters": "with adapters", "untested": "untested", "broken": "broken"}
 PROVENANCE_SYMBOLS = {"measured": "●", "inferred": "≈", "static-only": "⊙", "resolver": "⊘"}
 PROVENANCE_WORDS = {"measured": "measured", "inferred": "inferred", "static-only": "static only",
                     "resolver": "pins conflict"}
@@ -74,9 +75,11 @@ def outcome_ranges(cells: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]
     return out
 
 
-def _range_text(r: dict[str, Any]) -> str:
+def _range_text(r: dict[str, Any], spec: str = "") -> str:
+    """A run of releases as the answer line says it; in a row its own speculators release is not repeated."""
     span = r["version_added"] if r["version_added"] == r["version_last"] else f"{r['version_added']} – {r['version_last']}"
-    instead = f" → install instead: {' or '.join(r['instead'])}" if r.get("instead") else ""
+    pairs = [p.replace(f" x speculators {spec} (", " (") if spec else p for p in r.get("instead") or []]
+    instead = f" → install instead: {' or '.join(pairs)}" if pairs else ""
     return f"{span} ({', '.join(PROVENANCE_WORDS[p] for p in r['provenance'])}){instead}"
 
 
@@ -105,12 +108,11 @@ def footnote(cell: dict[str, Any], runner: str = "") -> str:
 
 
 def elsewhere_text(cells: list[dict[str, Any]]) -> str:
-    """What runs on the other backend decided for this row's releases: `gpu: 0.24.0 ✔ works as released; ...`."""
+    """What runs on the other backend decided for this row's releases: `gpu: 0.24.0 ✔ as released; ...`."""
     found: dict[str, list[str]] = {}
     for cell in cells:
         for r in cell.get("elsewhere") or []:
-            found.setdefault(r["backend"], []).append(
-                f"{cell['vllm']} {OUTCOME_SYMBOLS[r['outcome']]} {OUTCOME_WORDS[r['outcome']]}")
+            found.setdefault(r["backend"], []).append(f"{cell['vllm']} {OUTCOME_SYMBOLS[r['outcome']]} {SHORT_WORDS[r['outcome']]}")
     return " · ".join(f"{backend}: {'; '.join(items)}" for backend, items in found.items())
 
 
@@ -173,10 +175,7 @@ def _html(rows: dict[str, list[dict[str, Any]]], runners: dict[str, str], docs: 
     e = escape
     elsewhere = _any_elsewhere(rows)
     out = [f"<style>{STYLE}</style>", '<section id="support" aria-labelledby="support-h">',
-           '<h2 id="support-h">Which vLLM works with my speculators?</h2>',
-           '<p class="hint">Each cell: outcome (✔ works as released, ◐ with the compat adapters, ? untested, '
-           '✖ broken) and how it was found (● measured, ≈ inferred from a measured cell with the same '
-           'extraction-path fingerprint, ⊙ static only, ⊘ pins conflict). Footnotes name sources and fixes.</p>']
+           '<h2 id="support-h">Which vLLM works with my speculators?</h2>']
     out.append('<table class="answers"><caption>The answer, one line per speculators release (details below)</caption>'
                '<thead><tr><th scope="col">speculators</th>'
                + "".join(f'<th scope="col">{OUTCOME_SYMBOLS[o]} {e(OUTCOME_WORDS[o])}</th>' for o in OUTCOME_SYMBOLS)
@@ -185,10 +184,13 @@ def _html(rows: dict[str, list[dict[str, Any]]], runners: dict[str, str], docs: 
     for spec, cells in rows.items():
         ranges = outcome_ranges(cells)
         out.append(f'<tr><th scope="row"><a href="#support-{e(spec)}">{e(spec)}</a></th>'
-                   + "".join(f'<td class="o-{o}">{e("; ".join(_range_text(r) for r in ranges[o]) or "none")}</td>'
+                   + "".join(f'<td class="o-{o}">{e("; ".join(_range_text(r, spec) for r in ranges[o]) or "none")}</td>'
                              for o in OUTCOME_SYMBOLS)
                    + (f'<td class="elsewhere">{e(elsewhere_text(cells) or "none")}</td>' if elsewhere else "") + "</tr>")
     out.append("</tbody></table>")
+    out.append('<p class="hint">Each cell below: outcome (✔ works as released, ◐ with the compat adapters, ? untested, '
+               '✖ broken) and how it was found (● measured, ≈ inferred from a measured cell with the same '
+               'extraction-path fingerprint, ⊙ static only, ⊘ pins conflict). Footnotes name sources and fixes.</p>')
     notes: list[str] = []
     for spec, cells in rows.items():
         ranges = outcome_ranges(cells)
@@ -239,7 +241,7 @@ def _markdown(rows: dict[str, list[dict[str, Any]]], runners: dict[str, str], do
            "|---" * (1 + len(OUTCOME_SYMBOLS) + elsewhere) + "|"]
     for spec, cells in rows.items():
         ranges = outcome_ranges(cells)
-        out.append(f"| {_md(spec)} | " + " | ".join(_md("; ".join(_range_text(r) for r in ranges[o]) or "none")
+        out.append(f"| {_md(spec)} | " + " | ".join(_md("; ".join(_range_text(r, spec) for r in ranges[o]) or "none")
                                                     for o in OUTCOME_SYMBOLS)
                    + (f" | {_md(elsewhere_text(cells) or 'none')}" if elsewhere else "") + " |")
     out.append("")
