@@ -154,7 +154,7 @@ def last_words(log: Path, lines: int = 2) -> str:
         text = log.read_text(errors="replace")
     except OSError:
         return "(no log)"
-    stated = failure_line(text)
+    stated = failure_line(text, vllm_log=False)
     if stated:
         return stated[:500]
     return " | ".join(line.strip()[:300] for line in text.splitlines() if line.strip())[-600:]

@@ -26,7 +26,7 @@ import pytest
 
 from compat.shared.observe import CONTRACT_TAG, describe
 from compat.shared.results import ADVISORY_PROBES, NOT_SELECTED, write_json_atomic
-from compat.shared.tracebacks import RELAYS, headline, silent_death
+from compat.shared.tracebacks import RELAYS
 
 # A vLLM process's printed exception: `(Worker pid=29099) ERROR 12-02 00:01:19 [file.py:852] RuntimeError: ...`,
 # `(EngineCore_DP0 pid=7) ERROR ... [core.py:866] ValueError: ...`, `(VllmWorker rank=0 pid=9) ERROR ...`.
@@ -126,18 +126,16 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
 def _with_root_cause(error: dict[str, Any], report: pytest.TestReport) -> dict[str, Any]:
     """Where vLLM says the cause was raised in another of its processes, the last exception those
     processes printed during this test (its captured output), so the report can tell an environment
-    fault (a library the build requires) from a break of the contract; where none printed any (in
-    any form the shared parser reads), that the process died without raising (`silent_death`)."""
+    fault (a library the build requires) from a break of the contract: the last one that does not
+    itself relay, else the last relay. (One test's output is not a whole log: that nothing was printed
+    here is no evidence a process died silently, so no `silent_death` is read from it.)"""
     if not RELAYS.search(f"{error.get('type')}: {error.get('message') or ''}"):  # vLLM points elsewhere
         return error
     output = "\n".join(text for _title, text in report.sections)
     printed = [f"{kind.rsplit('.', 1)[-1]}: {message.strip()}" for kind, message in PRINTED_EXCEPTION.findall(output)]
     causes = [line for line in printed if not RELAYS.search(line)]
-    relay = f"{error.get('type')}: {(str(error.get('message') or '').splitlines() or [''])[0]}"
-    died = None if causes else silent_death(output, relay=relay)
-    root = causes[-1] if causes else headline(died) if died else printed[-1] if printed else None
-    if root:
-        error["root_cause"] = root[:1000]
+    if causes or printed:
+        error["root_cause"] = (causes or printed)[-1][:1000]
     return error
 
 

@@ -18,7 +18,7 @@ import urllib.request
 from pathlib import Path
 from typing import Sequence
 
-from compat.shared.tracebacks import headline, root_cause
+from compat.shared.tracebacks import headline, root_cause, silent_death
 
 LOG_TAIL_LINES = 30
 
@@ -38,10 +38,11 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-def failure_line(log_text: str) -> str | None:
+def failure_line(log_text: str, vllm_log: bool = True) -> str | None:
     """The most telling error line of a server log: the last stated error that is not a
-    wrapper (EngineDeadError and friends), else the last stated error."""
-    return failure_site(log_text)[0]
+    wrapper (EngineDeadError and friends), else a process's silent death, else the last stated
+    error. `vllm_log=False` for another program's log (the speculators client's)."""
+    return failure_site(log_text, vllm_log)[0]
 
 
 _MISSING_MODULE = re.compile(r"ModuleNotFoundError: No module named '([\w.]+)'")
@@ -95,10 +96,13 @@ def vllm_frame(log_text: str) -> str | None:
     return failure_site(log_text)[1]
 
 
-def failure_site(log_text: str) -> tuple[str | None, str | None]:
+def failure_site(log_text: str, vllm_log: bool = True) -> tuple[str | None, str | None]:
     """The root cause's line and its innermost vLLM frame (compat.shared.tracebacks, the parser
-    `nox -s explain` reads pastes with)."""
+    `nox -s explain` reads pastes with); in a vLLM log that holds only relays, the process that died
+    without raising (`silent_death`: a SIGKILL, the out-of-memory killer's), where the log shows it."""
     cause = root_cause(log_text)
+    if vllm_log and cause is not None and cause.wrapper:
+        cause = silent_death(log_text) or cause
     return (headline(cause), cause.where) if cause else (None, None)
 
 

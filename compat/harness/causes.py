@@ -14,7 +14,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, Optional
 
-from compat.shared.tracebacks import SILENT
+from compat.shared.tracebacks import RELAYS, SILENT
 
 OURS = r"(?:vllm|speculators|hs_connectors)"
 
@@ -29,13 +29,13 @@ class CauseRule:
     def fits(self, error: dict[str, Any]) -> bool:
         """The root cause a vLLM process printed fits, where one was kept (the probe's own exception
         then only relays it), else the probe's exception."""
+        own = (str(error.get("type") or ""), str(error.get("message") or ""))
         root = str(error.get("root_cause") or "")
-        if root:
-            kind, _, message = root.partition(": ")
-        else:
-            kind, message = str(error.get("type") or ""), str(error.get("message") or "")
-        return ((not self.exceptions or kind.rsplit(".", 1)[-1] in self.exceptions)
-                and bool(re.search(self.message, message)))
+        judged = [tuple(root.partition(": ")[::2])] if root else [own]
+        if root and RELAYS.search(root):  # the kept root only relays too: the probe's own words count
+            judged.append(own)
+        return any((not self.exceptions or kind.rsplit(".", 1)[-1] in self.exceptions)
+                   and bool(re.search(self.message, message)) for kind, message in judged)
 
 
 RULES = (
@@ -55,9 +55,9 @@ RULES = (
               "venv's libiomp5.so for builds that refuse without them (compat.harness.cell_run.preloaded_libraries)"),
     CauseRule("environment", (), r"CUDA out of memory|OutOfMemoryError|out of memory",
               "free GPU memory or lower --gpu-memory-utilization"),
-    CauseRule("environment", (), re.escape(SILENT) + r"|died with exit code -\d+|Failed core proc\(s\): \{[^}]*: -\d+",
-              "a vLLM process ended without raising: killed by a signal (most often the kernel's out-of-memory "
-              "killer, which `dmesg` names) or a crash in compiled code; give it more memory or a smaller KV "
+    CauseRule("environment", (), re.escape(SILENT) + r"|exit code:? -9\b|code=-9\b|Failed core proc\(s\): \{[^}]*: -9\b",
+              "a vLLM process died without raising (SIGKILL, or no exit code listed and nothing printed): most "
+              "often the kernel's out-of-memory killer, which `dmesg` names; give it more memory or a smaller KV "
               "cache (VLLM_CPU_KVCACHE_SPACE, --gpu-memory-utilization) and run the cell again"),
     CauseRule("environment", (), r"Address already in use|address already in use",
               "another process holds the port: stop it, or let the harness choose a free one"),

@@ -361,17 +361,20 @@ def contract_support(outcomes: dict[str, dict[str, str]]) -> dict[str, list[dict
     return out
 
 
+DECIDED = ("compatible", "compatible-with-compat", "incompatible")  # what a run on another backend can add
+
+
 def with_other_backends(document: dict[str, Any], cells: Iterable[dict[str, Any]]) -> dict[str, Any]:
     """The support document with, on each of its cells, the decided runs of the same pair on the
     other backend (`elsewhere`: backend, verdict, outcome, cell id): a GPU run decides what a CPU
-    build cannot serve. The row's own outcome stays its backend's; a run whose verdict the table
-    does not know is left out."""
+    build cannot serve. The row's own outcome stays its backend's; a run that decided nothing there
+    (error, unsupported, untested) is left out."""
     if not document.get("backend"):
         return document
     by_pair: dict[tuple[str, str], list[dict[str, str]]] = {}
     for cell in cells:
         verdict, backend = str(cell.get("verdict") or ""), str(cell.get("backend") or "")
-        if backend and backend != document.get("backend") and verdict in OUTCOME_OF_VERDICT:
+        if backend and backend != document.get("backend") and verdict in DECIDED:
             by_pair.setdefault((str(cell.get("vllm")), str(cell.get("speculators"))), []).append(
                 {"backend": backend, "verdict": verdict, "outcome": OUTCOME_OF_VERDICT[verdict],
                  "cell_id": str(cell.get("id") or "")})

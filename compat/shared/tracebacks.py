@@ -7,10 +7,11 @@
   with it (compat.harness.explain).
 - `root_cause(log_text)`: the one exception a `vllm serve` log failed with: the last one that does
   not only relay another (`RELAYS`: EngineDeadError, "Engine core initialization failed", ...), else
-  `silent_death`; the cell's server runs read their logs with it (compat.cell.server).
-- `silent_death(text, relay)`: where vLLM says another of its processes failed and none printed an
-  exception (a SIGKILL from the kernel's out-of-memory killer, a crash in compiled code: the
-  process raised nothing), a `PROCESS_DIED` root cause naming vLLM's last word on it.
+  the last relay; the cell's server runs read their logs with it (compat.cell.server).
+- `silent_death(log_text)`: where a whole vLLM log shows a process of its own died without raising
+  (only relays printed, no process logged an error, no crash line, exit code -9 or none listed: a
+  SIGKILL from the kernel's out-of-memory killer), a `PROCESS_DIED` root cause naming vLLM's last
+  word on it; compat.cell.server asks it for a server log whose root cause only relays.
 - `vllm_relative(path)` / `vllm_location(path, line)`: a file's path from its `vllm/` folder on.
 
 Pure: the standard library only.
@@ -57,6 +58,13 @@ RELAYS = re.compile(r"EngineDeadError|Engine core initialization failed|EngineCo
 _DEATH = re.compile(r"(?:Worker proc|Engine core proc(?:ess)?|Process|RayWorkerProc rank=)\s*\S+ (?:\(PID: \d+\) )?"
                     r"died (?:unexpectedly|with exit code -?\d+)[^\n]*|Failed core proc\(s\): \{[^}\n]*\}")
 PROCESS_DIED = "ProcessDied"  # our type for that root cause; vLLM raised nothing
+# Exit codes vLLM lists: `Failed core proc(s): {'EngineCore_DP0': -9}`, `died with exit code 1`,
+# `exited (code=-9)`, 0.32's `died unexpectedly (exit code: 1)`.
+_CODES = re.compile(r"Failed core proc\(s\): \{(?P<procs>[^}\n]*)\}|(?:exit code:?|code=)\s*(?P<code>-?\d+)")
+# A process that crashed rather than raised: Python's fault handler, C++'s terminate, the shell's words.
+_CRASH = re.compile(r"Fatal Python error|terminate called|^\s*what\(\):|Segmentation fault|core dumped", re.M)
+# An error logged by an engine-core or worker process (the API server's lines are the relays).
+_WORKER_ERROR = re.compile(r"\((?:EngineCore|Worker|VllmWorker|RayWorker)[^)\n]*pid=\d+[^)\n]*\)\s+ERROR\b")
 SILENT = "no vLLM process printed an exception"
 # A log line at a level below ERROR: an exception named there is advice ("can cause `OSError: ...`"), not a failure.
 _CALM = re.compile(r"\b(?:INFO|WARNING|WARN|DEBUG)\s+\d\d-\d\d\s+\d\d:\d\d:\d\d|\b(?:INFO|WARNING|DEBUG)\s+-\s")
@@ -263,26 +271,49 @@ def process_death(text: str) -> str | None:
     return deaths[-1] if deaths else None
 
 
-def silent_death(text: str, relay: str | None = None) -> Found | None:
-    """The root cause where vLLM said another of its processes failed (`relay`, or a relay or death
-    line in `text`) and none printed an exception: a `PROCESS_DIED` naming vLLM's last word on it;
-    None where an exception other than a relay was printed, or a relay quotes one."""
-    found = find_exceptions(text)
-    if any(not f.wrapper or _QUOTES.search(f.message) for f in found) or _QUOTES.search(relay or ""):
+def _exit_codes(text: str) -> list[int]:
+    """Every exit code vLLM lists for its processes in the text."""
+    codes = []
+    for m in _CODES.finditer(text):
+        listed = m.group("procs")
+        codes += [int(c) for c in re.findall(r":\s*(-?\d+)", listed)] if listed is not None else [int(m.group("code"))]
+    return codes
+
+
+def silent_death(log_text: str) -> Found | None:
+    """Where a whole vLLM log shows one of its processes died without raising: a `PROCESS_DIED`
+    naming vLLM's last word on it. Evidence, not absence: only relays were printed (none quotes an
+    error), every traceback ends in one of them, no engine-core or worker process logged an error
+    beside vLLM's own "died" line, no crash line (`Fatal Python error`, `terminate called`), and every
+    exit code vLLM lists is -9 (SIGKILL: the kernel's out-of-memory killer) or none is listed (vLLM
+    often lists `{}`: the process was gone before it looked). An exit code > 0 means it raised; another
+    signal, a crash in compiled code: both left for a person (None). Only for vLLM's own logs, never a
+    client's (whose "500 ... EngineCore encountered an issue" is a reply, not vLLM's output)."""
+    found = find_exceptions(log_text)
+    if not found or any(not f.wrapper or _QUOTES.search(f.message) for f in found):
         return None
-    said = process_death(text) or (headline(found[-1]) if found else relay)
-    return Found(PROCESS_DIED, f"{said.rstrip('.')}; {SILENT}", None, 0, one_line=True) if said else None
+    lines = [strip_line(line) for line in log_text.splitlines()]
+    tracebacks = sum("Traceback (most recent call last)" in line for line in lines)
+    if tracebacks > sum(not f.one_line for f in found) or _CRASH.search("\n".join(lines)):
+        return None
+    if any(_WORKER_ERROR.search(raw) and not _DEATH.search(raw) and not RELAYS.search(raw)
+           for raw in log_text.splitlines()):
+        return None
+    codes = _exit_codes("\n".join(lines))
+    if any(code != -9 for code in codes):
+        return None
+    said = process_death(log_text) or headline(found[-1])
+    how = " (SIGKILL)" if codes else ""
+    return Found(PROCESS_DIED, f"{said.rstrip('.')}; {SILENT}{how}", None, 0, one_line=True)
 
 
 def root_cause(log_text: str) -> Found | None:
     """The exception a server log failed with: the one the last relay quoting an error names (a
     worker's exception; a process can fail again on its way out, e.g. a CPU build's shutdown asking
-    for CUDA), else the last one that does not only relay another, else (only relays, or vLLM's line
-    that a process died) `silent_death`, else the last relay; None when the log states none."""
+    for CUDA), else the last one that does not only relay another, else the last relay; None when the
+    log states none. (A server log that holds only relays: `silent_death`, compat.cell.server.)"""
     found = find_exceptions(log_text)
     causes = [f for f in found if not f.wrapper]
     quoting = [m.group("quoted").strip() for f in found if f.wrapper for m in [_QUOTES.search(f.message)] if m]
     named = [f for f in causes if quoting and f.message.strip() == quoting[-1]]
-    if named or causes:
-        return (named or causes)[-1]
-    return silent_death(log_text) or (found[-1] if found else None)
+    return (named or causes or found or [None])[-1]

