@@ -26,7 +26,7 @@ import pytest
 
 from compat.shared.observe import CONTRACT_TAG, describe
 from compat.shared.results import ADVISORY_PROBES, NOT_SELECTED, write_json_atomic
-from compat.shared.tracebacks import RELAYS
+from compat.shared.tracebacks import ANSI, RELAYS
 
 # A vLLM process's printed exception: `(Worker pid=29099) ERROR 12-02 00:01:19 [file.py:852] RuntimeError: ...`,
 # `(EngineCore_DP0 pid=7) ERROR ... [core.py:866] ValueError: ...`, `(VllmWorker rank=0 pid=9) ERROR ...`.
@@ -131,7 +131,7 @@ def _with_root_cause(error: dict[str, Any], report: pytest.TestReport) -> dict[s
     here is no evidence a process died silently, so no `silent_death` is read from it.)"""
     if not RELAYS.search(f"{error.get('type')}: {error.get('message') or ''}"):  # vLLM points elsewhere
         return error
-    output = "\n".join(text for _title, text in report.sections)
+    output = ANSI.sub("", "\n".join(text for _title, text in report.sections))  # vLLM 0.11 colours the prefix
     printed = [f"{kind.rsplit('.', 1)[-1]}: {message.strip()}" for kind, message in PRINTED_EXCEPTION.findall(output)]
     causes = [line for line in printed if not RELAYS.search(line)]
     if causes or printed:

@@ -36,6 +36,8 @@ _PYTEST_LOCATION = re.compile(r'^(?P<file>\S+\.py):(?P<line>\d+):(?: \w+)?\s*$')
 _PYTEST_E = re.compile(r"^E(?: {2,}|$)(?P<text>.*)$")
 _CHAIN = {"The above exception was the direct cause": "cause", "During handling of the above exception": "context"}
 # Prefixes a line can carry, stripped again and again (outermost first).
+# Terminal colours (vLLM 0.11 colours its process prefix): with the escape byte, or as a paste keeps them.
+ANSI = re.compile(r"\x1b\[[0-9;]*m|\[(?:\d{1,2};\d{1,2}|0)m")
 _PREFIXES = [
     re.compile(r"^[\w.-]+\s+\|\s?(?=\S|\s)"),                                   # docker compose: "vllm-1  | "
     re.compile(r"^\s*(?:>\s?)+"),                                                # Markdown quote
@@ -72,7 +74,7 @@ _CALM = re.compile(r"\b(?:INFO|WARNING|WARN|DEBUG)\s+\d\d-\d\d\s+\d\d:\d\d:\d\d|
 
 def strip_line(line: str) -> str:
     """The line without log prefixes, quote marks, fences and its trailing newline."""
-    line = line.rstrip("\r\n")
+    line = ANSI.sub("", line.rstrip("\r\n"))
     for _ in range(8):
         before = line
         for prefix in _PREFIXES:

