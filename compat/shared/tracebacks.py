@@ -266,13 +266,6 @@ def headline(found: Found) -> str:
 _QUOTES = re.compile(r"failed with error '(?P<quoted>.+?)'(?:,|$)", re.S)
 
 
-def process_death(text: str) -> str | None:
-    """vLLM's last line saying one of its processes died or listing failed processes, or None."""
-    lines = [strip_line(line) for line in text.splitlines()]
-    deaths = [m.group(0).strip() for line in lines for m in [_DEATH.search(line)] if m]
-    return deaths[-1] if deaths else None
-
-
 def _exit_codes(text: str) -> list[int]:
     """Every exit code vLLM lists for its processes in the text."""
     codes = []
@@ -295,16 +288,18 @@ def silent_death(log_text: str) -> Found | None:
     if not found or any(not f.wrapper or _QUOTES.search(f.message) for f in found):
         return None
     lines = [strip_line(line) for line in log_text.splitlines()]
+    text = "\n".join(lines)
     tracebacks = sum("Traceback (most recent call last)" in line for line in lines)
-    if tracebacks > sum(not f.one_line for f in found) or _CRASH.search("\n".join(lines)):
+    if tracebacks > sum(not f.one_line for f in found) or _CRASH.search(text):
         return None
     if any(_WORKER_ERROR.search(raw) and not _DEATH.search(raw) and not RELAYS.search(raw)
            for raw in log_text.splitlines()):
         return None
-    codes = _exit_codes("\n".join(lines))
+    codes = _exit_codes(text)
     if any(code != -9 for code in codes):
         return None
-    said = process_death(log_text) or headline(found[-1])
+    deaths = [m.group(0).strip() for line in lines for m in [_DEATH.search(line)] if m]
+    said = deaths[-1] if deaths else headline(found[-1])
     how = " (SIGKILL)" if codes else ""
     return Found(PROCESS_DIED, f"{said.rstrip('.')}; {SILENT}{how}", None, 0, one_line=True)
 

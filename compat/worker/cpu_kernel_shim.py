@@ -16,7 +16,8 @@ late: the CPU worker warms its model up (a dummy sampling step) before it create
 to load with the worker itself (a `--worker-extension-cls`, as cpu_moe_shim does, combined with that
 one where a variant carries it); until then those cells read `unsupported-on-cpu`
 (compat.cell.server_mode_runs.CPU_REFUSALS) and the GPU runs decide them (reports/gpu-h200/s081).
-What is here is tested on the wheel's own sources: which keywords, and the wrapper.
+What is here is tested on the wheel's own sources: which keywords (`missing_keywords`), and the
+wrapper applying it would put on each stand-in's `_FuncWrapper.func` (`dropping`).
 """
 
 from __future__ import annotations
@@ -99,23 +100,3 @@ def dropping(impl: Callable[..., Any], names: list[str]) -> Callable[..., Any]:
         return impl(*args, **kwargs)
 
     return call
-
-
-def apply() -> dict[str, list[str]]:
-    """Wrap each stand-in that lacks a keyword vLLM passes (the wrapper object vLLM holds is shared)."""
-    missing = missing_keywords()
-    if missing:
-        standins = importlib.import_module(STANDINS)
-        for name, names in missing.items():
-            wrapper = getattr(standins, name)
-            wrapper.func = dropping(wrapper.func, names)
-    return missing
-
-
-def record(missing: dict[str, list[str]]) -> dict[str, str]:
-    """The cell's env_shims entry, for when it is applied."""
-    listed = "; ".join(f"{name}: {', '.join(names)}" for name, names in missing.items())
-    return {"id": SHIM_ID,
-            "why": "this vLLM CPU build's C++ stand-ins for Triton kernels (vllm/utils/cpu_triton_utils.py) lack "
-                   f"keywords vLLM passes ({listed}); compat/worker/cpu_kernel_shim.py drops each where it is off "
-                   "and refuses it where on. The draft-token sampler only; hidden states untouched"}
