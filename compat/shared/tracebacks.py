@@ -293,7 +293,7 @@ def silent_death(log_text: str) -> Found | None:
     if tracebacks > sum(not f.one_line for f in found) or _CRASH.search(text):
         return None
     if any(_WORKER_ERROR.search(raw) and not _DEATH.search(raw) and not RELAYS.search(raw)
-           for raw in log_text.splitlines()):
+           for raw in ANSI.sub("", log_text).splitlines()):  # the process prefix kept, its colours not
         return None
     codes = _exit_codes(text)
     if any(code != -9 for code in codes):
