@@ -26,7 +26,7 @@ import pytest
 
 from compat.shared.observe import CONTRACT_TAG, describe
 from compat.shared.results import ADVISORY_PROBES, NOT_SELECTED, write_json_atomic
-from compat.shared.tracebacks import ANSI, RELAYS
+from compat.shared.tracebacks import ANSI, RELAYS, Found, behind_missing_op
 
 # A vLLM process's printed exception: `(Worker pid=29099) ERROR 12-02 00:01:19 [file.py:852] RuntimeError: ...`,
 # `(EngineCore_DP0 pid=7) ERROR ... [core.py:866] ValueError: ...`, `(VllmWorker rank=0 pid=9) ERROR ...`.
@@ -128,14 +128,17 @@ def _with_root_cause(error: dict[str, Any], report: pytest.TestReport) -> dict[s
     processes printed during this test (its captured output), so the report can tell an environment
     fault (a library the build requires) from a break of the contract: the last one that does not
     itself relay, else the last relay. (One test's output is not a whole log: that nothing was printed
-    here is no evidence a process died silently, so no `silent_death` is read from it.)"""
+    here is no evidence a process died silently, so no `silent_death` is read from it.) A compiled op
+    found missing, where vLLM logged that it could not load that library, reads as that load failure."""
     if not RELAYS.search(f"{error.get('type')}: {error.get('message') or ''}"):  # vLLM points elsewhere
         return error
     output = ANSI.sub("", "\n".join(text for _title, text in report.sections))  # vLLM 0.11 colours the prefix
     printed = [f"{kind.rsplit('.', 1)[-1]}: {message.strip()}" for kind, message in PRINTED_EXCEPTION.findall(output)]
     causes = [line for line in printed if not RELAYS.search(line)]
     if causes or printed:
-        error["root_cause"] = (causes or printed)[-1][:1000]
+        kind, _, message = (causes or printed)[-1].partition(": ")
+        root = behind_missing_op(Found(kind, message, None, 0), output)  # a compiled library vLLM could not load
+        error["root_cause"] = f"{root.type}: {root.message}"[:1000]
     return error
 
 

@@ -14,7 +14,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, Optional
 
-from compat.shared.tracebacks import RELAYS, SILENT
+from compat.shared.tracebacks import MISSING_OP, RELAYS, SILENT
 
 OURS = r"(?:vllm|speculators|hs_connectors)"
 
@@ -45,9 +45,14 @@ RULES = (
               r"|FlashInfer (?:is )?not (?:installed|available)|requires flashinfer",
               "install the attention kernels this build expects (FlashAttention / FlashInfer), or pick an "
               "attention backend the environment has (--attention-backend)"),
-    CauseRule("environment", ("AttributeError", "RuntimeError", "NotImplementedError"),
-              r"_OpNamespace'? '\w+' object has no attribute|torch\.ops\.\w+\.\w+.* (?:not found|missing)"
-              r"|Could not run '\w+::\w+' with arguments",
+    CauseRule("environment", ("ImportError", "OSError"), r"version [`'‘]?(?:CXXABI|GLIBCXX|GLIBC)_[\d.]+['’]? not found",
+              "vLLM's compiled library was built against a newer C/C++ runtime (libstdc++, glibc) than this machine's, "
+              "so vLLM went on without it and its first compiled op failed: run on a newer OS image, put a newer "
+              "libstdc++ first on LD_LIBRARY_PATH (conda-forge's libstdcxx-ng), or install a build made for this system"),
+    CauseRule("environment", ("ImportError", "OSError"), r"\.so\S*: undefined symbol",
+              "vLLM's compiled library does not fit the torch installed beside it (built against another torch): "
+              "install the torch this vLLM release pins"),
+    CauseRule("environment", ("AttributeError", "RuntimeError", "NotImplementedError"), MISSING_OP,
               "the vLLM build lacks a compiled kernel library: reinstall vLLM with its extensions"),
     CauseRule("environment", (), r"\blib\w+ is not found in LD_PRELOAD",
               "this vLLM CPU build requires libraries preloaded (vLLM's CPU install guide, `set LD_PRELOAD`): "

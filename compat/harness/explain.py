@@ -37,8 +37,8 @@ from packaging.version import InvalidVersion, Version
 from compat.harness.causes import CauseRule, cause_of
 from compat.harness.explain_context import contexts
 from compat.shared.breakages import REGISTRY, Breakage, Symptom, _specifier
-from compat.shared.tracebacks import (Found, exceptions_in, find_exceptions, find_pytest_failures,  # noqa: F401
-                                      strip_line)
+from compat.shared.tracebacks import (Found, behind_missing_op, exceptions_in, find_exceptions,  # noqa: F401
+                                      find_pytest_failures, strip_line)
 
 # -- reading a paste: compat.shared.tracebacks (the parser the cell's server runs use too) ----------
 
@@ -168,6 +168,7 @@ class Explanation:
     out_of_range: list[tuple[Breakage, str]] = field(default_factory=list)  # fits, but not here
     # no breakage: the environment's or our fixture's (compat.harness.causes), as the report reads it
     cause: Optional[CauseRule] = None
+    root: Optional[Found] = None  # what the paste shows behind it (a compiled library vLLM could not load)
 
     @property
     def known(self) -> bool:
@@ -198,14 +199,17 @@ def _closeness(entry: Breakage, error: dict[str, Any]) -> int:
 
 def explain(found: Found, vllm: str | None = None, speculators: str | None = None, backend: str | None = None,
             registry: tuple[Breakage, ...] = REGISTRY, versions: Versions | None = None,
-            about_vllm: bool = True, context: str | None = None) -> Explanation:
+            about_vllm: bool = True, context: str | None = None, root: Found | None = None) -> Explanation:
     """Match one exception against the registry, scoped by the versions given (or found in the paste);
-    `context` is the paste's text around it (compat.harness.explain_context), for symptoms that ask for one."""
+    `context` is the paste's text around it (compat.harness.explain_context), for symptoms that ask for one;
+    `root` what the paste shows caused it, where another exception did (the cause rules judge that one)."""
     if versions is None:
         versions = Versions(vllm=[(vllm, "--vllm")] if vllm else [],
                             speculators=[(speculators, "--speculators")] if speculators else [], backend=backend,
                             backend_evidence="--backend" if backend else "")
     error = {**found.as_error(), "context": context}
+    if root is not None and root is not found:
+        error["root_cause"] = f"{root.type}: {root.message}"
     matches, rejected, elsewhere = [], [], []
     for entry in registry:
         symptoms = _symptoms(entry, pasted=found.line > 0)
@@ -224,7 +228,7 @@ def explain(found: Found, vllm: str | None = None, speculators: str | None = Non
             rejected.append((entry, whys[0]))
     rejected.sort(key=lambda pair: -_closeness(pair[0], error))
     return Explanation(found, matches, [r for r in rejected if _closeness(r[0], error) > 0][:3], elsewhere,
-                       cause=None if matches else cause_of(error))
+                       cause=None if matches else cause_of(error), root=root if root is not found else None)
 
 
 # -- output ------------------------------------------------------------------------------------------
@@ -261,6 +265,9 @@ def render(explanations: list[Explanation], versions: Versions | None = None) ->
             elif f.wrapper:
                 out.append("  relays another failure (see the root cause above)")
             out.append("  no known breakage matches")
+            if ex.root is not None:
+                out.append(f"  behind it (input line {ex.root.line}): {ex.root.type}: "
+                           f"{ex.root.message.split('; vLLM went on', 1)[0][:240]}")
             if ex.cause is not None:
                 out.append(f"  not a break of the contract: {ex.cause.cause}; what to do: {ex.cause.todo}")
             for entry, why in ex.closest if ex.cause is None else ():
@@ -281,6 +288,7 @@ def as_json(explanations: list[Explanation], versions: Versions, source: str) ->
             "out_of_range": [{"id": e.id, "why": why} for e, why in ex.out_of_range],
             "closest": [{"id": e.id, "why": why} for e, why in ex.closest],
             "cause": {"cause": ex.cause.cause, "todo": ex.cause.todo} if ex.cause else None,
+            "behind": {**ex.root.as_error(), "line": ex.root.line} if ex.root else None,
         } for ex in explanations],
         "exit": exit_status(explanations),
     }
@@ -312,10 +320,14 @@ def explain_paste(text: str) -> tuple[list[Explanation], Versions]:
     versions the paste states; the versions found."""
     found = exceptions_in(text)
     versions = find_versions(text)
-    about = bool(_ABOUT.search(text))
+    return explain_found(found, text, versions, bool(_ABOUT.search(text))), versions
+
+
+def explain_found(found: list[Found], text: str, versions: Versions, about_vllm: bool) -> list[Explanation]:
+    """Each exception found in `text` explained, with the text around it and what the text shows behind it."""
     around = contexts(text, [f.line for f in found])
-    return [explain(f, registry=REGISTRY, versions=versions, about_vllm=about, context=c)
-            for f, c in zip(found, around)], versions
+    return [explain(f, registry=REGISTRY, versions=versions, about_vllm=about_vllm, context=c,
+                    root=behind_missing_op(f, text)) for f, c in zip(found, around)]
 
 
 def read_input(path: str | None, stdin: TextIO) -> str:
@@ -369,9 +381,7 @@ def main(argv: Sequence[str] | None = None, stdin: TextIO = sys.stdin) -> int:
         if args.format == "json":
             print(json.dumps(as_json([], versions, source), indent=2))
         return 2
-    around = contexts(text, [f.line for f in found])
-    explanations = [explain(f, registry=REGISTRY, versions=versions, about_vllm=about, context=c)
-                    for f, c in zip(found, around)]
+    explanations = explain_found(found, text, versions, about)
     if args.format == "json":
         print(json.dumps(as_json(explanations, versions, source), indent=2))
     elif args.format == "github":

@@ -12,6 +12,10 @@
   (only relays printed, no process logged an error, no crash line, exit code -9 or none listed: a
   SIGKILL from the kernel's out-of-memory killer), a `PROCESS_DIED` root cause naming vLLM's last
   word on it; compat.cell.server asks it for a server log whose root cause only relays.
+- `behind_missing_op(found, text)`: where a compiled op is missing (`'_OpNamespace' '_C_utils' object has
+  no attribute ...`) and the text shows vLLM could not load its compiled library earlier (a WARNING it
+  logs and goes on: `Failed to import from vllm._C: ImportError("... CXXABI_1.3.15' not found ...")`),
+  that load failure, the cause; else the exception as found.
 - `vllm_relative(path)` / `vllm_location(path, line)`: a file's path from its `vllm/` folder on.
 
 Pure: the standard library only.
@@ -68,6 +72,13 @@ _CRASH = re.compile(r"Fatal Python error|terminate called|^\s*what\(\):|Segmenta
 # An error logged by an engine-core or worker process (the API server's lines are the relays).
 _WORKER_ERROR = re.compile(r"\((?:EngineCore|Worker|VllmWorker|RayWorker)[^)\n]*pid=\d+[^)\n]*\)\s+ERROR\b")
 SILENT = "no vLLM process printed an exception"
+# vLLM imports its compiled libraries at start; one that cannot load is only a WARNING there
+# (platforms/interface.py, `logger.warning("Failed to import from vllm._C: %r", e)`), and the first op
+# it holds fails later as a missing attribute. That op failing is MISSING_OP; the load failure is the cause.
+_UNLOADED = re.compile(r"Failed to import from (?P<module>vllm\.[\w.]+):? (?:with )?(?P<type>[A-Z]\w*Error)\("
+                       r"(?P<q>['\"])(?P<message>.*?)(?P=q),?\)\s*$")
+MISSING_OP = (r"_OpNamespace'? '\w+' object has no attribute|torch\.ops\.\w+\.\w+.* (?:not found|missing)"
+              r"|Could not run '\w+::\w+' with arguments")
 # A log line at a level below ERROR: an exception named there is advice ("can cause `OSError: ...`"), not a failure.
 _CALM = re.compile(r"\b(?:INFO|WARNING|WARN|DEBUG)\s+\d\d-\d\d\s+\d\d:\d\d:\d\d|\b(?:INFO|WARNING|DEBUG)\s+-\s")
 
@@ -304,6 +315,20 @@ def silent_death(log_text: str) -> Found | None:
     return Found(PROCESS_DIED, f"{said.rstrip('.')}; {SILENT}{how}", None, 0, one_line=True)
 
 
+def behind_missing_op(found: Found | None, text: str) -> Found | None:
+    """`found`, or where it is a compiled op missing and `text` shows vLLM could not load one of its
+    compiled libraries before, that load failure (the last one logged), naming the op that then failed."""
+    if found is None or not re.search(MISSING_OP, found.message):
+        return found
+    for i, line in reversed(list(enumerate(ANSI.sub("", text).splitlines()))):
+        m = _UNLOADED.search(line)
+        if m:
+            message = m.group("message").replace("\\'", "'").replace('\\"', '"')
+            return Found(m.group("type"), f"{message}; vLLM went on without {m.group('module')}, then "
+                         f"{found.type}: {found.message.splitlines()[0][:300]}", found.where, i + 1, one_line=True)
+    return found
+
+
 def root_cause(log_text: str) -> Found | None:
     """The exception a server log failed with: the one the last relay quoting an error names (a
     worker's exception; a process can fail again on its way out, e.g. a CPU build's shutdown asking
@@ -313,4 +338,4 @@ def root_cause(log_text: str) -> Found | None:
     causes = [f for f in found if not f.wrapper]
     quoting = [m.group("quoted").strip() for f in found if f.wrapper for m in [_QUOTES.search(f.message)] if m]
     named = [f for f in causes if quoting and f.message.strip() == quoting[-1]]
-    return (named or causes or found or [None])[-1]
+    return behind_missing_op((named or causes or found or [None])[-1], log_text)

