@@ -26,12 +26,12 @@ import pytest
 
 from compat.shared.observe import CONTRACT_TAG, describe
 from compat.shared.results import ADVISORY_PROBES, NOT_SELECTED, write_json_atomic
-from compat.shared.tracebacks import ANSI, RELAYS, Found, behind_missing_op
+from compat.shared.tracebacks import ANSI, EXCEPTION_TYPE, RELAYS, Found, behind_missing_op
 
 # A vLLM process's printed exception: `(Worker pid=29099) ERROR 12-02 00:01:19 [file.py:852] RuntimeError: ...`,
 # `(EngineCore_DP0 pid=7) ERROR ... [core.py:866] ValueError: ...`, `(VllmWorker rank=0 pid=9) ERROR ...`.
 PRINTED_EXCEPTION = re.compile(r"^\((?:Worker|EngineCore|VllmWorker|APIServer)[^)\n]*pid=\d+\)\s+ERROR\b[^\]\n]*\]\s*"
-                               r"((?:[\w.]+\.)?[A-Z]\w*(?:Error|Exception|Exit)): (.+)$", re.M)
+                               rf"{EXCEPTION_TYPE}: (?P<message>.+)$", re.M)
 SKIP_PREFIXES = {"n/a:": "n/a", "unsupported-on-cpu:": "unsupported-on-cpu"}
 RECORD_KEY = pytest.StashKey[dict]()
 
@@ -133,7 +133,7 @@ def _with_root_cause(error: dict[str, Any], report: pytest.TestReport) -> dict[s
     if not RELAYS.search(f"{error.get('type')}: {error.get('message') or ''}"):  # vLLM points elsewhere
         return error
     output = ANSI.sub("", "\n".join(text for _title, text in report.sections))  # vLLM 0.11 colours the prefix
-    printed = [f"{kind.rsplit('.', 1)[-1]}: {message.strip()}" for kind, message in PRINTED_EXCEPTION.findall(output)]
+    printed = [f"{m['type']}: {m['message'].strip()}" for m in PRINTED_EXCEPTION.finditer(output)]
     causes = [line for line in printed if not RELAYS.search(line)]
     if causes or printed:
         kind, _, message = (causes or printed)[-1].partition(": ")

@@ -30,10 +30,11 @@ from typing import Any
 
 _FRAME = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+)')
 _IPY_FRAME = re.compile(r"^\s*(?:File\s+)?\[?(?P<file>[~/][^\s\]]*\.py)\]?(?:\([^)]*\))?(?::(?P<line>\d+))?,?\s+in\b")
-_TYPE = r"(?P<qualified>(?:[\w.]+\.)?(?P<type>[A-Z]\w*(?:Error|Exception|Violation|Exit|Interrupt|States)))"
-_EXCEPTION = re.compile(rf"^{_TYPE}(?::\s?(?P<message>.*))?$")
-_INLINE = re.compile(rf"(?:^|(?<=[\s`'\"(\[>*]))(?P<tick>`?){_TYPE}: (?P<message>\S.*)$")
-_IPY_HEADER = re.compile(rf"^{_TYPE}\s+Traceback \(most recent call last\)")
+# An exception type as printed: `ValueError`, `vllm.v1.engine.exceptions.EngineDeadError`, a bare `Exception`.
+EXCEPTION_TYPE = r"(?P<qualified>(?:[\w.]+\.)?(?P<type>[A-Z]\w*(?:Error|Exception|Violation|Exit|Interrupt|States)|Exception))"
+_EXCEPTION = re.compile(rf"^{EXCEPTION_TYPE}(?::\s?(?P<message>.*))?$")
+_INLINE = re.compile(rf"(?:^|(?<=[\s`'\"(\[>*]))(?P<tick>`?){EXCEPTION_TYPE}: (?P<message>\S.*)$")
+_IPY_HEADER = re.compile(rf"^{EXCEPTION_TYPE}\s+Traceback \(most recent call last\)")
 _PYDANTIC = re.compile(r"^Value error, (?P<message>.+)$")
 _PYTEST_SECTION = re.compile(r"^_{3,} .+ _{3,}$")
 _PYTEST_LOCATION = re.compile(r'^(?P<file>\S+\.py):(?P<line>\d+):(?: \w+)?\s*$')

@@ -41,6 +41,22 @@ def test_the_root_cause_is_the_last_exception_that_does_not_relay_another():
     assert root_cause("INFO all good\n") is None
 
 
+def test_a_bare_exception_is_read_as_one():
+    """vLLM raises bare `Exception` (multiproc_executor's "WorkerProc initialization failed ..."): a paste
+    that ends in one read as holding no exception at all; it is a relay there, and a cause elsewhere."""
+    relay = ('Traceback (most recent call last):\n  File "/v/vllm/v1/executor/multiproc_executor.py", line 653, in '
+             '_init_executor\nException: WorkerProc initialization failed due to an exception in a background '
+             'process. See stack trace for root cause.\n')
+    [found] = exceptions_in(relay)
+    assert (found.type, found.where, found.wrapper) == ("Exception", "vllm/v1/executor/multiproc_executor.py:653", True)
+    cause = relay.split("\nException: ")[0] + "\nException: expected 4 hidden states, got 3\n"
+    [found] = exceptions_in(cause)
+    assert (found.type, found.wrapper) == ("Exception", False)
+    assert headline(root_cause(SERVER_LOG.split("(APIServer", 1)[0] + relay)) == "AssertionError: block hash mismatch"
+    assert [f.type for f in exceptions_in("it failed with Exception: boom")] == ["Exception"]
+    assert exceptions_in("NoException here, an Exceptional day") == []
+
+
 def test_a_pydantic_error_reads_as_its_value_error_line():
     cause = root_cause(PYDANTIC_LOG)
     assert headline(cause).startswith("Value error, ExampleHiddenStatesConnector does not support chunked prefill")
@@ -133,7 +149,7 @@ KILLED = (LOGS / "vllm-0.22.0__cpu.engine-core-sigkill-while-loading.log").read_
     ("an engine-core error line", lambda t: t + "\n(EngineCore pid=25315) ERROR 12-02 02:50:20 [core.py:1] EngineCore failed to start.\n"),
     ("a coloured engine-core error line (vLLM 0.11)", lambda t: t + "\n\x1b[1;36m(EngineCore_DP0 pid=25315)\x1b[0;0m ERROR "
                                                                "12-02 02:50:20 [core.py:1] EngineCore failed to start.\n"),
-    ("a traceback that ends in what the parser cannot read", lambda t: t + "\n(EngineCore pid=25315) Traceback (most recent "
+    ("a traceback ending in a bare `Exception: boom` (a real one)", lambda t: t + "\n(EngineCore pid=25315) Traceback (most recent "
      "call last):\n(EngineCore pid=25315)   File \"/v/vllm/v1/engine/core.py\", line 9, in run\n(EngineCore pid=25315) "
      "Exception: boom\n"),
     ("a relay that quotes the error", lambda t: t + "\nRuntimeError: Worker failed with error 'boom', please check the stack trace above for the root cause\n"),
