@@ -29,8 +29,11 @@ from compat.shared.results import ADVISORY_PROBES, NOT_SELECTED, write_json_atom
 from compat.shared.tracebacks import ANSI, EXCEPTION_TYPE, RELAYS, Found, behind_missing_op
 
 # A vLLM process's printed exception: `(Worker pid=29099) ERROR 12-02 00:01:19 [file.py:852] RuntimeError: ...`,
-# `(EngineCore_DP0 pid=7) ERROR ... [core.py:866] ValueError: ...`, `(VllmWorker rank=0 pid=9) ERROR ...`.
-PRINTED_EXCEPTION = re.compile(r"^\((?:Worker|EngineCore|VllmWorker|APIServer)[^)\n]*pid=\d+\)\s+ERROR\b[^\]\n]*\]\s*"
+# `(EngineCore_DP0 pid=7) ERROR ... [core.py:866] ValueError: ...`, `(VllmWorker rank=0 pid=9) ERROR ...`, or
+# with no process prefix where the engine runs in the test's process (`ERROR 12-02 06:13:18
+# [multiproc_executor.py:743] AttributeError: ...`: vLLM's logger, its date and file:line, never pytest's).
+PRINTED_EXCEPTION = re.compile(r"^(?:\((?:Worker|EngineCore|VllmWorker|APIServer)[^)\n]*pid=\d+\)\s+ERROR\b[^\]\n]*"
+                               r"|ERROR \d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)? \[[\w.]+:\d+)\]\s*"
                                rf"{EXCEPTION_TYPE}: (?P<message>.+)$", re.M)
 SKIP_PREFIXES = {"n/a:": "n/a", "unsupported-on-cpu:": "unsupported-on-cpu"}
 RECORD_KEY = pytest.StashKey[dict]()

