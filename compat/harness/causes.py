@@ -46,13 +46,14 @@ RULES = (
               "install the attention kernels this build expects (FlashAttention / FlashInfer), or pick an "
               "attention backend the environment has (--attention-backend)"),
     CauseRule("environment", ("ImportError", "OSError"), r"version [`'‘]?(?:CXXABI|GLIBCXX|GLIBC)_[\d.]+['’]? not found",
-              "vLLM's compiled library was built against a newer C/C++ runtime (libstdc++, glibc) than this machine's, "
-              "so vLLM went on without it and its first compiled op failed: run on a newer OS image, put a newer "
-              "libstdc++ first on LD_LIBRARY_PATH (conda-forge's libstdcxx-ng), or install a build made for this system"),
-    CauseRule("environment", ("ImportError", "OSError"), r"\.so\S*: undefined symbol",
-              "vLLM's compiled library does not fit the torch installed beside it (built against another torch): "
-              "install the torch this vLLM release pins"),
-    CauseRule("environment", ("AttributeError", "RuntimeError", "NotImplementedError"), MISSING_OP,
+              "a compiled library (the .so the message names; vLLM's own goes on without it, and its first compiled op "
+              "fails) was built against a newer C/C++ runtime (libstdc++, glibc) than this machine's: run on a newer OS "
+              "image, put a newer libstdc++ first on LD_LIBRARY_PATH (conda-forge's libstdcxx-ng), or install a build "
+              "made for this system"),
+    CauseRule("environment", ("ImportError", "OSError"), r"\.so\S*: undefined symbol|\.so\S*, \w+\): Symbol not found",
+              "a compiled library (the .so the message names) does not fit the torch installed beside it (built "
+              "against another torch): install the torch that release pins"),
+    CauseRule("environment", ("AttributeError", "RuntimeError", "NotImplementedError", "NameError"), MISSING_OP,
               "the vLLM build lacks a compiled kernel library: reinstall vLLM with its extensions"),
     CauseRule("environment", (), r"\blib\w+ is not found in LD_PRELOAD",
               "this vLLM CPU build requires libraries preloaded (vLLM's CPU install guide, `set LD_PRELOAD`): "

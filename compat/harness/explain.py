@@ -37,7 +37,7 @@ from packaging.version import InvalidVersion, Version
 from compat.harness.causes import CauseRule, cause_of
 from compat.harness.explain_context import contexts
 from compat.shared.breakages import REGISTRY, Breakage, Symptom, _specifier
-from compat.shared.tracebacks import (Found, behind_missing_op, exceptions_in, find_exceptions,  # noqa: F401
+from compat.shared.tracebacks import (Found, behind_missing_op, crash_line, exceptions_in, find_exceptions,  # noqa: F401
                                       find_pytest_failures, strip_line)
 
 # -- reading a paste: compat.shared.tracebacks (the parser the cell's server runs use too) ----------
@@ -375,12 +375,18 @@ def main(argv: Sequence[str] | None = None, stdin: TextIO = sys.stdin) -> int:
         versions.backend, versions.backend_evidence = args.backend, "--backend"
         versions.overridden.append("--backend")
     if not found:
-        print(f"explain: no exception found in {source}; expected a Python traceback, a log line or a quoted "
-              "'SomeError: message', or a cell result with broken probes"
-              f" (versions found: {versions.describe()})", file=sys.stderr)
+        crashed = crash_line(text) if data is None else None
+        if crashed:
+            print(f"explain: no Python exception in {source}: a process crashed in compiled code ({crashed[:200]!r}); "
+                  "no known breakage is a crash and nothing here says the environment caused it: report it where "
+                  f"the crashing code lives (versions found: {versions.describe()})", file=sys.stderr)
+        else:
+            print(f"explain: no exception found in {source}; expected a Python traceback, a log line or a quoted "
+                  "'SomeError: message', or a cell result with broken probes"
+                  f" (versions found: {versions.describe()})", file=sys.stderr)
         if args.format == "json":
             print(json.dumps(as_json([], versions, source), indent=2))
-        return 2
+        return 1 if crashed else 2
     explanations = explain_found(found, text, versions, about)
     if args.format == "json":
         print(json.dumps(as_json(explanations, versions, source), indent=2))

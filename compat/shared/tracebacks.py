@@ -30,8 +30,10 @@ from typing import Any
 
 _FRAME = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+)')
 _IPY_FRAME = re.compile(r"^\s*(?:File\s+)?\[?(?P<file>[~/][^\s\]]*\.py)\]?(?:\([^)]*\))?(?::(?P<line>\d+))?,?\s+in\b")
-# An exception type as printed: `ValueError`, `vllm.v1.engine.exceptions.EngineDeadError`, a bare `Exception`.
-EXCEPTION_TYPE = r"(?P<qualified>(?:[\w.]+\.)?(?P<type>[A-Z]\w*(?:Error|Exception|Violation|Exit|Interrupt|States)|Exception))"
+# An exception type as printed: `ValueError`, `vllm.v1.engine.exceptions.EngineDeadError`, a bare `Exception`,
+# a module's lower-case one where it is qualified (`struct.error`, `socket.timeout`).
+EXCEPTION_TYPE = (r"(?P<qualified>(?:[\w.]+\.)?(?P<type>[A-Z]\w*(?:Error|Exception|Violation|Exit|Interrupt|States)"
+                  r"|Exception|(?<=\.)(?:error|timeout|gaierror|herror)\b))")
 _EXCEPTION = re.compile(rf"^{EXCEPTION_TYPE}(?::\s?(?P<message>.*))?$")
 _INLINE = re.compile(rf"(?:^|(?<=[\s`'\"(\[>*]))(?P<tick>`?){EXCEPTION_TYPE}: (?P<message>\S.*)$")
 _IPY_HEADER = re.compile(rf"^{EXCEPTION_TYPE}\s+Traceback \(most recent call last\)")
@@ -46,11 +48,13 @@ ANSI = re.compile(r"\x1b\[[0-9;]*m|\[(?:\d{1,2};\d{1,2}|0)m")
 _PREFIXES = [
     re.compile(r"^[\w.-]+\s+\|\s?(?=\S|\s)"),                                   # docker compose: "vllm-1  | "
     re.compile(r"^\s*(?:>\s?)+"),                                                # Markdown quote
+    re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d+ - [\w.]+ - (?:DEBUG|INFO|WARNING|ERROR|CRITICAL) - "),  # logging's default
     re.compile(r"^\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?(?:\s+-\s+|\s+\|\s+|\s)?"),  # ISO / k8s
     re.compile(r"^\[\d{4}-\d\d-\d\d[ T][^\]]*\]\s?"),                           # [2025-04-16 14:22:53 TP3]
     re.compile(r"^\(?[A-Za-z_][\w.-]*(?: [\w.=-]+)*? ?pid=\d+[^()\n]*\)\s?"),    # (EngineCore_DP0 pid=1), (pid=2)
     re.compile(r"^\(pid=\d+[^()\n]*\)\s?"),
     re.compile(r"^\[rank\d+\]:\s?"),                                            # torchrun
+    re.compile(r"^(?:DEFAULT|DEBUG|INFO|NOTICE|WARNING|ERROR|CRITICAL) \d{4}-\d\d-\d\dT[\d:.]+Z \[[^\]]*\]\s"),  # GCP
     re.compile(r"^(?:ERROR|INFO|WARNING|WARN|DEBUG|CRITICAL)\s+\d\d-\d\d\s+\d\d:\d\d:\d\d(?:\.\d+)?\s+\[?[\w./-]+:\d+\]\s?"),
 ]
 _FENCE = re.compile(r"^\s*(?:`{3,}|~{3,})[\w+-]*\s*$")
@@ -69,7 +73,8 @@ PROCESS_DIED = "ProcessDied"  # our type for that root cause; vLLM raised nothin
 # `exited (code=-9)`, 0.32's `died unexpectedly (exit code: 1)`.
 _CODES = re.compile(r"Failed core proc\(s\): \{(?P<procs>[^}\n]*)\}|(?:exit code:?|code=)\s*(?P<code>-?\d+)")
 # A process that crashed rather than raised: Python's fault handler, C++'s terminate, the shell's words.
-_CRASH = re.compile(r"Fatal Python error|terminate called|^\s*what\(\):|Segmentation fault|core dumped", re.M)
+_CRASH = re.compile(r"Fatal Python error|terminate called|^\s*what\(\):|Segmentation fault|core dumped|Aborted"
+                    r"|Failed: Cuda error|Cuda failure|CUDA error: |c10::Error|Assertion .+ failed", re.M)
 # An error logged by an engine-core or worker process (the API server's lines are the relays).
 _WORKER_ERROR = re.compile(r"\((?:EngineCore|Worker|VllmWorker|RayWorker)[^)\n]*pid=\d+[^)\n]*\)\s+ERROR\b")
 SILENT = "no vLLM process printed an exception"
@@ -79,7 +84,7 @@ SILENT = "no vLLM process printed an exception"
 _UNLOADED = re.compile(r"Failed to import from (?P<module>vllm\.[\w.]+):? (?:with )?(?P<type>[A-Z]\w*Error)\("
                        r"(?P<q>['\"])(?P<message>.*?)(?P=q),?\)\s*$")
 MISSING_OP = (r"_OpNamespace'? '\w+' object has no attribute|torch\.ops\.\w+\.\w+.* (?:not found|missing)"
-              r"|Could not run '\w+::\w+' with arguments")
+              r"|Could not run '\w+::\w+' with arguments|name 'vllm_\w*ops' is not defined")  # vLLM <= 0.4's alias
 # A log line at a level below ERROR: an exception named there is advice ("can cause `OSError: ...`"), not a failure.
 _CALM = re.compile(r"\b(?:INFO|WARNING|WARN|DEBUG)\s+\d\d-\d\d\s+\d\d:\d\d:\d\d|\b(?:INFO|WARNING|DEBUG)\s+-\s")
 
@@ -125,7 +130,7 @@ def vllm_relative(filename: str) -> str | None:
     parts = PurePath(str(filename).replace("\\", "/")).parts
     for i in range(len(parts) - 1, -1, -1):
         if parts[i] == "vllm" and i + 1 < len(parts):
-            return "/".join(parts[i:])
+            return None if ".cache" in parts[:i] else "/".join(parts[i:])  # ~/.cache/vllm: compiled code, not vLLM's
     return None
 
 
@@ -135,12 +140,34 @@ def vllm_location(filename: str, line: str | int | None) -> str | None:
     return f"{rel}:{line}" if rel and line else rel
 
 
-def _continuation(lines: list[str], j: int, limit: int = 12) -> tuple[list[str], int]:
+def _type(m: re.Match) -> str:
+    """The type a match names: its short name, or qualified where the short one is a module's `error`."""
+    return m.group("type") if m.group("type")[0].isupper() else m.group("qualified")
+
+
+# A log record's time (left out when two lines' prefixes are compared: one record's lines may differ in it).
+_TIMES = re.compile(r"\d{4}-\d\d-\d\d[T ][\d:.,]+Z?|\d\d-\d\d \d\d:\d\d:\d\d(?:[.,]\d+)?|\d\d:\d\d:\d\d(?:[.,]\d+)?")
+# A line that starts another record or another process's output, not a message's next line.
+_NEW_RECORD = re.compile(r"^(?:\[?(?:ERROR|INFO|WARNING|WARN|DEBUG|CRITICAL)\]?\s|Process [\w-]+:$)")
+
+
+def _prefix(raw: str, stripped: str) -> str:
+    """What `strip_line` took off a line, its times left out."""
+    at = raw.rfind(stripped.strip()) if stripped.strip() else -1
+    return _TIMES.sub("", raw[:at] if at >= 0 else raw).strip()
+
+
+def _continuation(lines: list[str], j: int, limit: int = 12, raw_lines: list[str] | None = None) -> tuple[list[str], int]:
+    """The lines that go on an exception's message (it starts on line j - 1): up to a blank line, a frame, another
+    exception, or a line another log record or process printed (its prefix differs from the exception's)."""
     out = []
+    own = _prefix(raw_lines[j - 1], lines[j - 1]) if raw_lines else ""
     while j < len(lines) and len(out) < limit:
         s = lines[j].strip()
         if (not s or "Traceback (most recent call last)" in s or _FRAME.match(s) or _EXCEPTION.match(s)
-                or _PYTEST_E.match(lines[j]) or s.startswith(tuple(_CHAIN)) or s.startswith("#")):
+                or _PYTEST_E.match(lines[j]) or s.startswith(tuple(_CHAIN)) or s.startswith("#") or _NEW_RECORD.match(s)):
+            break
+        if raw_lines and (other := _prefix(raw_lines[j], lines[j])) and other != own:
             break
         out.append(s)
         j += 1
@@ -181,9 +208,9 @@ def find_exceptions(text: str) -> list[Found]:
             continue
         m = _EXCEPTION.match(s)
         if m and (m.group("message") is not None or in_traceback or m.group("type") == "AssertionError"):
-            rest, j = _continuation(lines, i + 1)
+            rest, j = _continuation(lines, i + 1, raw_lines=raw_lines)
             message = "\n".join([m.group("message") or "", *rest]).strip().rstrip("`").strip()
-            found.append(Found(m.group("type"), message, frames[-1] if frames else None, i + 1, list(frames),
+            found.append(Found(_type(m), message, frames[-1] if frames else None, i + 1, list(frames),
                                chained, one_line=not in_traceback, qualified=m.group("qualified")))
             in_traceback, frames, chained = False, [], None
             i = j
@@ -194,12 +221,17 @@ def find_exceptions(text: str) -> list[Found]:
                                chained, one_line=not in_traceback))
             i += 1
             continue
+        m = _UNLOADED.search(s)
+        if m:  # only a WARNING, but the ImportError vLLM swallowed (what fails later is a missing op)
+            found.append(Found(m.group("type"), _unquoted(m.group("message")), None, i + 1, [], None, one_line=True))
+            i += 1
+            continue
         m = _INLINE.search(s)
         if m and not in_traceback and not _CALM.search(raw_lines[i]):
             message = m.group("message")
             if m.group("tick"):
                 message = message.split("`", 1)[0]
-            found.append(Found(m.group("type"), message.strip().rstrip("`").strip(), None, i + 1, [], None,
+            found.append(Found(_type(m), message.strip().rstrip("`").strip(), None, i + 1, [], None,
                                one_line=True))
         i += 1
     return _dedupe(found)
@@ -316,6 +348,16 @@ def silent_death(log_text: str) -> Found | None:
     return Found(PROCESS_DIED, f"{said.rstrip('.')}; {SILENT}{how}", None, 0, one_line=True)
 
 
+def _unquoted(message: str) -> str:
+    return message.replace("\\'", "'").replace('\\"', '"')
+
+
+def crash_line(text: str) -> str | None:
+    """The first line of the text where a process crashed in compiled code rather than raised."""
+    m = _CRASH.search("\n".join(strip_line(line) for line in text.splitlines()))
+    return m.string[m.start():].split("\n", 1)[0].strip() if m else None
+
+
 def behind_missing_op(found: Found | None, text: str) -> Found | None:
     """`found`, or where it is a compiled op missing and `text` shows vLLM could not load one of its
     compiled libraries before, that load failure (the last one logged), naming the op that then failed."""
@@ -324,7 +366,7 @@ def behind_missing_op(found: Found | None, text: str) -> Found | None:
     for i, line in reversed(list(enumerate(ANSI.sub("", text).splitlines()))):
         m = _UNLOADED.search(line)
         if m:
-            message = m.group("message").replace("\\'", "'").replace('\\"', '"')
+            message = _unquoted(m.group("message"))
             return Found(m.group("type"), f"{message}; vLLM went on without {m.group('module')}, then "
                          f"{found.type}: {found.message.splitlines()[0][:300]}", found.where, i + 1, one_line=True)
     return found
