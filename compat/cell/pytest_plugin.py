@@ -26,7 +26,7 @@ import pytest
 
 from compat.shared.observe import CONTRACT_TAG, describe
 from compat.shared.results import ADVISORY_PROBES, NOT_SELECTED, write_json_atomic
-from compat.shared.tracebacks import ANSI, EXCEPTION_TYPE, RELAYS, Found, behind_missing_op
+from compat.shared.tracebacks import ANSI, EXCEPTION_TYPE, RELAYS, Found, behind_missing_op, exception_type
 
 # A vLLM process's printed exception: `(Worker pid=29099) ERROR 12-02 00:01:19 [file.py:852] RuntimeError: ...`,
 # `(EngineCore_DP0 pid=7) ERROR ... [core.py:866] ValueError: ...`, `(VllmWorker rank=0 pid=9) ERROR ...`, or
@@ -136,11 +136,11 @@ def _with_root_cause(error: dict[str, Any], report: pytest.TestReport) -> dict[s
     if not RELAYS.search(f"{error.get('type')}: {error.get('message') or ''}"):  # vLLM points elsewhere
         return error
     output = ANSI.sub("", "\n".join(text for _title, text in report.sections))  # vLLM 0.11 colours the prefix
-    printed = [f"{m['type']}: {m['message'].strip()}" for m in PRINTED_EXCEPTION.finditer(output)]
-    causes = [line for line in printed if not RELAYS.search(line)]
+    printed = [Found(exception_type(m), m["message"].strip(), None, output.count("\n", 0, m.start()) + 1)
+               for m in PRINTED_EXCEPTION.finditer(output)]
+    causes = [found for found in printed if not found.wrapper]
     if causes or printed:
-        kind, _, message = (causes or printed)[-1].partition(": ")
-        root = behind_missing_op(Found(kind, message, None, 0), output)  # a compiled library vLLM could not load
+        root = behind_missing_op((causes or printed)[-1], output)  # a compiled library vLLM could not load
         error["root_cause"] = f"{root.type}: {root.message}"[:1000]
     return error
 

@@ -53,7 +53,15 @@ RULES = (
     CauseRule("environment", ("ImportError", "OSError"), r"\.so\S*: undefined symbol|\.so\S*, \w+\): Symbol not found",
               "a compiled library (the .so the message names) does not fit the torch installed beside it (built "
               "against another torch): install the torch that release pins"),
-    CauseRule("environment", ("AttributeError", "RuntimeError", "NotImplementedError", "NameError"), MISSING_OP,
+    CauseRule("environment", ("ImportError", "OSError"), r"cannot open shared object file",
+              "a shared library the compiled code needs (the message names it: the CUDA runtime, a driver's) is not on "
+              "this machine or not on its library path: install it, or a build made for what this machine has"),
+    CauseRule("environment", ("ModuleNotFoundError", "ImportError"), r"No module named 'vllm\._\w*C\w*'",
+              "this vLLM install has no compiled extension (a source checkout never built, or a build for another "
+              "platform): install a vLLM wheel built for this platform"),
+    # a compiled op missing, or the load failure behind it that no rule above names (it quotes the op)
+    CauseRule("environment", ("AttributeError", "RuntimeError", "NotImplementedError", "NameError", "ImportError",
+                              "ModuleNotFoundError", "OSError"), MISSING_OP,
               "the vLLM build lacks a compiled kernel library: reinstall vLLM with its extensions"),
     CauseRule("environment", (), r"\blib\w+ is not found in LD_PRELOAD",
               "this vLLM CPU build requires libraries preloaded (vLLM's CPU install guide, `set LD_PRELOAD`): "

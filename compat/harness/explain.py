@@ -237,7 +237,7 @@ def exit_status(explanations: list[Explanation]) -> int:
     if not explanations:
         return 2
     known = [ex for ex in explanations if ex.known]
-    rest = [ex for ex in explanations if not ex.known and not ex.found.wrapper]
+    rest = [ex for ex in explanations if not ex.known and not ex.found.wrapper and not ex.found.logged_only]
     return 0 if known and not rest else 1
 
 
@@ -264,6 +264,9 @@ def render(explanations: list[Explanation], versions: Versions | None = None) ->
                            "often the kernel's out-of-memory killer, which `dmesg` names; or a crash in compiled code)")
             elif f.wrapper:
                 out.append("  relays another failure (see the root cause above)")
+            if f.logged_only:
+                out.append("  vLLM logged it as a warning and went on: a failure it causes comes later (a compiled op "
+                           "missing); on its own it counts neither way for the exit status")
             out.append("  no known breakage matches")
             if ex.root is not None:
                 out.append(f"  behind it (input line {ex.root.line}): {ex.root.type}: "

@@ -73,7 +73,7 @@ PROCESS_DIED = "ProcessDied"  # our type for that root cause; vLLM raised nothin
 # `exited (code=-9)`, 0.32's `died unexpectedly (exit code: 1)`.
 _CODES = re.compile(r"Failed core proc\(s\): \{(?P<procs>[^}\n]*)\}|(?:exit code:?|code=)\s*(?P<code>-?\d+)")
 # A process that crashed rather than raised: Python's fault handler, C++'s terminate, the shell's words.
-_CRASH = re.compile(r"Fatal Python error|terminate called|^\s*what\(\):|Segmentation fault|core dumped|Aborted"
+_CRASH = re.compile(r"Fatal Python error|terminate called|^\s*what\(\):|Segmentation fault|core dumped|^\s*Aborted\s*$"
                     r"|Failed: Cuda error|Cuda failure|CUDA error: |c10::Error|Assertion .+ failed", re.M)
 # An error logged by an engine-core or worker process (the API server's lines are the relays).
 _WORKER_ERROR = re.compile(r"\((?:EngineCore|Worker|VllmWorker|RayWorker)[^)\n]*pid=\d+[^)\n]*\)\s+ERROR\b")
@@ -85,6 +85,9 @@ _UNLOADED = re.compile(r"Failed to import from (?P<module>vllm\.[\w.]+):? (?:wit
                        r"(?P<q>['\"])(?P<message>.*?)(?P=q),?\)\s*$")
 MISSING_OP = (r"_OpNamespace'? '\w+' object has no attribute|torch\.ops\.\w+\.\w+.* (?:not found|missing)"
               r"|Could not run '\w+::\w+' with arguments|name 'vllm_\w*ops' is not defined")  # vLLM <= 0.4's alias
+_MISSING_OP_TYPES = ("AttributeError", "RuntimeError", "NotImplementedError", "NameError")
+_OP_NAMESPACE = re.compile(r"_OpNamespace'? '(?P<space>\w+)'|torch\.ops\.(?P<ops>\w+)\.|Could not run '(?P<run>\w+)::"
+                           r"|name 'vllm_\w*ops'")
 # A log line at a level below ERROR: an exception named there is advice ("can cause `OSError: ...`"), not a failure.
 _CALM = re.compile(r"\b(?:INFO|WARNING|WARN|DEBUG)\s+\d\d-\d\d\s+\d\d:\d\d:\d\d|\b(?:INFO|WARNING|DEBUG)\s+-\s")
 
@@ -115,6 +118,7 @@ class Found:
     chained: str | None = None  # "cause" / "context": raised while handling the exception before it
     one_line: bool = False  # no traceback: quoted in prose, a title or a bare line
     qualified: str = ""  # the type as written (`vllm.v1.engine.exceptions.EngineDeadError`), where it was
+    logged_only: bool = False  # vLLM logged it as a warning and went on (`Failed to import from vllm._C: ...`)
 
     def as_error(self) -> dict[str, Any]:
         return {"type": self.type, "message": self.message, "where": self.where}
@@ -130,7 +134,7 @@ def vllm_relative(filename: str) -> str | None:
     parts = PurePath(str(filename).replace("\\", "/")).parts
     for i in range(len(parts) - 1, -1, -1):
         if parts[i] == "vllm" and i + 1 < len(parts):
-            return None if ".cache" in parts[:i] else "/".join(parts[i:])  # ~/.cache/vllm: compiled code, not vLLM's
+            return None if i and parts[i - 1] == ".cache" else "/".join(parts[i:])  # ~/.cache/vllm: compiled code
     return None
 
 
@@ -140,8 +144,9 @@ def vllm_location(filename: str, line: str | int | None) -> str | None:
     return f"{rel}:{line}" if rel and line else rel
 
 
-def _type(m: re.Match) -> str:
-    """The type a match names: its short name, or qualified where the short one is a module's `error`."""
+def exception_type(m: re.Match) -> str:
+    """The type an EXCEPTION_TYPE match names: its short name, or qualified where the short one is a
+    module's lower-case one (`struct.error`)."""
     return m.group("type") if m.group("type")[0].isupper() else m.group("qualified")
 
 
@@ -210,7 +215,7 @@ def find_exceptions(text: str) -> list[Found]:
         if m and (m.group("message") is not None or in_traceback or m.group("type") == "AssertionError"):
             rest, j = _continuation(lines, i + 1, raw_lines=raw_lines)
             message = "\n".join([m.group("message") or "", *rest]).strip().rstrip("`").strip()
-            found.append(Found(_type(m), message, frames[-1] if frames else None, i + 1, list(frames),
+            found.append(Found(exception_type(m), message, frames[-1] if frames else None, i + 1, list(frames),
                                chained, one_line=not in_traceback, qualified=m.group("qualified")))
             in_traceback, frames, chained = False, [], None
             i = j
@@ -223,15 +228,18 @@ def find_exceptions(text: str) -> list[Found]:
             continue
         m = _UNLOADED.search(s)
         if m:  # only a WARNING, but the ImportError vLLM swallowed (what fails later is a missing op)
-            found.append(Found(m.group("type"), _unquoted(m.group("message")), None, i + 1, [], None, one_line=True))
+            found.append(Found(m.group("type"), _unquoted(m.group("message")), None, i + 1, [], None, one_line=True,
+                               logged_only=True))
             i += 1
             continue
         m = _INLINE.search(s)
+        if m and not m.group("type")[0].isupper():  # `x.error: ...` in prose is no exception; at a line's start it is
+            m = None
         if m and not in_traceback and not _CALM.search(raw_lines[i]):
             message = m.group("message")
             if m.group("tick"):
                 message = message.split("`", 1)[0]
-            found.append(Found(_type(m), message.strip().rstrip("`").strip(), None, i + 1, [], None,
+            found.append(Found(m.group("type"), message.strip().rstrip("`").strip(), None, i + 1, [], None,
                                one_line=True))
         i += 1
     return _dedupe(found)
@@ -328,7 +336,7 @@ def silent_death(log_text: str) -> Found | None:
     often lists `{}`: the process was gone before it looked). An exit code > 0 means it raised; another
     signal, a crash in compiled code: both left for a person (None). Only for vLLM's own logs, never a
     client's (whose "500 ... EngineCore encountered an issue" is a reply, not vLLM's output)."""
-    found = find_exceptions(log_text)
+    found = [f for f in find_exceptions(log_text) if not f.logged_only]  # a load warning: vLLM went on
     if not found or any(not f.wrapper or _QUOTES.search(f.message) for f in found):
         return None
     lines = [strip_line(line) for line in log_text.splitlines()]
@@ -358,14 +366,25 @@ def crash_line(text: str) -> str | None:
     return m.string[m.start():].split("\n", 1)[0].strip() if m else None
 
 
+def _registers(module: str, message: str) -> bool:
+    """Whether the compiled library `module` (vllm._C) registers the op namespace the message names
+    (`_C_utils`; vLLM <= 0.4's `vllm_ops` alias is vllm._C's)."""
+    m = _OP_NAMESPACE.search(message)
+    namespace = (m.group("space") or m.group("ops") or m.group("run") or "_C") if m else None
+    return bool(namespace) and namespace.startswith(module.rsplit(".", 1)[-1])
+
+
 def behind_missing_op(found: Found | None, text: str) -> Found | None:
-    """`found`, or where it is a compiled op missing and `text` shows vLLM could not load one of its
-    compiled libraries before, that load failure (the last one logged), naming the op that then failed."""
-    if found is None or not re.search(MISSING_OP, found.message):
+    """`found`, or where it is a compiled op missing (an AttributeError/RuntimeError/NotImplementedError/
+    NameError naming it) and `text` shows, before it, vLLM's warning that the library registering that op
+    could not load, that load failure (the last such), naming the op that then failed."""
+    if (found is None or found.type.rsplit(".", 1)[-1] not in _MISSING_OP_TYPES
+            or not re.search(MISSING_OP, found.message)):
         return found
-    for i, line in reversed(list(enumerate(ANSI.sub("", text).splitlines()))):
+    lines = ANSI.sub("", text).splitlines()
+    for i, line in reversed(list(enumerate(lines[:found.line - 1] if found.line > 0 else lines))):
         m = _UNLOADED.search(line)
-        if m:
+        if m and _registers(m.group("module"), found.message):
             message = _unquoted(m.group("message"))
             return Found(m.group("type"), f"{message}; vLLM went on without {m.group('module')}, then "
                          f"{found.type}: {found.message.splitlines()[0][:300]}", found.where, i + 1, one_line=True)
@@ -377,7 +396,7 @@ def root_cause(log_text: str) -> Found | None:
     worker's exception; a process can fail again on its way out, e.g. a CPU build's shutdown asking
     for CUDA), else the last one that does not only relay another, else the last relay; None when the
     log states none. (A server log that holds only relays: `silent_death`, compat.cell.server.)"""
-    found = find_exceptions(log_text)
+    found = [f for f in find_exceptions(log_text) if not f.logged_only]  # only behind a missing op (below)
     causes = [f for f in found if not f.wrapper]
     quoting = [m.group("quoted").strip() for f in found if f.wrapper for m in [_QUOTES.search(f.message)] if m]
     named = [f for f in causes if quoting and f.message.strip() == quoting[-1]]

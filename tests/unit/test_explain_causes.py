@@ -125,3 +125,78 @@ def test_vllm_s_compile_cache_is_not_a_vllm_frame():
     assert vllm_relative("/env/site-packages/vllm/v1/core/block_pool.py") == "vllm/v1/core/block_pool.py"
     text = f'Traceback (most recent call last):\n  File "{cached}", line 398, in call\nAssertionError: expected size\n'
     assert root_cause(text).where is None
+
+
+# -- what a review found the first version let through (each input theirs, run before and after) -------------
+
+WARN = "(EngineCore_DP0 pid=7) WARNING 12-02 00:01:18 [interface.py:201] Failed to import from {module} with {error}\n"
+FAIL = "(EngineCore_DP0 pid=7) ERROR 12-02 00:01:19 [core.py:866] {line}\n"
+RELAY = "(APIServer pid=1) RuntimeError: Engine core initialization failed. See root cause above. Failed core proc(s): {}\n"
+
+
+def _plugin_root(output: str) -> dict:
+    from types import SimpleNamespace
+
+    from compat.cell.pytest_plugin import _with_root_cause
+
+    relay = {"type": "RuntimeError", "message": "Engine core initialization failed. See root cause above."}
+    return _with_root_cause(relay, SimpleNamespace(sections=[("Captured stderr call", output)]))
+
+
+def test_a_load_warning_never_excuses_a_break_that_is_not_its_missing_op():
+    from compat.harness.causes import cause_of
+
+    other_library = WARN.format(module="vllm._flashmla_C", error="ImportError('/v/vllm/_flashmla_C.abi3.so: undefined "
+                                "symbol: _Z3foo')")
+    api_break = FAIL.format(line="TypeError: torch.ops.vllm.unified_attention_with_output() missing 1 required "
+                                 "positional argument: 'output_scale'")
+    for text in (other_library + api_break, other_library + FAIL.format(
+            line="AttributeError: '_OpNamespace' '_C_utils' object has no attribute 'init_cpu_threads_env'")):
+        kept = _plugin_root(text)
+        assert not kept["root_cause"].startswith("ImportError"), kept["root_cause"]
+        assert root_cause(text + RELAY).type != "ImportError"
+    assert cause_of(_plugin_root(other_library + api_break)) is None  # a real break stays one
+    own_library = WARN.format(module="vllm._C", error="ImportError('/v/vllm/_C.abi3.so: undefined symbol: _Z3foo')")
+    signature = FAIL.format(line="TypeError: torch.ops._C.rms_norm() missing 1 required positional argument: 'epsilon'")
+    assert _plugin_root(own_library + signature)["root_cause"].startswith("TypeError")  # not a missing op
+    after = FAIL.format(line="AttributeError: '_OpNamespace' '_C_utils' object has no attribute 'x'") + WARN.format(
+        module="vllm._C", error="ImportError('/lib/libstdc++.so.6: version `CXXABI_1.3.15\\' not found')")
+    assert not _plugin_root(after)["root_cause"].startswith("ImportError")  # a warning after the failure
+
+
+def test_a_load_failure_no_rule_names_still_reads_as_the_environment():
+    from compat.harness.causes import cause_of
+
+    missing = FAIL.format(line="AttributeError: '_OpNamespace' '_C' object has no attribute 'rms_norm'")
+    for error in ("ImportError('libcudart.so.12: cannot open shared object file: No such file or directory')",
+                  "ModuleNotFoundError(\"No module named 'vllm._C'\")",
+                  "ImportError('something no rule knows')"):
+        kept = _plugin_root(WARN.format(module="vllm._C", error=error) + missing)
+        assert kept["root_cause"].startswith(error.split("(")[0]), kept["root_cause"]
+        assert cause_of(kept).cause == "environment", kept["root_cause"]
+
+
+def test_a_harmless_load_warning_is_not_a_cause():
+    """Ascend and TPU builds print `No module named 'vllm._C'` and carry on: the warning alone never is a server
+    log's root cause, never blocks a silent death, and never makes a known paste unknown."""
+    killed = (Path(__file__).parent / "corpus" / "logs" / "vllm-0.22.0__cpu.engine-core-sigkill-while-loading.log").read_text()
+    warned = WARN.format(module="vllm._C_AVX512", error="ImportError('libfoo.so: cannot open shared object file')") + killed
+    assert silent_death(warned) is not None and root_cause(warned).type != "ImportError"
+    from compat.harness.explain import exit_status
+
+    paste = (WARN.format(module="vllm._C", error="ModuleNotFoundError(\"No module named 'vllm._C'\")")
+             + 'Traceback (most recent call last):\n  File "/v/vllm/v1/request.py", line 60, in __init__\n'
+               "TypeError: Request.__init__() got an unexpected keyword argument 'eos_token_id'\n")
+    assert exit_status(explain_paste(paste + "vllm==0.17.0\n")[0]) == 0
+
+
+def test_aborted_requests_and_words_ending_in_error_are_no_crash_and_no_exception():
+    killed = (Path(__file__).parent / "corpus" / "logs" / "vllm-0.22.0__cpu.engine-core-sigkill-while-loading.log").read_text()
+    assert silent_death("INFO 12-02 00:00:01 [async_llm.py:1] Aborted request chatcmpl-1.\n" + killed) is not None
+    assert silent_death(killed + "Aborted\n") is None  # the shell's word for SIGABRT
+    assert silent_death(killed + "(APIServer pid=1) ERROR 12-02 00:00:02 [x.py:1] see tokenizer.error: nothing\n") is not None
+
+
+def test_a_vllm_installed_under_a_cache_folder_keeps_its_frames():
+    poetry = "/home/u/.cache/pypoetry/virtualenvs/app-x-py3.12/lib/python3.12/site-packages/vllm/v1/core/block_pool.py"
+    assert vllm_relative(poetry) == "vllm/v1/core/block_pool.py"

@@ -149,6 +149,9 @@ KILLED = (LOGS / "vllm-0.22.0__cpu.engine-core-sigkill-while-loading.log").read_
     ("an engine-core error line", lambda t: t + "\n(EngineCore pid=25315) ERROR 12-02 02:50:20 [core.py:1] EngineCore failed to start.\n"),
     ("a coloured engine-core error line (vLLM 0.11)", lambda t: t + "\n\x1b[1;36m(EngineCore_DP0 pid=25315)\x1b[0;0m ERROR "
                                                                "12-02 02:50:20 [core.py:1] EngineCore failed to start.\n"),
+    ("a traceback that ends in what the parser cannot read", lambda t: t + "\n(EngineCore pid=25315) Traceback (most "
+     "recent call last):\n(EngineCore pid=25315)   File \"/v/vllm/v1/engine/core.py\", line 9, in run\n(EngineCore "
+     "pid=25315) torch._dynamo.exc.Unsupported: boom\n"),
     ("a traceback ending in a bare `Exception: boom` (a real one)", lambda t: t + "\n(EngineCore pid=25315) Traceback (most recent "
      "call last):\n(EngineCore pid=25315)   File \"/v/vllm/v1/engine/core.py\", line 9, in run\n(EngineCore pid=25315) "
      "Exception: boom\n"),
