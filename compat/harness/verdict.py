@@ -8,9 +8,11 @@ Verdict of a cell, from its deciding (non-advisory) probes that apply (status ot
 - `untested-at-runtime`: no runtime cell could run (e.g. the CPU build has no such release); only
   the static layer (compat/harness/static) judged the pair. Always gate 2, never a pass.
 - `incompatible`: a probe is `broken` and not `ok` with compat adapters, or a probe's with-compat run
-  is `broken` (an adapter that breaks or no longer repairs is a finding against the pair).
+  is `broken` (an adapter that breaks or no longer repairs is a finding against the pair). Where the
+  probe run ended early (a crash, a timeout), a broken probe with no with-compat status decides
+  nothing (its with-compat run may never have reported): `error` below.
 - `error`: otherwise, when anything left the question open: a deciding probe `error` or `skipped`,
-  a with-compat run that could not run, a run-level failure (timeout, crash), no deciding probe,
+  a with-compat run that could not run or never reported, a run-level failure (timeout, crash), no deciding probe,
   or adapters whose repair the reference data did not confirm.
 - `unsupported-on-cpu`: otherwise, when the CPU build refused a deciding probe.
 - `compatible-with-compat`: every broken probe is `ok` with adapters, and the reference data ran
@@ -71,7 +73,11 @@ def cell_verdict(cell: dict[str, Any], classes: list[tuple[dict, ProbeClass]]) -
     if not probes:
         return "error", ["no deciding probe applied or ran"]
 
-    unrepaired = [p for p in probes if p["status"] == "broken" and p.get("with_compat") != "ok"]
+    # No with-compat status: no adapter ran for it; but where the probe run ended early (a crash, a timeout)
+    # its with-compat run may never have reported, which says nothing either way: an open question below.
+    ended_early = bool(cell.get("error"))
+    unrepaired = [p for p in probes if p["status"] == "broken" and p.get("with_compat") != "ok"
+                  and not (ended_early and p.get("with_compat") is None)]
     adapter_broke = [p for p, cls in classes if not cls.advisory and p.get("status") != "broken"
                      and p.get("with_compat") == "broken"]  # n/a included: the adapters broke something
     if unrepaired or adapter_broke:
@@ -80,6 +86,8 @@ def cell_verdict(cell: dict[str, Any], classes: list[tuple[dict, ProbeClass]]) -
             + [f"{_label(p)} {p['status']}, but broken with compat adapters" for p in adapter_broke])
 
     open_questions = [f"{_label(p)} {p['status']}: {_why(p)}" for p in probes if p["status"] in ("error", "skipped", "flaky")]
+    open_questions += [f"{_label(p)} broken as released; its with-compat run did not report before the probe run "
+                       "ended" for p in probes if ended_early and p["status"] == "broken" and p.get("with_compat") is None]
     open_questions += [f"{_label(p)} with compat adapters: {p['with_compat']}"
                        + (f" ({_why(p)})" if p.get("stated") else "") for p in probes
                        if p["status"] in ("ok", "broken") and p.get("with_compat") not in (None, "ok", "broken")]

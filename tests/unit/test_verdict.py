@@ -300,3 +300,23 @@ def test_a_variant_the_cell_did_not_select_decides_nothing_but_a_stored_flag_alo
                    advisory=True)
     d = decide(cell([flagged] + reference()))
     assert d.verdict == "incompatible" and d.gate == FINDING, d.reasons
+
+
+def test_a_with_compat_run_that_never_reported_decides_nothing():
+    """The real record of a probe run that ended early (tests/unit/corpus/ended_early/): the raw case broken
+    (a known refusal the adapters repair in every other run of the row), its with-compat run cut off by a
+    timeout that crashed pytest. Not `incompatible`: nothing says the adapters failed. Where the run did
+    not end early, no with-compat status still means no adapter ran for it (incompatible)."""
+    import json
+    from pathlib import Path
+
+    record = json.loads((Path(__file__).parent / "corpus" / "ended_early"
+                         / "vllm-0.19.0__speculators-0.3.0__cpu.timeout-internalerror.json").read_text())
+    d = decide(record)
+    assert (d.verdict, d.gate) == ("error", UNTESTED), d.reasons
+    assert "hidden_states_match_reference[batch] broken as released; its with-compat run did not report " \
+           "before the probe run ended" in d.reasons
+    ended = next(p for p in record["probes"] if p["id"] == REF and p.get("case") == "batch")
+    assert (ended["status"], ended["with_compat"]) == ("broken", None)
+    whole = {**record, "error": None, "probes": [p for p in record["probes"] if p["status"] != "error"]}
+    assert decide(whole).verdict == "incompatible"
