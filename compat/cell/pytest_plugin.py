@@ -112,7 +112,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
         text = str(exc) if exc is not None else str(report.longrepr)
         if report.when == "call" and exc is not None and hasattr(exc, CONTRACT_TAG):
             record["status"] = "broken"
-            record["error"] = _with_root_cause(describe(exc), report)
+            record["error"] = _with_root_cause(describe(exc), report, exc)
         elif text.lstrip().startswith("Timeout"):
             record["status"] = "error"
             record["reason"] = f"timeout: {text.strip().splitlines()[0]}"
@@ -122,17 +122,25 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
                 report.when, "harness fault")
             record["reason"] = f"{phase}: {type(exc).__name__ if exc else 'error'}: {text.strip()[:1500]}"
             if exc is not None:
-                record["error"] = _with_root_cause(describe(exc), report)
+                record["error"] = _with_root_cause(describe(exc), report, exc)
     return report
 
 
-def _with_root_cause(error: dict[str, Any], report: pytest.TestReport) -> dict[str, Any]:
+# The root cause kept for an exception object: a fixture that re-raises the one exception its construction
+# raised (compat.cell.datagen.Generator.generate) fails later tests with that same object, and vLLM's
+# processes print nothing new then; the object is the evidence that the cause is the one kept before.
+_ROOTS: dict[int, tuple[BaseException, str]] = {}
+
+
+def _with_root_cause(error: dict[str, Any], report: pytest.TestReport,
+                     exc: BaseException | None = None) -> dict[str, Any]:
     """Where vLLM says the cause was raised in another of its processes, the last exception those
     processes printed during this test (its captured output), so the report can tell an environment
     fault (a library the build requires) from a break of the contract: the last one that does not
     itself relay, else the last relay. (One test's output is not a whole log: that nothing was printed
     here is no evidence a process died silently, so no `silent_death` is read from it.) A compiled op
-    found missing, where vLLM logged that it could not load that library, reads as that load failure."""
+    found missing, where vLLM logged that it could not load that library, reads as that load failure.
+    The same exception object raised again in a later test keeps the root cause kept for it (`_ROOTS`)."""
     if not RELAYS.search(f"{error.get('type')}: {error.get('message') or ''}"):  # vLLM points elsewhere
         return error
     output = ANSI.sub("", "\n".join(text for _title, text in report.sections))  # vLLM 0.11 colours the prefix
@@ -142,6 +150,10 @@ def _with_root_cause(error: dict[str, Any], report: pytest.TestReport) -> dict[s
     if causes or printed:
         root = behind_missing_op((causes or printed)[-1], output)  # a compiled library vLLM could not load
         error["root_cause"] = f"{root.type}: {root.message}"[:1000]
+        if exc is not None:
+            _ROOTS[id(exc)] = (exc, error["root_cause"])
+    elif exc is not None and _ROOTS.get(id(exc), (None,))[0] is exc:  # the same object raised again
+        error["root_cause"] = _ROOTS[id(exc)][1]
     return error
 
 

