@@ -17,6 +17,7 @@ from typing import Any, Sequence
 
 from compat.cell.adapters import generator as adapters
 from compat.cell import cpu_shims as env_shims
+from compat.cell.process_shims import zmq_linger_zero
 from compat.shared.observe import speculators_call
 from compat.shared.profiles import Profile
 from compat.cell.vllm_setup import omp_binding
@@ -52,7 +53,7 @@ class Generator:
         """Rebind the generator module's names for this mode. The generator looks them up at
         call time, so this runs before every use: generators of several modes may coexist."""
         adapters.restore(self.module)
-        self.env_shims = env_shims.apply_cpu_shims(self.module)
+        self.env_shims = env_shims.apply_cpu_shims(self.module) + zmq_linger_zero()
         _pin_dtype(self.module, self.dtype)
         self.adapters = adapters.apply(self.module, self.planned)
 
