@@ -17,7 +17,13 @@ from pathlib import Path
 CORPUS = Path(__file__).resolve().parents[1] / "tests" / "unit" / "corpus" / "explain_causes"
 
 
+def truth(paste: Path) -> dict:
+    return tomllib.loads(paste.with_suffix(".truth.toml").read_text())
+
+
 def reading(text: str) -> tuple[str, object]:
+    """(root, cause) as explain gives them: the last exception that does not relay another (tests/unit/
+    test_explain_causes.py holds each paste to it)."""
     from compat.harness.explain import explain_paste
     try:
         from compat.shared.tracebacks import crash_line
@@ -38,7 +44,7 @@ def main() -> int:
     right = 0
     pastes = sorted(CORPUS.glob("*.txt"))
     for paste in pastes:
-        t = tomllib.loads(paste.with_suffix(".truth.toml").read_text())
+        t = truth(paste)
         got = reading(paste.read_text())
         ok = got == (t["root"], t["cause"])
         right += ok

@@ -4,7 +4,7 @@ pastes showed wrong, each on its own real lines."""
 
 from __future__ import annotations
 
-import tomllib
+import importlib.util
 from pathlib import Path
 
 import pytest
@@ -12,23 +12,13 @@ import pytest
 from compat.harness.explain import explain_paste, render
 from compat.shared.tracebacks import crash_line, exceptions_in, root_cause, silent_death, vllm_relative
 
-CORPUS = Path(__file__).parent / "corpus" / "explain_causes"
+# one reading of a paste for the test and for the score (bench/explain_causes_score.py, also run on older harnesses)
+_SCORE = importlib.util.spec_from_file_location(
+    "explain_causes_score", Path(__file__).resolve().parents[2] / "bench" / "explain_causes_score.py")
+score = importlib.util.module_from_spec(_SCORE)
+_SCORE.loader.exec_module(score)
+CORPUS, truth, reading = score.CORPUS, score.truth, score.reading
 PASTES = sorted(CORPUS.glob("*.txt"))
-
-
-def truth(paste: Path) -> dict:
-    return tomllib.loads(paste.with_suffix(".truth.toml").read_text())
-
-
-def reading(text: str) -> tuple[str, str | bool]:
-    """(root, cause) as explain gives them: the last exception that does not relay another."""
-    explanations, _ = explain_paste(text)
-    if not explanations:
-        return ("crash" if crash_line(text) else "none"), False
-    roots = [ex for ex in explanations if not ex.found.wrapper]
-    if not roots:
-        return "relay", False
-    return roots[-1].found.type, (roots[-1].cause.cause if roots[-1].cause else False)
 
 
 def test_the_corpus_has_sources_and_truths():
