@@ -207,8 +207,9 @@ def explain(found: Found, vllm: str | None = None, speculators: str | None = Non
         versions = Versions(vllm=[(vllm, "--vllm")] if vllm else [],
                             speculators=[(speculators, "--speculators")] if speculators else [], backend=backend,
                             backend_evidence="--backend" if backend else "")
+    root = None if root is found else root
     error = {**found.as_error(), "context": context}
-    if root is not None and root is not found:
+    if root is not None:
         error["root_cause"] = f"{root.type}: {root.message}"
     matches, rejected, elsewhere = [], [], []
     for entry in registry:
@@ -228,7 +229,7 @@ def explain(found: Found, vllm: str | None = None, speculators: str | None = Non
             rejected.append((entry, whys[0]))
     rejected.sort(key=lambda pair: -_closeness(pair[0], error))
     return Explanation(found, matches, [r for r in rejected if _closeness(r[0], error) > 0][:3], elsewhere,
-                       cause=None if matches else cause_of(error), root=root if root is not found else None)
+                       cause=None if matches else cause_of(error), root=root)
 
 
 # -- output ------------------------------------------------------------------------------------------

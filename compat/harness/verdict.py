@@ -75,9 +75,9 @@ def cell_verdict(cell: dict[str, Any], classes: list[tuple[dict, ProbeClass]]) -
 
     # No with-compat status: no adapter ran for it; but where the probe run ended early (a crash, a timeout)
     # its with-compat run may never have reported, which says nothing either way: an open question below.
-    ended_early = bool(cell.get("error"))
+    unreported = [p for p in probes if cell.get("error") and p["status"] == "broken" and p.get("with_compat") is None]
     unrepaired = [p for p in probes if p["status"] == "broken" and p.get("with_compat") != "ok"
-                  and not (ended_early and p.get("with_compat") is None)]
+                  and not any(p is q for q in unreported)]
     adapter_broke = [p for p, cls in classes if not cls.advisory and p.get("status") != "broken"
                      and p.get("with_compat") == "broken"]  # n/a included: the adapters broke something
     if unrepaired or adapter_broke:
@@ -87,7 +87,7 @@ def cell_verdict(cell: dict[str, Any], classes: list[tuple[dict, ProbeClass]]) -
 
     open_questions = [f"{_label(p)} {p['status']}: {_why(p)}" for p in probes if p["status"] in ("error", "skipped", "flaky")]
     open_questions += [f"{_label(p)} broken as released; its with-compat run did not report before the probe run "
-                       "ended" for p in probes if ended_early and p["status"] == "broken" and p.get("with_compat") is None]
+                       "ended" for p in unreported]
     open_questions += [f"{_label(p)} with compat adapters: {p['with_compat']}"
                        + (f" ({_why(p)})" if p.get("stated") else "") for p in probes
                        if p["status"] in ("ok", "broken") and p.get("with_compat") not in (None, "ok", "broken")]
