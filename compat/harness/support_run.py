@@ -217,7 +217,9 @@ def run_support(options: argparse.Namespace, rest: list[str]) -> int:
     table = support_document(axis, fixed, args.backend, planned, answers, gathered, seed if checks else None)
     write_json_atomic(options.results / "support" / f"{name}.json", table)
     print(summary_text(table), flush=True)
-    return finish(records, options)
+    from compat.harness.store import SUPPORT
+
+    return finish(records, options, documents=frozenset({(SUPPORT, name)}))
 
 
 def support_document(axis: str, fixed: str, backend: str, planned: list[support.Planned],

@@ -43,11 +43,13 @@ def report(tmp_path: Path, *args: str) -> tuple[int, dict, str]:
     return code, json.loads((out / "compat.json").read_text()), (out / "compat.md").read_text()
 
 
-def test_two_runs_with_different_cells_both_appear_with_their_dates(tmp_path):
+def test_two_runs_with_different_cells_both_appear_with_their_dates_in_the_history(tmp_path):
     first = results_dir(tmp_path / "a", record("0.16.0", "0.3.0"), mtime=JAN)
     second = results_dir(tmp_path / "b", record("0.17.0", "0.3.0"), mtime=MAR)
     report(tmp_path, "--results", str(first))
-    code, rep, md = report(tmp_path, "--results", str(second))
+    code, rep, _ = report(tmp_path, "--results", str(second))
+    assert code == 0 and [c["id"] for c in rep["cells"]] == ["vllm-0.17.0__speculators-0.3.0__cpu"]  # what was asked
+    code, rep, md = report(tmp_path, "--results", str(second), "--history")
     assert code == 0
     runs = {c["id"]: c["run"] for c in rep["cells"]}
     assert sorted(runs) == ["vllm-0.16.0__speculators-0.3.0__cpu", "vllm-0.17.0__speculators-0.3.0__cpu"]
@@ -145,3 +147,50 @@ def test_a_run_is_dated_by_its_stated_finish_else_by_its_file(tmp_path):
     assert (runs[stated["id"]].ran_at, runs[stated["id"]].harness_commit) == ("2026-02-01T12:00:00Z", "abc123")
     assert runs[garbled["id"]].ran_at == "2026-01-01T00:00:00Z"
     assert runs[garbled["id"]].harness_commit.startswith("unknown (stored by ")
+
+
+def test_a_folder_from_another_machine_reports_its_own_runs_not_newer_ones_kept_here(tmp_path):
+    """Two machines' results for the same cell ids: this machine ran both cells later (its store keeps
+    them, newer); a folder from elsewhere holds a broken and a passing run of the same ids. The
+    folder's report shows its own two runs, as on an empty store, and nothing else the store keeps."""
+    ids = ("0.16.0", "0.17.0")
+    here = results_dir(tmp_path / "here", *(record(v, "0.3.0") for v in ids), record("0.18.0", "0.3.0"), mtime=MAR)
+    report(tmp_path, "--results", str(here))  # this machine's store now keeps 3 newer runs
+    elsewhere = {"hostname": "ci-runner-7"}
+    theirs = results_dir(tmp_path / "artifact", dict(record("0.16.0", "0.3.0", "incompatible"), machine=elsewhere),
+                         dict(record("0.17.0", "0.3.0"), machine=elsewhere), mtime=JAN)
+    code, rep, _ = report(tmp_path, "--results", str(theirs))
+    empty_code, empty, _ = report(tmp_path / "empty", "--results", str(theirs), "--store",
+                                  str(tmp_path / "empty.sqlite"))
+    verdicts = {c["id"]: c["verdict"] for c in rep["cells"]}
+    assert verdicts == {c["id"]: c["verdict"] for c in empty["cells"]}
+    assert verdicts == {"vllm-0.16.0__speculators-0.3.0__cpu": "incompatible",
+                        "vllm-0.17.0__speculators-0.3.0__cpu": "compatible"}
+    assert code == empty_code == 1
+    assert all(c["run"]["ran_at"] == "2026-01-01T00:00:00Z" for c in rep["cells"])  # not this machine's March runs
+    code, everything, _ = report(tmp_path, "--history")  # asked for: every kept run, the newest of each
+    assert len(everything["cells"]) == 3 and code == 0
+
+
+def test_a_run_reports_its_own_cells_not_what_an_earlier_import_left_in_the_store(tmp_path):
+    from types import SimpleNamespace
+
+    from compat.harness.runner import finish
+
+    report(tmp_path, "--results", str(results_dir(tmp_path / "other", record("0.20.0", "0.3.0", "incompatible"))))
+    own = record("0.16.0", "0.3.0")
+    results = results_dir(tmp_path / "results", own, record("0.15.0", "0.3.0", "incompatible"))  # an older run's file
+    options = SimpleNamespace(results=results, reports=tmp_path / "reports", store=None)
+    assert finish([own], options) == 0
+    rep = json.loads((tmp_path / "reports" / "compat.json").read_text())
+    assert [c["id"] for c in rep["cells"]] == [own["id"]]
+
+
+def test_the_default_store_lives_beside_the_results_folder(tmp_path, monkeypatch):
+    from compat.harness.store import default_store_path, store_path
+
+    monkeypatch.delenv("COMPAT_STORE")
+    assert default_store_path(tmp_path / "results") == tmp_path / ".compat" / "results.sqlite"
+    assert store_path("user").name == "results.sqlite" and ".compat" not in store_path("user").parts
+    monkeypatch.setenv("COMPAT_STORE", "user")
+    assert default_store_path() == store_path("user")

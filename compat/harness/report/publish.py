@@ -1,12 +1,16 @@
-"""The reports every command writes once, at its end, from everything the store keeps.
+"""The reports every command writes once, at its end, from the runs it was asked about.
 
-    published = publish(Path("reports"), store, imports=[Path("results")])
+    published = publish(Path("reports"), store, imports=[Path("results")])                 # what results/ holds
+    published = publish(Path("reports"), store, [Path("results")], Selection(cells=ids))  # a run's own cells
+    published = publish(Path("reports"), store, [], Selection(everything=True))           # every kept run
 
 Imports the given results folders into the store first (a file that cannot be read or fails the
 record schema is named in `problems`; the others are still kept and reported), then builds the
-report from the newest run of every cell id, the newest Kimi record, every bisect and support table, with
-each cell's runs (flips between them; a support row's cells also name the same pair's runs on the
-other backend), and writes compat.json, compat.html, compat.md and junit/.
+report from the runs the selection names: by default exactly the runs and documents (Kimi record,
+bisect and support tables) the imported folders hold, never a newer run of the same cell id that the
+store keeps from another folder or machine; each cell with its earlier runs (flips between them; a
+support row's cells also name the same pair's runs on the other backend). Writes compat.json,
+compat.html, compat.md and junit/.
 """
 
 from __future__ import annotations
@@ -17,7 +21,7 @@ from typing import Any, Iterable
 
 from compat.harness.report.build import build_report
 from compat.harness.report.render import write_reports
-from compat.harness.store import BISECT, KIMI, SUPPORT, Store
+from compat.harness.store import BISECT, KIMI, SUPPORT, Imported, Store
 from compat.harness.support import with_other_backends
 from compat.harness.verdict import UNTESTED, worst_gate
 
@@ -38,21 +42,52 @@ class Published:
         return worst_gate([gates.get(i, UNTESTED) for i in wanted] + [UNTESTED] * doubled)
 
 
-def publish(out_dir: Path, store: Store, imports: Iterable[Path] = (), baseline: dict[str, Any] | None = None,
-            generated_at: str | None = None) -> Published:
-    problems: list[str] = []
+@dataclass(frozen=True)
+class Selection:
+    """Which kept runs a report shows. `everything`: every cell id's newest run and every document
+    the store keeps (`nox -s report` with no folder named, `--history`). Otherwise the runs and
+    documents the imported folders held, narrowed to `cells` (a command's own cell ids; one the
+    folders did not hold is shown from its newest kept run) and to `documents` ((kind, name), a
+    command's own tables) where given."""
+    everything: bool = False
+    cells: frozenset[str] | None = None
+    documents: frozenset[tuple[str, str]] | None = None
+
+    def chosen_runs(self, imported: Imported, store: Store) -> dict[str, set[str]] | None:
+        if self.everything:
+            return None
+        if self.cells is None:
+            return dict(imported.runs)
+        chosen = {i: h for i, h in imported.runs.items() if i.split("@")[0] in self.cells}
+        for cell_id in self.cells - set(chosen):
+            kept = store.runs(cell_id)
+            if kept:
+                chosen[cell_id] = {kept[-1].content_hash}
+        return chosen
+
+    def chosen_documents(self, imported: Imported, kind: str) -> set[str] | None:
+        if self.everything:
+            return None
+        wanted = imported.documents if self.documents is None else self.documents
+        return {name for k, name in wanted if k == kind}
+
+
+def publish(out_dir: Path, store: Store, imports: Iterable[Path] = (), selection: Selection = Selection(),
+            baseline: dict[str, Any] | None = None, generated_at: str | None = None) -> Published:
+    imported = Imported()
     for folder in imports:
-        problems += store.import_dir(folder).problems
-    history = store.history()
+        imported.merge(store.import_dir(folder))
+    problems = list(imported.problems)
+    history = store.history(selection.chosen_runs(imported, store))
     cells = [runs[-1].record for runs in history.values()]
     duplicates = {c["id"].split("@")[0]: f"two result files hold cell {c['id'].split('@')[0]}: {c['duplicate_of']} "
                                          f"and another; both are reported, the second as {c['id']}"
                   for c in cells if c.get("duplicate_of")}
-    kimi = list(store.documents(KIMI).values())
-    bisect = [table for _name, table in sorted(store.documents(BISECT).items())]
+    kimi = list(store.documents(KIMI, selection.chosen_documents(imported, KIMI)).values())
+    bisect = [table for _name, table in sorted(store.documents(BISECT, selection.chosen_documents(imported, BISECT)).items())]
     report = build_report(cells, kimi=kimi[-1] if kimi else None, baseline=baseline, generated_at=generated_at,
                           bisect=bisect or None, runs=history)
-    support = [table for _name, table in sorted(store.documents(SUPPORT).items())]
+    support = [table for _name, table in sorted(store.documents(SUPPORT, selection.chosen_documents(imported, SUPPORT)).items())]
     if support:  # the rows and columns of `nox -s compat -- --all-vllm / --all-speculators`: the report's first section
         report["support"] = [with_other_backends(table, report.get("cells") or []) for table in support]
     return Published(report, write_reports(report, out_dir), problems, duplicates)
