@@ -236,14 +236,6 @@ def make_request(request_id: str, token_ids: list[int], *, eos_token_id: int = 2
                                         hasher=hasher))
 
 
-def run_step(executor: Any, scheduler_output: Any):
-    """One model step: execute_model, then sample_tokens when vLLM splits the step in two."""
-    output = executor.execute_model(scheduler_output)
-    if output is None and hasattr(executor, "sample_tokens"):
-        output = executor.sample_tokens(None)
-    return output
-
-
 def rpc_from_rank(executor: Any, method: str, *args: Any, rank: int = 0) -> Any:
     """One rank's reply. Without unique_reply_rank, collective_rpc returns a list in every release."""
     from compat.shared.states import rank_reply

@@ -815,7 +815,6 @@ def _index(entries: list[Breakage]) -> dict[str, Breakage]:
 
 BY_ID: dict[str, Breakage] = _index(_ENTRIES)
 REGISTRY: tuple[Breakage, ...] = tuple(_ENTRIES)
-ADVISORY_IDS = frozenset(e.id for e in REGISTRY if e.advisory)
 
 
 def get(breakage_id: str) -> Breakage | None:

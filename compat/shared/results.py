@@ -16,9 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from compat.shared.probe_catalog import ids_where
-from compat.shared.records import ProbeStatus, RecordError, Verdict, probe_key, validate_cell
+from compat.shared.records import RecordError, Verdict, probe_key, validate_cell
 
-PROBE_STATUSES = tuple(s.value for s in ProbeStatus)
 # untested-at-runtime: no runtime cell could run (no build of that release here): the static layer alone
 CELL_VERDICTS = tuple(v.value for v in Verdict)
 # Probes that never decide a verdict: marked @pytest.mark.probe(..., advisory=True).

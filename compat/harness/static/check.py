@@ -30,7 +30,6 @@ from compat.harness.static.serve import serve_uses, check_serve
 from compat.harness.static.sources import SourceCache, StaticError, WheelSources
 from compat.harness.static.uses import Use, uses_of
 
-VERDICTS = ("api-compatible", "api-incompatible", "error")
 COUNTED = ("broken",)
 
 

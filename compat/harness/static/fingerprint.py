@@ -159,11 +159,5 @@ def speculators_fingerprint(sources: WheelSources, companions: tuple[WheelSource
     return _digest("\n".join(parts))
 
 
-def changed_modules(before: dict[str, Any], after: dict[str, Any]) -> list[str]:
-    """The modules whose digest differs between two fingerprints of one era."""
-    return sorted(p for p in set(before["modules"]) | set(after["modules"])
-                  if before["modules"].get(p) != after["modules"].get(p))
-
-
 def _digest(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:12]
