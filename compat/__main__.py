@@ -1,10 +1,26 @@
-"""Command line: `python -m compat run [...]` (what `nox -s compat` calls)."""
+"""Command line: `python -m compat run [...]` (what `nox -s compat` calls), `python -m compat check
+--speculators S --vllm V` (one pair, from the published table), `python -m compat publish [--add DIR]`
+(the published table's generated files)."""
 
 import sys
 
-from compat.harness.run_command import main
+USAGE = ("usage: python -m compat run [--vllm V ... --speculators S ...] [--list-cells] [--reinstall]\n"
+         "       python -m compat check --speculators S --vllm V [--json]\n"
+         "       python -m compat publish [--add RESULTS_DIR ...]")
 
 if __name__ == "__main__":
-    if len(sys.argv) > 1 and sys.argv[1] == "run":
-        sys.exit(main(sys.argv[2:]))
-    sys.exit("usage: python -m compat run [--vllm V ... --speculators S ...] [--list-cells] [--reinstall]")
+    command, argv = (sys.argv[1], sys.argv[2:]) if len(sys.argv) > 1 else ("", [])
+    if command == "run":
+        from compat.harness.run_command import main
+
+        sys.exit(main(argv))
+    if command == "check":
+        from compat.harness.published import check_main
+
+        sys.exit(check_main(argv))
+    if command == "publish":
+        from compat.harness.published import main as publish_main
+
+        sys.exit(publish_main(argv))
+    print(USAGE, file=sys.stderr)
+    sys.exit(2)

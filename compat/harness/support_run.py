@@ -3,8 +3,12 @@ the static layer over every release, the runtime cells compat.harness.support ch
 other cell inferred or static-only, then the support table (results/support/<row>.json and the
 report's first section).
 
-Stored results are reused: a runtime cell whose results/<id>.json exists is not run again unless
---rerun (so a CI fan-out's merged artifacts, then this command, give the table without a run).
+A row the repository publishes (compat.harness.published: published/results/support/) is answered
+from it without running anything, naming which cells are published (date, machine), ran here, or
+are missing; `--rerun` measures again (`--rerun --only ID` one cell, the others reused). Stored
+results are reused: a runtime cell whose results/<id>.json, else published/results/<id>.json,
+exists is not run again unless --rerun (so a CI fan-out's merged artifacts, then this command, give
+the table without a run).
 `--plan-only` prints and writes the choice and runs nothing; `--list-cells --json` prints the ids
 to run (a CI job matrix). `--check-inferred K [--seed N]` also runs K cells it inferred.
 """
@@ -23,7 +27,7 @@ from packaging.version import Version
 from compat.harness import support
 from compat.harness.matrix import VLLM_DIST, Cell, MatrixError, check_version
 from compat.shared.profiles import profile_for
-from compat.shared.results import write_json_atomic
+from compat.shared.results import read_json, write_json_atomic
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -169,11 +173,65 @@ def stored_records(cells: list[Cell], results: Path) -> dict[str, dict[str, Any]
     return out
 
 
+def published_settings(options: argparse.Namespace, fixed: str) -> bool:
+    """The published rows are measured with `--variants none`, float32, the tiny Llama: only a request
+    that asks for nothing else is answered from (or measured beside) them. A request for a published
+    row that names no variants takes theirs, so its cell ids are the published ones."""
+    from compat.harness import published
+
+    if not (published.RESULTS / "support" / f"{published.row_name(fixed)}.json").is_file():
+        return False
+    if getattr(options, "dtype", None) not in (None, "float32") or getattr(options, "model", None) is not None:
+        return False
+    if options.variants is None:
+        options.variants = ()
+    return options.variants == ()
+
+
+def answer_from_published(fixed: str, backend: str, options: argparse.Namespace) -> int | None:
+    """The row from the published table (or one built here), printed with where each runtime cell's
+    evidence comes from, and the report of it; None when neither holds the row."""
+    from compat.harness import published
+    from compat.harness.report.publish import Selection, publish
+    from compat.harness.store import SUPPORT, Store
+
+    name = published.row_name(fixed)
+    local = options.results / "support" / f"{name}.json"
+    source = local if local.is_file() else published.RESULTS / "support" / f"{name}.json"
+    if not source.is_file():
+        print(f"[support] speculators {fixed}: no published row (published/results/support/); measuring it", flush=True)
+        return None
+    doc = read_json(source, "support row")
+    if doc.get("backend") != backend:
+        print(f"[support] the published row of speculators {fixed} is {doc.get('backend')}'s; measuring on {backend}",
+              flush=True)
+        return None
+    where = "built here" if source == local else "published"
+    print(f"[support] speculators {fixed} x every vLLM release: the {where} row ({source}); nothing runs "
+          f"(--rerun measures again, --rerun --only ID one cell)", flush=True)
+    print("[support] runtime cells:\n" + "\n".join(published.provenance_lines(doc, here=options.results)), flush=True)
+    print(summary_text(doc), flush=True)
+    ids = frozenset(str(c["cell_id"]) for c in doc["cells"] if c.get("cell_id"))
+    store = Store.open(getattr(options, "store", None), options.results)
+    try:
+        imports = [published.RESULTS] + ([options.results] if options.results.is_dir() else [])
+        report = publish(options.reports, store, imports, Selection(cells=ids, documents=frozenset({(SUPPORT, name)})))
+    finally:
+        store.close()
+    print(f"[support] the report: {options.reports}/compat.html (the answer first)", flush=True)
+    return 0 if not report.problems else 3
+
+
 def run_support(options: argparse.Namespace, rest: list[str]) -> int:
     from compat.harness.runner import finish, resolve_model, run_matrix, with_run_settings
 
     try:
         axis, fixed, args = request_of(options, rest)
+        fresh = options.rerun or options.plan_only or args.list_cells or args.only or options.check_inferred
+        if axis == "vllm" and published_settings(options, fixed) and not fresh:
+            answered = answer_from_published(fixed, args.backend, options)
+            if answered is not None:
+                return answered
         gathered = gather(axis, fixed, args.backend)
         planned = support.plan(gathered["facts"], axis)
         seed = options.seed if options.seed is not None else random.SystemRandom().randrange(10**6)
@@ -193,7 +251,12 @@ def run_support(options: argparse.Namespace, rest: list[str]) -> int:
         return 0
     name = f"speculators-{fixed}" if axis == "vllm" else f"vllm-{fixed}"
     print(describe_plan(planned, axis, fixed, checks, seed if options.check_inferred else None), flush=True)
-    stored = {} if options.rerun else stored_records(list(cells.values()), options.results)
+    from compat.harness.published import RESULTS as PUBLISHED_RESULTS
+
+    stored = {**stored_records(list(cells.values()), PUBLISHED_RESULTS),
+              **stored_records(list(cells.values()), options.results)}
+    if options.rerun:  # measure again: every runtime cell, or only those named
+        stored = {i: r for i, r in stored.items() if args.only and i not in args.only}
     unknown = [i for i in args.only if i not in {c.id for c in cells.values()}]
     if unknown:
         print(f"compat: --only {', '.join(unknown)}: not a cell this table runs; its cells: "
@@ -202,7 +265,8 @@ def run_support(options: argparse.Namespace, rest: list[str]) -> int:
     to_run = [c for c in cells.values() if c.id not in stored and (not args.only or c.id in args.only)]
     records = list(stored.values())
     for cell_id in stored:
-        print(f"[support] {cell_id}: stored result reused (results/{cell_id}.json; --rerun runs it again)", flush=True)
+        where = "results" if (options.results / f"{cell_id}.json").is_file() else "published/results"
+        print(f"[support] {cell_id}: stored result reused ({where}/{cell_id}.json; --rerun runs it again)", flush=True)
     if to_run and not options.plan_only:
         from compat.harness.pypi import PackageIndex
 

@@ -211,9 +211,10 @@ def test_screenshot(driver, rendered):
 
 # -- the support table's answer, in the first screen (issue 22; speculators#1157) -----------------
 
-SUPPORT_RUNS = sorted((REPO / "reports").glob("cpu-support-*/results"))
-# the same pairs run on a GPU where the CPU build could not serve them: the answer's last column
-GPU_RUNS = [REPO / "reports" / "gpu-h200" / "s081" / "results", REPO / "reports" / "gpu-h200" / "0.23.0-s090" / "results"]
+# the published table: every row's records and documents, and the same pairs run on a GPU where the
+# CPU build could not serve them (the answer's last column)
+SUPPORT_RUNS = [REPO / "published" / "results"]
+GPU_RUNS: list = []
 
 
 @pytest.fixture(scope="module")
@@ -223,7 +224,7 @@ def support_rendered(tmp_path_factory):
     from compat.harness.report.publish import publish
     from compat.harness.store import Store
 
-    assert SUPPORT_RUNS, "no committed support-row run under reports/cpu-support-*/results"
+    assert list(SUPPORT_RUNS[0].glob("support/*.json")), "no published row under published/results/support/"
     base = tmp_path_factory.mktemp("support")
     store = Store.open(base / "store.sqlite")
     try:

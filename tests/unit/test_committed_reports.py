@@ -15,21 +15,24 @@ from compat.harness.report import build_report
 from compat.harness.report.publish import publish
 from compat.harness.store import Store
 
-REPORTS = Path(__file__).resolve().parents[2] / "reports"
-COMMITTED = sorted(p.parent for p in REPORTS.glob("**/compat.json") if (p.parent / "results").is_dir())
+REPO = Path(__file__).resolve().parents[2]
+REPORTS = REPO / "reports"
+# every committed report with its results: under reports/, and the published table's (published/)
+COMMITTED = sorted(p.parent for where in (REPORTS, REPO / "published") for p in where.glob("**/compat.json")
+                   if (p.parent / "results").is_dir())
 
 
 def test_there_are_committed_reports_to_check():
     assert len(COMMITTED) >= 10
 
 
-@pytest.mark.parametrize("folder", COMMITTED, ids=lambda p: p.relative_to(REPORTS).as_posix())
+@pytest.mark.parametrize("folder", COMMITTED, ids=lambda p: p.relative_to(REPO).as_posix())
 def test_a_committed_report_renders_the_same_verdicts_and_gates(folder, tmp_path):
     committed = json.loads((folder / "compat.json").read_text())
     # a report rendered with other folders imported beside its own results names them in imports.txt
     listed = (folder / "imports.txt").read_text().split() if (folder / "imports.txt").is_file() else []
     published = publish(tmp_path / "out", Store.open(tmp_path / "store.sqlite"),
-                        [folder / "results", *(REPORTS.parent / path for path in listed)])
+                        [folder / "results", *(REPO / path for path in listed)])
     assert published.problems == []
     again = published.report
     assert {c["id"]: (c["verdict"], c["gate"]) for c in again["cells"]} == \

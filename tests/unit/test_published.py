@@ -1,0 +1,120 @@
+"""The published support table (compat.harness.published): its generated files equal what its evidence
+gives, every measured cell's verdict is its record's, a published row is answered with nothing run,
+and the one-pair check exits 0 works / 1 broken / 2 untested."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from argparse import Namespace
+from pathlib import Path
+
+import pytest
+
+from compat.harness import published, support_run
+from compat.harness.verdict import decide
+from compat.shared.results import write_json_atomic
+
+ROWS = published.load_rows()
+
+
+def test_every_published_row_is_there_and_every_cell_has_an_answer():
+    assert {"0.3.0", "0.4.0.1", "0.8.1", "0.9.0"} <= set(ROWS)
+    for spec, doc in ROWS.items():
+        assert doc["cells"], spec
+        for cell in doc["cells"]:
+            assert cell["outcome"] in published.OUTCOME_WORDS and cell["verdict"], (spec, cell["vllm"])
+
+
+def test_support_json_and_the_docs_answer_are_what_the_published_results_give():
+    records = published.load_records()
+    assert json.loads(published.SUPPORT_JSON.read_text()) == json.loads(json.dumps(published.support_json(ROWS, records)))
+    text = published.DOCS.read_text()
+    assert published.with_answer_section(text, published.answer_markdown(ROWS, records)) == text, \
+        "docs/support-table.md's answer is not the published table's: run python -m compat publish"
+
+
+def test_each_measured_cell_says_what_its_record_decides():
+    records = published.load_records()
+    for spec, doc in ROWS.items():
+        for cell in doc["cells"]:
+            if cell["provenance"] != "measured":
+                continue
+            assert cell["cell_id"] in records, f"{spec} x {cell['vllm']}: its record is not published"
+            assert decide(records[cell["cell_id"]]).verdict == cell["verdict"], (spec, cell["vllm"])
+
+
+def test_an_edited_record_disagrees_with_its_published_cell(tmp_path):
+    """The check above can fail: a measured cell's record edited to break its reference case."""
+    doc = ROWS["0.8.1"]
+    cell = next(c for c in doc["cells"] if c["provenance"] == "measured" and c["verdict"] == "compatible")
+    record = json.loads((published.RESULTS / f"{cell['cell_id']}.json").read_text())
+    probe = next(p for p in record["probes"] if p["status"] == "ok" and p["id"] != "worker_logging")
+    probe.update(status="broken", with_compat="broken",
+                 error={"type": "AssertionError", "message": "rows differ", "where": None})
+    assert decide(record).verdict != cell["verdict"]
+
+
+def _options(tmp_path: Path, **given) -> Namespace:
+    base = dict(results=tmp_path / "results", reports=tmp_path / "reports", store=str(tmp_path / "s.sqlite"),
+                rerun=False, plan_only=False, check_inferred=0, variants=None, dtype=None, model=None,
+                all_vllm=True, all_speculators=False, python=[], seed=None)
+    return Namespace(**{**base, **given})
+
+
+def test_a_published_row_is_answered_with_nothing_run(tmp_path, monkeypatch, capsys):
+    def no_static_layer(*a, **k):
+        raise AssertionError("the static layer ran: a published row needs no index and no wheel")
+
+    monkeypatch.setattr(support_run, "gather", no_static_layer)
+    code = support_run.run_support(_options(tmp_path), ["--speculators", "0.8.1"])
+    out = capsys.readouterr().out
+    assert code == 0
+    assert "the published row" in out and "works: 0.25.0 – 0.32.0" in out
+    assert "0.26.0: published (2026-12-02" in out and "harness 87d084fc7965" in out
+    report = json.loads((tmp_path / "reports" / "compat.json").read_text())
+    ids = {c["cell_id"] for c in ROWS["0.8.1"]["cells"] if c.get("cell_id")}
+    assert {c["id"] for c in report["cells"]} == ids  # the row's cells, nothing else the folder holds
+    assert [d["fixed"] for d in report["support"]] == ["0.8.1"]
+
+
+def test_a_cell_run_here_is_named_as_such_and_a_missing_one_as_missing(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(support_run, "gather", lambda *a, **k: pytest.fail("the static layer ran"))
+    doc = json.loads(json.dumps(ROWS["0.9.0"]))
+    measured = [c for c in doc["cells"] if c["provenance"] == "measured"]
+    here, gone = measured[0], measured[1]
+    gone.update(provenance="static-only", cell_id="")  # as a row whose cell has not run yet
+    write_json_atomic(tmp_path / "results" / "support" / "speculators-0.9.0.json", doc)
+    shutil.copy(published.RESULTS / f"{here['cell_id']}.json", tmp_path / "results")
+    assert support_run.run_support(_options(tmp_path), ["--speculators", "0.9.0"]) == 0
+    out = capsys.readouterr().out
+    assert "the built here row" in out
+    assert f"{here['vllm']}: ran here" in out and f"{gone['vllm']}: missing" in out
+
+
+def test_other_settings_than_the_published_rows_are_not_answered_from_them(tmp_path):
+    assert support_run.published_settings(_options(tmp_path, dtype="bfloat16"), "0.8.1") is False
+    assert support_run.published_settings(_options(tmp_path, variants=("hybrid",)), "0.8.1") is False
+    assert support_run.published_settings(_options(tmp_path), "0.0.1") is False  # no published row
+    options = _options(tmp_path)
+    assert support_run.published_settings(options, "0.8.1") is True and options.variants == ()
+
+
+@pytest.mark.parametrize(("spec", "vllm", "backend", "code", "said"), [
+    ("0.8.1", "0.26.0", None, 0, "works as released"),
+    ("0.8.1", "0.22.0", None, 1, "as released it breaks; the fix: Launch vLLM with --no-enable-chunked-prefill"),
+    ("0.8.1", "0.23.0", None, 1, "on gpu (1 x NVIDIA H200"),
+    ("0.8.1", "0.23.0", "gpu", 1, "works with the compat adapters (compatible-with-compat, measured, gpu run"),
+    ("0.8.1", "0.24.0", "gpu", 0, "works as released (compatible, measured, gpu run"),
+    ("0.8.1", "0.33.0", None, 1, "install instead: vLLM 0.32.0 x speculators 0.8.1"),
+    ("0.8.1", "0.20.0", None, 2, "untested (unsupported-on-cpu"),
+    ("0.9.0", "0.25.1", None, 0, "inferred from vLLM 0.25.0"),
+    ("0.1.0", "0.26.0", None, 2, "no published row; published rows: 0.3.0"),
+    ("0.8.1", "9.9.9", None, 2, "not in the published row of speculators 0.8.1"),
+    ("0.8.1", "latest", None, 2, "--vllm 'latest' is not a version"),
+])
+def test_the_one_pair_check(spec, vllm, backend, code, said, capsys):
+    argv = ["--speculators", spec, "--vllm", vllm] + (["--backend", backend] if backend else [])
+    assert published.check_main(argv) == code
+    out = capsys.readouterr().out
+    assert said in out and out.count("\n") == 1
