@@ -4,7 +4,7 @@
     published/results/support/speculators-S.json  each row as `nox -s compat -- --speculators S --all-vllm` wrote it
     published/support.json                        generated: per row the vLLM ranges, per cell how it was
                                                   found, its verdict and the compact evidence behind it
-    published/compat.{html,md,json}               generated: the one report, the answer first
+    published/compat.{html,md}                    generated: the one report, the answer first
     docs/support-table.md                         its answer section, generated (between ANSWER_BEGIN/END)
 
 `python -m compat publish [--add DIR ...]` adds rows (a row's results folder) and writes the generated
@@ -338,7 +338,7 @@ def write_generated(results: Path = RESULTS, out: Path = PUBLISHED, docs: Path =
             store.close()
         if published.problems:
             raise PublishedError("; ".join(published.problems))
-        for name in ("compat.html", "compat.md", "compat.json"):
+        for name in ("compat.html", "compat.md"):  # its compat.json would repeat the records (support.json is the data)
             shutil.copyfile(Path(tmp) / "report" / name, out / name)
     return {"support": out / "support.json", "docs": docs, "report": out / "compat.html"}
 
