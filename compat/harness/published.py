@@ -153,7 +153,8 @@ def other_backend_runs(speculators: str, backend: str, records: dict[str, dict[s
         verdict = decide(record).verdict
         if verdict in DECIDED:
             found.setdefault(str(record["backend"]), {})[str(record["vllm"])] = marks[OUTCOME_OF_VERDICT[verdict]]
-    return "; ".join(f"{other}: " + ", ".join(f"{v} {mark}" for v, mark in sorted(runs.items(), key=lambda kv: Version(kv[0])))
+    return "; ".join(f"{other}: " + ", ".join(f"{v} {mark}"
+                                              for v, mark in sorted(runs.items(), key=lambda kv: Version(kv[0])))
                      for other, runs in sorted(found.items()))
 
 
@@ -210,7 +211,8 @@ class CellAnswer:
         c = self.cell
         how = PROVENANCE.get(c.get("provenance"), c.get("provenance"))
         if c.get("provenance") == "inferred" and c.get("source"):
-            how += f" from vLLM {c['source'][0]}"
+            how += f" from vLLM {c['source'][0]}" + (f" x speculators {c['source'][1]}"
+                                                     if c["source"][1] != self.speculators else "")
         head = (f"vLLM {self.vllm} x speculators {self.speculators}: {OUTCOME_WORDS[c['outcome']]} "
                 f"({c['verdict']}, {how}")
         if self.record is not None:

@@ -159,6 +159,35 @@ def plan(facts: Sequence[PairFacts], axis: str = "vllm") -> list[Planned]:
     return planned
 
 
+def infer_across(planned: list[Planned], facts: Sequence[PairFacts], siblings: Sequence[PairFacts],
+                 measured: Iterable[tuple[str, str]]) -> list[Planned]:
+    """A runtime cell of this row is **inferred** from another speculators release's measured cell of
+    the same vLLM release where the two pairs share every part of the key: the vLLM fingerprint, the
+    static result, the speculators profile and the speculators release's own extraction code (0.4.0
+    and 0.4.0.1, 0.6.0.1 and 0.6.0.2, 0.7.0.1 and 0.7.0.2 ship the same `data_generation/`). The
+    cells this row inferred from it follow it to that source. `siblings`: facts of those other
+    releases' pairs; `measured`: the pairs whose runs are kept. Marks the planned cells in place."""
+    ran = set(measured)
+    source_of = {(o.vllm, o.key): o for o in siblings if (o.vllm, o.speculators) in ran}
+    by_pair = {(f.vllm, f.speculators): f for f in facts}
+    moved: dict[tuple[str, str], tuple[str, str]] = {}
+    for p in planned:
+        f = by_pair.get(p.pair)
+        if p.kind != RUNTIME or p.pair in ran or f is None:
+            continue
+        other = source_of.get((f.vllm, f.key))
+        if other is None:
+            continue
+        moved[p.pair] = (other.vllm, other.speculators)
+        p.kind, p.inferred_from = INFERRED, moved[p.pair]
+        p.reasons = [f"same vLLM release, fingerprint {f.fingerprint}, static result, profile and speculators code "
+                     f"({f.speculators_fingerprint}) as speculators {other.speculators}, measured in its row"]
+    for p in planned:
+        if p.kind == INFERRED and p.inferred_from in moved:
+            p.inferred_from = moved[p.inferred_from]
+    return planned
+
+
 def _flip_text(before: PairFacts, after: PairFacts, shown: int = 3) -> str:
     """The verdicts and the contracts that broke or healed (the first few, then a count)."""
     def listed(ids: set[str]) -> str:

@@ -104,6 +104,7 @@ def gather(axis: str, fixed: str, backend: str, cache=None, index=None,
             spec_fingerprints[s] = speculators_fingerprint(release.speculators, tuple(release.companions))
         except StaticError:
             spec_fingerprints[s] = ""
+    siblings = same_code_releases(fixed, spec_all, spec_fingerprints, cache) if axis == "vllm" else []
     conflicts = pin_conflicts(vllm, speculators, backend, builds, index)
     echo(f"[support] fingerprints, model runners and pins read in {time.monotonic() - started:.0f} s")
     facts = []
@@ -116,8 +117,45 @@ def gather(axis: str, fixed: str, backend: str, cache=None, index=None,
                 broken_contracts=tuple(row.get("broken_contracts") or ()), fingerprint=fp["digest"] if fp else "",
                 profile=profile_for(s).name, runtime_build=v in builds, conflict=conflicts.get((v, s), ""),
                 speculators_fingerprint=spec_fingerprints[s]))
+    sibling_facts = []
+    if siblings:
+        sibling_table = static_table(cache, vllm, siblings, detail=True)
+        for v in vllm:
+            fp = fingerprints.get((v, era(fixed)))
+            for s in siblings:
+                row = sibling_table["rows"][v][s]
+                sibling_facts.append(support.PairFacts(
+                    vllm=v, speculators=s, static_verdict=row["verdict"],
+                    broken_contracts=tuple(row.get("broken_contracts") or ()), fingerprint=fp["digest"] if fp else "",
+                    profile=profile_for(s).name, runtime_build=v in builds,
+                    speculators_fingerprint=spec_fingerprints[fixed]))
+        echo(f"[support] releases with the same extraction code as {fixed}: {', '.join(siblings)} "
+             "(their measured cells can stand for this row's)")
     return {"facts": facts, "table": table, "fingerprints": fingerprints, "runners": runners,
-            "seconds": round(time.monotonic() - started, 1)}
+            "siblings": sibling_facts, "seconds": round(time.monotonic() - started, 1)}
+
+
+def same_code_releases(fixed: str, releases: list[str], known: dict[str, str], cache) -> list[str]:
+    """The other speculators releases with this one's profile and extraction-code fingerprint."""
+    from compat.harness.static.check import load_release
+    from compat.harness.static.fingerprint import speculators_fingerprint
+    from compat.harness.static.sources import StaticError
+
+    mine = known.get(fixed, "")
+    if not mine:
+        return []
+    out = []
+    for other in releases:
+        if other == fixed or profile_for(other).name != profile_for(fixed).name:
+            continue
+        try:
+            release = load_release(other, cache)
+            digest = known.get(other) or speculators_fingerprint(release.speculators, tuple(release.companions))
+        except StaticError:
+            continue
+        if digest == mine:
+            out.append(other)
+    return out
 
 
 def pin_conflicts(vllm: list[str], speculators: list[str], backend: str, builds: set[str], index=None) -> dict:
@@ -157,6 +195,13 @@ def measured_from(records: list[dict[str, Any]]) -> dict[tuple[str, str], suppor
         out[(str(record.get("vllm")), str(record.get("speculators")))] = support.Measured(
             decision.verdict, str(record.get("cell") or record.get("id") or ""), decision.reasons, tuple(fixes))
     return out
+
+
+def _kept(cells: list[Cell], results: Path) -> dict[str, dict[str, Any]]:
+    """The cells' records kept here (results/), else published (published/results/)."""
+    from compat.harness.published import RESULTS as PUBLISHED_RESULTS
+
+    return {**stored_records(cells, PUBLISHED_RESULTS), **stored_records(cells, results)}
 
 
 def stored_records(cells: list[Cell], results: Path) -> dict[str, dict[str, Any]]:
@@ -234,6 +279,11 @@ def run_support(options: argparse.Namespace, rest: list[str]) -> int:
                 return answered
         gathered = gather(axis, fixed, args.backend)
         planned = support.plan(gathered["facts"], axis)
+        sibling_cells = {(f.vllm, f.speculators): with_run_settings(Cell(f.vllm, f.speculators, args.backend), options)
+                         for f in gathered.get("siblings") or []}
+        sibling_records = _kept(list(sibling_cells.values()), options.results)
+        support.infer_across(planned, gathered["facts"], gathered.get("siblings") or [],
+                             [pair for pair, cell in sibling_cells.items() if cell.id in sibling_records])
         seed = options.seed if options.seed is not None else random.SystemRandom().randrange(10**6)
         checks = support.pick_checks(planned, options.check_inferred, seed) if options.check_inferred else []
     except (MatrixError, support.SupportError) as exc:
@@ -251,10 +301,7 @@ def run_support(options: argparse.Namespace, rest: list[str]) -> int:
         return 0
     name = f"speculators-{fixed}" if axis == "vllm" else f"vllm-{fixed}"
     print(describe_plan(planned, axis, fixed, checks, seed if options.check_inferred else None), flush=True)
-    from compat.harness.published import RESULTS as PUBLISHED_RESULTS
-
-    stored = {**stored_records(list(cells.values()), PUBLISHED_RESULTS),
-              **stored_records(list(cells.values()), options.results)}
+    stored = _kept(list(cells.values()), options.results)
     if options.rerun:  # measure again: every runtime cell, or only those named
         stored = {i: r for i, r in stored.items() if args.only and i not in args.only}
     unknown = [i for i in args.only if i not in {c.id for c in cells.values()}]
@@ -263,7 +310,7 @@ def run_support(options: argparse.Namespace, rest: list[str]) -> int:
               f"{', '.join(c.id for c in cells.values())}", file=sys.stderr)
         return 2
     to_run = [c for c in cells.values() if c.id not in stored and (not args.only or c.id in args.only)]
-    records = list(stored.values())
+    records = list(stored.values()) + [r for r in sibling_records.values() if r["id"] not in stored]
     for cell_id in stored:
         where = "results" if (options.results / f"{cell_id}.json").is_file() else "published/results"
         print(f"[support] {cell_id}: stored result reused ({where}/{cell_id}.json; --rerun runs it again)", flush=True)
@@ -325,6 +372,8 @@ def describe_plan(planned: list[support.Planned], axis: str, fixed: str, checks:
             lines.append(f"[support]   {label}: runtime ({'; '.join(p.reasons)})")
         elif p.kind == support.INFERRED:
             src = p.inferred_from[0] if axis == "vllm" else p.inferred_from[1]
+            if axis == "vllm" and p.inferred_from[1] != p.speculators:
+                src = f"vLLM {p.inferred_from[0]} x speculators {p.inferred_from[1]} (the same extraction code)"
             lines.append(f"[support]   {label}: inferred from {src} (fingerprint {p.fingerprint})"
                          + (" [checked: runs too]" if p.check else ""))
         else:

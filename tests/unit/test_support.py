@@ -353,3 +353,28 @@ def test_the_report_joins_the_stored_runs_of_the_other_backend(tmp_path):
     main(["--results", str(results), "--out", str(tmp_path / "reports"), "--store", str(tmp_path / "s.sqlite")])
     md = (tmp_path / "reports" / "compat.md").read_text()
     assert "measured on the other backend" in md and "gpu: 0.23.0 ◐ with adapters" in md
+
+
+def test_a_release_with_the_same_extraction_code_stands_for_this_rows_runtime_cells():
+    """0.7.0.2 ships 0.7.0.1's data_generation/: a cell 0.7.0.1's row measured, with the same vLLM
+    fingerprint and static result, infers 0.7.0.2's; a pair the sibling did not measure, or one whose
+    static result differs, still runs; the cells inferred from a moved cell follow it."""
+    def mine(v, fp, spec, verdict="api-compatible"):
+        return support.PairFacts(v, spec, verdict, (), fp, "server", True, "", "code-7")
+
+    row = [mine("0.22.0", "d", "0.7.0.2"), mine("0.22.1", "d", "0.7.0.2"), mine("0.23.0", "e", "0.7.0.2"),
+           mine("0.25.0", "f", "0.7.0.2")]
+    siblings = [mine("0.22.0", "d", "0.7.0.1"), mine("0.23.0", "e", "0.7.0.1"),
+                mine("0.25.0", "f", "0.7.0.1", "api-incompatible")]
+    planned = support.infer_across(support.plan(row), row, siblings, [("0.22.0", "0.7.0.1"), ("0.25.0", "0.7.0.1")])
+    got = by_vllm(planned)
+    assert got["0.22.0"].kind == support.INFERRED and got["0.22.0"].inferred_from == ("0.22.0", "0.7.0.1")
+    assert "speculators 0.7.0.1" in got["0.22.0"].reasons[0]
+    assert got["0.22.1"].inferred_from == ("0.22.0", "0.7.0.1")  # followed its source
+    assert got["0.23.0"].kind == support.RUNTIME  # the sibling's 0.23.0 was not measured
+    assert got["0.25.0"].kind == support.RUNTIME  # another static result: not the same key
+    other_code = [support.PairFacts("0.22.0", "0.7.0.1", "api-compatible", (), "d", "server", True, "", "code-6")]
+    assert by_vllm(support.infer_across(support.plan(row), row, other_code, [("0.22.0", "0.7.0.1")]))["0.22.0"].kind \
+        == support.RUNTIME
+    answers = {a.vllm: a for a in support.answer(planned, {("0.22.0", "0.7.0.1"): support.Measured("compatible")})}
+    assert answers["0.22.1"].verdict == "compatible" and answers["0.22.1"].source == ("0.22.0", "0.7.0.1")
