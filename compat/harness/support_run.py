@@ -295,8 +295,9 @@ def run_support(options: argparse.Namespace, rest: list[str]) -> int:
         return 2
     cells = {pair: with_run_settings(Cell(pair[0], pair[1], args.backend), options)
              for pair in support.runtime_pairs(planned)}
-    if args.list_cells:
-        ids = [c.id for c in cells.values()]
+    if args.list_cells:  # the cells still to run: none kept here or published (every one with --rerun)
+        kept = {} if options.rerun else _kept(list(cells.values()), options.results)
+        ids = [c.id for c in cells.values() if c.id not in kept]
         print(__import__("json").dumps(ids) if args.json else "\n".join(ids))
         return 0
     name = f"speculators-{fixed}" if axis == "vllm" else f"vllm-{fixed}"

@@ -1,0 +1,74 @@
+"""What the published table lacks, for the scheduled refresh (.github/workflows/support-refresh.yml).
+
+    python -m compat refresh --json          # {"rows": {speculators: why}, "vllm": [...], "speculators": [...]}
+
+A row is stale where the index lists a speculators release (since 0.3.0) with no published row, or a
+vLLM release (since 0.11) its published row does not cover. The workflow then lists each stale row's
+runtime cells that no published record holds (`--all-vllm --list-cells`), runs them one job each,
+re-plans the rows over the merged results and opens a pull request with `python -m compat publish`'s
+files. `$COMPAT_RELEASES` (a JSON file `{"vllm": [...], "speculators": [...]}`, a recorded index)
+replaces the index: the workflow's tests run its steps on recorded events that way.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from packaging.version import Version
+
+from compat.harness.published import RESULTS, load_rows
+
+RELEASES_ENV = "COMPAT_RELEASES"
+VLLM_SINCE, SPECULATORS_SINCE = "0.11.0", "0.3.0"
+
+
+def stale_rows(rows: dict[str, dict[str, Any]], vllm: list[str], speculators: list[str]) -> dict[str, str]:
+    """speculators release -> why its row must be measured or planned again (in release order)."""
+    out = {}
+    for spec in sorted(speculators, key=Version):
+        doc = rows.get(spec)
+        if doc is None:
+            out[spec] = "no published row"
+            continue
+        covered = {Version(c["vllm"]) for c in doc.get("cells") or []}
+        new = [v for v in vllm if Version(v) not in covered]
+        if new:
+            out[spec] = f"its row lacks vLLM {', '.join(new)}"
+    return out
+
+
+def listed_releases() -> dict[str, list[str]]:
+    """The final releases the index lists (or the recorded index in $COMPAT_RELEASES)."""
+    recorded = os.environ.get(RELEASES_ENV)
+    if recorded:
+        data = json.loads(Path(recorded).read_text())
+        listed = {"vllm": list(data["vllm"]), "speculators": list(data["speculators"])}
+    else:
+        from compat.harness.static.sources import SourceCache
+
+        cache = SourceCache()
+        listed = {"vllm": cache.releases("vllm"), "speculators": cache.releases("speculators")}
+    since = {"vllm": Version(VLLM_SINCE), "speculators": Version(SPECULATORS_SINCE)}
+    return {name: sorted((r for r in releases if not Version(r).is_prerelease and not Version(r).is_devrelease
+                          and Version(r) >= since[name]), key=Version)
+            for name, releases in listed.items()}
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="python -m compat refresh", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--json", action="store_true", help="print the stale rows as JSON (the workflow reads it)")
+    args = parser.parse_args(argv)
+    releases = listed_releases()
+    stale = stale_rows(load_rows(RESULTS), releases["vllm"], releases["speculators"])
+    if args.json:
+        print(json.dumps({"rows": stale, **releases}))
+    else:
+        for spec, why in stale.items():
+            print(f"speculators {spec}: {why}")
+        if not stale:
+            print("the published table covers every release the index lists")
+    return 0
