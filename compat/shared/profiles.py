@@ -1,7 +1,7 @@
 """How each speculators release drives vLLM: the call shapes the probes reproduce.
 
 Read from the released wheels (speculators/data_generation/vllm_hidden_states_generator.py and
-custom_worker.py). Releases that make the same calls share a profile.
+speculators/data_generation/custom_worker.py). Releases that make the same calls share a profile.
 """
 
 from __future__ import annotations

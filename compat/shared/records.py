@@ -4,9 +4,9 @@ Dataclasses, not pydantic or msgspec: the same classes load in the harness and i
 venv (Python 3.10-3.13, beside whatever pydantic a vLLM release pins) with nothing added to a
 cell's resolve. `parse` walks the type hints and names the field that is wrong
 (`probes[3].status: 'passed' is not one of ok, broken, ...`); `json_schema` writes the same hints
-as JSON Schema (committed as docs/record.schema.json, checked by tests/unit/test_records.py).
+as JSON Schema (committed as docs/record.schema.json, checked by tests/unit/test_evidence.py).
 
-Objects keep keys they do not declare (the contract of ../DESIGN: extra keys are welcome), so a
+Objects keep keys they do not declare (by design: extra keys are welcome, from a newer writer), so a
 record is validated here and then read as the plain dict it is.
 
 Schema versions: 1 had no `schema_version` key, no per-row figures and no manifest; `migrate`

@@ -79,7 +79,7 @@ _CRASH = re.compile(r"Fatal Python error|terminate called|^\s*what\(\):|Segmenta
 _WORKER_ERROR = re.compile(r"\((?:EngineCore|Worker|VllmWorker|RayWorker)[^)\n]*pid=\d+[^)\n]*\)\s+ERROR\b")
 SILENT = "no vLLM process printed an exception"
 # vLLM imports its compiled libraries at start; one that cannot load is only a WARNING there
-# (platforms/interface.py, `logger.warning("Failed to import from vllm._C: %r", e)`), and the first op
+# (vllm/platforms/interface.py, `logger.warning("Failed to import from vllm._C: %r", e)`), and the first op
 # it holds fails later as a missing attribute. That op failing is MISSING_OP; the load failure is the cause.
 _UNLOADED = re.compile(r"Failed to import from (?P<module>vllm\.[\w.]+):? (?:with )?(?P<type>[A-Z]\w*Error)\("
                        r"(?P<q>['\"])(?P<message>.*?)(?P=q),?\)\s*$")
@@ -274,7 +274,7 @@ def _dedupe(found: list[Found]) -> list[Found]:
 
 def find_pytest_failures(text: str) -> list[Found]:
     """The exception of each failure section of pytest's output (`E   Type: message` lines), with the
-    innermost vLLM location among the section's `path.py:line:` lines."""
+    innermost vLLM location among the section's `<path>.py:<line>:` lines."""
     found: list[Found] = []
     sections: list[tuple[int, list[str]]] = []
     for number, line in enumerate(text.splitlines(), 1):
