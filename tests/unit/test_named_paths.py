@@ -38,7 +38,7 @@ UPSTREAM_FILES = frozenset({
     "block_pool.py", "core.py", "cpu_model_runner.py", "deepseek_v2.py", "extract_hidden_states.py",
     "gpu_model_runner.py", "kv_cache_manager.py", "kv_cache_planning.py", "kv_cache_utils.py",
     "multiproc_executor.py", "rejection_sampler.py", "single_type_kv_cache_manager.py", "uniproc_executor.py",
-    "worker_base.py", "abstract.py",
+    "worker_base.py", "abstract.py", "engine.py", "multiproc_worker_utils.py",  # the last two: V0's
     # speculators' modules, and scripts of its repository that are not in the wheel
     "vllm_hidden_states_generator.py", "custom_worker.py", "launch_vllm.py", "data_generation_offline.py",
     # a Hugging Face checkpoint's files (Kimi's custom-code tokenizer among them)
