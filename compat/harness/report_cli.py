@@ -9,7 +9,7 @@ per-user one, else $COMPAT_STORE, else .compat/results.sqlite beside results/), 
 <out>/compat.json, compat.html, compat.md and junit/<cell-id>.xml from exactly the runs those folders
 hold (a newer run of the same cell id kept from another folder or machine is not shown; earlier
 runs are, as flips with both dates), their Kimi record (kimi*.json) and bisect tables
-(bisect/speculators-*.json). With no folder named, or with `--history`, it reports every run the
+(<folder>/bisect/speculators-*.json). With no folder named, or with `--history`, it reports every run the
 store keeps (results/ imported first where it exists): every cell id, the newest run of each.
 An identical file imported again is not a new run. `--export DIR` writes the newest run of every
 cell back as <cell-id>.json (and kimi.json, bisect/).

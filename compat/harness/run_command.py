@@ -1,13 +1,43 @@
 """`python -m compat run ...` (what `nox -s compat` calls): a row or a column of the support table
 (`--all-vllm` / `--all-speculators`, compat.harness.support_run) or the matrix (compat.harness.runner),
-both over the runner's options. The choice is made here so neither module imports the other back."""
+both over the runner's options; and `command`, which `python -m compat` calls with the subcommand
+(run, check, publish, refresh). The choice is made here so neither module imports the other back."""
 
 from __future__ import annotations
 
+import sys
 from typing import Sequence
 
 from compat.harness import runner
 from compat.harness.support_run import run_support
+
+
+USAGE = ("usage: python -m compat run [--vllm V ... --speculators S ...] [--list-cells] [--reinstall]\n"
+         "       python -m compat check --speculators S --vllm V [--backend cpu|gpu] [--json]\n"
+         "       python -m compat publish [--add RESULTS_DIR ...]\n"
+         "       python -m compat refresh [--json]")
+
+
+def command(argv: Sequence[str]) -> int:
+    """`python -m compat COMMAND ...`: run (the matrix or a support row), check (one pair from the
+    published table), publish (the published table's generated files), refresh (what it lacks)."""
+    name, rest = (argv[0], list(argv[1:])) if argv else ("", [])
+    if name == "run":
+        return main(rest)
+    if name == "check":
+        from compat.harness.published import check_main
+
+        return check_main(rest)
+    if name == "publish":
+        from compat.harness.published import main as publish_main
+
+        return publish_main(rest)
+    if name == "refresh":
+        from compat.harness.refresh import main as refresh_main
+
+        return refresh_main(rest)
+    print(USAGE, file=sys.stderr)
+    return 2
 
 
 def main(argv: Sequence[str]) -> int:

@@ -2,7 +2,7 @@
 
     store = Store.open()                      # $COMPAT_STORE, else .compat/results.sqlite beside results/
     store.add_run(record, ran_at=...)         # a cell record (compat.shared.records.CellRecord as JSON)
-    store.import_dir(Path("results"))         # results/*.json, kimi*.json, bisect/speculators-*.json
+    store.import_dir(Path("results"))         # results/*.json, results/kimi*.json, results/bisect/speculators-*.json
     store.newest()                            # the newest run of every cell id
     store.export_dir(Path("out"))             # back to <cell-id>.json files
 
@@ -235,7 +235,8 @@ class Store:
 
     def import_dir(self, folder: Path) -> Imported:
         """results/<cell>.json (validated as compat.shared.results.load_cell validates them),
-        kimi*.json, bisect/speculators-*.json and support/*.json. A file that cannot be read or fails the record
+        <folder>/kimi*.json, <folder>/bisect/speculators-*.json and <folder>/support/*.json. A file
+        that cannot be read or fails the record
         schema is named in `problems` and the others are still kept. Two files of one folder with
         one cell id are both kept, the second as `<id>@<file>` (and named in `duplicates`)."""
         folder = Path(folder)

@@ -69,7 +69,9 @@ def test_entry_modules_only_forward_to_the_harness():
     for name in ENTRY_MODULES - {"__init__.py"}:
         command = name[:-3].removesuffix("_cli")
         assert set(imported(PACKAGE / name)) <= {"sys", "compat.harness.run_command", "compat.harness.run_command.main",
-                                                  *(f"compat.harness.{module}{main}" for module in (command, f"{command}_cli")
+                                                  "compat.harness.run_command.command",
+                                                  *(f"compat.harness.{module}{main}"
+                                                    for module in (command, f"{command}_cli")
                                                     for main in ("", ".main"))}, name
 
 
