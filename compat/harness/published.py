@@ -282,25 +282,39 @@ def _other_backend_runs(results: Path, vllm: str, speculators: str, backend: str
     return tuple(runs)
 
 
-def provenance_lines(doc: dict[str, Any], published: Path = RESULTS, here: Path | None = None) -> list[str]:
-    """Which of the row's runtime cells are published (date, machine), ran here, or are still missing."""
+def _record_path(folder: Path, cell: dict[str, Any], speculators: str, backend: str) -> Path | None:
+    """The record of a row's cell in a folder: by its id, else (a checked inference names none) by its pair."""
+    if cell.get("cell_id"):
+        path = folder / f"{cell['cell_id']}.json"
+        return path if path.is_file() else None
+    found = sorted(folder.glob(f"vllm-{cell.get('vllm')}__speculators-{speculators}__{backend}*.json"))
+    return found[0] if len(found) == 1 else None
+
+
+def provenance_lines(doc: dict[str, Any], published: Path | None = None, here: Path | None = None) -> list[str]:
+    """Which of the row's runtime cells (and checked inferences) are published (date, machine), ran
+    here, or are still missing."""
+    published = RESULTS if published is None else published
     runtime = [p["vllm"] for p in doc.get("plan") or [] if p.get("kind") == RUNTIME or p.get("check")]
     by_vllm = {c["vllm"]: c for c in doc["cells"]}
+    spec, backend = str(doc.get("fixed")), str(doc.get("backend"))
     lines = []
     for v in runtime:
-        cell = by_vllm.get(v) or {}
-        cell_id = cell.get("cell_id") or ""
-        local = here / f"{cell_id}.json" if here is not None and cell_id else None
-        if local is not None and local.is_file():
+        cell = by_vllm.get(v) or {"vllm": v}
+        checked = " (a checked inference)" if cell.get("check") else ""
+        local = _record_path(here, cell, spec, backend) if here is not None else None
+        kept = _record_path(published, cell, spec, backend)
+        if local is not None:
             record = read_json(local, "cell result")
-            lines.append(f"  {v}: ran here ({local}, {record.get('finished_at') or 'undated'})")
-        elif cell_id and (published / f"{cell_id}.json").is_file():
-            record = read_json(published / f"{cell_id}.json", "cell result")
+            lines.append(f"  {v}: ran here{checked} ({local}, {record.get('finished_at') or 'undated'})")
+        elif kept is not None:
+            record = read_json(kept, "cell result")
             machine = record.get("machine") or {}
-            lines.append(f"  {v}: published ({record.get('finished_at') or 'undated'}, {machine.get('hostname', '?')} "
-                         f"{machine.get('cpu_count', '?')} cores, harness {str(record.get('harness_commit'))[:12]})")
+            lines.append(f"  {v}: published{checked} ({record.get('finished_at') or 'undated'}, "
+                         f"{machine.get('hostname', '?')} {machine.get('cpu_count', '?')} cores, "
+                         f"harness {str(record.get('harness_commit'))[:12]})")
         else:
-            lines.append(f"  {v}: missing (chosen for a runtime run, not measured yet: "
+            lines.append(f"  {v}: missing{checked} (chosen for a runtime run, not measured yet: "
                          f"--rerun --only <its cell id> measures it)")
     return lines
 
@@ -312,7 +326,7 @@ def add_folder(folder: Path, results: Path = RESULTS) -> list[str]:
     cells = {p: load_cell(p) for p in sorted(folder.glob("*.json")) if not p.name.startswith(("kimi", "."))}
     docs = {p: read_json(p, "support row") for p in sorted((folder / "support").glob("speculators-*.json"))}
     results.mkdir(parents=True, exist_ok=True)
-    for path, record in cells.items():
+    for record in cells.values():
         write_json_atomic(results / f"{record['id']}.json", record)
         copied.append(record["id"])
     for path, doc in docs.items():

@@ -28,7 +28,8 @@ def test_every_published_row_is_there_and_every_cell_has_an_answer():
 
 def test_support_json_and_the_docs_answer_are_what_the_published_results_give():
     records = published.load_records()
-    assert json.loads(published.SUPPORT_JSON.read_text()) == json.loads(json.dumps(published.support_json(ROWS, records)))
+    assert json.loads(published.SUPPORT_JSON.read_text()) == \
+        json.loads(json.dumps(published.support_json(ROWS, records)))
     text = published.DOCS.read_text()
     assert published.with_answer_section(text, published.answer_markdown(ROWS, records)) == text, \
         "docs/support-table.md's answer is not the published table's: run python -m compat publish"
@@ -80,16 +81,18 @@ def test_a_published_row_is_answered_with_nothing_run(tmp_path, monkeypatch, cap
 
 def test_a_cell_run_here_is_named_as_such_and_a_missing_one_as_missing(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(support_run, "gather", lambda *a, **k: pytest.fail("the static layer ran"))
-    doc = json.loads(json.dumps(ROWS["0.9.0"]))
+    doc = ROWS["0.9.0"]
     measured = [c for c in doc["cells"] if c["provenance"] == "measured"]
     here, gone = measured[0], measured[1]
-    gone.update(provenance="static-only", cell_id="")  # as a row whose cell has not run yet
-    write_json_atomic(tmp_path / "results" / "support" / "speculators-0.9.0.json", doc)
-    shutil.copy(published.RESULTS / f"{here['cell_id']}.json", tmp_path / "results")
+    kept = tmp_path / "published"  # the published folder without gone's record: a cell not measured yet
+    shutil.copytree(published.RESULTS, kept, ignore=shutil.ignore_patterns(f"{gone['cell_id']}.json"))
+    monkeypatch.setattr(published, "RESULTS", kept)
+    shutil.copy(kept / f"{here['cell_id']}.json", (tmp_path / "results").mkdir() or tmp_path / "results")
     assert support_run.run_support(_options(tmp_path), ["--speculators", "0.9.0"]) == 0
     out = capsys.readouterr().out
-    assert "the built here row" in out
+    assert "the published row" in out
     assert f"{here['vllm']}: ran here" in out and f"{gone['vllm']}: missing" in out
+    assert f"{measured[2]['vllm']}: published (" in out
 
 
 def test_other_settings_than_the_published_rows_are_not_answered_from_them(tmp_path):
