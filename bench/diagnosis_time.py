@@ -61,7 +61,8 @@ def main() -> int:
         if not args.skip_matrix:
             seconds, cells = run([], dict(os.environ), tmp_path / "matrix")
             rows.append(("default matrix, warm", seconds, cells))
-    lines = ["| run | wall s | install s | probes s | of which contract probes s | reference checks s (share of probes) |",
+    lines = ["| run | wall s | install s | probes s | of which contract probes s | reference checks s (share of "
+             "probes) |",
              "|---|---|---|---|---|---|"]
     for label, seconds, cells in rows:
         install = sum(c["seconds"]["install"] for c in cells)

@@ -35,12 +35,14 @@ def config(spec: dict) -> str:
     return (f"\n[tool.mutmut]\nsource_paths = [\"compat\"]\nonly_mutate = {quoted(spec['mutate'])}\n"
             f"pytest_add_cli_args_test_selection = {quoted(spec['tests'])}\n"
             "pytest_add_cli_args = [\"-p\", \"no:cacheprovider\", \"-q\"]\n"
-            "also_copy = [\"docs\", \"reports\", \"tests/unit/corpus\", \"tests/unit/record_factory.py\"]\n")  # the registry's reference test reads docs/findings.md
+            # the registry's reference test reads docs/findings.md
+            "also_copy = [\"docs\", \"reports\", \"tests/unit/corpus\", \"tests/unit/record_factory.py\"]\n")
 
 
 # Functions that only build text or serialise (notes, reasons, labels, as_dict for the report's JSON):
 # a mutant there changes wording, never a verdict, a class or the gate.
-PRESENTATION = ("as_dict", "scope", "_label", "_why", "_got", "_new_note", "explain", "explain_breakage", "render", "_row")
+PRESENTATION = ("as_dict", "scope", "_label", "_why", "_got", "_new_note", "explain", "explain_breakage", "render",
+                "_row")
 
 
 def category(name: str, diff: str) -> str:

@@ -37,8 +37,8 @@ def main() -> int:
         rows[s] = {"counts": counts, "seconds": round(time.monotonic() - started, 1),
                    "runtime": [p.vllm for p in planned if p.kind == support.RUNTIME],
                    "inferred": {p.vllm: p.inferred_from[0] for p in planned if p.kind == support.INFERRED}}
-        print(f"speculators {s}: {counts} (selection {rows[s]['seconds']} s); runtime: {', '.join(rows[s]['runtime'])}; "
-              f"inferred: {rows[s]['inferred']}", flush=True)
+        print(f"speculators {s}: {counts} (selection {rows[s]['seconds']} s); runtime: "
+              f"{', '.join(rows[s]['runtime'])}; inferred: {rows[s]['inferred']}", flush=True)
     total = sum(r["counts"][support.RUNTIME] for r in rows.values())
     print(f"{len(rows)} rows: {total} runtime cells")
     if args.json:

@@ -15,12 +15,12 @@ import os
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
-from compat.cell.adapters import generator as adapters
 from compat.cell import cpu_shims as env_shims
+from compat.cell.adapters import generator as adapters
 from compat.cell.process_shims import zmq_linger_zero
+from compat.cell.vllm_setup import omp_binding
 from compat.shared.observe import speculators_call
 from compat.shared.profiles import Profile
-from compat.cell.vllm_setup import omp_binding
 
 # the generator hard-codes dtype="auto", which is bfloat16 on CPU: the probes pin it (the cell's dtype)
 DEFAULT_DTYPE = "float32"

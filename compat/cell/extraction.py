@@ -68,7 +68,8 @@ def serve_args(speculators: str, ids: Sequence[int], storage: Path, *, shim: boo
             *flags, *fixed]
 
 
-BUILT_IN_TRANSFER = "speculators' launch_vllm.py inline: ExampleHiddenStatesConnector (releases before the backend registry)"
+BUILT_IN_TRANSFER = ("speculators' launch_vllm.py inline: ExampleHiddenStatesConnector (releases before the backend "
+                     "registry)")
 
 
 def launch_transfer_config(speculators: str, storage: Path) -> tuple[dict, str]:

@@ -10,7 +10,8 @@ TOKENIZER_FIX = {
            "(vllm_hidden_states_generator.py:84 and :90), without trust_remote_code; Kimi-K2.5's tokenizer is "
            "custom code (tokenization_kimi.py behind an auto_map), which transformers then refuses to load. The "
            "suite passes trust_remote_code=True, as the generator already does for AutoConfig and vLLM's "
-           "ModelConfig. A fix for Kimi's model files, not for a vLLM breakage: kept out of compat.cell.adapters.generator."}
+           "ModelConfig. A fix for Kimi's model files, not for a vLLM breakage: kept out of "
+           "compat.cell.adapters.generator."}
 
 
 def tokenizer_trusting_remote_code(module, applied: list):

@@ -46,7 +46,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    config.addinivalue_line("markers", "probe(id, data=False, advisory=False): the stable probe id this test reports as (compat.shared.probe_catalog)")
+    config.addinivalue_line("markers",
+                            "probe(id, data=False, advisory=False): the stable probe id this test reports as "
+                            "(compat.shared.probe_catalog)")
     config.addinivalue_line("markers", "tp(n): tensor-parallel size the probe case needs")
     config.addinivalue_line("markers", "compat_mode(mode): 'with_compat' runs fill the raw record's with_compat")
     config._compat_records = []  # type: ignore[attr-defined]

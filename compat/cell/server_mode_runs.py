@@ -24,9 +24,9 @@ from pathlib import Path
 from typing import Any
 
 from compat.cell import extraction
-from compat.shared.observe import ContractViolation
 from compat.cell.server import ServerFailed, VllmServer, environment_fault, failure_line, model_runner, vllm_frame
 from compat.shared.cell_spec import CellSpec
+from compat.shared.observe import ContractViolation
 
 # The batch is sent concurrently; "repeated" sends the same rows again (prefix-cache hits);
 # the shared-prefix rows share 140 tokens, more than one 128-token CPU KV block.

@@ -62,8 +62,7 @@ def vllm_config(model_dir: str, tp: int = 1, *, worker_extension_cls: str = PROB
                 memory_fraction: float | None = None, enable_prefix_caching: bool | None = False,
                 scheduler_overrides: dict[str, Any] | None = None):
     """A VllmConfig for the tiny model, shaped like the one speculators' generator builds."""
-    from vllm.config import (CacheConfig, DeviceConfig, LoadConfig, ModelConfig, ParallelConfig,
-                             VllmConfig)
+    from vllm.config import CacheConfig, DeviceConfig, LoadConfig, ModelConfig, ParallelConfig, VllmConfig
 
     cache_kwargs: dict[str, Any] = {"block_size": BLOCK_SIZE,
                                     "gpu_memory_utilization": memory_fraction or DEFAULT_GPU_MEMORY_UTILIZATION}

@@ -79,7 +79,8 @@ def confirm_cells(result: dict, args: argparse.Namespace) -> int:
                 wanted += [v for v in c["cells"] if v not in wanted]
     for version in wanted:
         print(f"[bisect] runtime cell vLLM {version} x speculators {result['speculators']}", flush=True)
-        subprocess.run([sys.executable, "-m", "compat", "run", "--vllm", version, "--speculators", result["speculators"],
+        subprocess.run([sys.executable, "-m", "compat", "run", "--vllm", version, "--speculators",
+                        result["speculators"],
                         "--results", str(args.results), "--reports", str(args.results / "bisect" / "cell-reports"),
                         *(["--store", str(args.store)] if args.store else [])], check=False)
     return len(wanted)
@@ -114,7 +115,8 @@ def main(argv: list[str] | None = None) -> int:
                   f"probe ids: {', '.join(sorted(probes))}, or text of a contract id", file=sys.stderr)
             return 2
         print_table(result)
-        suffix = f"--{re.sub(r'[^A-Za-z0-9_.-]', '_', args.probe)}" if args.probe else ""  # a filtered table keeps the full one
+        # a filtered table keeps the full one
+        suffix = f"--{re.sub(r'[^A-Za-z0-9_.-]', '_', args.probe)}" if args.probe else ""
         out = args.results / "bisect" / f"speculators-{speculators}{suffix}.json"
         write_json_atomic(out, result)
         print(f"[bisect] wrote {out}")

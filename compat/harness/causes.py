@@ -41,15 +41,17 @@ class CauseRule:
 RULES = (
     CauseRule("environment", ("ModuleNotFoundError", "ImportError"), rf"No module named '(?!{OURS}\b)[\w.]+'",
               "install the missing package in the cell (a compiled extension the build or payload left out)"),
-    CauseRule("environment", (), r"FlashAttention version not detected|flash_attn\w* (?:is )?not (?:installed|available)"
+    CauseRule("environment", (),
+              r"FlashAttention version not detected|flash_attn\w* (?:is )?not (?:installed|available)"
               r"|FlashInfer (?:is )?not (?:installed|available)|requires flashinfer",
               "install the attention kernels this build expects (FlashAttention / FlashInfer), or pick an "
               "attention backend the environment has (--attention-backend)"),
-    CauseRule("environment", ("ImportError", "OSError"), r"version [`'‘]?(?:CXXABI|GLIBCXX|GLIBC)_[\d.]+['’]? not found",
+    CauseRule("environment", ("ImportError", "OSError"),
+              r"version [`'‘]?(?:CXXABI|GLIBCXX|GLIBC)_[\d.]+['’]? not found",
               "a compiled library (the .so the message names; vLLM's own goes on without it, and its first compiled op "
-              "fails) was built against a newer C/C++ runtime (libstdc++, glibc) than this machine's: run on a newer OS "
-              "image, put a newer libstdc++ first on LD_LIBRARY_PATH (conda-forge's libstdcxx-ng), or install a build "
-              "made for this system"),
+              "fails) was built against a newer C/C++ runtime (libstdc++, glibc) than this machine's: run on a newer "
+              "OS image, put a newer libstdc++ first on LD_LIBRARY_PATH (conda-forge's libstdcxx-ng), or install a "
+              "build made for this system"),
     CauseRule("environment", ("ImportError", "OSError"), r"\.so\S*: undefined symbol|\.so\S*, \w+\): Symbol not found",
               "a compiled library (the .so the message names) does not fit the torch installed beside it (built "
               "against another torch): install the torch that release pins"),
@@ -69,7 +71,8 @@ RULES = (
               "venv's libiomp5.so for builds that refuse without them (compat.harness.cell_run.preloaded_libraries)"),
     CauseRule("environment", (), r"CUDA out of memory|OutOfMemoryError|out of memory",
               "free GPU memory or lower --gpu-memory-utilization"),
-    CauseRule("environment", (), re.escape(SILENT) + r"|exit code:? -9\b|code=-9\b|Failed core proc\(s\): \{[^}]*: -9\b",
+    CauseRule("environment", (),
+              re.escape(SILENT) + r"|exit code:? -9\b|code=-9\b|Failed core proc\(s\): \{[^}]*: -9\b",
               "a vLLM process died without raising (SIGKILL, or no exit code listed and nothing printed): most "
               "often the kernel's out-of-memory killer, which `dmesg` names; give it more memory or a smaller KV "
               "cache (VLLM_CPU_KVCACHE_SPACE, --gpu-memory-utilization) and run the cell again"),

@@ -20,16 +20,16 @@ from pathlib import Path
 from typing import Any
 
 from compat.harness.cell_envs import REPO_ROOT, CellEnv, InstallError, ensure_env, existing_env, site_packages, tail
+from compat.harness.classify import new_findings
 from compat.harness.matrix import Cell
+from compat.harness.recipe import Recipe
+from compat.harness.verdict import decide
+from compat.shared.cell_spec import SPEC_VARIABLE, CellSpec, KimiSuiteSpec
 from compat.shared.gpus import describe_gpus, host_gpu_names
 from compat.shared.manifest import expected_manifest
 from compat.shared.profiles import profile_for
 from compat.shared.records import SCHEMA_VERSION, probe_key
-from compat.harness.recipe import Recipe
 from compat.shared.results import ResultFileError, read_json
-from compat.harness.classify import new_findings
-from compat.harness.verdict import decide
-from compat.shared.cell_spec import SPEC_VARIABLE, CellSpec, KimiSuiteSpec
 
 TOKEN_VARIABLE = "COMPAT_CELL_TOKEN"
 # The probe suites a matrix cell runs, relative to the repository root (the probe run's working directory).
@@ -45,7 +45,8 @@ def this_machine() -> dict[str, Any]:
 
 
 def base_record(cell: Cell) -> dict[str, Any]:
-    return {"schema_version": SCHEMA_VERSION, "id": cell.id, "vllm": cell.vllm, "speculators": cell.speculators, "backend": cell.backend,
+    return {"schema_version": SCHEMA_VERSION, "id": cell.id, "vllm": cell.vllm, "speculators": cell.speculators,
+            "backend": cell.backend,
             "profile": profile_for(cell.speculators).name, "verdict": "error", "env": {},
             "machine": this_machine(),
             "seconds": {"install": 0.0, "probes": 0.0}, "env_shims": [], "probes": [],
@@ -113,7 +114,8 @@ def run_cell(cell: Cell, recipe: Recipe | None, work_dir: Path, *, model_dir: Pa
         echo(f"[compat] {cell.id}: running {len(doubtful)} probe(s) again alone before they decide: "
              f"{', '.join(doubtful)}")
         again = run_probes(cell, env, work_dir, spec=spec, suites=suites, echo=echo, settings=environment,
-                           select=[n for p in record["probes"] if probe_key(p) in doubtful for n in p.get("nodeids") or []],
+                           select=[n for p in record["probes"] if probe_key(p) in doubtful
+                                   for n in p.get("nodeids") or []],
                            name="probes-rerun")
         record["probes"] = merge_rerun(record["probes"], again["probes"], doubtful, again["error"])
         record["seconds"]["rerun"] = round(time.monotonic() - probes_started - record["seconds"]["probes"], 2)
@@ -151,7 +153,8 @@ def merge_rerun(probes: list[dict[str, Any]], again: list[dict[str, Any]], keys:
                 (probe.get("status"), (probe.get("error") or {}).get("type")):
             first = f"{probe.get('status')}" + (f" ({probe['error'].get('type')})" if probe.get("error") else "")
             then = f"{second.get('status')}" + (f" ({second['error'].get('type')})" if second.get("error") else "")
-            probe.update(status="flaky", reason=f"flaky: first run {first}, run again alone {then}; neither is believed",
+            probe.update(status="flaky",
+                         reason=f"flaky: first run {first}, run again alone {then}; neither is believed",
                          with_compat="flaky" if second.get("with_compat") != probe.get("with_compat")
                          else probe.get("with_compat"))
         out.append(probe)

@@ -173,10 +173,12 @@ def classify_probe(
         elif entry is not None:
             cls = ProbeClass("known", entry)
         else:
-            cls = ProbeClass("new", None, _new_note(pid, case, error, data, rejected, registry, vllm, speculators, backend))
+            cls = ProbeClass("new", None,
+                             _new_note(pid, case, error, data, rejected, registry, vllm, speculators, backend))
     return ProbeClass(cls.kind, cls.breakage, cls.note, advisory,
                       behind=_behind(probe, pid, own_case, applicable, registry, vllm, speculators, backend),
-                      adapter_regression=_adapter_regression(probe, cls, _with_compat_known(probe, pid, own_case, applicable)))
+                      adapter_regression=_adapter_regression(probe, cls,
+                                                             _with_compat_known(probe, pid, own_case, applicable)))
 
 
 def _uncovered_cases(entry: Breakage | None, case: str | None, error: dict | None) -> list[str]:
@@ -243,7 +245,8 @@ def _behind(probe, pid, case, applicable, registry, vllm, speculators, backend) 
     return ProbeClass("new", None, _new_note(pid, case, error, data, rejected, registry, vllm, speculators, backend))
 
 
-def _with_compat_known(probe: dict[str, Any], pid: str, case: str | None, applicable: list[Breakage]) -> Breakage | None:
+def _with_compat_known(probe: dict[str, Any], pid: str, case: str | None,
+                       applicable: list[Breakage]) -> Breakage | None:
     """The applicable entry that explains the with-compat run's own failure (another breakage the
     repair uncovered, e.g. a model's fault behind a launch refusal), if any."""
     detail = probe.get("detail") if isinstance(probe.get("detail"), dict) else {}
@@ -252,7 +255,8 @@ def _with_compat_known(probe: dict[str, Any], pid: str, case: str | None, applic
         return None
     inner = adapted.get("detail") if isinstance(adapted.get("detail"), dict) else {}
     error = adapted.get("error") if isinstance(adapted.get("error"), dict) else None
-    entry, _ = explain_failure(pid, failing_case(case, error), error, data_symptoms(inner), _candidates(pid, applicable))
+    entry, _ = explain_failure(pid, failing_case(case, error), error, data_symptoms(inner),
+                               _candidates(pid, applicable))
     return entry
 
 
@@ -260,7 +264,8 @@ def _adapter_regression(probe: dict[str, Any], cls: ProbeClass | None, behind_re
     compat = probe.get("with_compat")
     if compat in (None, "ok", "n/a", "unsupported-on-cpu", "skipped"):
         return ""  # refused by the CPU build or not run: nothing said about the adapters (the gate says untested)
-    if probe.get("status") == "broken" and behind_repair is not None and (cls is None or behind_repair is not cls.breakage):
+    if probe.get("status") == "broken" and behind_repair is not None \
+            and (cls is None or behind_repair is not cls.breakage):
         return ""  # the repair worked; what fails now is another known breakage (the verdict still says incompatible)
     if probe.get("status") != "broken" and compat == "broken":
         return f"{probe.get('status')} as released, broken with compat adapters"
@@ -269,7 +274,8 @@ def _adapter_regression(probe: dict[str, Any], cls: ProbeClass | None, behind_re
     return ""
 
 
-def classify_cell(cell: dict[str, Any], registry: tuple[Breakage, ...] = REGISTRY) -> list[tuple[dict[str, Any], ProbeClass]]:
+def classify_cell(cell: dict[str, Any],
+                  registry: tuple[Breakage, ...] = REGISTRY) -> list[tuple[dict[str, Any], ProbeClass]]:
     """Every probe of a cell record with its class."""
     vllm, speculators = str(cell.get("vllm")), str(cell.get("speculators"))
     backend = str(cell.get("backend"))  # no default: a record without one matches no entry

@@ -98,7 +98,8 @@ def cell_xml(cell: dict[str, Any]) -> ET.ElementTree:
             ET.SubElement(case, "skipped", message=_clean(cell.get("error") or "unsupported-on-cpu"))
         else:
             errors += 1
-            el = ET.SubElement(case, "error", type=_clean(verdict or "error"), message=_clean(text.splitlines()[0])[:1000])
+            el = ET.SubElement(case, "error", type=_clean(verdict or "error"),
+                               message=_clean(text.splitlines()[0])[:1000])
             el.text = _clean(text)
 
     suite.set("tests", str(max(len(probes), 1)))
@@ -120,7 +121,8 @@ def _body(probe: dict[str, Any], err: dict[str, Any], cls: dict[str, Any]) -> st
     if probe.get("with_compat"):
         lines.append(f"with_compat: {probe.get('with_compat')}")
     if cls:
-        lines.append(f"classification: {cls.get('kind')}" + (f" ({cls.get('breakage')})" if cls.get("breakage") else ""))
+        breakage = f" ({cls.get('breakage')})" if cls.get("breakage") else ""
+        lines.append(f"classification: {cls.get('kind')}{breakage}")
         if cls.get("note"):
             lines.append(f"note: {cls.get('note')}")
     entry = get_breakage(cls.get("breakage")) if cls.get("breakage") else None

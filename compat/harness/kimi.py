@@ -50,8 +50,8 @@ from typing import Any, Sequence
 
 from compat.harness import kimi_shaped_plan
 from compat.harness.cell_envs import REPO_ROOT
-from compat.shared.gpus import host_gpu_count
 from compat.shared.cell_spec import KimiSuiteSpec
+from compat.shared.gpus import host_gpu_count
 from compat.shared.kimi_config import text_config
 from compat.shared.mla import MLA_BACKENDS, MLA_REPORT, MlaChoice, choose_mla  # noqa: F401 - kimi.choose_mla, kimi.MlaChoice
 
@@ -88,7 +88,8 @@ def parse_options(argv: Sequence[str]) -> argparse.Namespace:
                         help="run in this existing interpreter (its vLLM and speculators name the cell); "
                              "nothing is installed. It needs pytest and pytest-timeout")
     parser.add_argument("--backend", choices=("cpu", "gpu"), default=None,
-                        help="default: gpu when nvidia-smi lists GPUs, else cpu (with --scale-model and --kimi-shaped too)")
+                        help="default: gpu when nvidia-smi lists GPUs, else cpu (with --scale-model and --kimi-shaped "
+                             "too)")
     parser.add_argument("--model", type=Path, default=None,
                         help=f"Kimi-K2.5 model folder (default: ${MODEL_VARIABLE})")
     parser.add_argument("--tp", type=int, default=None,
@@ -329,8 +330,8 @@ def main(argv: Sequence[str]) -> int:
 
 
 def run(options: argparse.Namespace, record: dict[str, Any]) -> int:
-    from compat.harness.cell_run import cell_spec, run_probes
     from compat.harness.cell_envs import CellEnv
+    from compat.harness.cell_run import cell_spec, run_probes
     from compat.harness.matrix import Cell
 
     info = _model_info(options)
@@ -404,8 +405,8 @@ def default_cell_python() -> Path:
 def _shaped_recipe(options: argparse.Namespace, backend: str, record: dict[str, Any]) -> dict[str, Any]:
     """The Kimi-shaped model's recipe, refused (KimiError, naming what would fit) where it cannot be
     written to the model cache, held in memory on CPU, or fit the visible GPUs at --tp."""
-    from compat.shared.gpus import host_gpu_memory_bytes
     from compat.shared import kimi_config
+    from compat.shared.gpus import host_gpu_memory_bytes
 
     try:
         recipe = kimi_shaped_plan.recipe_from_options(options, backend)

@@ -18,9 +18,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+from compat.fixtures.checkpoint import cached_build, default_cache_root
 from compat.harness.cell_envs import REPO_ROOT
 from compat.shared import kimi_config
-from compat.fixtures.checkpoint import cached_build, default_cache_root
 
 # The share of each GPU vLLM may take (the generator's default, vLLM's 0.8) and what it needs on
 # top of the weights per rank: activations of a profiling batch (fused-MoE buffers for 8192

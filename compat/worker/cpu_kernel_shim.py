@@ -95,7 +95,8 @@ def dropping(impl: Callable[..., Any], names: list[str]) -> Callable[..., Any]:
     def call(*args, **kwargs):
         for name in names:
             if kwargs.get(name):
-                raise NotImplementedError(f"{impl.__name__}: this CPU build's stand-in cannot do {name}={kwargs[name]!r}")
+                raise NotImplementedError(f"{impl.__name__}: this CPU build's stand-in cannot do "
+                                          f"{name}={kwargs[name]!r}")
             kwargs.pop(name, None)
         return impl(*args, **kwargs)
 

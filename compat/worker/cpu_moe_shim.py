@@ -34,7 +34,8 @@ def silu_entry():
     except Exception:  # noqa: BLE001 - not this build's layout (0.32 has none), or vLLM will not import here
         return None
     table = getattr(cpu_fused_moe, "_CPU_MOE_ACT_FN", None)
-    if not isinstance(table, dict) or not isinstance(inspect.getattr_static(SiluAndMul, "forward_native", None), staticmethod):
+    native = inspect.getattr_static(SiluAndMul, "forward_native", None)
+    if not isinstance(table, dict) or not isinstance(native, staticmethod):
         return None
     for key, fn in table.items():
         if getattr(key, "name", key) == "SILU" and "SiluAndMul(" in _source(fn):

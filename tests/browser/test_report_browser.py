@@ -167,7 +167,8 @@ def test_clicking_a_cell_shows_its_probes(driver, rendered):
             assert li.is_displayed(), f"{cid}: probe {probe_key(probe)} not visible after the click"
             assert probe["status"] in li.text
         others = [
-            a for a in driver.find_elements(By.CSS_SELECTOR, "article.cell-detail") if a.get_attribute("data-cell") != cid
+            a for a in driver.find_elements(By.CSS_SELECTOR, "article.cell-detail")
+            if a.get_attribute("data-cell") != cid
         ]
         assert not any(a.is_displayed() for a in others), "only the selected cell should be open"
         page_width = driver.execute_script("return document.documentElement.scrollWidth")
@@ -200,7 +201,8 @@ def test_screenshot(driver, rendered):
     hash_ = f"#cell-{cell_id(target)}" if target else ""
     _open(driver, html, 1280, 900, hash_)
     if target:
-        assert driver.find_element(By.CSS_SELECTOR, f"article.cell-detail[data-cell={_css_str(cell_id(target))}]").is_displayed()
+        assert driver.find_element(By.CSS_SELECTOR,
+                                   f"article.cell-detail[data-cell={_css_str(cell_id(target))}]").is_displayed()
     driver.execute_script("window.scrollTo(0, 0)")
     _full_page_screenshot(driver, REPO / "reports" / "compat-screenshot.png", 1280)
     _open(driver, html, 390, 844, hash_)

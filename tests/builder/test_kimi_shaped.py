@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from compat.shared import kimi_config
 from compat.fixtures import kimi_shaped
+from compat.shared import kimi_config
 
 torch = pytest.importorskip("torch", reason="needs torch: run tests/builder with a cell venv's interpreter")
 REPO = Path(__file__).resolve().parents[2]

@@ -5,8 +5,8 @@ import os
 
 import pytest
 
-from compat.harness import cell_run
 from compat.harness import cell_envs as envs
+from compat.harness import cell_run
 from compat.harness.matrix import Cell
 
 CELL = Cell("0.16.0", "0.3.0")

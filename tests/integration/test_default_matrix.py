@@ -19,7 +19,8 @@ BROKEN_ON_016_WITH_030 = {
     ("two_phase_execute", None): ("RuntimeError", "sample_tokens() must be called after execute_model() returns None"),
     ("collective_rpc_unique_reply_rank", "tp1"): ("ContractViolation", "speculators takes reply[0] = Tensor["),
     ("collective_rpc_unique_reply_rank", "tp2"): ("ContractViolation", "speculators takes reply[0] = Tensor["),
-    ("aux_hidden_states_truthiness", None): ("RuntimeError", "Boolean value of Tensor with more than one value is ambiguous"),
+    ("aux_hidden_states_truthiness", None): ("RuntimeError",
+                                             "Boolean value of Tensor with more than one value is ambiguous"),
 }
 
 
@@ -104,7 +105,8 @@ def test_040_is_judged_by_its_own_call_shapes_and_data(cell):
     multi_step = reference["multi_step"]["detail"]
     assert multi_step["breakage"] == "result_order"
     assert multi_step["returned_order"] == [0, 1, *range(10, 17), *range(2, 10)]
-    assert all(p["with_compat"] == "ok" for p in reference.values()), {c: p["with_compat"] for c, p in reference.items()}
+    assert all(p["with_compat"] == "ok" for p in reference.values()), {c: p["with_compat"]
+                                                                       for c, p in reference.items()}
     assert record["verdict"] == "compatible-with-compat"
 
 

@@ -8,8 +8,8 @@ import pytest
 from compat.harness.classify import classify_cell
 from compat.harness.explain import exceptions_in, explain
 from compat.harness.explain_context import contexts
-from compat.shared.results import load_cell
 from compat.harness.verdict import PASS, decide, matrix_gate
+from compat.shared.results import load_cell
 
 RESULTS = Path(os.environ.get("COMPAT_RESULTS_DIR", Path(__file__).resolve().parents[2] / "results"))
 DEFAULT_CELLS = ["vllm-0.11.0__speculators-0.3.0__cpu", "vllm-0.16.0__speculators-0.3.0__cpu",

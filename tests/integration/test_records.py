@@ -4,14 +4,12 @@ figures that prove it, and so does every with-compat ok. A difference here is a 
 
 import pytest
 
-from conftest import RESULTS
-
 from compat.harness.evidence import DATA_PROBES, figures_pass
 from compat.harness.verdict import decide
 from compat.shared.manifest import PROBE_KEYS
-from compat.shared.results import probe_key
 from compat.shared.records import SCHEMA_VERSION
-from compat.shared.results import load_cell
+from compat.shared.results import load_cell, probe_key
+from conftest import RESULTS
 
 DEFAULT_IDS = ["vllm-0.11.0__speculators-0.3.0__cpu", "vllm-0.16.0__speculators-0.3.0__cpu",
                "vllm-0.16.0__speculators-0.4.0.1__cpu", "vllm-0.22.1__speculators-0.8.1__cpu",

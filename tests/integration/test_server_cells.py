@@ -80,7 +80,8 @@ def test_newest_pair_serves_every_variant_and_each_layer_id_matches_its_referenc
     assert layer_table(deepseek) == {"1": 1, "3": 3, "6": 6, "7": 7}  # 7: the final layer (vllm#48124)
     assert deepseek["detail"]["mla"]["enabled"] and deepseek["detail"]["mla"]["latent"] == 576
     assert max(v["max_abs_error"] for v in deepseek["detail"]["layer_ids"].values()) < 1e-4
-    assert {s["id"] for s in deepseek["detail"]["env_shims"]} == {"cpu_hidden_states_connector", "cpu_native_rotary_serve"}
+    assert {s["id"] for s in deepseek["detail"]["env_shims"]} == {"cpu_hidden_states_connector",
+                                                                  "cpu_native_rotary_serve"}
     hybrid = probes[("layer_ids_by_model", "hybrid")]  # vllm#46301 / speculators#613: all-zero states would fail here
     assert hybrid["status"] == "ok", hybrid.get("error")
     assert all(int(k) == v for k, v in layer_table(hybrid).items()), layer_table(hybrid)

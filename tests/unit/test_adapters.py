@@ -5,8 +5,8 @@ import dataclasses
 
 import pytest
 
-from compat.cell.adapters import generator as adapters
 from compat.cell import datagen
+from compat.cell.adapters import generator as adapters
 from compat.shared.breakages import BY_ID
 from compat.shared.profiles import profile_for
 

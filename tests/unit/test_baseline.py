@@ -77,7 +77,8 @@ def test_cells_without_backend_match_by_versions():
 
 
 def test_other_status_changes_are_listed():
-    old = {"cells": [cell("0.16.0", "0.3.0", "compatible", [probe("block_hasher"), probe("embed_input_ids", "broken", "X")])]}
+    old = {"cells": [cell("0.16.0", "0.3.0", "compatible",
+                          [probe("block_hasher"), probe("embed_input_ids", "broken", "X")])]}
     new = [cell("0.16.0", "0.3.0", "error", [probe("block_hasher", "error")])]
     d = diff(old, new)
     assert {(c["probe"], c["old"], c["new"]) for c in d["status_changes"]} == {
@@ -95,7 +96,8 @@ def test_baseline_renders_in_all_outputs(tmp_path):
     report = build_report(new_cells(), baseline=load_report(baseline_path))
     assert "changes" in report and report["changes"]["fixes"]
     html = render_html(report)
-    assert "What changed" in html and "max_abs_error.L1" in html and "compatible-with-compat → " in html.replace("◐ ", "").replace("✖ ", "")
+    assert "What changed" in html and "max_abs_error.L1" in html
+    assert "compatible-with-compat → " in html.replace("◐ ", "").replace("✖ ", "")
     md = render_markdown(report)
     assert "### Changes vs baseline" in md
     assert "new breakage" in md and "fixed:" in md and "verdict:" in md and "figure:" in md
@@ -110,7 +112,8 @@ def test_cli_with_baseline(tmp_path):
     for c in new_cells():
         write_json_atomic(results / f"{c['id']}.json", c)
     write_json_atomic(tmp_path / "old.json", OLD)
-    rc = main(["--results", str(results), "--out", str(tmp_path / "reports"), "--baseline", str(tmp_path / "old.json"), "--no-gate"])
+    rc = main(["--results", str(results), "--out", str(tmp_path / "reports"), "--baseline", str(tmp_path / "old.json"),
+               "--no-gate"])
     assert rc == 0
     assert "changes" in json.loads((tmp_path / "reports" / "compat.json").read_text())
     rc = main(["--results", str(results), "--out", str(tmp_path / "r2"), "--baseline", str(tmp_path / "missing.json")])

@@ -11,8 +11,14 @@ import pytest
 
 from compat.harness import cell_envs, cell_run
 from compat.harness.matrix import SERVER_VARIANTS, Cell
-from compat.shared.cell_spec import (SPEC_VARIABLE, CellSpec, CellSpecError, KimiSuiteSpec, load_spec,
-                                     spec_from_environment)
+from compat.shared.cell_spec import (
+    SPEC_VARIABLE,
+    CellSpec,
+    CellSpecError,
+    KimiSuiteSpec,
+    load_spec,
+    spec_from_environment,
+)
 
 SPEC = CellSpec(cell_id="vllm-0.22.1__speculators-0.8.1__cpu", vllm="0.22.1", speculators="0.8.1", backend="cpu",
                 model_dir="/models/tiny", work_dir="/results/cell", dtype="bfloat16", variants=("hybrid",),

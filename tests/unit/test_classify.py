@@ -6,16 +6,12 @@ import dataclasses
 import json
 
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
 
-from record_factory import complete
-
+from compat.harness.classify import annotate, classify_probe, counts
 from compat.shared import breakages
 from compat.shared.breakages import BY_ID, REGISTRY, Breakage, Symptom
-from compat.harness.classify import annotate, classify_probe, counts
-from compat.harness.verdict import matrix_gate as exit_code
 from compat.shared.results import load_cell, write_json_atomic
+from record_factory import complete
 
 CONTRACT_PROBES = {
     "scheduler_config_fields", "kv_cache_config_api", "scheduler_signature", "request_signature", "block_hasher",
@@ -67,7 +63,7 @@ def test_duplicate_ids_are_refused():
 
 
 def test_bad_versions_are_refused_at_definition():
-    with pytest.raises(Exception):
+    with pytest.raises(ValueError):  # packaging's InvalidVersion
         Breakage(id="x", title="x", introduced_in="not-a-version", affects="<1", backends=("cpu",), fix="x",
                  symptom=Symptom(exception=("TypeError",), message="some message"))
 
@@ -171,7 +167,8 @@ def test_entries_apply_only_on_the_backends_they_were_observed_on():
 
 def test_known_breakage_with_qualified_exception_name():
     p = probe("scheduler_config_fields", "broken", "pydantic_core._pydantic_core.ValidationError",
-              "1 validation error for SchedulerConfig\nis_encoder_decoder\n  Field required [type=missing]", SCHED_CONFIG)
+              "1 validation error for SchedulerConfig\nis_encoder_decoder\n  Field required [type=missing]",
+              SCHED_CONFIG)
     c = classify_probe(p, "0.16.0", "0.3.0")
     assert (c.kind, c.breakage.id) == ("known", "scheduler_config_fields")
 
@@ -202,12 +199,14 @@ def test_unexpected_exception_for_an_entry_is_new():
 
 
 def test_right_exception_wrong_message_is_new():
-    p = probe("request_signature", "broken", "TypeError", "Request.__init__() missing 1 required positional argument: 'x'")
+    p = probe("request_signature", "broken", "TypeError",
+              "Request.__init__() missing 1 required positional argument: 'x'")
     assert classify_probe(p, "0.17.1", "0.3.0").kind == "new"
 
 
 def test_symptom_outside_its_versions_is_new():
-    p = probe("request_signature", "broken", "TypeError", "Request.__init__() got an unexpected keyword argument 'eos_token_id'",
+    p = probe("request_signature", "broken", "TypeError",
+              "Request.__init__() got an unexpected keyword argument 'eos_token_id'",
               "vllm/v1/request.py:60")
     c = classify_probe(p, "0.16.0", "0.3.0")
     assert c.kind == "new"
@@ -355,7 +354,8 @@ def test_a_result_without_detail_is_classified():
 
 def test_backend_decides_which_entries_apply():
     connector = "vllm/distributed/kv_transfer/kv_connector/v1/example_hidden_states_connector.py:120"
-    p = probe("payload_schema", "broken", "RuntimeError", "pin_memory=True requires a CUDA or other accelerator backend",
+    p = probe("payload_schema", "broken", "RuntimeError",
+              "pin_memory=True requires a CUDA or other accelerator backend",
               connector)
     assert classify_probe(p, "0.26.0", "0.9.0", backend="cpu").kind == "known"
     assert classify_probe(p, "0.26.0", "0.9.0", backend="gpu").kind == "new"  # a CPU-build limit: seen on CPU only
@@ -435,7 +435,8 @@ def test_every_reference_resolves_to_an_upstream_thread_or_a_file_of_this_reposi
 
 
 def test_short_rows_through_the_0_7_client_are_known_only_in_the_cases_and_releases_that_showed_them():
-    short = "hidden states differ from the transformers reference ({}): sequence 2 layer 0: shape [72, 256], expected [200, 256]"
+    short = ("hidden states differ from the transformers reference ({}): sequence 2 layer 0: shape [72, 256], expected "
+             "[200, 256]")
     for case, speculators, kind in [("repeated", "0.7.0.2", "known"), ("shared_prefix", "0.6.0", "known"),
                                     ("batch", "0.7.0.2", "new"), ("repeated", "0.8.1", "new")]:
         got = classify_probe(probe("hidden_states_match_reference", "broken", "ContractViolation", short.format(case),
@@ -447,7 +448,8 @@ def test_short_rows_through_the_0_7_client_are_known_only_in_the_cases_and_relea
     layer["error"]["message"] = layer["error"]["message"].replace("[repeated]", "[batch]")
     assert classify_probe(layer, "0.22.1", "0.7.0.2").kind == "new"
     files = probe("write_completion", "broken", "ContractViolation",
-                  "after the client finished: lock files left [], incomplete or missing files ['batch/hs_0.safetensors']")
+                  "after the client finished: lock files left [], incomplete or missing files "
+                  "['batch/hs_0.safetensors']")
     assert classify_probe(files, "0.22.1", "0.7.0.2").kind == "new"  # the batch case has no prefix-cached block
     assert classify_probe(probe("hidden_states_match_reference", "ok", case="batch"), "0.22.1", "0.7.0.2").kind \
         == "as-expected-ok"
@@ -460,8 +462,11 @@ def test_the_0_7_client_entry_does_not_explain_a_lock_left_behind_nor_a_wrong_wi
                                     "['repeated/hs_2.safetensors']") == "known"
     assert kind("write_completion", "after the client finished: lock files left ['repeated/hs_2.safetensors.lock'], "
                                     "incomplete or missing files ['repeated/hs_2.safetensors']") == "new"
-    assert kind("payload_schema", "repeated/hs_2.safetensors: hidden_states [72, 4, 256], expected [200, 4, hidden]") == "known"
-    assert kind("payload_schema", "repeated/hs_2.safetensors: hidden_states [200, 3, 256], expected [200, 4, hidden]") == "new"
-    reference = "hidden states differ from the transformers reference (repeated): sequence 2 layer 0: shape {}, expected [200, 256]"
+    assert kind("payload_schema",
+                "repeated/hs_2.safetensors: hidden_states [72, 4, 256], expected [200, 4, hidden]") == "known"
+    assert kind("payload_schema",
+                "repeated/hs_2.safetensors: hidden_states [200, 3, 256], expected [200, 4, hidden]") == "new"
+    reference = ("hidden states differ from the transformers reference (repeated): sequence 2 layer 0: shape {}, "
+                 "expected [200, 256]")
     assert kind("hidden_states_match_reference", reference.format("[72, 256]"), "repeated") == "known"
     assert kind("hidden_states_match_reference", reference.format("[200, 128]"), "repeated") == "new"

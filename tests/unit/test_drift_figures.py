@@ -140,7 +140,8 @@ def test_float32_has_no_drift():
     result, made = checked(got, tables, dtype="float32")
     assert not result["ok"] and "drift_rule" not in made and figures_pass(made)[0] is False
     with pytest.raises(ValueError, match="16-bit runs only"):
-        figures(result, tolerance_for("float32"), "float32", 6, layers=IDS, drift_rule=row_consistency.DRIFT["bfloat16"])
+        figures(result, tolerance_for("float32"), "float32", 6, layers=IDS,
+                drift_rule=row_consistency.DRIFT["bfloat16"])
 
 
 def test_the_rule_applied_is_row_consistencys(monkeypatch):

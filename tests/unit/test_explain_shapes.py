@@ -21,13 +21,17 @@ def run(argv, stdin_text=""):
 
 
 def test_log_prefixes_are_stripped():
-    assert strip_line("(EngineCore pid=109929) ERROR 04-21 17:49:59 [core.py:1099]   File \"x\", line 1") == '  File "x", line 1'
+    assert strip_line("(EngineCore pid=109929) ERROR 04-21 17:49:59 [core.py:1099]   File \"x\", line 1") \
+        == '  File "x", line 1'
     assert strip_line("(APIServer pid=1) (EngineCore_DP0 pid=181) (Worker_TP1 pid=189) ERROR 01-29 22:59:30 "
                       "[multiproc_executor.py:852] ValueError: x") == "ValueError: x"
-    assert strip_line("vllm-1  | (RayWorkerWrapper pid=14379) ERROR 08-01 20:15:29 worker_base.py:382] KeyError: 'a'") == "KeyError: 'a'"
+    assert strip_line("vllm-1  | (RayWorkerWrapper pid=14379) ERROR 08-01 20:15:29 worker_base.py:382] "
+                      "KeyError: 'a'") == "KeyError: 'a'"
     assert strip_line("(VllmWorker rank=0 engine_index=0 pid=1677)   File \"y\", line 2") == '  File "y", line 2'
-    assert strip_line("2024-11-15T15:16:12.058483 - Traceback (most recent call last):") == "Traceback (most recent call last):"
-    assert strip_line("2023-12-03 14:56:00 File \"/v/vllm/worker/worker.py\", line 60, in init_model").startswith("File")
+    assert strip_line("2024-11-15T15:16:12.058483 - Traceback (most recent call last):") \
+        == "Traceback (most recent call last):"
+    assert strip_line("2023-12-03 14:56:00 File \"/v/vllm/worker/worker.py\", line 60, in init_model") \
+        .startswith("File")
     assert strip_line("[rank3]: RuntimeError: boom") == "RuntimeError: boom"
     assert strip_line("[2025-04-16 14:22:53 TP3] Scheduler hit an exception") == "Scheduler hit an exception"
     assert strip_line("> > ValueError: quoted") == "ValueError: quoted"
@@ -48,22 +52,26 @@ def test_a_prefixed_traceback_keeps_its_innermost_vllm_frame():
 def test_chained_exceptions_are_each_found():
     text = ("Traceback (most recent call last):\n  File \"a.py\", line 1, in f\nKeyError: 'epoch'\n\n"
             "During handling of the above exception, another exception occurred:\n\n"
-            "Traceback (most recent call last):\n  File \"b.py\", line 2, in g\nTypeError: 'odict_keys' object is not subscriptable\n")
+            "Traceback (most recent call last):\n  File \"b.py\", line 2, in g\nTypeError: 'odict_keys' object is not "
+            "subscriptable\n")
     found = find_exceptions(text)
     assert [(f.type, f.chained) for f in found] == [("KeyError", None), ("TypeError", "context")]
 
 
 def test_one_line_errors_in_prose_code_and_titles():
-    [f] = find_exceptions("Fix `RuntimeError: Boolean value of Tensor with more than one value is ambiguous` when tp size 1")
+    [f] = find_exceptions("Fix `RuntimeError: Boolean value of Tensor with more than one value is ambiguous` when tp "
+                          "size 1")
     assert f.one_line and f.where is None and f.message.endswith("ambiguous")
-    [g] = find_exceptions("```RuntimeError: Model does not support EAGLE3 interface but aux_hidden_state_outputs was requested```")
+    [g] = find_exceptions("```RuntimeError: Model does not support EAGLE3 interface but aux_hidden_state_outputs was "
+                          "requested```")
     assert g.message.endswith("requested")
     [h] = find_exceptions("# [Bug]: ValueError: Unknown speculative decoding method: extract_hidden_states")
     assert h.type == "ValueError"
     [p] = find_exceptions("Value error, Eagle3 is only supported for Llama models. Got 'qwen3'")
     assert p.type == "ValidationError"
     # advice in a WARNING line and a bare type name outside a traceback are not failures
-    assert not find_exceptions("(APIServer pid=1) WARNING 12-01 00:58:29 [x.py:1] can cause `OSError: [Errno 24] Too many open files")
+    assert not find_exceptions("(APIServer pid=1) WARNING 12-01 00:58:29 [x.py:1] can cause `OSError: [Errno 24] Too "
+                               "many open files")
     assert not find_exceptions("KeyError\n")
 
 
@@ -87,8 +95,8 @@ def test_versions_are_read_from_the_paste():
     assert not find_versions("File \"/x/vllm/v1/engine/core.py\", line 1").vllm
 
 
-ONE_LAYER_SHORT = ("RuntimeError: The expanded size of the tensor (6) must match the existing size (5) at non-singleton "
-                   "dimension 1.\n  Target sizes: [2443, 6, 6144]. Tensor sizes: [2443, 5, 6144]\n")
+ONE_LAYER_SHORT = ("RuntimeError: The expanded size of the tensor (6) must match the existing size (5) at "
+                   "non-singleton dimension 1.\n  Target sizes: [2443, 6, 6144]. Tensor sizes: [2443, 5, 6144]\n")
 
 
 def test_versions_scope_the_match_and_an_out_of_range_match_is_never_known():

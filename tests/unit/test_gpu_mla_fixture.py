@@ -11,10 +11,11 @@ from pathlib import Path
 import pytest
 
 from compat.cell import server_models
-from compat.shared.mla import PREFILL_DIMS, prefill_takes
 from compat.fixtures import tiny_deepseek
+from compat.shared.mla import PREFILL_DIMS, prefill_takes
 
-TINY, KIMI = list(tiny_deepseek.mla_dims(tiny_deepseek.MLA_576)), list(tiny_deepseek.mla_dims(tiny_deepseek.MLA_KIMI_HEADS))
+TINY = list(tiny_deepseek.mla_dims(tiny_deepseek.MLA_576))
+KIMI = list(tiny_deepseek.mla_dims(tiny_deepseek.MLA_KIMI_HEADS))
 # what MLA_REPORT found on official 0.26.0's kernels (FLASH_ATTN: DeepSeek / GLM / Mistral dims only)
 GPU_026 = {"TRITON_MLA": {"head_sizes": [576], "dtypes": ["float16", "bfloat16"], "prefill": ["FLASH_ATTN"],
                           "prefill_dims": {"FLASH_ATTN": [KIMI]}}}
@@ -100,7 +101,8 @@ def test_hybrid_uses_vllms_triton_gdn_prefill_on_a_gpu_without_flashinfer(monkey
     monkeypatch.setattr(server_models, "_has_engine_arg", lambda name: name == "gdn_prefill_backend")
     monkeypatch.setattr(server_models, "_has_module", lambda name: name != "flashinfer")
     v = server_models.hybrid("gpu")
-    assert v.serve_flags == ["--gdn-prefill-backend", "triton"] and v.env_shims == [server_models.GPU_GDN_TRITON_PREFILL]
+    assert v.serve_flags == ["--gdn-prefill-backend",
+                             "triton"] and v.env_shims == [server_models.GPU_GDN_TRITON_PREFILL]
     assert v.dtype == "bfloat16"  # the Triton/FLA kernel refuses float32 (seen on 0.26.0)
     monkeypatch.setattr(server_models, "_has_module", lambda name: True)  # flashinfer there: vLLM as shipped
     assert server_models.hybrid("gpu").serve_flags == []

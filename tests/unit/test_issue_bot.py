@@ -102,7 +102,8 @@ def _run_steps(event: Path, tmp_path: Path) -> Path:
     (bin_dir / "python").symlink_to(sys.executable)
     calls = tmp_path / "gh-calls"
     (bin_dir / "gh").write_text(f'#!/bin/sh\nprintf "%s\\n" "$@" >> "{calls}"\n'
-                                f'while [ $# -gt 0 ]; do [ "$1" = --body-file ] && cp "$2" "{tmp_path}/posted.md"; shift; done\n')
+                                f'while [ $# -gt 0 ]; do [ "$1" = --body-file ] && cp "$2" "{tmp_path}/posted.md"; '
+                                'shift; done\n')
     (bin_dir / "gh").chmod(0o755)
     runner_temp = tmp_path / "runner"
     runner_temp.mkdir()

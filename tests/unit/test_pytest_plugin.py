@@ -96,7 +96,8 @@ def test_outcomes_become_statuses(pytester):
     assert probes["hangs"]["status"] == "error" and probes["hangs"]["reason"].startswith("timeout")
     assert len([c for c in collected if c["id"] == "both_modes"]) == 1
     assert probes["worker_died"]["status"] == "broken"
-    assert probes["worker_died"]["error"]["root_cause"].startswith("RuntimeError: libtcmalloc is not found in LD_PRELOAD")
+    assert probes["worker_died"]["error"]["root_cause"].startswith("RuntimeError: libtcmalloc is not found in "
+                                                                   "LD_PRELOAD")
     assert "root_cause" not in probes["contract_fails"]["error"]  # its own exception is the cause
 
 

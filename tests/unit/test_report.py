@@ -9,13 +9,12 @@ from html.parser import HTMLParser
 
 import pytest
 
-from record_factory import complete
-
 from compat.harness.junit import cell_id
 from compat.harness.report import build_report, figure_tables, render_html, render_markdown, write_reports
-from sample_results import sample_cells, write_sample_results
 from compat.harness.report_cli import main
 from compat.shared.results import load_cell, probe_key, write_json_atomic
+from record_factory import complete
+from sample_results import sample_cells, write_sample_results
 
 EVIL = "<script>alert('x')</script> | *bold* `tick`"
 
@@ -47,13 +46,16 @@ def results(tmp_path):
             probe("request_signature", "skipped", reason="gated: needs TP=2"),
             probe("embed_input_ids", "unsupported-on-cpu", reason="CPU build refuses MLA"),
             probe("two_phase_execute", "error", reason="worker timed out"),
-            probe("worker_logging", "broken", "ContractViolation", "logging.getLogger('x').info(...) in a worker process: "
+            probe("worker_logging", "broken", "ContractViolation",
+                  "logging.getLogger('x').info(...) in a worker process: "
                   "the line never shows", with_compat="ok"),
             probe("hidden_states_match_reference", "broken", "WrongHiddenStates", "shape (0, 256)", case="repeated",
-                  detail={"max_abs_error": {"L1": 3e-7, "L3": 0.46}, "rows": 18, "per_call": {"c1": {"L1": 1e-7, "L3": 2e-7}},
+                  detail={"max_abs_error": {"L1": 3e-7, "L3": 0.46}, "rows": 18,
+                          "per_call": {"c1": {"L1": 1e-7, "L3": 2e-7}},
                           "note": "16 rows missing", "rows_returned": [18, 100, 9], "rows_expected": [37, 100, 9]}),
         ]),
-        cell("0.11.0", "0.3.0", "compatible", [probe("block_hasher"), probe("hidden_states_match_reference", case="batch")]),
+        cell("0.11.0", "0.3.0", "compatible",
+             [probe("block_hasher"), probe("hidden_states_match_reference", case="batch")]),
         cell("0.11.0", "0.4.0.1", "install-error", [], install_log_tail="resolution failed\nunsatisfiable \x07 bell",
              error="install failed"),
     ]
@@ -145,7 +147,7 @@ def test_markdown_summary(results):
     report = build_report(load(results))
     md = render_markdown(report)
     lines = md.splitlines()
-    header = next(i for i, l in enumerate(lines) if l.startswith("| vLLM"))
+    header = next(i for i, line in enumerate(lines) if line.startswith("| vLLM"))
     assert lines[header] == "| vLLM ╲ speculators | 0.3.0 | 0.4.0.1 |"
     assert lines[header + 1] == "|---|---|---|"
     assert lines[header + 2].startswith("| **0.11.0** | ✔ compatible | ⊘ install-error |")
@@ -157,9 +159,9 @@ def test_markdown_summary(results):
     assert "resolution failed" not in md or "unsatisfiable" in md
     assert "<script>" not in md
     # the broken probe list of a cell stays one line per probe
-    for l in lines:
-        if l.startswith("- "):
-            assert "\n" not in l and len(l) < 900
+    for line in lines:
+        if line.startswith("- "):
+            assert "\n" not in line and len(line) < 900
 
 
 def test_junit_per_cell(results, tmp_path):
@@ -170,7 +172,8 @@ def test_junit_per_cell(results, tmp_path):
                      "vllm-0.16.0__speculators-0.3.0__cpu.xml"]
     suite = ET.parse(tmp_path / "out" / "junit" / "vllm-0.16.0__speculators-0.3.0__cpu.xml").getroot()
     decided = next(c for c in report["cells"] if (c["vllm"], c["speculators"]) == ("0.16.0", "0.3.0"))
-    assert suite.get("tests") == str(len(decided["probes"])) and suite.get("failures") == "4" and suite.get("errors") == "1"
+    assert suite.get("tests") == str(len(decided["probes"]))
+    assert suite.get("failures") == "4" and suite.get("errors") == "1"
     assert suite.get("skipped") == str(2 + sum(p["status"] == "n/a" for p in decided["probes"]))
     cases = {c.get("name"): c for c in suite.iter("testcase")}
     assert cases["block_hasher"].find("failure").get("type") == "AssertionError"

@@ -9,8 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from compat.cell.row_consistency import (BOUNDS, RowCheckError, bound_for, compare_rows, drift_for,
-                                         shared_prefix_lengths)
+from compat.cell.row_consistency import BOUNDS, RowCheckError, bound_for, compare_rows, drift_for, shared_prefix_lengths
 
 HIDDEN = 512
 OUTLIER_DIMS = (7, 300, 451)

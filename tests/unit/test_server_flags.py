@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from compat.cell.extraction import NO_CHUNKED_PREFILL, NO_PREFIX_CACHING
-from compat.shared.observe import ContractViolation
 from compat.cell.server_mode_runs import PROMPTS, ModeRun, data_flags, file_rows, refusal_flags
+from compat.shared.observe import ContractViolation
 
 REFUSAL = ("vllm serve exited 1 before it was ready: Value error, ExampleHiddenStatesConnector does not support "
            "chunked prefill. Please disable chunked prefill (--no-enable-chunked-prefill).")

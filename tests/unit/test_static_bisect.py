@@ -5,13 +5,19 @@ from __future__ import annotations
 
 import json
 
-import pytest
-
-from compat.shared.breakages import BY_ID
-from compat.harness.static.contract_history import (cell_results, confirm, flips, holds, holds_text, registry_check,
-                                          registry_entries, support)
 from compat.harness.static.check import Finding
+from compat.harness.static.contract_history import (
+    cell_results,
+    confirm,
+    flips,
+    holds,
+    holds_text,
+    registry_check,
+    registry_entries,
+    support,
+)
 from compat.harness.static.uses import Use
+from compat.shared.breakages import BY_ID
 
 RELEASES = ["0.11.0", "0.11.1", "0.11.2", "0.12.0", "0.16.0", "0.17.0", "0.18.0"]
 USE = Use("call", "vllm.v1.request.Request", "speculators/gen.py", 12, keywords=("eos_token_id",))
@@ -23,14 +29,16 @@ def series(outcomes: str) -> dict[str, Finding]:
     for release, letter in zip(RELEASES, outcomes):
         if letter != "-":
             outcome = {"o": "ok", "b": "broken", "u": "unknown"}[letter]
-            out[release] = Finding(USE, outcome, "ok" if outcome == "ok" else "unexpected keyword argument 'eos_token_id'",
+            out[release] = Finding(USE, outcome, "ok" if outcome == "ok"
+                                   else "unexpected keyword argument 'eos_token_id'",
                                    f"vllm/v1/request.py:{RELEASES.index(release) + 1}")
     return out
 
 
 def test_flips_and_ranges():
     points = series("ooooobb")
-    assert [(f["before_release"], f["release"], f["turn"]) for f in flips(points, RELEASES)] == [("0.16.0", "0.17.0", "breaks")]
+    assert [(f["before_release"], f["release"], f["turn"])
+            for f in flips(points, RELEASES)] == [("0.16.0", "0.17.0", "breaks")]
     assert flips(points, RELEASES)[0]["line"].startswith(
         "vllm/v1/request.py:6: Request(eos_token_id=…): unexpected keyword argument 'eos_token_id': ")
     assert holds_text(holds(points, RELEASES), RELEASES) == "0.11.0 – 0.16.0"

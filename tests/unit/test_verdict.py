@@ -5,9 +5,8 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from record_factory import complete
-
 from compat.harness.verdict import FINDING, PASS, UNTESTED, decide, matrix_gate
+from record_factory import complete
 
 BLOCK_POOL = "vllm/v1/core/block_pool.py:238"
 REF = "hidden_states_match_reference"
@@ -30,7 +29,8 @@ def reference(status="ok", with_compat="ok", **kw):
 
 def cell(probes, vllm="0.16.0", spec="0.3.0", backend="cpu", **kw):
     return complete({"id": f"vllm-{vllm}__speculators-{spec}__{backend}", "vllm": vllm, "speculators": spec,
-                     "backend": backend, "verdict": kw.pop("verdict", "compatible"), "probes": probes, "error": None, **kw})
+                     "backend": backend, "verdict": kw.pop("verdict", "compatible"), "probes": probes, "error": None,
+                     **kw})
 
 
 BLOCK_HASHER = probe("block_hasher", "broken", "ok", err("AssertionError", "", BLOCK_POOL))
@@ -77,7 +77,8 @@ def test_adapters_that_break_a_passing_probe_make_it_incompatible():
 
 
 def test_a_deciding_error_is_error_and_untested():
-    d = decide(cell([probe("block_hasher", "error", None, reason="could not set up: boom")] + reference(), vllm="0.11.0"))
+    d = decide(cell([probe("block_hasher", "error", None, reason="could not set up: boom")] + reference(),
+                    vllm="0.11.0"))
     assert (d.verdict, d.gate) == ("error", UNTESTED)
     assert any("could not set up" in r for r in d.reasons)
 
@@ -100,8 +101,10 @@ def test_run_level_failure_is_error():
 
 
 def test_unsupported_on_cpu_wins_over_the_static_probes_that_passed():
-    probes = [probe("extract_hidden_states_method", with_compat=None), probe("hidden_states_connector", with_compat=None)]
-    probes += [probe(pid, "unsupported-on-cpu", "unsupported-on-cpu", reason="unsupported-on-cpu: spec decode is not supported.")
+    probes = [probe("extract_hidden_states_method", with_compat=None),
+              probe("hidden_states_connector", with_compat=None)]
+    probes += [probe(pid, "unsupported-on-cpu", "unsupported-on-cpu",
+                     reason="unsupported-on-cpu: spec decode is not supported.")
                for pid in ("payload_schema", "write_completion", "layer_numbering")]
     probes += [probe(REF, "unsupported-on-cpu", "unsupported-on-cpu", case=c) for c in ("batch", "repeated")]
     d = decide(cell(probes, vllm="0.19.1", spec="0.9.0"))
@@ -146,7 +149,8 @@ def test_advisory_probe_never_decides():
 
 
 def test_new_fault_behind_the_exception_fails_the_gate():
-    behind = {"api_only": {"status": "broken", "problems": ["sequence 0 layer 0: max abs error 0.4 (reference index 2, scale 3)"]}}
+    behind = {"api_only": {"status": "broken",
+                           "problems": ["sequence 0 layer 0: max abs error 0.4 (reference index 2, scale 3)"]}}
     raw = probe(REF, "broken", "ok", err("AssertionError", "", BLOCK_POOL), case="batch", detail=behind)
     d = decide(cell([BLOCK_HASHER, raw] + reference()[1:]))
     assert d.verdict == "compatible-with-compat"

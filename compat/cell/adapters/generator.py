@@ -13,8 +13,8 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import Any, Callable
 
-from compat.shared.profiles import Profile
 from compat.cell.vllm_setup import accepts, scheduler_block_size
+from compat.shared.profiles import Profile
 
 GENERATOR_MODULE = "speculators.data_generation.vllm_hidden_states_generator"
 WORKER_EXTENSION = "compat.worker.adapter_extension.CompatWorkerExtension"

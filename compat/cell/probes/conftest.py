@@ -1,5 +1,5 @@
-"""Fixtures shared by the cell suites (compat/cell/probes/in_process, compat/cell/probes/server; they run in one pytest session in
-the cell's venv; the Kimi suite in its own): the cell spec the harness wrote, the speculators release
+"""Fixtures shared by the cell suites (compat/cell/probes/in_process, compat/cell/probes/server; they run in one pytest
+session in the cell's venv; the Kimi suite in its own): the cell spec the harness wrote, the speculators release
 installed there, its profile, and the model."""
 
 from __future__ import annotations

@@ -22,9 +22,9 @@ from typing import Any, Callable, Iterable, Sequence
 from packaging.version import InvalidVersion, Version
 
 from compat.harness import baseline as _baseline
-from compat.shared.breakages import BY_ID
 from compat.harness.classify import annotate, tally
 from compat.harness.verdict import Decision, decide, worst_gate
+from compat.shared.breakages import BY_ID
 from compat.shared.results import CELL_VERDICTS
 
 

@@ -13,18 +13,19 @@ import json
 import math
 import re
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 import jinja2
+
 from compat.harness import baseline as _baseline
-from compat.shared.breakages import get as get_breakage
-from compat.harness.verdict import GATE_WORDS
 from compat.harness.junit import cell_id, write_junit
-from compat.shared.markdown import Md, md_code, md_escape
-from compat.shared.presentation import reference_url, symptom_text
+from compat.harness.report import support_table
 from compat.harness.report.build import version_key
 from compat.harness.report.server_era import server_era_view
-from compat.harness.report import support_table
+from compat.harness.verdict import GATE_WORDS
+from compat.shared.breakages import get as get_breakage
+from compat.shared.markdown import Md, md_code, md_escape
+from compat.shared.presentation import reference_url, symptom_text
 from compat.shared.results import probe_key, write_json_atomic
 
 TEMPLATES = Path(__file__).parent / "templates"
@@ -102,7 +103,8 @@ def figure_tables(detail: Any) -> dict[str, Any]:
         elif (
             isinstance(value, dict)
             and value
-            and all(isinstance(v, dict) and v and all(_is_num(x) or x is None for x in v.values()) for v in value.values())
+            and all(isinstance(v, dict) and v and all(_is_num(x) or x is None for x in v.values())
+                    for v in value.values())
         ):
             cols: list[str] = []
             for inner in value.values():

@@ -19,7 +19,8 @@ def _fmt(value: Any) -> str:
 
 def _row(probe: dict[str, Any]) -> dict[str, Any]:
     detail = probe.get("detail") if isinstance(probe.get("detail"), dict) else {}
-    adapted = ((detail.get("with_compat") or {}).get("detail") or {}) if isinstance(detail.get("with_compat"), dict) else {}
+    adapted = (((detail.get("with_compat") or {}).get("detail") or {})
+               if isinstance(detail.get("with_compat"), dict) else {})
     # the run that got as far as the files: raw where it did, else the with-compat run
     shown, mode = (detail, "raw") if detail.get("layer_ids") else (adapted, "with compat")
     ids = shown.get("layer_ids") or {}
@@ -53,4 +54,5 @@ def server_era_view(cell: dict[str, Any]) -> dict[str, Any] | None:
     if not rows:
         return None
     env = cell.get("env") or {}
-    return {"rows": rows, "hs_connectors": env.get("hs_connectors"), "speculators_brings": env.get("speculators_brings")}
+    return {"rows": rows, "hs_connectors": env.get("hs_connectors"),
+            "speculators_brings": env.get("speculators_brings")}

@@ -37,7 +37,7 @@ STYLE = """
 #support .foot { font-size: .8rem; }
 #support table.answers { font-size: .85rem; margin: .5rem 0 1rem; } #support table.answers td { vertical-align: top; }
 #support table.answers caption { text-align: left; font-weight: 600; }
-"""
+"""  # noqa: E501 - the stylesheet is written into the committed reports as it stands
 
 
 def _documents(documents: Any) -> list[dict[str, Any]]:
@@ -77,7 +77,8 @@ def outcome_ranges(cells: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]
 
 def _range_text(r: dict[str, Any], spec: str = "") -> str:
     """A run of releases as the answer line says it; in a row its own speculators release is not repeated."""
-    span = r["version_added"] if r["version_added"] == r["version_last"] else f"{r['version_added']} – {r['version_last']}"
+    span = r["version_added"] if r["version_added"] == r["version_last"] else (f"{r['version_added']} – "
+                                                                               f"{r['version_last']}")
     pairs = [p.replace(f" x speculators {spec} (", " (") if spec else p for p in r.get("instead") or []]
     instead = f" → install instead: {' or '.join(pairs)}" if pairs else ""
     return f"{span} ({', '.join(PROVENANCE_WORDS[p] for p in r['provenance'])}){instead}"
@@ -112,7 +113,9 @@ def elsewhere_text(cells: list[dict[str, Any]]) -> str:
     found: dict[str, list[str]] = {}
     for cell in cells:
         for r in cell.get("elsewhere") or []:
-            found.setdefault(r["backend"], []).append(f"{cell['vllm']} {OUTCOME_SYMBOLS[r['outcome']]} {SHORT_WORDS[r['outcome']]}")
+            outcome = r["outcome"]
+            found.setdefault(r["backend"], []).append(
+                f"{cell['vllm']} {OUTCOME_SYMBOLS[outcome]} {SHORT_WORDS[outcome]}")
     return " · ".join(f"{backend}: {'; '.join(items)}" for backend, items in found.items())
 
 
@@ -186,7 +189,8 @@ def _html(rows: dict[str, list[dict[str, Any]]], runners: dict[str, str], docs: 
         out.append(f'<tr><th scope="row"><a href="#support-{e(spec)}">{e(spec)}</a></th>'
                    + "".join(f'<td class="o-{o}">{e("; ".join(_range_text(r, spec) for r in ranges[o]) or "none")}</td>'
                              for o in OUTCOME_SYMBOLS)
-                   + (f'<td class="elsewhere">{e(elsewhere_text(cells) or "none")}</td>' if elsewhere else "") + "</tr>")
+                   + (f'<td class="elsewhere">{e(elsewhere_text(cells) or "none")}</td>' if elsewhere
+                      else "") + "</tr>")
     out.append("</tbody></table>")
     out.append('<p class="hint">Each cell below: outcome (✔ works as released, ◐ with the compat adapters, ? untested, '
                '✖ broken) and how it was found (● measured, ≈ inferred from a measured cell with the same '

@@ -208,6 +208,10 @@ class Api:
         self.sources, self.package = sources, package
         self.version = sources.version
         self._modules: dict[str, Module | None] = {}
+        # This release's own caches: a class-level lru_cache would keep every Api built (and its
+        # wheel's sources) alive for the process, and bisect builds one per vLLM release.
+        self.name_in = lru_cache(maxsize=None)(self._name_in)
+        self.where_defined = lru_cache(maxsize=None)(self._where_defined)
 
     # -- modules ------------------------------------------------------------------------
     def module(self, name: str) -> Module | None:
@@ -249,8 +253,7 @@ class Api:
         return Found(f"{owner.name}.{attr}", "unknown", owner.file, owner.line, module=owner.module,
                      why=f"{owner.name} is a {owner.kind}")
 
-    @lru_cache(maxsize=None)
-    def name_in(self, module_name: str, attr: str, depth: int = 0) -> Found:
+    def _name_in(self, module_name: str, attr: str, depth: int = 0) -> Found:
         qual = f"{module_name}.{attr}"
         if depth > 30:
             return Found(qual, "unknown", why="re-export chain too long")
@@ -293,7 +296,8 @@ class Api:
                     return found
         if attr in module.lazy:
             target_module, _, target_attr = module.lazy[attr].partition(":")
-            target_module = module._absolute(target_module.lstrip("."), len(target_module) - len(target_module.lstrip("."))) \
+            target_module = module._absolute(target_module.lstrip("."),
+                                             len(target_module) - len(target_module.lstrip("."))) \
                 if target_module.startswith(".") else target_module
             return self.lookup(f"{target_module}.{target_attr}" if target_attr else target_module)
         if module.has_getattr:
@@ -448,8 +452,7 @@ class Api:
         return "ignored" if model else "refused"
 
     # -- moved names --------------------------------------------------------------------
-    @lru_cache(maxsize=None)
-    def where_defined(self, name: str) -> list[str]:
+    def _where_defined(self, name: str) -> list[str]:
         """file:line of every top-level `def name` / `class name` in the release (a moved name)."""
         found = []
         for path in sorted(p for p in self.sources.paths if p.startswith(f"{self.package}/") and p.endswith(".py")):

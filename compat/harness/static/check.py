@@ -26,7 +26,7 @@ from packaging.version import Version
 
 from compat.harness.static.api import Api, Signature
 from compat.harness.static.finding import Finding
-from compat.harness.static.serve import serve_uses, check_serve
+from compat.harness.static.serve import check_serve, serve_uses
 from compat.harness.static.sources import SourceCache, StaticError, WheelSources
 from compat.harness.static.uses import Use, uses_of
 

@@ -21,11 +21,11 @@ from typing import Any, Iterable
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
-from compat.shared.breakages import REGISTRY, Breakage
 from compat.harness.static.api import Api
 from compat.harness.static.check import Finding, check_pair_findings, load_release
 from compat.harness.static.layers import PROBE_CONTRACTS
 from compat.harness.static.sources import SourceCache, StaticError, WheelSources
+from compat.shared.breakages import REGISTRY, Breakage
 
 SINCE = "0.11.0"
 
@@ -164,8 +164,8 @@ def registry_check(entry: Breakage, contract_flips: list[dict[str, Any]], releas
                         f"({ok_before} ok)")
     if (entry.removed_in or None) != found_removed and not (
             entry.removed_in and found_removed and Version(entry.removed_in) == Version(found_removed)):
-        problems.append(f"registry removed_in {entry.removed_in or 'none'}, bisect: "
-                        f"{'holds again from ' + found_removed if found_removed else 'still broken in ' + releases[-1]}")
+        bisect = f"holds again from {found_removed}" if found_removed else f"still broken in {releases[-1]}"
+        problems.append(f"registry removed_in {entry.removed_in or 'none'}, bisect: {bisect}")
     if problems:
         return {"id": entry.id, "agrees": False, "verdict": "disagrees: " + "; ".join(problems)}
     since = f"({ok_before} ok)" if ok_before else f"(broken from {first_broken}, the first release read)"
@@ -216,16 +216,19 @@ def confirm(flip: dict[str, Any], probe: str | None, speculators: str, cpu_relea
         missing = [v for v, s in ((a, sa), (b, sb)) if s is None]
         return {"confirmed": False, "cells": [a, b],
                 "text": f"not confirmed at runtime: no stored {probe} result for vLLM {', '.join(missing)}; "
-                        f"run nox -s compat -- {' '.join('--vllm ' + v for v in missing)} --speculators {speculators}{note}"}
+                        f"run nox -s compat -- {' '.join('--vllm ' + v for v in missing)} --speculators "
+                        f"{speculators}{note}"}
     undecided = [f"{probe} {st} on {v}" for v, st in ((a, sa), (b, sb)) if st not in ("ok", "broken")]
     if undecided:
         return {"confirmed": False, "cells": [a, b],
                 "text": f"not confirmed at runtime: the probe could not tell ({', '.join(undecided)}){note}"}
     expected = (flip["before"], flip["after"])
     if (sa, sb) == expected:
-        return {"confirmed": True, "cells": [a, b], "text": f"confirmed at runtime: {probe} {sa} on {a}, {sb} on {b}{note}"}
+        return {"confirmed": True, "cells": [a, b],
+                "text": f"confirmed at runtime: {probe} {sa} on {a}, {sb} on {b}{note}"}
     return {"confirmed": False, "cells": [a, b], "disagrees": True,
-            "text": f"runtime disagrees: {probe} {sa} on {a}, {sb} on {b} (static: {flip['before']} → {flip['after']}){note}"}
+            "text": f"runtime disagrees: {probe} {sa} on {a}, {sb} on {b} (static: {flip['before']} → "
+                    f"{flip['after']}){note}"}
 
 
 def _starts_broken(points: dict[str, Finding], releases: list[str]) -> bool:

@@ -53,7 +53,8 @@ def split_static_only(cells: list[Cell], index) -> tuple[list[Cell], dict[Cell, 
 
     for cell in cells:
         dist = VLLM_DIST[cell.backend]
-        if not cell.vllm_wheel and dist != VLLM_DIST["gpu"] and not has(dist, cell.vllm) and has(VLLM_DIST["gpu"], cell.vllm):
+        if not cell.vllm_wheel and dist != VLLM_DIST["gpu"] and not has(dist, cell.vllm) \
+                and has(VLLM_DIST["gpu"], cell.vllm):
             static_only[cell] = (f"{dist} has no release {cell.vllm}, so no runtime cell runs on this {cell.backend} "
                                  f"machine; the static layer read the official vllm {cell.vllm} wheel")
         else:
@@ -76,7 +77,8 @@ def attach(record: dict[str, Any], static: dict[str, Any]) -> dict[str, Any]:
 
 
 def _static_outcome(static: dict[str, Any], kind: str, target: str) -> str | None:
-    outcomes = [f["outcome"] for f in static.get("findings") or [] if f.get("kind") == kind and f.get("target") == target]
+    outcomes = [f["outcome"] for f in static.get("findings") or []
+                if f.get("kind") == kind and f.get("target") == target]
     if not outcomes:
         return None
     return "broken" if "broken" in outcomes else outcomes[0]
@@ -104,7 +106,8 @@ def disagreements(record: dict[str, Any], static: dict[str, Any]) -> list[str]:
         found.append(f"static api-compatible, runtime {verdict}: broken at runtime with no static sign: "
                      f"{', '.join(broken)} (silent or behavioural changes)")
     if static.get("verdict") == "api-incompatible" and verdict == "compatible":
-        found.append("static api-incompatible, runtime compatible: the static breaks are not on the path the probes run")
+        found.append("static api-incompatible, runtime compatible: the static breaks are not on the path the "
+                     "probes run")
     return found
 
 

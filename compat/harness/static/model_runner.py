@@ -80,7 +80,8 @@ def default_architectures(config_source: str, auto_rule: str) -> list[str] | Non
 def read_model_runner(texts: dict[str, str], has_v2: bool, version: str = "") -> dict[str, Any]:
     """The runner facts from the sources (`texts`: path -> source of CONFIG and ENVS)."""
     config, envs = texts.get(CONFIG, ""), texts.get(ENVS, "")
-    out: dict[str, Any] = {"vllm": version, "v2_present": has_v2, "read_from": [p for p in (CONFIG, ENVS) if p in texts]}
+    out: dict[str, Any] = {"vllm": version, "v2_present": has_v2,
+                           "read_from": [p for p in (CONFIG, ENVS) if p in texts]}
     if not has_v2:
         out.update(selection="none", v2_serves_extract=False, default_gpu="V1", default_cpu="V1",
                    text="V1 (no Model Runner V2 in this release)")
@@ -100,7 +101,8 @@ def read_model_runner(texts: dict[str, str], has_v2: bool, version: str = "") ->
     out["v2_serves_extract"] = serves
     if not auto:
         env_default = re.search(r'getenv\(\s*"VLLM_USE_V2_MODEL_RUNNER"\s*,\s*("?[^")]*"?)\s*\)', envs)
-        out.update(selection=f"opt-in (VLLM_USE_V2_MODEL_RUNNER=1; default {env_default[1] if env_default else 'unknown'})",
+        out.update(selection="opt-in (VLLM_USE_V2_MODEL_RUNNER=1; default "
+                             f"{env_default[1] if env_default else 'unknown'})",
                    default_gpu="V1", default_cpu="V1")
     else:
         archs = default_architectures(config, auto_rule)

@@ -36,7 +36,8 @@ def serve_uses(speculators: str) -> list[Use]:
     uses = [Use("flag", flag, LAUNCH, 0, dist="speculators") for flag in flags]
     for option, keys in (("speculative_config", SPECULATIVE), ("kv_transfer_config", TRANSFER)):
         for key, value in keys.items():
-            target = f"{option}.{key}" + (f"={value}" if isinstance(value, str) and f"{option}.{key}" in VALUE_HOMES else "")
+            homed = isinstance(value, str) and f"{option}.{key}" in VALUE_HOMES
+            target = f"{option}.{key}" + (f"={value}" if homed else "")
             uses.append(Use("config-key", target, LAUNCH, 0, dist="speculators"))
     return uses
 

@@ -323,7 +323,8 @@ def local_wheel(path: Path, cache_dir: Path | None = None) -> WheelSources:
     path = Path(resolved)
     members, crcs = read_local(path)
     stat = path.stat()
-    stored = Path(cache_dir or default_cache_dir()) / "static" / "local" / f"{path.name}.{stat.st_size}.{stat.st_mtime_ns}.zip"
+    name = f"{path.name}.{stat.st_size}.{stat.st_mtime_ns}.zip"
+    stored = Path(cache_dir or default_cache_dir()) / "static" / "local" / name
     store(stored, members)
     return WheelSources(str(parse_wheel_filename(path.name)[0]), version, path.name, stored,
                         {k: tuple(v) for k, v in crcs.items()}, f"local wheel {path}")

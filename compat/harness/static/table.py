@@ -12,8 +12,8 @@ from typing import Any
 from packaging.version import Version
 
 from compat.harness.static.api import Api
-from compat.harness.static.contract_history import SINCE, vllm_releases
 from compat.harness.static.check import check_pair_findings, load_release, verdict_of
+from compat.harness.static.contract_history import SINCE, vllm_releases
 from compat.harness.static.sources import SourceCache, StaticError
 
 SPECULATORS_SINCE = "0.3.0"
@@ -48,7 +48,8 @@ def static_table(cache: SourceCache | None = None, vllm: list[str] | None = None
     for v in vllm:
         for s in speculators:
             if isinstance(apis[v], StaticError) or isinstance(releases[s], StaticError):
-                rows.setdefault(v, {})[s] = {"verdict": "error", "error": str(apis[v] if isinstance(apis[v], StaticError) else releases[s])}
+                rows.setdefault(v, {})[s] = {"verdict": "error",
+                                             "error": str(apis[v] if isinstance(apis[v], StaticError) else releases[s])}
                 continue
             findings = check_pair_findings(releases[s], apis[v], reference)
             broken = [f for f in findings if f.outcome == "broken"]

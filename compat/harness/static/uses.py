@@ -18,7 +18,7 @@ from __future__ import annotations
 import ast
 from dataclasses import dataclass
 
-from compat.harness.static.api import _dotted, _is_type_checking, function_signature, Signature
+from compat.harness.static.api import Signature, _dotted, _is_type_checking, function_signature
 from compat.harness.static.sources import WheelSources
 
 VLLM = "vllm"

@@ -121,8 +121,8 @@ def pytest_generate_tests(metafunc):
 @pytest.fixture
 def adapter_plan(in_process, compat_mode):
     """The adapters in force for this run of the probe (none when raw)."""
-    from compat.cell.adapters import generator as adapters
     from compat.cell import datagen
+    from compat.cell.adapters import generator as adapters
 
     g = datagen.generator_module()
     adapters.restore(g)
@@ -133,8 +133,8 @@ def adapter_plan(in_process, compat_mode):
 def ns(adapter_plan):
     """speculators' generator module, whose names the probes call as the release calls them;
     with compat, the adapters have rebound those names. Restored after the probe."""
-    from compat.cell.adapters import generator as adapters
     from compat.cell import datagen
+    from compat.cell.adapters import generator as adapters
 
     g = datagen.generator_module()
     adapters.apply(g, adapter_plan)

@@ -2,8 +2,8 @@
 
 import pytest
 
-from compat.shared.observe import ContractViolation, speculators_call
 from compat.cell.vllm_setup import MAX_MODEL_LEN
+from compat.shared.observe import ContractViolation, speculators_call
 
 
 @pytest.mark.probe("scheduler_config_fields")

@@ -91,7 +91,8 @@ def extraction(settings: Settings):
         if importlib.util.find_spec("compat.cell.server") is None:
             pytest.skip(f"speculators {version} uses the server path ({profile.note}); compat/cell/server.py, "
                         "which drives it, is not in this checkout yet")
-        pytest.skip(f"speculators {version} uses the server path; compat/cell/probes/kimi does not drive compat.cell.server yet")
+        pytest.skip(f"speculators {version} uses the server path; compat/cell/probes/kimi does not drive "
+                    "compat.cell.server yet")
     run = Extraction(settings, sequences(_vocab_size(settings.model)))
     generator = _extract(run, profile)
     yield run
@@ -110,8 +111,7 @@ def _vocab_size(model: str) -> int:
 
 def _extract(run: Extraction, profile):
     """Build the generator, time the batch call, then the repeat and the single calls."""
-    from compat.cell import datagen
-    from compat.cell import kimi_suite
+    from compat.cell import datagen, kimi_suite
 
     settings = run.settings
     started = time.monotonic()
