@@ -75,7 +75,8 @@ class CellSpec:
         if self.dtype not in DTYPES:
             raise CellSpecError(f"dtype {self.dtype!r}: expected one of {', '.join(DTYPES)}")
         if self.gpu_memory_utilization is not None and not 0 < self.gpu_memory_utilization <= 1:
-            raise CellSpecError(f"gpu_memory_utilization {self.gpu_memory_utilization!r}: expected a fraction in (0, 1]")
+            raise CellSpecError(f"gpu_memory_utilization {self.gpu_memory_utilization!r}: "
+                                "expected a fraction in (0, 1]")
 
     @property
     def model_cache(self) -> Optional[Path]:

@@ -111,7 +111,8 @@ def _probe(path: Path, function: ast.FunctionDef) -> Optional[Probe]:
     if any(name == "compat_mode" for name, _ in marks):
         return None  # the with_compat twin: same keys as its raw test
     if len(probe.args) != 1 or not isinstance(probe.args[0], ast.Constant) or not isinstance(probe.args[0].value, str):
-        raise CatalogError(f"{where}: @pytest.mark.probe takes one string id, e.g. @pytest.mark.probe(\"block_hasher\")")
+        raise CatalogError(f"{where}: @pytest.mark.probe takes one string id, "
+                           "e.g. @pytest.mark.probe(\"block_hasher\")")
     options = {}
     for keyword in probe.keywords:
         if keyword.arg not in MARKER_OPTIONS or not isinstance(keyword.value, ast.Constant) \

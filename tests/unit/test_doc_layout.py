@@ -33,7 +33,8 @@ def test_the_layout_section_is_the_generated_one():
     ("A summary that wraps\nover two lines. Then more.\n\nA second paragraph.", "A summary that wraps over two lines."),
     ("Entry point for `python -m compat.bisect`; the code is compat.harness.bisect_cli.",
      "Entry point for `python -m compat.bisect`; the code is compat.harness.bisect_cli."),
-    ("Reads the wheels (e.g. vllm 0.11. or 0.12.) and stops. Here.", "Reads the wheels (e.g. vllm 0.11. or 0.12.) and stops."),
+    ("Reads the wheels (e.g. vllm 0.11. or 0.12.) and stops. Here.",
+     "Reads the wheels (e.g. vllm 0.11. or 0.12.) and stops."),
     ("Which one? This one.", "Which one?"),
     ("No period at all", "No period at all"),
 ])

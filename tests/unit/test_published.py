@@ -13,7 +13,6 @@ import pytest
 
 from compat.harness import published, support_run
 from compat.harness.verdict import decide
-from compat.shared.results import write_json_atomic
 
 ROWS = published.load_rows()
 
