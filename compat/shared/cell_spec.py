@@ -15,7 +15,12 @@ import os
 import typing
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping, Optional
+from typing import TYPE_CHECKING, Any, Mapping, Optional, TypeVar
+
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
+
+_Spec = TypeVar("_Spec", bound="DataclassInstance")
 
 SPEC_VARIABLE = "COMPAT_CELL_SPEC"
 SPEC_VERSION = 1
@@ -128,7 +133,7 @@ def spec_from_environment(environ: Mapping[str, str] = os.environ) -> CellSpec:
 _JSON_TYPES = {str: "string", int: "integer", float: "number", bool: "boolean"}
 
 
-def _build(cls, values: Any, source: str):
+def _build(cls: type[_Spec], values: Any, source: str) -> _Spec:
     """cls(**values), each value checked against its field's type (str, int, float, bool, tuples of
     those, Optional of them, a nested spec); lists read from JSON become tuples."""
     if not isinstance(values, dict):
@@ -157,7 +162,7 @@ def _value(tp: Any, value: Any, where: str) -> Any:
         origin, args = typing.get_origin(tp), typing.get_args(tp)
     if value is None:
         raise CellSpecError(f"{where} is null; expected {_name(tp)}")
-    if dataclasses.is_dataclass(tp):
+    if isinstance(tp, type) and dataclasses.is_dataclass(tp):
         return _build(tp, value, where)
     if origin is tuple:
         if not isinstance(value, (list, tuple)) or not all(_is(v, args[0]) for v in value):
@@ -186,7 +191,7 @@ def json_schema() -> dict[str, Any]:
             **_object_schema(CellSpec), "$defs": {"KimiSuiteSpec": _object_schema(KimiSuiteSpec)}}
 
 
-def _object_schema(cls) -> dict[str, Any]:
+def _object_schema(cls: type[DataclassInstance]) -> dict[str, Any]:
     hints = typing.get_type_hints(cls)
     fields = dataclasses.fields(cls)
     return {"type": "object", "properties": {f.name: _type_schema(hints[f.name]) for f in fields},
@@ -198,7 +203,7 @@ def _type_schema(tp: Any) -> dict[str, Any]:
     origin, args = typing.get_origin(tp), typing.get_args(tp)
     if origin is typing.Union:
         return {"anyOf": [_type_schema(next(a for a in args if a is not type(None))), {"type": "null"}]}
-    if dataclasses.is_dataclass(tp):
+    if isinstance(tp, type) and dataclasses.is_dataclass(tp):
         return {"$ref": f"#/$defs/{tp.__name__}"}
     if origin is tuple:
         return {"type": "array", "items": _type_schema(args[0])}

@@ -8,7 +8,7 @@ tests/unit/test_probe_catalog.py holds that every variant's key is a probe's.
 
 from __future__ import annotations
 
-from typing import Iterable, Optional
+from typing import Any, Iterable, Optional
 
 from compat.shared.probe_catalog import probe_keys
 
@@ -33,7 +33,7 @@ VARIANT_PROBE_KEYS = {
 PROBE_KEYS = probe_keys()
 
 
-def expected_manifest(variants: Optional[Iterable[str]]) -> dict:
+def expected_manifest(variants: Optional[Iterable[str]]) -> dict[str, Any]:
     """The manifest of a cell whose spec selects these variants (None: every variant)."""
     return {"probes": list(PROBE_KEYS), "variants": None if variants is None else sorted(variants)}
 

@@ -119,13 +119,13 @@ class MlaChoice:
     reason: str
     dtype: str | None  # what the scale model runs in (None: the model's own, "auto")
     latent: int | None = None
-    backends: dict | None = None
+    backends: dict[str, dict[str, Any]] | None = None
 
     def record(self) -> dict[str, Any]:
         return {"enabled": self.enabled, "reason": self.reason, "latent": self.latent, "backends": self.backends}
 
 
-def choose_mla(found: dict[str, dict], latent: int | None, dtype: str | None = None) -> MlaChoice:
+def choose_mla(found: dict[str, dict[str, Any]], latent: int | None, dtype: str | None = None) -> MlaChoice:
     """MLA on when a backend of this build takes the latent (and the dtype, if one was asked
     for); the dtype then is float32 where such a backend takes it, else bfloat16."""
     plain = dtype or "float32"
@@ -152,7 +152,7 @@ def choose_mla(found: dict[str, dict], latent: int | None, dtype: str | None = N
                      chosen, latent, found)
 
 
-def prefill_takes(found: dict[str, dict], dims: tuple[int, int, int]) -> tuple[bool, str]:
+def prefill_takes(found: dict[str, dict[str, Any]], dims: tuple[int, int, int]) -> tuple[bool, str]:
     """Whether this build's MLA prefill takes these head dims (qk_nope, qk_rope, v): (True, '') where
     the report read no per-kernel dims (a build that picks its prefill kernel without them: any
     dims), else where an available prefill kernel lists them; (False, why) otherwise."""
@@ -170,7 +170,7 @@ def prefill_takes(found: dict[str, dict], dims: tuple[int, int, int]) -> tuple[b
                    f"({said or 'no prefill kernel available'})")
 
 
-def backends_here(platform: str) -> dict[str, dict]:
+def backends_here(platform: str) -> dict[str, dict[str, Any]]:
     """MLA_REPORT run in this interpreter (a cell's, where vLLM is importable), asking the prefill
     kernels about PREFILL_DIMS."""
     import contextlib
@@ -179,6 +179,6 @@ def backends_here(platform: str) -> dict[str, dict]:
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
         exec(compile(MLA_REPORT, "<mla-report>", "exec"),
-             {"__name__": "__mla_report__", "WANTED": MLA_BACKENDS[platform],
-                                                               "DIMS": [list(d) for d in PREFILL_DIMS]})
-    return json.loads(out.getvalue().strip().splitlines()[-1])
+             {"__name__": "__mla_report__", "WANTED": MLA_BACKENDS[platform], "DIMS": [list(d) for d in PREFILL_DIMS]})
+    found: dict[str, dict[str, Any]] = json.loads(out.getvalue().strip().splitlines()[-1])
+    return found

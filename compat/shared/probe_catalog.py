@@ -68,7 +68,7 @@ def _tree(path: Path) -> ast.Module:
     return ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
 
 
-def _constant(path: Path, name: str, seen: frozenset = frozenset()) -> Any:
+def _constant(path: Path, name: str, seen: frozenset[tuple[Path, str]] = frozenset()) -> Any:
     """A module-level literal NAME of this module, following `from compat.<module> import NAME`."""
     if (path, name) in seen:
         raise KeyError(name)
