@@ -20,6 +20,7 @@ import re
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 from packaging.version import InvalidVersion, Version
 
@@ -52,7 +53,7 @@ def options(argv: list[str]) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-def print_table(result: dict) -> None:
+def print_table(result: dict[str, Any]) -> None:
     print(f"speculators {result['speculators']} over vLLM {result['vllm_releases'][0]} … "
           f"{result['vllm_releases'][-1]} ({len(result['vllm_releases'])} releases, {result['seconds']} s)")
     for row in result["contracts"]:
@@ -69,7 +70,7 @@ def print_table(result: dict) -> None:
         print(f"  error: vLLM {version} unreadable: {why}")
 
 
-def confirm_cells(result: dict, args: argparse.Namespace) -> int:
+def confirm_cells(result: dict[str, Any], args: argparse.Namespace) -> int:
     """Run the runtime cells the probed flips lack; returns how many ran."""
     wanted = []
     for row in result["contracts"]:

@@ -125,7 +125,7 @@ def _body(probe: dict[str, Any], err: dict[str, Any], cls: dict[str, Any]) -> st
         lines.append(f"classification: {cls.get('kind')}{breakage}")
         if cls.get("note"):
             lines.append(f"note: {cls.get('note')}")
-    entry = get_breakage(cls.get("breakage")) if cls.get("breakage") else None
+    entry = get_breakage(breakage_id) if (breakage_id := cls.get("breakage")) else None
     if entry is not None:
         lines.append(entry.explain("junit"))
     elif probe.get("fix"):

@@ -209,7 +209,7 @@ class CellAnswer:
 
     def _row_line(self) -> str:
         c = self.cell
-        how = PROVENANCE.get(c.get("provenance"), c.get("provenance"))
+        how = PROVENANCE.get(str(c.get("provenance")), str(c.get("provenance")))
         if c.get("provenance") == "inferred" and c.get("source"):
             how += f" from vLLM {c['source'][0]}" + (f" x speculators {c['source'][1]}"
                                                      if c["source"][1] != self.speculators else "")

@@ -53,14 +53,14 @@ class Decision:
     gate: int
     reasons: tuple[str, ...] = field(default=())
     checked: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
-    classes: tuple[tuple[dict, ProbeClass], ...] = field(default=(), compare=False, repr=False)
+    classes: tuple[tuple[dict[str, Any], ProbeClass], ...] = field(default=(), compare=False, repr=False)
 
 
 def _label(probe: dict[str, Any]) -> str:
     return f"{probe['id']}[{probe['case']}]" if probe.get("case") else str(probe.get("id"))
 
 
-def cell_verdict(cell: dict[str, Any], classes: list[tuple[dict, ProbeClass]]) -> tuple[str, list[str]]:
+def cell_verdict(cell: dict[str, Any], classes: list[tuple[dict[str, Any], ProbeClass]]) -> tuple[str, list[str]]:
     """The verdict and why, from the probe records and their classes (for advisory-ness)."""
     probes = [p for p, cls in classes if not cls.advisory and p.get("status") != "n/a"]
     if not cell.get("probes") and cell.get("verdict") == "install-error":
@@ -120,7 +120,7 @@ def _why(probe: dict[str, Any]) -> str:
                or "no reason recorded").splitlines()[0][:200]
 
 
-def cell_gate(verdict: str, classes: list[tuple[dict, ProbeClass]]) -> tuple[int, list[str]]:
+def cell_gate(verdict: str, classes: list[tuple[dict[str, Any], ProbeClass]]) -> tuple[int, list[str]]:
     findings = []
     for probe, cls in classes:
         if cls.advisory:
@@ -167,8 +167,9 @@ def decide(cell: dict[str, Any], registry: tuple[Breakage, ...] = REGISTRY) -> D
     return Decision(verdict, gate, tuple(reasons + gate_reasons), checked, tuple(classes))
 
 
-def _replaced(checked: dict[str, Any], classes: list[tuple[dict, ProbeClass]], registry: tuple[Breakage, ...],
-              replacements: dict[int, dict[str, Any]]) -> tuple[dict[str, Any], list[tuple[dict, ProbeClass]]]:
+def _replaced(checked: dict[str, Any], classes: list[tuple[dict[str, Any], ProbeClass]], registry: tuple[Breakage, ...],
+              replacements: dict[int, dict[str, Any]],
+              ) -> tuple[dict[str, Any], list[tuple[dict[str, Any], ProbeClass]]]:
     """The record with some probes replaced (by id() of the old probe), only those classified again."""
     if not replacements:
         return checked, classes

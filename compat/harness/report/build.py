@@ -181,13 +181,13 @@ def _decided(cell: dict[str, Any], decision: Decision) -> dict[str, Any]:
     return out
 
 
-def version_key(text: Any) -> tuple:
+def version_key(text: Any) -> tuple[int, Version, str]:
     try:
         return (0, Version(str(text)), "")
     except InvalidVersion:
         return (1, Version("0"), str(text))
 
 
-def _cell_sort_key(cell: dict[str, Any]) -> tuple:
+def _cell_sort_key(cell: dict[str, Any]) -> tuple[Any, ...]:
     return (version_key(cell.get("vllm")), version_key(cell.get("speculators")), str(cell.get("backend") or ""),
             str(cell.get("id") or ""))

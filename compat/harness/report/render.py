@@ -279,7 +279,7 @@ def view_model(report: dict[str, Any]) -> dict[str, Any]:
         "bisect": report.get("bisect"),
         "flips": report.get("flips") or [],
         "support_table": support_table.fragments(report.get("support"), markdown_type=Md),
-        "gate": GATE_WORDS.get(summary.get("exit_code"), "unknown"),
+        "gate": GATE_WORDS.get(code, "unknown") if isinstance(code := summary.get("exit_code"), int) else "unknown",
     }
 
 

@@ -18,9 +18,9 @@ def _fmt(value: Any) -> str:
 
 
 def _row(probe: dict[str, Any]) -> dict[str, Any]:
-    detail = probe.get("detail") if isinstance(probe.get("detail"), dict) else {}
-    adapted = (((detail.get("with_compat") or {}).get("detail") or {})
-               if isinstance(detail.get("with_compat"), dict) else {})
+    detail = raw if isinstance(raw := probe.get("detail"), dict) else {}
+    adapted = ((with_compat.get("detail") or {})
+               if isinstance(with_compat := detail.get("with_compat"), dict) else {})
     # the run that got as far as the files: raw where it did, else the with-compat run
     shown, mode = (detail, "raw") if detail.get("layer_ids") else (adapted, "with compat")
     ids = shown.get("layer_ids") or {}
@@ -33,8 +33,9 @@ def _row(probe: dict[str, Any]) -> dict[str, Any]:
         or (detail.get("run") or {}).get("model_runner") or {}
     variant = detail.get("variant") or adapted.get("variant") or {}
     mla = shown.get("mla") or variant.get("mla")
+    pid = str(probe.get("id"))
     name = probe.get("case") or {"model_runner_v2": "llama-runner_v2", "bfloat16_reference": "llama-bfloat16"}.get(
-        probe.get("id"), probe.get("id"))
+        pid, probe.get("id"))
     return {
         "model": name,
         "probe": probe.get("id"),

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from packaging.requirements import InvalidRequirement, Requirement
@@ -164,7 +165,7 @@ def static_result(vllm: str, speculators: str, cache: SourceCache | None = None,
     try:
         from compat.harness.static.sources import local_wheel
 
-        sources = local_wheel(vllm_wheel) if vllm_wheel else cache.get("vllm", vllm)
+        sources = local_wheel(Path(vllm_wheel)) if vllm_wheel else cache.get("vllm", vllm)
         api = Api(sources)
         release = load_release(speculators, cache)
         newest = reference or max(cache.releases("vllm"), key=Version)

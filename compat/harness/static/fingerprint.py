@@ -79,7 +79,7 @@ def era(speculators: str) -> str:
 
 
 class _StripDocstrings(ast.NodeTransformer):
-    def _strip(self, node):
+    def _strip(self, node: Any) -> Any:
         self.generic_visit(node)
         body = getattr(node, "body", None)
         if (body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant)
@@ -132,7 +132,8 @@ def fingerprint(sources: WheelSources, speculators: str, cache_dir: Path | None 
     stored = Path(cache_dir) / f"{sources.filename}.fingerprint-{FORMAT}-{era(speculators)}.json" if cache_dir else None
     if stored is not None and stored.is_file():
         try:
-            return json.loads(stored.read_text())
+            cached: dict[str, Any] = json.loads(stored.read_text())
+            return cached
         except (OSError, ValueError):
             pass
     parts = module_digests(sources, speculators)

@@ -13,10 +13,13 @@ stops the runtime cell.
 
 from __future__ import annotations
 
-from typing import Any, Iterable
+from typing import TYPE_CHECKING, Any, Iterable
 
 from compat.harness.matrix import VLLM_DIST, Cell, check_released
-from compat.harness.pypi import PackageIndexError
+from compat.harness.pypi import PackageIndex, PackageIndexError
+
+if TYPE_CHECKING:
+    from compat.harness.static.sources import SourceCache
 
 STATIC_ONLY = "untested-at-runtime"
 # The runtime probe that observes the same contract as a static call (the callee's dotted name).
@@ -36,7 +39,7 @@ def label(static: dict[str, Any] | None, runtime_ran: bool) -> str:
     return f"{static.get('verdict', 'error')} ({'static' if runtime_ran else 'static only'})"
 
 
-def split_static_only(cells: list[Cell], index) -> tuple[list[Cell], dict[Cell, str]]:
+def split_static_only(cells: list[Cell], index: PackageIndex) -> tuple[list[Cell], dict[Cell, str]]:
     """The cells a runtime can run, and those only the static layer can judge (with why): a vLLM
     version the backend's distribution never released but the official `vllm` wheel did. Every
     other unknown version still raises MatrixError (check_released)."""
@@ -111,7 +114,7 @@ def disagreements(record: dict[str, Any], static: dict[str, Any]) -> list[str]:
     return found
 
 
-def static_for(cells: Iterable[Cell], cache=None) -> dict[Cell, dict[str, Any]]:
+def static_for(cells: Iterable[Cell], cache: SourceCache | None = None) -> dict[Cell, dict[str, Any]]:
     from compat.harness.static.check import static_result
     from compat.harness.static.sources import SourceCache
 

@@ -123,7 +123,7 @@ def runner_text(facts: dict[str, Any]) -> str:
           "V2 names no speculative methods (opt-in, untried here)")
     archs = facts.get("default_architectures")
     scope = ("" if facts.get("selection") != "auto" else
-             " for every model" if archs == "every model" else f" for {', '.join(archs) or 'no architecture'}")
+             " for every model" if archs == "every model" else f" for {', '.join(archs or ()) or 'no architecture'}")
     triton = "; CPU builds (no Triton): V1" if facts.get("needs_triton") else ""
     return (f"GPU default for {METHOD}: {facts['default_gpu']}; V2 selection {facts['selection']}{scope}; "
             f"{v2}{triton} (read from the wheel, not run)")

@@ -50,7 +50,7 @@ def _fields(api: Api, dotted: str) -> tuple[set[str] | None, str]:
     return {p.name for p in signature.params}, f"{signature.file}:{signature.line}"
 
 
-def check_serve(use: Use, api: Api):
+def check_serve(use: Use, api: Api) -> Finding:
     if use.kind == "flag":
         name = use.target.lstrip("-").replace("-", "_")
         field = name[3:] if name.startswith("no_") else name

@@ -22,7 +22,7 @@ import zlib
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from packaging.utils import canonicalize_name, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
@@ -125,8 +125,7 @@ class SourceCache:
             saved = json.loads(index_file.read_text())
             if saved.get("format") == FORMAT:
                 self.stats["cached"] += 1
-                return WheelSources(dist, version, info["filename"], stored,
-                                    {k: tuple(v) for k, v in saved["crcs"].items()}, saved["how"])
+                return WheelSources(dist, version, info["filename"], stored, _crc_pairs(saved["crcs"]), saved["how"])
         url = self.index._file_url(dist, info)
         try:
             members, crcs = self._by_ranges(url, int(info.get("size") or 0))
@@ -139,7 +138,7 @@ class SourceCache:
         self.stats["fetched"] += 1
         store(stored, members)
         index_file.write_text(json.dumps({"format": FORMAT, "how": how, "url": url, "crcs": crcs}))
-        return WheelSources(dist, version, info["filename"], stored, crcs, how)
+        return WheelSources(dist, version, info["filename"], stored, _crc_pairs(crcs), how)
 
     def _choose(self, dist: str, version: str) -> dict[str, Any]:
         try:
@@ -167,7 +166,7 @@ class SourceCache:
 
     @staticmethod
     def _python_of(info: dict[str, Any]) -> str:
-        return info.get("_python", PYTHONS[0])
+        return str(info.get("_python", PYTHONS[0]))
 
     def _range(self, url: str, start: int, end: int) -> bytes:
         """bytes [start, end) of the remote file; _NoRanges unless the server answers 206."""
@@ -176,7 +175,7 @@ class SourceCache:
             with self.index._open(request) as response:
                 if getattr(response, "status", None) != 206:
                     raise _NoRanges(f"{url} answered {getattr(response, 'status', '?')} to a range request")
-                data = response.read()
+                data: bytes = response.read()
         except OSError as exc:
             raise _NoRanges(f"range request to {url} failed: {exc}") from None
         if len(data) != end - start:
@@ -238,11 +237,11 @@ class Entry:
         return data
 
 
-class Directory(list):
+class Directory(list["Entry"]):
     start: int = 0
 
 
-def central_directory(tail: bytes, size: int, fetch) -> Directory:
+def central_directory(tail: bytes, size: int, fetch: Callable[[int, int], bytes]) -> Directory:
     """The entries of a zip's central directory, from the file's tail (`fetch(a, b)` for more)."""
     at = tail.rfind(b"PK\x05\x06")
     if at < 0:
@@ -288,6 +287,11 @@ def _zip64_extra(extra: bytes, usize: int, compressed: int, offset: int) -> tupl
     return usize, compressed, offset
 
 
+def _crc_pairs(crcs: dict[str, list[int]]) -> dict[str, tuple[int, int]]:
+    """Each member's [crc32, size] as read or stored in JSON: the (crc32, size) pair WheelSources keeps."""
+    return {name: (crc, size) for name, (crc, size) in crcs.items()}
+
+
 def read_local(path: Path) -> tuple[dict[str, bytes], dict[str, list[int]]]:
     try:
         with zipfile.ZipFile(path) as zf:
@@ -326,5 +330,5 @@ def local_wheel(path: Path, cache_dir: Path | None = None) -> WheelSources:
     name = f"{path.name}.{stat.st_size}.{stat.st_mtime_ns}.zip"
     stored = Path(cache_dir or default_cache_dir()) / "static" / "local" / name
     store(stored, members)
-    return WheelSources(str(parse_wheel_filename(path.name)[0]), version, path.name, stored,
-                        {k: tuple(v) for k, v in crcs.items()}, f"local wheel {path}")
+    return WheelSources(str(parse_wheel_filename(path.name)[0]), version, path.name, stored, _crc_pairs(crcs),
+                        f"local wheel {path}")

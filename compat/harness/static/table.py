@@ -12,8 +12,9 @@ from typing import Any
 from packaging.version import Version
 
 from compat.harness.static.api import Api
-from compat.harness.static.check import check_pair_findings, load_release, verdict_of
+from compat.harness.static.check import Release, check_pair_findings, load_release, verdict_of
 from compat.harness.static.contract_history import SINCE, vllm_releases
+from compat.harness.static.finding import Finding
 from compat.harness.static.sources import SourceCache, StaticError
 
 SPECULATORS_SINCE = "0.3.0"
@@ -31,7 +32,9 @@ def static_table(cache: SourceCache | None = None, vllm: list[str] | None = None
     started = time.monotonic()
     vllm = vllm or vllm_releases(cache, SINCE)
     speculators = speculators or speculators_releases(cache)
-    releases, apis, rows = {}, {}, {}
+    releases: dict[str, Release | StaticError] = {}
+    apis: dict[str, Api | StaticError] = {}
+    rows: dict[str, dict[str, dict[str, Any]]] = {}
     for s in speculators:
         try:
             releases[s] = load_release(s, cache)
@@ -47,11 +50,12 @@ def static_table(cache: SourceCache | None = None, vllm: list[str] | None = None
     read = time.monotonic()
     for v in vllm:
         for s in speculators:
-            if isinstance(apis[v], StaticError) or isinstance(releases[s], StaticError):
-                rows.setdefault(v, {})[s] = {"verdict": "error",
-                                             "error": str(apis[v] if isinstance(apis[v], StaticError) else releases[s])}
+            api, release = apis[v], releases[s]
+            if isinstance(api, StaticError) or isinstance(release, StaticError):
+                error = api if isinstance(api, StaticError) else release
+                rows.setdefault(v, {})[s] = {"verdict": "error", "error": str(error)}
                 continue
-            findings = check_pair_findings(releases[s], apis[v], reference)
+            findings = check_pair_findings(release, api, reference)
             broken = [f for f in findings if f.outcome == "broken"]
             rows.setdefault(v, {})[s] = {"verdict": verdict_of(findings), "contracts": len(findings),
                                          "broken": len(broken),
@@ -66,7 +70,7 @@ def static_table(cache: SourceCache | None = None, vllm: list[str] | None = None
             "fetch": dict(cache.stats)}
 
 
-def _worst_outcomes(findings) -> dict[str, str]:
+def _worst_outcomes(findings: list[Finding]) -> dict[str, str]:
     order = ("broken", "guarded", "unknown", "ok")
     out: dict[str, str] = {}
     for f in findings:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import ast
 from dataclasses import dataclass
+from typing import Any
 
 from compat.harness.static.api import Signature, _dotted, _is_type_checking, function_signature
 from compat.harness.static.sources import WheelSources
@@ -114,8 +115,8 @@ class _FileUses:
             if isinstance(node, ast.Assign) and isinstance(node.value, ast.Call):
                 built = self.resolve(_dotted(node.value.func))
                 if built and built.split(".")[-1][:1].isupper():
-                    for target in node.targets:
-                        name = _dotted(target)
+                    for assigned in node.targets:
+                        name = _dotted(assigned)
                         if name:
                             self.types[name] = built
         for node in ast.walk(self.tree):
@@ -132,7 +133,7 @@ class _FileUses:
             return f"{self.alias[head]}.{rest}" if rest else self.alias[head]
         return None
 
-    def _add(self, kind: str, target: str, node: ast.AST, **extra) -> None:
+    def _add(self, kind: str, target: str, node: ast.stmt | ast.expr, **extra: Any) -> None:
         self.uses.append(Use(kind, target, self.path, node.lineno, dist=self.dist, **extra))
 
     def _class(self, node: ast.ClassDef) -> None:
@@ -148,7 +149,7 @@ class _FileUses:
                 self._add("override", f"{bases[0]}.{stmt.name}", stmt, other_bases=tuple(bases[1:]),
                           signature=function_signature(stmt, self.path, drop_self=not static))
 
-    def _calls(self, node: ast.AST, vllm_base: tuple[str, set[str]] | None, _seen: set) -> None:
+    def _calls(self, node: ast.AST, vllm_base: tuple[str, set[str]] | None, _seen: set[str]) -> None:
         for child in ast.iter_child_nodes(node):
             base = vllm_base
             if isinstance(child, ast.ClassDef):
