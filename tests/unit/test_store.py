@@ -195,3 +195,32 @@ def test_the_default_store_lives_beside_the_results_folder(tmp_path, monkeypatch
     assert store_path("user").name == "results.sqlite" and ".compat" not in store_path("user").parts
     monkeypatch.setenv("COMPAT_STORE", "user")
     assert default_store_path() == store_path("user")
+
+
+def test_genuine_records_edited_one_way_read_the_same_beside_other_runs_of_their_ids(tmp_path):
+    """Genuine records of the published 0.8.1 row, each edited one way (and one control left alone),
+    reported from their own folder: on a store that keeps this machine's newer runs of the same cell
+    ids they give the verdicts they give on an empty store, and those are the rule's own decision."""
+    from compat.harness.verdict import decide
+
+    published = Path(__file__).resolve().parents[2] / "published" / "results"
+    picked = {v: json.loads((published / f"vllm-{v}__speculators-0.8.1__cpu__variants-none.json").read_text())
+              for v in ("0.26.0", "0.28.0", "0.23.0", "0.20.0")}
+    edited = json.loads(json.dumps(picked))
+    ref = next(p for p in edited["0.26.0"]["probes"] if p["id"] == "hidden_states_match_reference")
+    ref["figures"]["rows"][0]["max_abs_error"] = 0.37  # far outside atol + rtol x scale
+    edited["0.23.0"]["verdict"] = "compatible"  # the stored word, against its probes
+    schema = next(p for p in edited["0.20.0"]["probes"] if p["status"] == "unsupported-on-cpu")
+    schema["status"] = "ok"  # an `ok` with the refusal still in its reason
+    folder = results_dir(tmp_path / "artifact", *edited.values(), mtime=JAN)  # 0.28.0: the control
+    here = [dict(r, machine={"hostname": "this-machine", "cpu_count": 2}, finished_at="2026-12-03T00:00:00Z")
+            for r in picked.values()]
+    store = tmp_path / "busy.sqlite"
+    report(tmp_path / "seed", "--results", str(results_dir(tmp_path / "here", *here, mtime=MAR)), "--store", str(store))
+    code, busy, _ = report(tmp_path / "busy", "--results", str(folder), "--store", str(store))
+    empty_code, empty, _ = report(tmp_path / "empty", "--results", str(folder), "--store", str(tmp_path / "e.sqlite"))
+    read = {c["id"]: c["verdict"] for c in busy["cells"]}
+    assert read == {c["id"]: c["verdict"] for c in empty["cells"]} and code == empty_code
+    assert read == {r["id"]: decide(r).verdict for r in edited.values()}
+    assert read[picked["0.28.0"]["id"]] == "compatible"  # the control
+    assert read[picked["0.26.0"]["id"]] != "compatible"  # the edited figure is caught
