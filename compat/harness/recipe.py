@@ -12,9 +12,12 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from collections.abc import Iterable
+import sys
+from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
+from email.message import Message
 from pathlib import Path
+from typing import Any
 
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
@@ -24,10 +27,10 @@ from packaging.version import InvalidVersion, Version
 from compat.harness.matrix import SPECULATORS_DIST, VLLM_DIST, Cell
 from compat.harness.pypi import Index, NoMatchingWheel, PackageIndexError
 
-try:
+if sys.version_info >= (3, 11):
     import tomllib
-except ModuleNotFoundError:  # Python 3.10
-    import tomli as tomllib  # type: ignore[no-redef]
+else:  # Python 3.10
+    import tomli as tomllib
 
 PYTHONS = ("3.11", "3.12")  # candidates, lowest first
 PLATFORM = "manylinux_x86_64"
@@ -104,7 +107,7 @@ def load_overrides(path: Path | None = None) -> list[Override]:
     return [_override(table, f"{path.name} [[override]] #{n}") for n, table in enumerate(data.get("override", []), 1)]
 
 
-def _override(table: dict, where: str) -> Override:
+def _override(table: dict[str, Any], where: str) -> Override:
     unknown = sorted(set(table) - OVERRIDE_KEYS)
     if unknown:
         raise RecipeError(f"{where}: unknown key(s) {', '.join(unknown)}; accepted: {', '.join(sorted(OVERRIDE_KEYS))}")
@@ -122,8 +125,9 @@ def _override(table: dict, where: str) -> Override:
     backends = tuple(_string_list(table.get("backend", ["cpu", "gpu"]), f"{where} backend"))
     if set(backends) - set(VLLM_DIST):
         raise RecipeError(f"{where} backend: {list(backends)}; expected a list of \"cpu\"/\"gpu\"")
-    return Override(why=table["why"].strip(), where=where, backends=backends, **specs,
-                    **{k: tuple(v) for k, v in lists.items()})
+    return Override(why=table["why"].strip(), where=where, vllm=specs.get("vllm"), speculators=specs.get("speculators"),
+                    backends=backends, constraints=tuple(lists["constraints"]),
+                    requirements=tuple(lists["requirements"]), drop=tuple(lists["drop"]))
 
 
 def _specifier(value: object, where: str) -> SpecifierSet:
@@ -166,7 +170,7 @@ def target_environment(python: str) -> dict[str, str]:
     }
 
 
-def base_requirements(metadata, python: str) -> list[Requirement]:
+def base_requirements(metadata: Message, python: str) -> list[Requirement]:
     """Requires-Dist lines that hold for `python` on linux x86_64 when no extra is asked for,
     markers removed (they have been evaluated)."""
     environment = target_environment(python)
@@ -179,7 +183,7 @@ def base_requirements(metadata, python: str) -> list[Requirement]:
     return kept
 
 
-def extra_requirements_on(metadata, name: str) -> list[str]:
+def extra_requirements_on(metadata: Message, name: str) -> list[str]:
     """Requires-Dist lines that ask for `name` only inside an extra (e.g. speculators' datagen)."""
     found = []
     for line in metadata.get_all("Requires-Dist") or []:
@@ -190,7 +194,7 @@ def extra_requirements_on(metadata, name: str) -> list[str]:
     return found
 
 
-def requires_python(metadata) -> SpecifierSet:
+def requires_python(metadata: Message) -> SpecifierSet:
     return SpecifierSet(metadata.get("Requires-Python") or "")
 
 
@@ -224,7 +228,8 @@ class _Draft:
         return removed
 
 
-def derive_recipe(cell: Cell, index: Index, overrides: Iterable[Override] | None = None, finds=None) -> Recipe:
+def derive_recipe(cell: Cell, index: Index, overrides: Iterable[Override] | None = None,
+                  finds: Callable[[str], bool] | None = None) -> Recipe:
     """`finds`: whether uv finds an interpreter for a python version (default: ask uv, ~3 s each)."""
     overrides = load_overrides() if overrides is None else list(overrides)
     if cell.vllm_wheel:
@@ -238,7 +243,7 @@ def derive_recipe(cell: Cell, index: Index, overrides: Iterable[Override] | None
 
     if cell.backend == "cpu":
         draft = _Draft(requirements=base_requirements(vllm_meta, python))
-        no_deps = (str(index.wheel_for(vllm_dist, cell.vllm, python, PLATFORM)),)
+        no_deps: tuple[str, ...] = (str(index.wheel_for(vllm_dist, cell.vllm, python, PLATFORM)),)
         draft.notes.append(f"{vllm_dist} {cell.vllm} installs with --no-deps; its Requires-Dist for python {python} on "
                            "linux x86_64 (no extras) follow")
         _plain_torch(draft, vllm_dist)
@@ -280,7 +285,7 @@ def derive_recipe(cell: Cell, index: Index, overrides: Iterable[Override] | None
     )
 
 
-def _metadata(index: Index, name: str, version: str, python: str):
+def _metadata(index: Index, name: str, version: str, python: str) -> Message:
     try:
         return index.wheel_metadata(name, version, python, PLATFORM)
     except PackageIndexError as exc:
@@ -300,7 +305,7 @@ def uv_finds_python(version: str) -> bool:
         return False
 
 
-def python_candidates(finds=None) -> tuple[list[str], list[str]]:
+def python_candidates(finds: Callable[[str], bool] | None = None) -> tuple[list[str], list[str]]:
     """PYTHONS, those uv finds here first (lowest first), then the rest (uv may fetch them where
     python downloads are allowed). A GPU image often has only 3.12: `uv venv -p 3.11` fails there."""
     finds = finds or uv_finds_python
@@ -308,7 +313,8 @@ def python_candidates(finds=None) -> tuple[list[str], list[str]]:
     return found + [p for p in PYTHONS if p not in found], found
 
 
-def _choose_python(cell: Cell, index: Index, vllm_dist: str, spec_meta, finds=None):
+def _choose_python(cell: Cell, index: Index, vllm_dist: str, spec_meta: Message,
+                   finds: Callable[[str], bool] | None = None) -> tuple[str, Message, list[str]]:
     """The first candidate python both packages accept and vllm has a wheel for, preferring
     those uv finds on this machine (recorded in the recipe's notes)."""
     spec_python = requires_python(spec_meta)
@@ -412,7 +418,8 @@ def _apply_overrides(draft: _Draft, cell: Cell, overrides: Iterable[Override]) -
         draft.notes.append(override.describe())
 
 
-def _check_installable(draft, index, vllm_dist, cell, vllm_meta, spec_requirements, python) -> None:
+def _check_installable(draft: _Draft, index: Index, vllm_dist: str, cell: Cell, vllm_meta: Message,
+                       spec_requirements: list[Requirement], python: str) -> None:
     """RecipeError when no release of a package satisfies every pin on it (the vLLM side as the
     recipe installs it, speculators' own Requires-Dist, the constraints). speculators' extras are
     not installed, so their pins (e.g. datagen's vllm==0.11.0) are no conflict."""
@@ -425,7 +432,7 @@ def _check_installable(draft, index, vllm_dist, cell, vllm_meta, spec_requiremen
     pins: dict[str, list[tuple[str, Requirement]]] = {}
     for source, requirements in sources:
         for requirement in requirements:
-            name = canonicalize_name(requirement.name)
+            name: str = canonicalize_name(requirement.name)
             if requirement.specifier and name != SPECULATORS_DIST:
                 pins.setdefault(name, []).append((source, requirement))
     for name, found in pins.items():

@@ -16,6 +16,7 @@ import ast
 import re
 from dataclasses import dataclass, field
 from functools import lru_cache
+from typing import Any, cast
 
 from compat.harness.static.sources import WheelSources
 
@@ -86,7 +87,8 @@ class Found:
     kind: str  # "module", "class", "function", "variable", "external", "unknown", "missing"
     file: str = ""
     line: int = 0
-    node: ast.AST | None = field(default=None, compare=False, repr=False)
+    # the ast node of a def: a ClassDef for a class, a FunctionDef / AsyncFunctionDef for a function
+    node: Any = field(default=None, compare=False, repr=False)
     module: str = ""  # the module it is defined in
     why: str = ""  # for "missing" / "unknown" / "external"
     in_class: bool = False  # a member of a class (a method takes self unless static)
@@ -124,7 +126,7 @@ class Module:
         self.name, self.path = name, path
         self.tree = ast.parse(text, filename=path)
         self.is_package = path.endswith("__init__.py")
-        self.bindings: dict[str, tuple] = {}
+        self.bindings: dict[str, tuple[Any, ...]] = {}
         self.star: list[str] = []
         self.lazy: dict[str, str] = {}
         self.has_getattr = False
@@ -178,16 +180,17 @@ class Module:
                     self._collect(node.body)
                     self._collect(node.orelse)
             elif isinstance(node, ast.Try) or type(node).__name__ == "TryStar":
-                self._collect(node.body)
-                for handler in node.handlers:
+                tried = cast(ast.Try, node)  # a TryStar (3.11's except*) has a Try's fields
+                self._collect(tried.body)
+                for handler in tried.handlers:
                     self._collect(handler.body)
-                self._collect(node.orelse)
-                self._collect(node.finalbody)
+                self._collect(tried.orelse)
+                self._collect(tried.finalbody)
             elif isinstance(node, ast.With):
                 self._collect(node.body)
 
 
-_PARSED: dict[tuple[str, tuple], Module | None] = {}
+_PARSED: dict[tuple[str, tuple[Any, ...]], Module | None] = {}
 _SELF_ATTRS: dict[int, set[str]] = {}  # class node (kept alive by _PARSED) -> attributes its methods assign on self
 
 
@@ -235,7 +238,7 @@ class Api:
         else:
             return Found(dotted, "missing", why=f"no module {parts[0]}")
         module = ".".join(parts[:cut])
-        found = Found(module, "module", self.sources.module_file(module), 1, module=module)
+        found = Found(module, "module", self.sources.module_file(module) or "", 1, module=module)
         for attr in parts[cut:]:
             found = self.member(found, attr)
             if found.kind in ("missing", "unknown", "external", "variable"):
@@ -279,16 +282,16 @@ class Api:
                         return found
                 if self.is_module(f"{source}.{name}"):
                     sub = f"{source}.{name}"
-                    return Found(sub, "module", self.sources.module_file(sub), 1, module=sub)
+                    return Found(sub, "module", self.sources.module_file(sub) or "", 1, module=sub)
                 return Found(qual, "missing", module.path, binding[3], module=module_name,
                              why=f"re-exported from {source}.{name}, which does not exist")
             if kind == "module":
                 target = binding[1]
                 if self.is_module(target):
-                    return Found(target, "module", self.sources.module_file(target), 1, module=target)
+                    return Found(target, "module", self.sources.module_file(target) or "", 1, module=target)
                 return Found(qual, "external", module.path, binding[2], why=f"module {target}")
         if self.is_module(qual):
-            return Found(qual, "module", self.sources.module_file(qual), 1, module=qual)
+            return Found(qual, "module", self.sources.module_file(qual) or "", 1, module=qual)
         for star in module.star:
             if star.startswith(self.package) and self.module(star) is not None:
                 found = self.name_in(star, attr, depth + 1)
@@ -468,7 +471,7 @@ class Api:
 
 
 _TOP_LEVEL_DEF = re.compile(r"^(?:async\s+def|def|class)\s+(\w+)", re.M)
-_DEFINED: dict[tuple[str, tuple], dict[str, list[int]]] = {}  # top-level names per (file, CRC), as _PARSED
+_DEFINED: dict[tuple[str, tuple[Any, ...]], dict[str, list[int]]] = {}  # top-level names per (file, CRC), as _PARSED
 
 
 def takes_self(found: Found) -> bool:

