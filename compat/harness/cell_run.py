@@ -17,13 +17,13 @@ import subprocess
 import time
 import uuid
 from pathlib import Path
-from typing import Any
+from typing import IO, Any, Callable
 
 from compat.harness.cell_envs import REPO_ROOT, CellEnv, InstallError, ensure_env, existing_env, site_packages, tail
 from compat.harness.classify import new_findings
 from compat.harness.matrix import Cell
 from compat.harness.recipe import Recipe
-from compat.harness.verdict import decide
+from compat.harness.verdict import Decision, decide
 from compat.shared.cell_spec import SPEC_VARIABLE, CellSpec, KimiSuiteSpec
 from compat.shared.gpus import describe_gpus, host_gpu_names
 from compat.shared.manifest import expected_manifest
@@ -71,7 +71,8 @@ def run_settings(cell: Cell) -> dict[str, Any]:
 
 def run_cell(cell: Cell, recipe: Recipe | None, work_dir: Path, *, model_dir: Path, reinstall: bool = False,
              probe_timeout: int = 300, cell_timeout: int = 1200, suites: tuple[str, ...] = PROBE_SUITES,
-             echo=print, python: Path | None = None, gpu_memory_utilization: float | None = None) -> dict[str, Any]:
+             echo: Callable[[str], None] = print, python: Path | None = None,
+             gpu_memory_utilization: float | None = None) -> dict[str, Any]:
     """One cell: its venv built from `recipe`, or (`python`) an interpreter the user already has,
     into which nothing is installed. Its probes get the cell spec (cell_spec) and the environment
     variables cell_settings names."""
@@ -81,6 +82,8 @@ def run_cell(cell: Cell, recipe: Recipe | None, work_dir: Path, *, model_dir: Pa
         env = existing_env(python, cell.backend)
         record["recipe_notes"] = existing_env_notes(python, env)
         echo(f"[compat] {cell.id}: existing environment {python}: nothing installed")
+    elif recipe is None:
+        raise ValueError(f"{cell.id}: run_cell needs a recipe to build the cell's venv, or an existing python")
     else:
         record["recipe_notes"] = list(recipe.notes)
         echo(f"[compat] {cell.id}: installing ({recipe.vllm_dist}, torch {recipe.torch}, python {recipe.python})")
@@ -125,7 +128,7 @@ def run_cell(cell: Cell, recipe: Recipe | None, work_dir: Path, *, model_dir: Pa
     return record
 
 
-def rerun_candidates(decision) -> list[str]:
+def rerun_candidates(decision: Decision) -> list[str]:
     """Probes whose outcome would make a claim worth a second look: a NEW finding, or a failure the
     environment caused (as Crater re-runs its regressions before reporting them)."""
     return [probe_key(p) for p, cls in decision.classes if not cls.advisory and p.get("nodeids")
@@ -161,7 +164,7 @@ def merge_rerun(probes: list[dict[str, Any]], again: list[dict[str, Any]], keys:
     return out
 
 
-def merge_shims(shims: list[dict], probes: list[dict[str, Any]]) -> list[dict]:
+def merge_shims(shims: list[dict[str, Any]], probes: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The cell's environment shims: the venv's own plus those probes report in their detail
     (the generator's CUDA-memory answer, the server's CPU connector), each id once."""
     found = {s["id"]: s for s in shims}
@@ -280,7 +283,8 @@ def probe_environment(cell: Cell, spec_file: Path, token: str, settings: dict[st
     return env
 
 
-def run_probes(cell: Cell, env: CellEnv, work_dir: Path, *, spec: CellSpec, suites: tuple[str, ...], echo,
+def run_probes(cell: Cell, env: CellEnv, work_dir: Path, *, spec: CellSpec, suites: tuple[str, ...],
+               echo: Callable[[str], None],
                settings: dict[str, str] | None = None, select: list[str] | None = None,
                name: str = "probes") -> dict[str, Any]:
     """The probe run (pytest in the cell's interpreter), told `spec` through one file in `work_dir`;
@@ -313,7 +317,7 @@ def run_probes(cell: Cell, env: CellEnv, work_dir: Path, *, spec: CellSpec, suit
     return {"probes": probes, "error": error, "token": token}
 
 
-def _relay(process: subprocess.Popen, log, echo, deadline: float) -> str | None:
+def _relay(process: subprocess.Popen[bytes], log: IO[str], echo: Callable[[str], None], deadline: float) -> str | None:
     """Copy the probe process's stderr into the log, echoing our progress lines; enforce the deadline.
 
     Reads whatever bytes are there (os.read on the descriptor), never a whole line: a process that
@@ -321,8 +325,11 @@ def _relay(process: subprocess.Popen, log, echo, deadline: float) -> str | None:
     """
     import selectors
 
+    stderr = process.stderr
+    if stderr is None:
+        raise ValueError("the probe process was started without stderr=PIPE")
     selector = selectors.DefaultSelector()
-    selector.register(process.stderr, selectors.EVENT_READ)
+    selector.register(stderr, selectors.EVENT_READ)
     lines = LineSplitter(log, echo)
     try:
         while True:
@@ -333,7 +340,7 @@ def _relay(process: subprocess.Popen, log, echo, deadline: float) -> str | None:
                 if process.poll() is not None:
                     break
                 continue
-            chunk = os.read(process.stderr.fileno(), 65536)
+            chunk = os.read(stderr.fileno(), 65536)
             if not chunk:
                 break
             lines.feed(chunk)
@@ -350,7 +357,7 @@ def _relay(process: subprocess.Popen, log, echo, deadline: float) -> str | None:
 class LineSplitter:
     """Bytes in, whole lines out: every line goes to the log, our `[compat]` lines also to echo."""
 
-    def __init__(self, log, echo):
+    def __init__(self, log: IO[str], echo: Callable[[str], None]):
         self.log, self.echo = log, echo
         self.pending = b""
 
@@ -372,7 +379,7 @@ class LineSplitter:
             self.echo(line.rstrip())
 
 
-def kill_cell_processes(process: subprocess.Popen, token: str) -> int:
+def kill_cell_processes(process: subprocess.Popen[bytes], token: str) -> int:
     """Kill the probe process group and any process, anywhere, that carries the cell token."""
     killed = 0
     try:

@@ -150,14 +150,15 @@ class LocalIndex:
                 found.append(path.name)
         return found
 
-    def wheel_for(self, name, version, python="3.11", platform="manylinux_x86_64") -> Path:
+    def wheel_for(self, name: str, version: str, python: str = "3.11", platform: str = "manylinux_x86_64") -> Path:
         files = self._files(name, version)
         chosen = best_wheel(files, python, platform)
         if chosen is None:
             raise NoMatchingWheel(_no_wheel_message(name, version, python, platform, files))
         return self._wheels_dir / chosen
 
-    def wheel_metadata(self, name, version, python="3.11", platform="manylinux_x86_64"):
+    def wheel_metadata(self, name: str, version: str, python: str = "3.11",
+                       platform: str = "manylinux_x86_64") -> email.message.Message:
         path = self.wheel_for(name, version, python, platform)
         with zipfile.ZipFile(path) as archive:
             return parse_metadata(read_metadata_from_zip(archive, str(path)))
@@ -189,7 +190,8 @@ class PackageIndex:
         """The project's JSON document; a cached copy younger than max_age, else a fresh one."""
         path = self.cache_dir / "json" / f"{canonicalize_name(name)}.json"
         if path.exists() and time.time() - path.stat().st_mtime < self.max_age:
-            return json.loads(path.read_text())
+            cached: dict[str, Any] = json.loads(path.read_text())
+            return cached
         url = self._project_url(name)
         try:
             with self._open(urllib.request.Request(url, headers={"Accept": "application/json"})) as response:
@@ -201,12 +203,14 @@ class PackageIndex:
         except OSError as exc:
             return self._stale_or_raise(path, name, exc)
         _write_atomic(path, body)
-        return json.loads(body)
+        fresh: dict[str, Any] = json.loads(body)
+        return fresh
 
     @staticmethod
     def _stale_or_raise(path: Path, name: str, exc: Exception) -> dict[str, Any]:
         if path.exists():  # offline: an old answer beats none
-            return json.loads(path.read_text())
+            stale: dict[str, Any] = json.loads(path.read_text())
+            return stale
         raise PackageIndexError(f"cannot reach the index for {name!r}: {exc}") from exc
 
     def _release_files(self, name: str, version: str) -> list[dict[str, Any]]:
@@ -231,11 +235,11 @@ class PackageIndex:
 
     def _file_url(self, name: str, info: dict[str, Any]) -> str:
         # PyPI's JSON may give file URLs relative to the JSON document.
-        return urllib.parse.urljoin(self._project_url(name), info["url"])
+        return urllib.parse.urljoin(self._project_url(name), str(info["url"]))
 
-    def wheel_for(self, name, version, python="3.11", platform="manylinux_x86_64") -> Path:
+    def wheel_for(self, name: str, version: str, python: str = "3.11", platform: str = "manylinux_x86_64") -> Path:
         info = self._choose_file(name, version, python, platform)
-        path = self.cache_dir / "wheels" / info["filename"]
+        path: Path = self.cache_dir / "wheels" / info["filename"]
         expected = info.get("digests", {}).get("sha256")
         if path.exists() and (not expected or _sha256(path) == expected):
             return path
@@ -257,7 +261,8 @@ class PackageIndex:
             raise
         return path
 
-    def wheel_metadata(self, name, version, python="3.11", platform="manylinux_x86_64"):
+    def wheel_metadata(self, name: str, version: str, python: str = "3.11",
+                       platform: str = "manylinux_x86_64") -> email.message.Message:
         """METADATA of the wheel `wheel_for` would pick, read without downloading it when possible."""
         info = self._choose_file(name, version, python, platform)
         cached = self.cache_dir / "metadata" / f"{info['filename']}.METADATA"
@@ -310,7 +315,7 @@ class _RangeReader(io.RawIOBase):
         self._pos = max(0, base + offset)
         return self._pos
 
-    def readinto(self, buffer) -> int:
+    def readinto(self, buffer: Any) -> int:  # a writable buffer (BufferedReader passes a memoryview)
         end = min(self._pos + len(buffer), self._size)
         if end <= self._pos:
             return 0
@@ -350,10 +355,15 @@ def _write_atomic(path: Path, data: bytes) -> None:
 class WheelOverlay:
     """An `Index` that answers for one local wheel file (--vllm PATH.whl) and asks `base` the rest."""
 
-    def __init__(self, base, wheel: Path):
+    def __init__(self, base: Index | None, wheel: Path):
         self.base, self.wheel = base, Path(wheel)
         name, version, _, _ = parse_wheel_filename(self.wheel.name)
         self.name, self.version = name, version
+
+    def _base(self, name: str) -> Index:
+        if self.base is None:
+            raise PackageIndexError(f"no index to ask for {name}: only the local wheel {self.wheel.name}")
+        return self.base
 
     def _mine(self, name: str, version: str) -> bool:
         return canonicalize_name(name) == self.name and Version(version) == self.version
@@ -362,16 +372,17 @@ class WheelOverlay:
         releases = self.base.releases(name) if self.base is not None else []
         return sort_versions(releases + [str(self.version)]) if canonicalize_name(name) == self.name else releases
 
-    def wheel_for(self, name, version, python="3.11", platform="manylinux_x86_64") -> Path:
+    def wheel_for(self, name: str, version: str, python: str = "3.11", platform: str = "manylinux_x86_64") -> Path:
         if not self._mine(name, version):
-            return self.base.wheel_for(name, version, python, platform)
+            return self._base(name).wheel_for(name, version, python, platform)
         if best_wheel([self.wheel.name], python, platform) is None:
             raise NoMatchingWheel(_no_wheel_message(name, version, python, platform, [self.wheel.name]))
         return self.wheel
 
-    def wheel_metadata(self, name, version, python="3.11", platform="manylinux_x86_64"):
+    def wheel_metadata(self, name: str, version: str, python: str = "3.11",
+                       platform: str = "manylinux_x86_64") -> email.message.Message:
         if not self._mine(name, version):
-            return self.base.wheel_metadata(name, version, python, platform)
+            return self._base(name).wheel_metadata(name, version, python, platform)
         path = self.wheel_for(name, version, python, platform)
         with zipfile.ZipFile(path) as archive:
             return parse_metadata(read_metadata_from_zip(archive, str(path)))
