@@ -46,7 +46,7 @@ import sys
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 from compat.harness import kimi_shaped_plan
 from compat.harness.cell_envs import REPO_ROOT
@@ -54,6 +54,10 @@ from compat.shared.cell_spec import KimiSuiteSpec
 from compat.shared.gpus import host_gpu_count
 from compat.shared.kimi_config import text_config
 from compat.shared.mla import MLA_BACKENDS, MLA_REPORT, MlaChoice, choose_mla  # noqa: F401 - kimi.choose_mla, kimi.MlaChoice
+
+if TYPE_CHECKING:
+    from compat.harness.cell_envs import CellEnv
+    from compat.harness.matrix import Cell
 
 DEFAULT_VLLM = "0.16.0"  # the seeds' pair
 DEFAULT_SPECULATORS = "0.3.0"
@@ -238,16 +242,17 @@ def mla_latent(config_file: Path) -> int | None:
     return rank + rope if isinstance(rank, int) and isinstance(rope, int) else None
 
 
-def detect_mla_backends(python: Path, backend: str) -> dict[str, dict]:
+def detect_mla_backends(python: Path, backend: str) -> dict[str, dict[str, Any]]:
     """The MLA backends the cell's vLLM build has for this platform, read in its interpreter."""
     wanted = json.dumps(MLA_BACKENDS[backend])
     out = subprocess.run([str(python), "-c", MLA_REPORT, wanted], capture_output=True, text=True, timeout=600)
     if out.returncode != 0:
         return {"(detection)": {"missing": f"the MLA backend check failed: {out.stderr.strip()[-300:]}"}}
-    return json.loads(out.stdout.strip().splitlines()[-1])
+    found: dict[str, dict[str, Any]] = json.loads(out.stdout.strip().splitlines()[-1])
+    return found
 
 
-def cell_over_interpreter(python: Path, backend: str):
+def cell_over_interpreter(python: Path, backend: str) -> tuple[Cell, CellEnv]:
     """(Cell, CellEnv) over an interpreter the user already has: the cell named by the versions
     installed there (cell_envs.existing_env gives the environment alone)."""
     from compat.harness.cell_envs import CellEnv, describe_env
@@ -347,7 +352,8 @@ def run(options: argparse.Namespace, record: dict[str, Any]) -> int:
     skip = gate_reason(model_path, options.tp, host_gpus, "nvidia-smi -L") if needs_gpus else None
     work_dir = options.results / "kimi"
     work_dir.mkdir(parents=True, exist_ok=True)
-    cell, env = Cell(options.vllm, options.speculators, backend), None
+    cell = Cell(options.vllm, options.speculators, backend)
+    env: CellEnv | None = None
     if options.python is not None:
         cell, env = cell_over_interpreter(options.python, backend)
         record.update(python=str(Path(options.python).absolute()), vllm=cell.vllm, speculators=cell.speculators)
@@ -363,7 +369,7 @@ def run(options: argparse.Namespace, record: dict[str, Any]) -> int:
             skip = gate_reason(model_path, options.tp, gpus, "torch.cuda.device_count() in the cell venv")
     if shaped is not None and skip is None:
         info = _build_shaped(shaped, env, record)
-    mla = None if skip is not None else _choose_mla(options, info, env, backend, record, shaped)
+    mla = None if skip is not None or info is None else _choose_mla(options, info, env, backend, record, shaped)
     if skip is not None and _has_pytest():
         env = CellEnv(path=Path(sys.prefix), python=Path(sys.executable), seconds=0.0, reused=True)
     print(f"[kimi] {'skipping every test: ' + skip if skip else 'running ' + SUITE} "
@@ -373,6 +379,8 @@ def run(options: argparse.Namespace, record: dict[str, Any]) -> int:
         suite = replace(suite, **kimi_shaped_plan.suite_settings(shaped, record["compared"]))
     spec = cell_spec(cell, work_dir, info.path if info else Path(os.devnull), probe_timeout=options.timeout,
                      cell_timeout=options.timeout + 120, kimi=suite)
+    if env is None:  # installed, or made over this interpreter, above
+        raise KimiError(f"cell {cell.id}: no environment to run the suite in")
     started = time.monotonic()
     outcome = run_probes(cell, env, work_dir, spec=spec, suites=(SUITE,), echo=lambda line: print(line, flush=True),
                          settings=suite_environment(mla))
@@ -424,8 +432,10 @@ def _shaped_recipe(options: argparse.Namespace, backend: str, record: dict[str, 
     return recipe
 
 
-def _build_shaped(recipe: dict[str, Any], env, record: dict[str, Any]) -> ModelInfo:
+def _build_shaped(recipe: dict[str, Any], env: CellEnv | None, record: dict[str, Any]) -> ModelInfo:
     """Build (or reuse) the checkpoint with the cell's interpreter; the model the suite then runs on."""
+    if env is None:
+        raise KimiError("the Kimi-shaped checkpoint is built in the cell's interpreter: no cell environment")
     try:
         path, build = kimi_shaped_plan.ensure(recipe, env.python)
     except kimi_shaped_plan.ShapedError as exc:
@@ -445,7 +455,7 @@ def _build_shaped(recipe: dict[str, Any], env, record: dict[str, Any]) -> ModelI
     return info
 
 
-def _install(cell, options: argparse.Namespace, work_dir: Path):
+def _install(cell: Cell, options: argparse.Namespace, work_dir: Path) -> CellEnv:
     from compat.harness.cell_envs import InstallError, ensure_env
     from compat.harness.matrix import MatrixError, check_released
     from compat.harness.pypi import PackageIndex, PackageIndexError
@@ -463,9 +473,11 @@ def _install(cell, options: argparse.Namespace, work_dir: Path):
         raise KimiError(f"cell {cell.id}: install failed: {exc}\n{exc.log_tail}") from None
 
 
-def _choose_mla(options, info: ModelInfo, env, backend: str, record: dict[str, Any],
-                shaped: dict[str, Any] | None = None) -> MlaChoice:
+def _choose_mla(options: argparse.Namespace, info: ModelInfo, env: CellEnv | None, backend: str,
+                record: dict[str, Any], shaped: dict[str, Any] | None = None) -> MlaChoice:
     """MLA on where this build can (feature-detected in the cell's interpreter); why, where not."""
+    if env is None:
+        raise KimiError("MLA is detected in the cell's interpreter: no cell environment")
     found = detect_mla_backends(env.python, backend)
     dtype = options.dtype if options.scale_model else (shaped["dtype"] if shaped else None)
     mla = choose_mla(found, mla_latent(info.path / "config.json"), dtype)

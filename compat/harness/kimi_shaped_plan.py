@@ -10,6 +10,7 @@ the suite compares the model with, and the shape kimi.json records.
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import shutil
@@ -40,27 +41,28 @@ class ShapedError(ValueError):
     """The Kimi-shaped model cannot be built or run here; the message names the options and what fits."""
 
 
-def recipe_from_options(options, backend: str) -> dict[str, Any]:
+def recipe_from_options(options: argparse.Namespace, backend: str) -> dict[str, Any]:
     """The recipe for these options (generated on CUDA for the gpu backend); ShapeError when bad."""
     return kimi_config.recipe(layers=options.layers, experts=options.experts, width_divisor=options.width_divisor,
                              dtype=options.dtype or "bfloat16", quantization=options.quantization,
                              seed=options.seed, generator="cuda" if backend == "gpu" else "cpu")
 
 
-def options_text(recipe: dict) -> str:
+def options_text(recipe: dict[str, Any]) -> str:
     text = f"--layers {recipe['layers']} --experts {recipe['experts']}"
     if recipe["width_divisor"] > 1:
         text += f" --width-divisor {recipe['width_divisor']}"
     return text + f" --dtype {recipe['dtype']}"
 
 
-def per_rank_bytes(recipe: dict, tp: int) -> int:
+def per_rank_bytes(recipe: dict[str, Any], tp: int) -> int:
     """Weights split over the TP ranks (embeddings vocab-parallel, attention heads and expert widths
     split) plus the reserve: what one GPU needs."""
-    return -(-kimi_config.sizes(recipe)["bytes"] // tp) + RESERVE_BYTES_PER_RANK
+    weights: int = kimi_config.sizes(recipe)["bytes"]
+    return -(-weights // tp) + RESERVE_BYTES_PER_RANK
 
 
-def gpu_problem(recipe: dict, tp: int, gpu_bytes: list[int]) -> str | None:
+def gpu_problem(recipe: dict[str, Any], tp: int, gpu_bytes: list[int]) -> str | None:
     """Why the model will not fit `tp` of these GPUs (each given in bytes), with what would; None if it fits."""
     if len(gpu_bytes) < tp:
         return None  # the gate says it: too few GPUs
@@ -91,11 +93,12 @@ def gpu_problem(recipe: dict, tp: int, gpu_bytes: list[int]) -> str | None:
             f"one routed expert {sizes['routed_expert'] / 2**20:.0f} MiB)")
 
 
-def _most(recipe: dict, option: str, bounds: tuple[int, int], budget: int) -> int | None:
+def _most(recipe: dict[str, Any], option: str, bounds: tuple[int, int], budget: int) -> int | None:
     """The largest value of `option` (layers or experts, the rest as asked) whose weights fit in
     `budget` bytes, or None when not even the smallest does (the checkpoint's bytes are linear in each)."""
     def size(value: int) -> int:
-        return kimi_config.sizes({**recipe, option: value})["bytes"]
+        weights: int = kimi_config.sizes({**recipe, option: value})["bytes"]
+        return weights
 
     low = size(bounds[0])
     if low > budget:
@@ -103,7 +106,7 @@ def _most(recipe: dict, option: str, bounds: tuple[int, int], budget: int) -> in
     return min(bounds[1], bounds[0] + (budget - low) // (size(bounds[0] + 1) - low))
 
 
-def sizes_text(recipe: dict) -> str:
+def sizes_text(recipe: dict[str, Any]) -> str:
     parts = kimi_config.sizes(recipe)
     gib = 2**30
     return (f"{parts['bytes'] / gib:.1f} GiB of {recipe['dtype']} weights: embeddings + lm_head "
@@ -112,7 +115,7 @@ def sizes_text(recipe: dict) -> str:
             f"{parts['bytes_per']['moe_layer'] / gib:.2f} GiB")
 
 
-def host_problem(recipe: dict, cache_root: Path, backend: str) -> str | None:
+def host_problem(recipe: dict[str, Any], cache_root: Path, backend: str) -> str | None:
     """Why the checkpoint cannot be written (disk) or, on CPU, held (memory) here; None if it can."""
     size = kimi_config.sizes(recipe)["bytes"]
     gib = 2**30
@@ -138,7 +141,7 @@ def _existing_parent(path: Path) -> Path:
     return path
 
 
-def ensure(recipe: dict, python: Path, cache_root: Path | None = None) -> tuple[Path, dict[str, Any]]:
+def ensure(recipe: dict[str, Any], python: Path, cache_root: Path | None = None) -> tuple[Path, dict[str, Any]]:
     """The model folder for `recipe`, built with `python` (the cell's interpreter) unless cached.
     Returns it and the build's figures (`reused` True when the folder existed)."""
     built: dict[str, Any] = {}
@@ -169,7 +172,7 @@ def cache_root() -> Path:
     return default_cache_root()
 
 
-def reference_plan(recipe: dict) -> dict[str, Any]:
+def reference_plan(recipe: dict[str, Any]) -> dict[str, Any]:
     """Whether the suite compares with transformers, and why (recorded as kimi.json's `compared`)."""
     float32 = kimi_config.sizes({**recipe, "dtype": "float32"})["bytes"]
     gib = 2**30
@@ -186,13 +189,13 @@ def reference_plan(recipe: dict) -> dict[str, Any]:
                    "batch, single and repeated calls)"}
 
 
-def suite_settings(recipe: dict, plan: dict[str, Any]) -> dict[str, Any]:
+def suite_settings(recipe: dict[str, Any], plan: dict[str, Any]) -> dict[str, Any]:
     """The Kimi suite spec's fields (compat.shared.cell_spec.KimiSuiteSpec) a Kimi-shaped run sets."""
     return {"dtype": recipe["dtype"], "reference": bool(plan["transformers_reference"]),
             "no_reference": "" if plan["transformers_reference"] else plan["why"]}
 
 
-def record(recipe: dict, path: Path | None = None, build: dict[str, Any] | None = None) -> dict[str, Any]:
+def record(recipe: dict[str, Any], path: Path | None = None, build: dict[str, Any] | None = None) -> dict[str, Any]:
     """kimi.json's `kimi_shaped`: the options, the config values, parameters, bytes, shards and the build."""
     summary = kimi_config.summary(recipe)
     if path is not None:
