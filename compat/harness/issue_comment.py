@@ -69,6 +69,9 @@ def comment(explanations: list[Explanation], versions: Versions) -> str | None:
                 lines.append(f"    - see: {', '.join(entry.references)}")
         for entry, why in ex.out_of_range:
             lines.append(f"  - matches `{entry.id}` ({entry.title}), {why}: not counted as known")
+        for entry, why in ex.candidates:
+            lines.append(f"  - candidate `{entry.id}` ({entry.title}): its symptom fits, but it was {why}: "
+                         "not counted as known")
         if not ex.matches:
             lines.append("  - relays another failure (see the root cause)" if ex.found.wrapper
                          else "  - no known breakage matches")

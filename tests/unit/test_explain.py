@@ -97,4 +97,5 @@ def test_server_logs_of_the_default_server_cells_name_their_breakage():
     # the same log read for a GPU cell: the CPU-only entry does not apply there; shown, never known
     code, text = run([str(cpu_write), "--vllm", "0.32.0", "--speculators", "0.9.0", "--backend", "gpu"])
     assert code == 1 and "known breakage payload_schema" not in text and "no known breakage matches" in text
-    assert "matches payload_schema" in text and "observed on cpu only; the paste is gpu" in text
+    assert "candidate payload_schema" in text
+    assert "observed on cpu only; this paste is from a CUDA GPU (--backend)" in text

@@ -172,3 +172,89 @@ def test_a_sigkill_listed_is_named_and_nothing_without_a_relay():
     dead = "(EngineCore pid=196) ERROR 05-13 10:46:43 [multiproc_executor.py:283] Worker proc VllmWorker-0 died unexpectedly, shutting down executor."
     assert silent_death(dead) is None  # no relay, no exception: nothing to read
     assert silent_death("INFO all good") is None
+
+
+# -- vLLM V0's older log forms: the exception as a repr on a log line; the worker's header (issue 32, item 6) ---------
+
+V0_REPR = ("ERROR 05-01 12:00:00 [engine.py:160] OutOfMemoryError('CUDA out of memory. Tried to allocate 128.00 MiB. "
+           "GPU 0 has a total capacity of 79.33 GiB of which 16.00 MiB is free.')\n")
+
+
+def test_v0_s_exception_logged_as_its_repr_is_read_with_its_type_and_message():
+    [found] = exceptions_in(V0_REPR + "ERROR 05-01 12:00:00 [engine.py:160] Traceback (most recent call last):\n")
+    assert (found.type, found.line, found.where) == ("OutOfMemoryError", 1, None)
+    assert found.message == ("CUDA out of memory. Tried to allocate 128.00 MiB. GPU 0 has a total capacity of "
+                             "79.33 GiB of which 16.00 MiB is free.")
+    escaped = "ERROR 05-01 12:00:00 [engine.py:160] RuntimeError(\"it's\\nbroken\")\n"
+    assert [(f.type, f.message) for f in exceptions_in(escaped)] == [("RuntimeError", "it's\nbroken")]
+    cut = V0_REPR[:120] + "\n"  # a paste cut inside the line: as far as it goes
+    assert [(f.type, f.message) for f in exceptions_in(cut)] == [
+        ("OutOfMemoryError", "CUDA out of memory. Tried to allocate 128.00 MiB. GPU 0 has a tot")]
+
+
+def test_a_repr_is_one_exception_with_the_traceback_that_follows_it():
+    full = V0_REPR + (
+        "ERROR 05-01 12:00:00 [engine.py:160] Traceback (most recent call last):\n"
+        'ERROR 05-01 12:00:00 [engine.py:160]   File "/x/vllm/worker/model_runner.py", line 1, in execute_model\n'
+        "ERROR 05-01 12:00:00 [engine.py:160] torch.OutOfMemoryError: CUDA out of memory. Tried to allocate "
+        "128.00 MiB. GPU 0 has a total capacity of 79.33 GiB of which 16.00 MiB is free.\n")
+    [found] = exceptions_in(full)
+    assert (found.type, found.where) == ("OutOfMemoryError", "vllm/worker/model_runner.py:1")
+
+
+def test_a_repr_in_code_or_below_error_level_is_no_exception():
+    assert not exceptions_in("WARNING 05-01 12:00:00 [x.py:1] ValueError('only advice')\n")
+    assert not exceptions_in('Traceback (most recent call last):\n  File "/x/a.py", line 1, in f\n'
+                             "    ValueError('a source line')\n")
+
+
+WORKER = "(VllmWorkerProcess pid=2475) ERROR 10-01 10:44:30 multiproc_worker_utils.py:233] "
+
+
+def _worker(*lines: str) -> str:
+    return "".join(WORKER + line + "\n" for line in lines)
+
+
+def test_v0_s_worker_header_gives_the_message_and_its_traceback_the_type():
+    cut = _worker("Exception in worker VllmWorkerProcess while processing method init_device: NCCL error: unhandled "
+                  "cuda error, Traceback (most recent call last):",
+                  '  File "/x/vllm/executor/multiproc_worker_utils.py", line 226, in _run_worker_process',
+                  "    output = executor(*args, **kwargs)",
+                  '  File "/x/vllm/distributed/device_communicators/pynccl_wrapper.py", line 272, in NCCL_CHECK',
+                  '    raise RuntimeError(f"NCCL error: {error_str}")')
+    [found] = exceptions_in(cut)  # cut before the type line: the innermost `raise` names it
+    assert (found.type, found.message, found.type_shown) == ("RuntimeError", "NCCL error: unhandled cuda error", True)
+    assert found.where == "vllm/distributed/device_communicators/pynccl_wrapper.py:272"
+    whole = cut + _worker("RuntimeError: NCCL error: unhandled cuda error")
+    assert [(f.type, f.line) for f in exceptions_in(whole)] == [("RuntimeError", 6)]  # one exception, the traceback's
+
+
+def test_a_worker_header_whose_message_spans_lines_and_whose_type_is_not_shown():
+    text = _worker("Exception in worker VllmWorkerProcess while processing method init_device: CUDA error: invalid "
+                   "device ordinal",
+                   "CUDA kernel errors might be asynchronously reported at some other API call, so the stacktrace "
+                   "below might be incorrect.",
+                   ", Traceback (most recent call last):",
+                   '  File "/x/vllm/worker/worker.py", line 166, in init_device',
+                   "    torch.cuda.set_device(self.device)")
+    [found] = exceptions_in(text)
+    assert (found.type, found.type_shown, found.where) == ("Exception", False, "vllm/worker/worker.py:166")
+    assert found.message.startswith("CUDA error: invalid device ordinal\nCUDA kernel errors might be")
+    title = "# [Bug]: Exception in worker VllmWorkerProcess while processing method init_device: CUDA error: x\n"
+    [found] = exceptions_in(title)
+    assert (found.type, found.message, found.type_shown, found.one_line) == ("Exception", "CUDA error: x", False, True)
+
+
+def test_a_header_whose_type_is_not_shown_is_one_exception_with_the_same_error_shown_elsewhere():
+    title = "# [Bug]: Exception in worker VllmWorkerProcess while processing method init_device: CUDA error: x\n"
+    log = ('Traceback (most recent call last):\n  File "/x/vllm/worker/worker.py", line 1, in init_device\n'
+           "RuntimeError: CUDA error: x\n")
+    for text in (title + "\nThe log:\n" + log, log + "\nSo:\n" + title):
+        assert [(f.type, f.type_shown) for f in exceptions_in(text)] == [("RuntimeError", True)], text
+    other = title + "\nThe log:\n" + log.replace("CUDA error: x", "other")
+    assert [(f.type, f.type_shown) for f in exceptions_in(other)] == [("Exception", False), ("RuntimeError", True)]
+    cut = _worker("Exception in worker VllmWorkerProcess while processing method init_device: CUDA error: x, "
+                  "Traceback (most recent call last):", '  File "/x/vllm/worker/worker.py", line 1, in init_device')
+    for text in ("# RuntimeError: CUDA error: x\n\n" + cut, cut + "\nRuntimeError: CUDA error: x\n"):
+        assert [(f.type, f.type_shown, f.where) for f in exceptions_in(text)] == [
+            ("RuntimeError", True, "vllm/worker/worker.py:1")], text  # the type from one, the place from the other
