@@ -19,7 +19,7 @@ import sys
 from pathlib import Path
 from typing import Any, Sequence
 
-from compat.harness.explain import Explanation, Versions, explain_paste, exit_status
+from compat.harness.explain import Explanation, Versions, exit_status, explain_paste
 
 MARKER = "<!-- vllm-spec-compat: explain -->"
 

@@ -51,7 +51,8 @@ def test_a_worker_traceback_in_log_lines_is_read():
 
 
 def test_an_unrelated_real_traceback_matches_nothing(tmp_path):
-    done = subprocess.run([sys.executable, "-c", "import json; json.loads('{not json')"], capture_output=True, text=True)
+    done = subprocess.run([sys.executable, "-c", "import json; json.loads('{not json')"], capture_output=True,
+                          text=True)
     assert "Traceback" in done.stderr
     code, text = run(["-"], done.stderr)
     assert code == 1
@@ -70,7 +71,8 @@ def test_a_near_miss_names_its_closest_candidate_and_why():
 def test_a_cell_result_file_is_explained(tmp_path):
     record = {"vllm": "0.17.1", "speculators": "0.3.0", "probes": [
         {"id": "request_signature", "status": "broken", "case": None,
-         "error": {"type": "TypeError", "message": "Request.__init__() got an unexpected keyword argument 'eos_token_id'",
+         "error": {"type": "TypeError",
+                   "message": "Request.__init__() got an unexpected keyword argument 'eos_token_id'",
                    "where": None}}]}
     path = tmp_path / "cell.json"
     path.write_text(json.dumps(record))

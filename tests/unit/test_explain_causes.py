@@ -19,6 +19,7 @@ score = importlib.util.module_from_spec(_SCORE)
 _SCORE.loader.exec_module(score)
 CORPUS, truth, reading = score.CORPUS, score.truth, score.reading
 PASTES = sorted(CORPUS.glob("*.txt"))
+LOGS = Path(__file__).parent / "corpus" / "logs"
 
 
 def test_the_corpus_has_sources_and_truths():
@@ -42,7 +43,8 @@ def test_explain_names_the_root_and_its_cause(paste):
 def test_a_module_s_lower_case_exception_is_read_with_its_module():
     text = ("ERROR 04-15 05:23:10 engine.py:137]     struct.unpack(\"iiiiiiii\", s)\n"
             "ERROR 04-15 05:23:10 engine.py:137] struct.error: unpack requires a buffer of 32 bytes\n")
-    assert [(f.type, f.message) for f in exceptions_in(text)] == [("struct.error", "unpack requires a buffer of 32 bytes")]
+    assert [(f.type, f.message)
+            for f in exceptions_in(text)] == [("struct.error", "unpack requires a buffer of 32 bytes")]
     assert exceptions_in("the error: nothing\nmy.error_count: 3\n") == []
 
 
@@ -95,7 +97,8 @@ def test_a_message_stops_where_another_record_begins():
     cases = [
         ("(VllmWorkerProcess pid=1253) ERROR 12-25 01:10:28 multiproc_worker_utils.py:229] RuntimeError: NCCL error: "
          "unhandled system error (run with NCCL_DEBUG=INFO for details)\n"
-         "ERROR 12-25 01:10:28 engine.py:366] NCCL error: unhandled system error (run with NCCL_DEBUG=INFO for details)\n"),
+         "ERROR 12-25 01:10:28 engine.py:366] NCCL error: unhandled system error (run with NCCL_DEBUG=INFO for "
+         "details)\n"),
         ("Exception: WorkerProc initialization failed due to an exception in a background process. See stack trace "
          "for root cause.\nProcess EngineCore_0:\n"),
         ("RuntimeError: Engine core initialization failed. See root cause above. Failed core proc(s): {}\n"
@@ -122,7 +125,8 @@ def test_vllm_s_compile_cache_is_not_a_vllm_frame():
 
 WARN = "(EngineCore_DP0 pid=7) WARNING 12-02 00:01:18 [interface.py:201] Failed to import from {module} with {error}\n"
 FAIL = "(EngineCore_DP0 pid=7) ERROR 12-02 00:01:19 [core.py:866] {line}\n"
-RELAY = "(APIServer pid=1) RuntimeError: Engine core initialization failed. See root cause above. Failed core proc(s): {}\n"
+RELAY = ("(APIServer pid=1) RuntimeError: Engine core initialization failed. See root cause above. Failed core "
+         "proc(s): {}\n")
 
 
 def _plugin_root(output: str) -> dict:
@@ -170,8 +174,9 @@ def test_a_load_failure_no_rule_names_still_reads_as_the_environment():
 def test_a_harmless_load_warning_is_not_a_cause():
     """Ascend and TPU builds print `No module named 'vllm._C'` and carry on: the warning alone never is a server
     log's root cause, never blocks a silent death, and never makes a known paste unknown."""
-    killed = (Path(__file__).parent / "corpus" / "logs" / "vllm-0.22.0__cpu.engine-core-sigkill-while-loading.log").read_text()
-    warned = WARN.format(module="vllm._C_AVX512", error="ImportError('libfoo.so: cannot open shared object file')") + killed
+    killed = (LOGS / "vllm-0.22.0__cpu.engine-core-sigkill-while-loading.log").read_text()
+    warned = WARN.format(module="vllm._C_AVX512",
+                         error="ImportError('libfoo.so: cannot open shared object file')") + killed
     assert silent_death(warned) is not None and root_cause(warned).type != "ImportError"
     from compat.harness.explain import exit_status
 
@@ -182,10 +187,11 @@ def test_a_harmless_load_warning_is_not_a_cause():
 
 
 def test_aborted_requests_and_words_ending_in_error_are_no_crash_and_no_exception():
-    killed = (Path(__file__).parent / "corpus" / "logs" / "vllm-0.22.0__cpu.engine-core-sigkill-while-loading.log").read_text()
+    killed = (LOGS / "vllm-0.22.0__cpu.engine-core-sigkill-while-loading.log").read_text()
     assert silent_death("INFO 12-02 00:00:01 [async_llm.py:1] Aborted request chatcmpl-1.\n" + killed) is not None
     assert silent_death(killed + "Aborted\n") is None  # the shell's word for SIGABRT
-    assert silent_death(killed + "(APIServer pid=1) ERROR 12-02 00:00:02 [x.py:1] see tokenizer.error: nothing\n") is not None
+    prose = "(APIServer pid=1) ERROR 12-02 00:00:02 [x.py:1] see tokenizer.error: nothing\n"
+    assert silent_death(killed + prose) is not None
 
 
 def test_a_vllm_installed_under_a_cache_folder_keeps_its_frames():

@@ -20,7 +20,7 @@ SERVER_LOG = """\
 (APIServer pid=1) Traceback (most recent call last):
 (APIServer pid=1)   File "/venv/lib/python3.11/site-packages/vllm/v1/engine/core_client.py", line 1061, in get
 (APIServer pid=1) vllm.v1.engine.exceptions.EngineDeadError: EngineCore encountered an issue. See stack trace (above) for the root cause.
-"""
+"""  # noqa: E501 - a real log's lines
 
 PYDANTIC_LOG = """\
 Traceback (most recent call last):
@@ -130,7 +130,8 @@ def test_a_process_killed_by_a_signal_is_named_as_such_not_as_the_relay():
     assert loading.message == f"Failed core proc(s): {{}}; {SILENT}"
     text = (LOGS / "vllm-0.22.0__cpu.engine-core-sigkill-while-loading.log").read_text()
     assert failure_line(text).startswith(f"{PROCESS_DIED}: ")  # a vLLM log
-    assert failure_line(text, vllm_log=False).startswith("RuntimeError: Engine core initialization failed")  # a client's
+    # a client's
+    assert failure_line(text, vllm_log=False).startswith("RuntimeError: Engine core initialization failed")
 
 
 KILLED = (LOGS / "vllm-0.22.0__cpu.engine-core-sigkill-while-loading.log").read_text()
@@ -140,22 +141,29 @@ KILLED = (LOGS / "vllm-0.22.0__cpu.engine-core-sigkill-while-loading.log").read_
     ("a printed exception", lambda t: t.replace("(APIServer pid=24784) Traceback (most recent call last):",
      "(EngineCore pid=25315) ERROR 12-02 02:50:20 [core.py:866] AttributeError: 'Scheduler' object has no "
      "attribute 'kv_cache_manager'\n(APIServer pid=24784) Traceback (most recent call last):")),
-    ("an exit code > 0: it raised", lambda t: t.replace("Failed core proc(s): {}", "Failed core proc(s): {'EngineCore_DP0': 1}")),
-    ("another signal: a crash", lambda t: t.replace("Failed core proc(s): {}", "Failed core proc(s): {'EngineCore_DP0': -11}")),
+    ("an exit code > 0: it raised",
+     lambda t: t.replace("Failed core proc(s): {}", "Failed core proc(s): {'EngineCore_DP0': 1}")),
+    ("another signal: a crash",
+     lambda t: t.replace("Failed core proc(s): {}", "Failed core proc(s): {'EngineCore_DP0': -11}")),
     ("0.32's wording, exit code 1", lambda t: t + "\n(EngineCore pid=1) ERROR 12-02 [multiproc_executor.py:283] "
                                                    "Worker proc VllmWorker-0 died unexpectedly (exit code: 1)\n"),
     ("a crash line", lambda t: t + "\nFatal Python error: Segmentation fault\n"),
     ("C++ terminate", lambda t: t + "\nterminate called after throwing an instance of 'c10::Error'\n  what():  boom\n"),
-    ("an engine-core error line", lambda t: t + "\n(EngineCore pid=25315) ERROR 12-02 02:50:20 [core.py:1] EngineCore failed to start.\n"),
-    ("a coloured engine-core error line (vLLM 0.11)", lambda t: t + "\n\x1b[1;36m(EngineCore_DP0 pid=25315)\x1b[0;0m ERROR "
-                                                               "12-02 02:50:20 [core.py:1] EngineCore failed to start.\n"),
+    ("an engine-core error line",
+     lambda t: t + "\n(EngineCore pid=25315) ERROR 12-02 02:50:20 [core.py:1] EngineCore failed to start.\n"),
+    ("a coloured engine-core error line (vLLM 0.11)",
+     lambda t: t + "\n\x1b[1;36m(EngineCore_DP0 pid=25315)\x1b[0;0m ERROR "
+                   "12-02 02:50:20 [core.py:1] EngineCore failed to start.\n"),
     ("a traceback that ends in what the parser cannot read", lambda t: t + "\n(EngineCore pid=25315) Traceback (most "
      "recent call last):\n(EngineCore pid=25315)   File \"/v/vllm/v1/engine/core.py\", line 9, in run\n(EngineCore "
      "pid=25315) torch._dynamo.exc.Unsupported: boom\n"),
-    ("a traceback ending in a bare `Exception: boom` (a real one)", lambda t: t + "\n(EngineCore pid=25315) Traceback (most recent "
+    ("a traceback ending in a bare `Exception: boom` (a real one)",
+     lambda t: t + "\n(EngineCore pid=25315) Traceback (most recent "
      "call last):\n(EngineCore pid=25315)   File \"/v/vllm/v1/engine/core.py\", line 9, in run\n(EngineCore pid=25315) "
      "Exception: boom\n"),
-    ("a relay that quotes the error", lambda t: t + "\nRuntimeError: Worker failed with error 'boom', please check the stack trace above for the root cause\n"),
+    ("a relay that quotes the error",
+     lambda t: t + "\nRuntimeError: Worker failed with error 'boom', please check the stack trace above for the root "
+                   "cause\n"),
 ])
 def test_a_silent_death_needs_evidence_not_absence(what, edit):
     from compat.shared.tracebacks import silent_death
@@ -169,7 +177,8 @@ def test_a_sigkill_listed_is_named_and_nothing_without_a_relay():
 
     killed = silent_death(KILLED.replace("Failed core proc(s): {}", "Failed core proc(s): {'EngineCore_DP0': -9}"))
     assert killed.message.endswith("(SIGKILL)")
-    dead = "(EngineCore pid=196) ERROR 05-13 10:46:43 [multiproc_executor.py:283] Worker proc VllmWorker-0 died unexpectedly, shutting down executor."
+    dead = ("(EngineCore pid=196) ERROR 05-13 10:46:43 [multiproc_executor.py:283] Worker proc VllmWorker-0 died "
+            "unexpectedly, shutting down executor.")
     assert silent_death(dead) is None  # no relay, no exception: nothing to read
     assert silent_death("INFO all good") is None
 
