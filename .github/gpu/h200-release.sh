@@ -36,15 +36,42 @@
 #   jsonschema==4.26.0 jsonschema-specifications==2025.9.1 referencing==0.37.0 rpds-py==2026.9.1 (cv2 is optional
 #   to mistral_common); .device23-mc/s081: speculators==0.8.1 hs-connectors==0.8.1. Call 1 carries .device23
 #   (`unpack`), call 2 at once carries .device23-mc (`llama-both`).
+# speculators 0.8.0 (2026-12-02, issue 29): SPEC=080 with phase `llama-spec` (or `spec-layer0`): the server cell
+#   with no variant x speculators 0.8.0 + hs-connectors 0.8.0 from .site/s080 (wheels in $PAYLOAD/s080 or
+#   $PAYLOAD-mc/s080). The checkout alone is ~32 MB now, so each call carries at most ~33 MB beside it:
+#   .device23/vllm.tar.xz is device-payload's 0.23.0 tarball re-packed without vllm/_moe_C.abi3.so (14 MB xz;
+#   imported under contextlib.suppress(ImportError), no dense-Llama op in it), 23 MB; device-payload's wheels/
+#   (the same for every release) travel apart as .device-wheels-a/ and .device-wheels-b/, installed once into
+#   .site/common (after the release's site on PYTHONPATH) and shared by every release of the warm machine;
+#   .device23-mc/wheels holds the mistral_common set above, .device23-mc/s080 the two 0.8.0 wheels;
+#   .device24/vllm.tar.xz is device-payload 0.24.0's as built (18 MB). Calls, back to back (.site/ stays on a
+#   warm machine): carry .device23 + .device-wheels-a (`unpack`); .device23-mc + .device-wheels-b
+#   (RELEASE=023 PAYLOAD=.device23 SPEC=080 `spec-layer0`); .device24 (RELEASE=024 PAYLOAD=.device24 SPEC=080
+#   `spec-layer0`).
+# PHASE `llama-spec`: the server cell with no variant x speculators $SPEC; `layer0`: bench/layer_id_zero.py
+#   (issue 32: what extract_hidden_states saves for aux id 0, offline LLM, the tiny Llama in float32) over the
+#   release's site, eager (LAYER0_COMPILED=1: compiled too); `spec-layer0`: `llama-spec`, then `layer0`.
 # Results and logs come back as $OUT/PHASE.tgz (a result, runner/probe/server logs, machine.txt).
 set -uo pipefail
 phase=${1:?mla, rest or dry}
 # RELEASE (default 026) names the unpacked site and the labels; PAYLOAD (default .device) the carried
 # payload, whose FlashAttention part is $PAYLOAD-fa3 (another release: ../shared/tools/device-payload 0.25.0 .device25 ...).
 release=${RELEASE:-026}; payload=${PAYLOAD:-.device}
+# SPEC (e.g. 080) names a speculators release installed beside the payload's (.site/s$SPEC, first on PYTHONPATH)
+spec=${SPEC:-081}
 root=$(pwd); out=${OUT:-/tmp/out}; site=$root/.site/v$release; s0401=$root/.site/s0401; res=$root/.res/$phase
+common=$root/.site/common
 began=$(date +%s)
 mkdir -p "$site" "$s0401" "$res" "$root/.site/tvshim"
+# the release-independent wheels, carried apart when a payload and its wheels exceed one call (.device-wheels-*/):
+# installed once into .site/common, which follows the release's site on PYTHONPATH
+for d in "$root"/.device-wheels*/; do
+  [ -d "$d" ] && ls "$d"*.whl >/dev/null 2>&1 || continue
+  mkdir -p "$common"
+  stamp=$common/.wheels-$(ls "$d" | md5sum | cut -c1-12)
+  [ -f "$stamp" ] || { python3 -m pip install -q --no-index --no-deps --no-compile --upgrade --target "$common" \
+                         "$d"*.whl && touch "$stamp"; } || exit 3
+done
 if [ -d "$root/$payload/wheels" ]; then  # (again) whenever the carried wheels changed: a warm machine keeps .site/
   stamp=$site/.wheels-$(ls "$root/$payload/wheels" | md5sum | cut -c1-12)
   [ -f "$stamp" ] || { python3 -m pip install -q --no-index --no-deps --no-compile --upgrade --target "$site" \
@@ -57,13 +84,15 @@ if [ -d "$root/$payload-mc/wheels" ]; then
   [ -f "$stamp" ] || { python3 -m pip install -q --no-index --no-deps --no-compile --upgrade --target "$site" \
                          "$root"/$payload-mc/wheels/*.whl && touch "$stamp"; } || exit 3
 fi
-# speculators 0.8.1 + hs-connectors 0.8.1 beside the payload's 0.9.0 (s081/ of either carried folder)
-s081=$root/.site/s081
-for d in "$root/$payload/s081" "$root/$payload-mc/s081"; do
-  if [ ! -d "$s081/speculators" ] && ls "$d"/*.whl >/dev/null 2>&1; then
-    python3 -m pip install -q --no-index --no-deps --no-compile --target "$s081" "$d"/*.whl || exit 3
+# speculators $SPEC (0.8.1, 0.8.0) + its hs-connectors beside the payload's 0.9.0 (s$SPEC/ of either carried folder)
+sspec=$root/.site/s$spec
+for d in "$root/$payload/s$spec" "$root/$payload-mc/s$spec"; do
+  if [ ! -d "$sspec/speculators" ] && ls "$d"/*.whl >/dev/null 2>&1; then
+    python3 -m pip install -q --no-index --no-deps --no-compile --target "$sspec" "$d"/*.whl || exit 3
   fi
 done
+# the release's own site, then the shared wheels (where carried apart), then the datasets shim
+base=$site; [ -d "$common" ] && base=$base:$common; base=$base:$root/.site/tvshim
 if [ ! -d "$site/vllm" ]; then
   tar -xJf "$root/$payload/vllm.tar.xz" -C "$site" || exit 3
 fi
@@ -77,7 +106,9 @@ fi
 cp "$root/.github/gpu/tvshim/sitecustomize.py" "$root/.site/tvshim/"
 export VLLM_USE_FLASHINFER_SAMPLER=0 PYTHONUNBUFFERED=1
 { date -u; nvidia-smi; python3 -V; python3 -m pip list 2>/dev/null | grep -iE '^(torch|triton|transformers|tokenizers) ';
-  PYTHONPATH=$site python3 -c 'from importlib.metadata import version as v; print("vllm", v("vllm"), "speculators", v("speculators"))';
+  PYTHONPATH=$base python3 -c 'from importlib.metadata import version as v; print("vllm", v("vllm"))';
+  PYTHONPATH=$sspec:$base python3 -c 'from importlib.metadata import version as v
+print("speculators", v("speculators"), "hs-connectors", v("hs-connectors"))';
   ls -la "$site/vllm/vllm_flash_attn/"; } > "$res/machine.txt" 2>&1
 cell() {  # label pythonpath timeout [variants]
   local label=$1 pp=$2 limit=$3 variants=${4-}
@@ -89,18 +120,34 @@ cell() {  # label pythonpath timeout [variants]
   echo "$label exit $? in $(( $(date +%s) - start ))s" >> "$res/timings.txt"
 }
 left() { echo $(( 560 - $(date +%s) + began )); }
+layer0() {  # bench/layer_id_zero.py over the release's site: eager, and compiled where LAYER0_COMPILED=1
+  local mode start
+  for mode in eager ${LAYER0_COMPILED:+compiled}; do
+    start=$(date +%s)
+    if [ "$phase" = dry ]; then echo "would run layer0 $mode: PYTHONPATH=$base"; continue; fi
+    # TRITON_F32_DEFAULT=ieee as the harness sets it for a cell (float32 attention without TF32)
+    TRITON_F32_DEFAULT=ieee PYTHONPATH=$base timeout "$(( $(left) > 60 ? $(left) : 60 ))" \
+      python3 bench/layer_id_zero.py --model-cache "$root/.site/models" \
+      ${LAYER0_IDS:+--ids "$LAYER0_IDS"} $([ "$mode" = compiled ] && echo --compiled) \
+      --json "$res/layer0-v$release-$mode.json" > "$res/layer0-v$release-$mode.log" 2>&1
+    echo "layer0-v$release-$mode exit $? in $(( $(date +%s) - start ))s" >> "$res/timings.txt"
+  done
+}
 case $phase in
-  mla) cell v$release-s090-mla-bf16 "$site:$root/.site/tvshim" "$(left)" deepseek_v3,llama-bfloat16 ;;
-  rest) cell v$release-s090-v2-hybrid "$site:$root/.site/tvshim" 350 hybrid,llama-runner_v2
+  mla) cell v$release-s090-mla-bf16 "$base" "$(left)" deepseek_v3,llama-bfloat16 ;;
+  rest) cell v$release-s090-v2-hybrid "$base" 350 hybrid,llama-runner_v2
         cell v$release-s0401-inprocess "$s0401:$site" "$(left)" ;;
-  server-rest) cell v$release-s090-v2-hybrid "$site:$root/.site/tvshim" 420 hybrid,llama-runner_v2 ;;
-  llama) cell v$release-s090-llama "$site:$root/.site/tvshim" "$(left)" none ;;
-  llama081) cell v$release-s081-llama "$s081:$site:$root/.site/tvshim" "$(left)" none ;;
-  llama-both) cell v$release-s090-llama "$site:$root/.site/tvshim" 280 none
-              cell v$release-s081-llama "$s081:$site:$root/.site/tvshim" "$(left)" none ;;
+  server-rest) cell v$release-s090-v2-hybrid "$base" 420 hybrid,llama-runner_v2 ;;
+  llama) cell v$release-s090-llama "$base" "$(left)" none ;;
+  llama081|llama-spec) cell v$release-s$spec-llama "$sspec:$base" "$(left)" none ;;
+  llama-both) cell v$release-s090-llama "$base" 280 none
+              cell v$release-s$spec-llama "$sspec:$base" "$(left)" none ;;
+  layer0) layer0 ;;
+  spec-layer0) cell v$release-s$spec-llama "$sspec:$base" $(( $(left) - ${LAYER0_SECONDS:-150} )) none
+               layer0 ;;
   unpack) ;;
-  hybrid-bf16) cell v$release-s090-hybrid-bf16 "$site:$root/.site/tvshim" "$(left)" hybrid,llama-bfloat16 ;;
-  dry) cell v$release-s090-mla-bf16 "$site:$root/.site/tvshim" "$(left)" deepseek_v3,llama-bfloat16
+  hybrid-bf16) cell v$release-s090-hybrid-bf16 "$base" "$(left)" hybrid,llama-bfloat16 ;;
+  dry) cell v$release-s090-mla-bf16 "$base" "$(left)" deepseek_v3,llama-bfloat16
        cell v$release-s0401-inprocess "$s0401:$site" "$(left)"
        PYTHONPATH=$s0401:$site python3 -c 'import speculators; print("in-process speculators", speculators.__version__)' ;;
   *) echo "unknown phase $phase" >&2; exit 2 ;;
