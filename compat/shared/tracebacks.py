@@ -60,8 +60,10 @@ ANSI = re.compile(r"\x1b\[[0-9;]*m|\[(?:\d{1,2};\d{1,2}|0)m")
 _PREFIXES = [
     re.compile(r"^[\w.-]+\s+\|\s?(?=\S|\s)"),                                   # docker compose: "vllm-1  | "
     re.compile(r"^\s*(?:>\s?)+"),                                                # Markdown quote
-    re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d+ - [\w.]+ - (?:DEBUG|INFO|WARNING|ERROR|CRITICAL) - "),  # logging's default
-    re.compile(r"^\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?(?:\s+-\s+|\s+\|\s+|\s)?"),  # ISO / k8s
+    # logging's default
+    re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d+ - [\w.]+ - (?:DEBUG|INFO|WARNING|ERROR|CRITICAL) - "),
+    # ISO / k8s
+    re.compile(r"^\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?(?:\s+-\s+|\s+\|\s+|\s)?"),
     re.compile(r"^\[\d{4}-\d\d-\d\d[ T][^\]]*\]\s?"),                           # [2025-04-16 14:22:53 TP3]
     re.compile(r"^\(?[A-Za-z_][\w.-]*(?: [\w.=-]+)*? ?pid=\d+[^()\n]*\)\s?"),    # (EngineCore_DP0 pid=1), (pid=2)
     re.compile(r"^\(pid=\d+[^()\n]*\)\s?"),
@@ -157,10 +159,11 @@ def vllm_location(filename: str, line: str | int | None) -> str | None:
     return f"{rel}:{line}" if rel and line else rel
 
 
-def exception_type(m: re.Match) -> str:
+def exception_type(m: re.Match[str]) -> str:
     """The type an EXCEPTION_TYPE match names: its short name, or qualified where the short one is a
     module's lower-case one (`struct.error`)."""
-    return m.group("type") if m.group("type")[0].isupper() else m.group("qualified")
+    name: str = m.group("type") if m.group("type")[0].isupper() else m.group("qualified")
+    return name
 
 
 # A log record's time (left out when two lines' prefixes are compared: one record's lines may differ in it).
@@ -175,15 +178,17 @@ def _prefix(raw: str, stripped: str) -> str:
     return _TIMES.sub("", raw[:at] if at >= 0 else raw).strip()
 
 
-def _continuation(lines: list[str], j: int, limit: int = 12, raw_lines: list[str] | None = None) -> tuple[list[str], int]:
+def _continuation(lines: list[str], j: int, limit: int = 12,
+                  raw_lines: list[str] | None = None) -> tuple[list[str], int]:
     """The lines that go on an exception's message (it starts on line j - 1): up to a blank line, a frame, another
     exception, or a line another log record or process printed (its prefix differs from the exception's)."""
-    out = []
+    out: list[str] = []
     own = _prefix(raw_lines[j - 1], lines[j - 1]) if raw_lines else ""
     while j < len(lines) and len(out) < limit:
         s = lines[j].strip()
         if (not s or "Traceback (most recent call last)" in s or _FRAME.match(s) or _EXCEPTION.match(s)
-                or _PYTEST_E.match(lines[j]) or s.startswith(tuple(_CHAIN)) or s.startswith("#") or _NEW_RECORD.match(s)):
+                or _PYTEST_E.match(lines[j]) or s.startswith(tuple(_CHAIN)) or s.startswith("#")
+                or _NEW_RECORD.match(s)):
             break
         if raw_lines and (other := _prefix(raw_lines[j], lines[j])) and other != own:
             break
@@ -230,7 +235,7 @@ def find_exceptions(text: str) -> list[Found]:
             chained = chain
             i += 1
             continue
-        m = _FRAME.match(s) or (in_traceback and _IPY_FRAME.match(s))
+        m = _FRAME.match(s) or (_IPY_FRAME.match(s) if in_traceback else None)
         if m:
             in_traceback = True
             loc = vllm_location(m.group("file"), m.group("line"))
@@ -279,7 +284,7 @@ def find_exceptions(text: str) -> list[Found]:
     return _dedupe(found)
 
 
-def _repr_message(m: re.Match) -> str:
+def _repr_message(m: re.Match[str]) -> str:
     """The message of an exception written as its repr (`OutOfMemoryError('CUDA out of ...\\n...')`), unescaped;
     a repr cut at the line's end (a paste's) as far as it goes."""
     body, quote = m.group("message"), m.group("q")
@@ -337,7 +342,8 @@ def _dedupe(found: list[Found]) -> list[Found]:
             out[out.index(twin)] = typed if typed.where or not other.where else replace(
                 typed, where=other.where, frames=list(other.frames))
         elif (f.where and not twin.where) or (twin.one_line and not f.one_line) or (
-                bool(f.where) == bool(twin.where) and twin.one_line == f.one_line and len(f.message) > len(twin.message)):
+                bool(f.where) == bool(twin.where) and twin.one_line == f.one_line
+                and len(f.message) > len(twin.message)):
             out[out.index(twin)] = f
     return out
 
@@ -440,8 +446,8 @@ def _registers(module: str, message: str) -> bool:
     """Whether the compiled library `module` (vllm._C) registers the op namespace the message names
     (`_C_utils`; vLLM <= 0.4's `vllm_ops` alias is vllm._C's)."""
     m = _OP_NAMESPACE.search(message)
-    namespace = (m.group("space") or m.group("ops") or m.group("run") or "_C") if m else None
-    return bool(namespace) and namespace.startswith(module.rsplit(".", 1)[-1])
+    namespace: str | None = (m.group("space") or m.group("ops") or m.group("run") or "_C") if m else None
+    return namespace is not None and namespace.startswith(module.rsplit(".", 1)[-1])
 
 
 def behind_missing_op(found: Found | None, text: str) -> Found | None:
@@ -470,4 +476,5 @@ def root_cause(log_text: str) -> Found | None:
     causes = [f for f in found if not f.wrapper]
     quoting = [m.group("quoted").strip() for f in found if f.wrapper for m in [_QUOTES.search(f.message)] if m]
     named = [f for f in causes if quoting and f.message.strip() == quoting[-1]]
-    return behind_missing_op((named or causes or found or [None])[-1], log_text)
+    pool = named or causes or found
+    return behind_missing_op(pool[-1] if pool else None, log_text)

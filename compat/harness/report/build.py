@@ -17,7 +17,7 @@ import re
 import socket
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from packaging.version import InvalidVersion, Version
 
@@ -149,7 +149,7 @@ def build_report(
     baseline: dict[str, Any] | None = None,
     generated_at: str | None = None,
     bisect: list[dict[str, Any]] | None = None,
-    runs: dict[str, Sequence[Any]] | None = None,
+    runs: Mapping[str, Sequence[Any]] | None = None,
     sections: Sequence[Section] = SECTIONS,
 ) -> dict[str, Any]:
     """The merged report: contract keys plus harness_version, generated_at, machine, and each section's keys."""
