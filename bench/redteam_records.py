@@ -782,7 +782,9 @@ EDITS["drift_rule.fraction x 10 (loosened)"] = ("figures.drift_rule", _drift(lam
     fraction=f["drift_rule"]["fraction"] * 10), HARMFUL)[1]))
 EDITS["drift_rule.relative x 10 (loosened)"] = ("figures.drift_rule", _drift(lambda f: (f["drift_rule"].update(
     relative=f["drift_rule"]["relative"] * 10), HARMFUL)[1]))
-EDITS["drift_rule removed"] = ("figures.drift_rule", _drift(lambda f: (f.pop("drift_rule"), HARMFUL)[1]))
+# Removed where no row set tokens aside, the rule was never applied: either (a loosened one is refused anyway).
+EDITS["drift_rule removed"] = ("figures.drift_rule", _drift(lambda f: (f.pop("drift_rule"), HARMFUL if any(
+    isinstance(r, dict) and (r.get("drift") or {}).get("drifted") for r in f.get("rows") or []) else EITHER)[1]))
 
 
 def _drifted(fn):

@@ -10,34 +10,23 @@ index k (id == num_layers is the last layer's output before the norm; HF's own l
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any, Sequence
 
-ATOL = 1e-4  # float32 end to end: observed errors are ~5e-7; a wrong row is off by ~0.3
-RTOL = 1e-4  # of the reference's largest magnitude in that layer and sequence
-# bfloat16 runs against the float32 reference. transformers' own bfloat16 forward of the tiny
-# model is off by up to 0.096 (1.6% of the layer's largest value, scale 2.8-6.4); the nearest
-# other row differs by >= 1.0. atol 0.05 + 2% of the scale allows ~0.12-0.18: room for the
-# kernels' own rounding, and a row off by 0.3 still fails. docs/gpu.md: measured margins on the H200.
-BF16_ATOL = 0.05
-BF16_RTOL = 0.02
+# The tolerances, the rule and the 16-bit drift rules live in compat.shared.tolerances, which the
+# harness's re-check (compat.harness.evidence) imports too: one home, so the two cannot drift apart.
+from compat.shared.tolerances import (  # noqa: F401 - ATOL, RTOL, SUMMARY_KEYS: read here too
+    ATOL,
+    RTOL,
+    RULE,
+    SUMMARY_KEYS,
+    TOLERANCES,
+    Tolerance,
+    relative_error,
+    summarize,
+    tolerance_for,
+)
 
-
-@dataclass(frozen=True)
-class Tolerance:
-    atol: float = ATOL
-    rtol: float = RTOL
-
-    def allows(self, max_abs: float, scale: float) -> bool:
-        return max_abs <= self.atol + self.rtol * scale
-
-
-def tolerance_for(dtype: str) -> Tolerance:
-    if dtype == "float32":
-        return Tolerance()
-    if dtype == "bfloat16":
-        return Tolerance(atol=BF16_ATOL, rtol=BF16_RTOL)
-    raise ValueError(f"no reference tolerance for dtype {dtype!r}; expected float32 or bfloat16")
+BF16_ATOL, BF16_RTOL = TOLERANCES["bfloat16"]
 
 
 def load_reference_model(model_dir: str):
@@ -87,9 +76,11 @@ def compare(returned: Sequence[Sequence[Any]], reference: Sequence[Sequence[Any]
 
     Returns per layer and sequence: shape, max abs and relative error, the reference's largest
     magnitude (`scale`, what the tolerance is relative to), and which reference index the
-    returned tensor matches best (the layer-index semantics actually observed). The tolerance is
-    the cell dtype's (tolerance_for). `figures` turns the rows into what the harness re-derives the
-    verdict from.
+    returned tensor matches best (the layer-index semantics actually observed); and their summary
+    (compat.shared.tolerances.summarize: the largest errors, the scale and allowed error of the row
+    with the largest error, the rows compared), which the harness checks against the rows. The
+    tolerance is the cell dtype's (tolerance_for). `figures` turns the rows into what the harness
+    re-derives the verdict from.
     """
     import torch
 
@@ -110,7 +101,7 @@ def compare(returned: Sequence[Sequence[Any]], reference: Sequence[Sequence[Any]
                 got32 = got.to(torch.float32)
                 scale = float(want.abs().max())
                 max_abs = float((got32 - want).abs().max()) if want.numel() else 0.0
-                row.update(max_abs_error=max_abs, max_rel_error=max_abs / scale if scale else max_abs,
+                row.update(max_abs_error=max_abs, max_rel_error=relative_error(max_abs, scale),
                            scale=scale, matches_index=best_index(got32, table, tolerance))
                 if not tolerance.allows(max_abs, scale):
                     problems.append(f"sequence {s} layer {position}: max abs error {max_abs:.3g} "
@@ -121,14 +112,11 @@ def compare(returned: Sequence[Sequence[Any]], reference: Sequence[Sequence[Any]
     sequence_matches = None if not problems else [
         [r for r, table in enumerate(reference) if _same_sequence(got_layers, table, expected_index, tolerance)]
         for got_layers in returned]
-    errors = [r["max_abs_error"] for r in rows if r["max_abs_error"] is not None]
-    rel = [r["max_rel_error"] for r in rows if r["max_rel_error"] is not None]
     return {
         "ok": not problems,
         "problems": problems[:20],
         "tolerance": {"atol": tolerance.atol, "rtol": tolerance.rtol},
-        "max_abs_error": max(errors) if errors else None,
-        "max_rel_error": max(rel) if rel else None,
+        **summarize(rows, tolerance),  # max abs / rel error, the scale and allowed of the worst row, rows_compared
         "sequence_matches": sequence_matches,
         "layer_semantics": sorted({(r["expected_index"], r["matches_index"]) for r in rows
                                    if r["matches_index"] is not None}),
@@ -136,12 +124,12 @@ def compare(returned: Sequence[Sequence[Any]], reference: Sequence[Sequence[Any]
     }
 
 
-TOLERANCE_RULE = "max_abs_error <= atol + rtol * scale"  # Tolerance.allows, in words
+TOLERANCE_RULE = RULE  # Tolerance.allows, in words
 
 
 def drift_rule_for(dtype: str):
-    """The 16-bit drift rule (compat.cell.row_consistency.DRIFT, measured on an H200); None in float32."""
-    from compat.cell.row_consistency import DRIFT
+    """The 16-bit drift rule (compat.shared.tolerances.DRIFT, measured on an H200); None in float32."""
+    from compat.shared.tolerances import DRIFT
 
     return DRIFT.get(dtype)
 
@@ -190,15 +178,13 @@ def set_aside_drift(result: dict[str, Any], got: Sequence[Sequence[Any]], tables
         kept = ~drifted
         scale = float(magnitudes[kept].max())
         max_abs = float(errors[kept].max())
-        row.update(max_abs_error=max_abs, max_rel_error=max_abs / scale if scale else max_abs, scale=scale)
+        row.update(max_abs_error=max_abs, max_rel_error=relative_error(max_abs, scale), scale=scale)
         if tolerance.allows(max_abs, scale):
             row["matches_index"] = row["expected_index"]
             cleared.add((row["sequence"], row["layer"]))
     problems = [p for p in result["problems"]
                 if not any(p.startswith(f"sequence {s} layer {position}: max abs error") for s, position in cleared)]
-    return {**result, "ok": not problems, "problems": problems,
-            "max_abs_error": max((r["max_abs_error"] for r in rows), default=result.get("max_abs_error")),
-            "max_rel_error": max((r["max_rel_error"] for r in rows), default=result.get("max_rel_error"))}
+    return {**result, "ok": not problems, "problems": problems, **summarize(result["rows"], tolerance)}
 
 
 def drift_total(rows: Sequence[dict[str, Any]], rule) -> tuple[int, int, str]:
@@ -217,7 +203,8 @@ def figures(result_or_rows: dict[str, Any] | Sequence[dict[str, Any]], tolerance
     """The figures a data check records (detail["figures"], lifted by the plugin to the record's
     `figures`) so that the harness can recompute pass/fail itself: the dtype vLLM ran in, the
     tolerance and its rule, how many rows the case should give (sequences sent x layers
-    requested), and one row per (sequence, layer) compared.
+    requested), and one row per (sequence, layer) compared, with its error, scale and allowed error
+    (atol + rtol * scale, which the harness checks against the two).
 
     `result_or_rows`: a `compare` result or its rows (a row may carry a `case`, kept). `layers`:
     the requested layers (layer ids) in the order they were returned; a row's `layer` is its
@@ -233,14 +220,17 @@ def figures(result_or_rows: dict[str, Any] | Sequence[dict[str, Any]], tolerance
         atol, rtol = tolerance.atol, tolerance.rtol
     else:
         atol, rtol = tolerance["atol"], tolerance["rtol"]
+    held = Tolerance(float(atol), float(rtol))
     out = []
     for row in rows:
         position = row["layer"]
+        scale = _number(row.get("scale"))
         figure = {"sequence": int(row["sequence"]),
                   "layer": int(layers[position]) if layers is not None else int(position),
                   "reference_index": int(row["expected_index"]),
                   "max_abs_error": _number(row.get("max_abs_error")),
-                  "scale": _number(row.get("scale")),
+                  "scale": scale,
+                  "allowed": None if scale is None else held.allowed(scale),
                   "matches_index": None if row.get("matches_index") is None else int(row["matches_index"])}
         if row.get("case") is not None:
             figure["case"] = row["case"]
@@ -250,7 +240,7 @@ def figures(result_or_rows: dict[str, Any] | Sequence[dict[str, Any]], tolerance
                                "max_relative": _number(d.get("max_relative")),
                                "max_separation": _number(d.get("max_separation"))}
         out.append(figure)
-    made = {"dtype": str(dtype), "tolerance": {"atol": float(atol), "rtol": float(rtol), "rule": TOLERANCE_RULE},
+    made = {"dtype": str(dtype), "tolerance": {"atol": float(atol), "rtol": float(rtol), "rule": RULE},
             "rows_expected": int(rows_expected), "rows": out}
     if drift_rule is not None:
         made["drift_rule"] = {"relative": float(drift_rule.relative), "separation": float(drift_rule.separation),

@@ -7,6 +7,12 @@ A probe's status word is believed only where the record's evidence agrees with i
   whose figures all pass and that names no failure contradicts itself too. Schema-1 records
   (no per-row figures) pass only where their case figures prove it (max abs <= atol, or max
   relative error <= rtol, per layer); the rest is unverifiable.
+- a data probe's figures agree with each other and with the tolerance (`figures_disagree`): every
+  row's allowed error is atol + rtol * its scale, and every summary (a case's, a layer id's: max
+  abs and max relative error, the scale and allowed error of the worst row, the rows compared) is
+  what its rows give (compat.shared.tolerances); a schema-2 record's summaries held max abs and
+  max relative error only, a schema-1 record's no rows: the scale its max abs / max rel implies
+  must be one its fixture gives (REFERENCE_SCALES). Figures that disagree: `error`, cause `record`.
 - every probe key the manifest expects is present, and the record's manifest is the one this
   harness works out from its spec; `not selected` only for a variant the spec left out;
 - the installed vLLM and speculators (`env`) are the cell's.
@@ -16,28 +22,29 @@ verdict `error`. compat.harness.verdict applies this before its rule.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from typing import Any, Iterable, Optional
 
 from compat.harness.matrix import DEFAULT_DTYPE, Cell
+from compat.shared import tolerances
 from compat.shared.manifest import CORE_PROBE_KEYS, PROBE_KEYS, deselected, expected_manifest
 from compat.shared.probe_catalog import ids_where
 from compat.shared.profiles import profile_for
-from compat.shared.records import Tolerance, finite
+from compat.shared.records import SCHEMA_VERSION, finite, origin
 from compat.shared.results import NOT_SELECTED, probe_key
 
 # Probes whose ok must carry figures: marked @pytest.mark.probe(..., data=True).
 DATA_PROBES = ids_where("data")
-# The tolerance each dtype is held to against the float32 reference (compat.cell.reference, the
-# probes' own; tests/unit/test_evidence.py keeps the two equal). A record that states another one
-# for its dtype contradicts the harness: a larger tolerance is never the fix.
-TOLERANCES = {"float32": (1e-4, 1e-4), "bfloat16": (0.05, 0.02), "float16": (0.05, 0.02)}
+# The tolerance each dtype is held to against the float32 reference: the probes' own (one home,
+# compat.shared.tolerances, which compat.cell.reference imports too). A record that states another
+# one for its dtype contradicts the harness: a larger tolerance is never the fix.
+TOLERANCES = {dtype: (t.atol, t.rtol) for dtype, t in tolerances.TOLERANCES.items()}
 # The one rule the figures are recomputed by; a record stating another was judged by another.
-RULE = Tolerance(0.0, 0.0).rule
-# The 16-bit drift each dtype may show (compat.cell.row_consistency.DRIFT, kept equal by
-# tests/unit/test_evidence_redteam.py): like a tolerance, a record's own looser rule is never believed.
-DRIFT_RULES = {"bfloat16": {"relative": 0.5, "separation": 0.9, "fraction": 0.05},
-               "float16": {"relative": 0.5, "separation": 0.9, "fraction": 0.05}}
+RULE = tolerances.RULE
+# The 16-bit drift each dtype may show (compat.shared.tolerances.DRIFT, the probes' own): like a
+# tolerance, a record's own looser rule is never believed.
+DRIFT_RULES = {dtype: dataclasses.asdict(rule) for dtype, rule in tolerances.DRIFT.items()}
 CONTRADICTS = "the record contradicts itself: "
 
 
@@ -107,14 +114,15 @@ def rows_impossible(rows: list[Any]) -> str:
     if len(offsets) > 1:
         odd = min(offsets, key=lambda o: sum(1 for r in rows if isinstance(r, dict) and finite(r.get("reference_index"))
                                              and finite(r.get("layer")) and r["reference_index"] - r["layer"] == o))
-        row = next(r for r in rows if isinstance(r, dict) and finite(r.get("reference_index")) and finite(r.get("layer"))
+        row = next(r for r in rows if isinstance(r, dict) and finite(r.get("reference_index"))
+                   and finite(r.get("layer"))
                    and r["reference_index"] - r["layer"] == odd)
         return (f"{_row(row)} is compared with reference index {row.get('reference_index')}, another layer than "
                 f"its sibling rows' (layer-to-reference offsets {sorted(offsets)})")
     return ""
 
 
-SIXTEEN_BIT = frozenset({"bfloat16", "float16"})
+SIXTEEN_BIT = tolerances.SIXTEEN_BIT
 
 
 def drift_check(figures: dict[str, Any], rows: list[Any]) -> str:
@@ -128,7 +136,12 @@ def drift_check(figures: dict[str, Any], rows: list[Any]) -> str:
         return counts
     drifted = [r for r in rows if isinstance(r, dict) and isinstance(r.get("drift"), dict)
                and r["drift"].get("drifted")]
-    if not drifted:
+    if not drifted:  # nothing set aside: a rule stated beside it must still be the harness's (a record's own
+        stated = figures.get("drift_rule")  # looser rule is never believed, whether or not it was used)
+        held = DRIFT_RULES.get(str(figures.get("dtype")))
+        if stated is not None and held is not None and (not isinstance(stated, dict)
+                                                        or {k: stated.get(k) for k in held} != held):
+            return f"drift_rule {stated} is not the one the harness holds {figures['dtype']} to ({held})"
         return ""
     rule = figures.get("drift_rule") if isinstance(figures.get("drift_rule"), dict) else None
     if figures.get("dtype") not in SIXTEEN_BIT or rule is None:
@@ -139,7 +152,8 @@ def drift_check(figures: dict[str, Any], rows: list[Any]) -> str:
     held = DRIFT_RULES[figures["dtype"]]
     if {k: rule.get(k) for k in held} != held:
         return f"drift_rule {rule} is not the one the harness holds {figures['dtype']} to ({held})"
-    tokens = sum(r["drift"].get("tokens") or 0 for r in rows if isinstance(r, dict) and isinstance(r.get("drift"), dict))
+    tokens = sum(r["drift"].get("tokens") or 0 for r in rows if isinstance(r, dict)
+                 and isinstance(r.get("drift"), dict))
     count = sum(r["drift"]["drifted"] for r in drifted)
     for r in drifted:
         d = r["drift"]
@@ -204,7 +218,8 @@ def v1_figures_pass(detail: Any) -> tuple[Optional[bool], str]:
         if not finite(max_abs) or not finite(max_rel):
             return None, f"{name}: max abs {max_abs}, max rel {max_rel}: not finite or missing (schema 1)"
         if "matches_index" in figures and figures.get("matches_index") != figures.get("reference_index"):
-            return False, f"{name} matched reference index {figures.get('matches_index')}, not {figures.get('reference_index')}"
+            return False, (f"{name} matched reference index {figures.get('matches_index')}, not "
+                           f"{figures.get('reference_index')}")
         if not (max_abs <= atol or max_rel <= rtol or max_abs <= _least_allowed(detail, name)):
             return None, (f"{name}: max abs {max_abs:.3g} > atol {atol:g} and max rel {max_rel:.3g} > rtol {rtol:g}; "
                           f"a schema-1 record has no per-row scales to decide it (re-run the cell)")
@@ -224,6 +239,79 @@ def _least_allowed(detail: dict[str, Any], name: str) -> float:
 def _with_compat_detail(probe: dict[str, Any]) -> Any:
     adapted = (probe.get("detail") or {}).get("with_compat")
     return adapted.get("detail") if isinstance(adapted, dict) else None
+
+
+def figures_disagree(probe: dict[str, Any], came_from: int = SCHEMA_VERSION,
+                     fixture: Optional[str] = None) -> tuple[Optional[str], Optional[str]]:
+    """(where the raw run's figures disagree, where the with-compat run's do), None where they agree:
+    with each other and with the tolerance (compat.shared.tolerances). Checked where the status
+    claims something (ok or broken). A record of schema 3 (`came_from`) holds every row's allowed
+    error and, per summary of rows (a case's in the run's detail, a layer id's in its `layer_ids`),
+    the max abs and max relative error, the scale and allowed error of the worst row and the rows
+    compared; one of schema 2 only the summaries' max abs and max relative error (checked where
+    the rows compared some); one of schema 1 no rows: the scale its max abs / max rel implies must
+    be one the `fixture` gives (tolerances.REFERENCE_SCALES). The api_only run's figures count as
+    the raw run's."""
+    detail: dict[str, Any] = probe["detail"] if isinstance(probe.get("detail"), dict) else {}
+    adapted: dict[str, Any] = detail["with_compat"] if isinstance(detail.get("with_compat"), dict) else {}
+    behind: dict[str, Any] = detail["api_only"] if isinstance(detail.get("api_only"), dict) else {}
+    raw_runs = [("detail", detail, "figures", probe.get("figures")),
+                ("detail.api_only", behind, "detail.api_only.figures", behind.get("figures"))]
+    compat_runs = [("detail.with_compat.detail", adapted.get("detail"), "with_compat_figures",
+                    probe.get("with_compat_figures"))]
+    raw_why = compat_why = None
+    if probe.get("status") in ("ok", "broken"):
+        raw_why = next((why for run in raw_runs for why in [_run_disagrees(*run, came_from, fixture)] if why), None)
+        if probe.get("with_compat") in ("ok", "broken"):
+            compat_why = next((why for run in compat_runs for why in [_run_disagrees(*run, came_from, fixture)] if why),
+                              None)
+    return (f"the figures disagree: {raw_why}" if raw_why else None,
+            f"the with-compat run's figures disagree: {compat_why}" if compat_why else None)
+
+
+def _run_disagrees(where: str, summary: Any, figures_where: str, figures: Any, came_from: int,
+                   fixture: Optional[str]) -> str:
+    """One run's summaries (`summary`: its detail, at `where`) against its figure rows; '' where they agree."""
+    if not isinstance(summary, dict):
+        summary = {}
+    ids = summary.get("layer_ids") if isinstance(summary.get("layer_ids"), dict) else {}
+    groups = ([(where, summary, None)] if "max_abs_error" in summary else []) + \
+        [(f"{where}.layer_ids.{k}", entry, k) for k, entry in ids.items() if isinstance(entry, dict)]
+    if came_from == 1:  # no rows: what the case figures imply of the reference's scale
+        return next((why for name, group, _ in groups for why in [tolerances.implied_scale_problem(
+            group.get("max_abs_error"), group.get("max_rel_error"), fixture, name)] if why), "")
+    if not isinstance(figures, dict) or not isinstance(figures.get("rows"), list):
+        return ""
+    stated: dict[str, Any] = figures["tolerance"] if isinstance(figures.get("tolerance"), dict) else {}
+    if not (finite(stated.get("atol")) and finite(stated.get("rtol"))):
+        return ""  # no tolerance: figures_pass says so where the status claims a pass
+    held = tolerances.Tolerance(stated["atol"], stated["rtol"])
+    rows = [r for r in figures["rows"] if isinstance(r, dict)]
+    native = came_from >= SCHEMA_VERSION
+    if native:
+        for i, row in enumerate(rows):
+            why = tolerances.row_disagreement(row, held)
+            if why:
+                return f"{figures_where}.rows[{i}] ({_row(row)}) {why}"
+    for name, group, layer in groups:
+        chosen = rows if layer is None else [r for r in rows if str(r.get("layer")) == str(layer)]
+        if not native and not any(finite(r.get("max_abs_error")) and finite(r.get("scale")) for r in chosen):
+            continue  # schema 2 wrote 0.0 for a layer id no row compared
+        keys = tolerances.SUMMARY_KEYS if native else tuple(k for k in ("max_abs_error", "max_rel_error") if k in group)
+        why = tolerances.summary_disagreement(group, chosen, held, name, keys)
+        if why:
+            return why
+    return ""
+
+
+def fixture_of(cell: dict[str, Any], probe: dict[str, Any]) -> Optional[str]:
+    """The tiny model a data probe compared (tolerances.REFERENCE_SCALES), None where not known: a
+    server-era `layer_ids_by_model` case names its model; the other data probes ran the Llama
+    fixture unless the cell's settings name another model."""
+    if probe.get("id") == "layer_ids_by_model":
+        return str(probe.get("case"))
+    settings: dict[str, Any] = cell["settings"] if isinstance(cell.get("settings"), dict) else {}
+    return None if settings.get("model") else "llama"
 
 
 def _data_contradiction(probe: dict[str, Any], migrated: bool) -> tuple[Optional[str], Optional[str]]:
@@ -290,7 +378,7 @@ def identity_problems(cell: dict[str, Any]) -> list[str]:
         profile = profile_for(str(cell.get("speculators"))).name
     except Exception:  # noqa: BLE001 - an unparsable version: the record names no release
         return [f"speculators {cell.get('speculators')!r} is not a release version"]
-    if cell.get("migrated_from"):
+    if origin(cell) == 1:
         expected = Cell(str(cell.get("vllm")), str(cell.get("speculators")), str(cell.get("backend"))).id
     else:
         variants = settings.get("variants")
@@ -301,7 +389,8 @@ def identity_problems(cell: dict[str, Any]) -> list[str]:
         problems.append(f"the record's id {cell.get('id')!r} is not the one its pair, backend and settings give "
                         f"({expected!r})")
     if "backend" in settings and settings["backend"] != cell.get("backend"):
-        problems.append(f"settings.backend is {settings['backend']!r}, but the cell's backend is {cell.get('backend')!r}")
+        problems.append(f"settings.backend is {settings['backend']!r}, but the cell's backend is "
+                        f"{cell.get('backend')!r}")
     if cell.get("profile") is not None and cell.get("profile") != profile:
         problems.append(f"profile {cell.get('profile')!r}, but speculators {cell.get('speculators')} is driven by "
                         f"the {profile!r} profile")
@@ -319,7 +408,7 @@ def _spec_variants(cell: dict[str, Any]) -> Optional[list[str]]:
     if "COMPAT_SERVER_VARIANTS" in settings:
         raw = str(settings["COMPAT_SERVER_VARIANTS"]).strip()
         return [] if raw in ("", "none") else sorted(v.strip() for v in raw.split(",") if v.strip())
-    return manifest.get("variants") if cell.get("migrated_from") else None
+    return manifest.get("variants") if origin(cell) == 1 else None
 
 
 def manifest_problems(cell: dict[str, Any], present: Iterable[str]) -> tuple[list[str], list[str]]:
@@ -330,7 +419,7 @@ def manifest_problems(cell: dict[str, Any], present: Iterable[str]) -> tuple[lis
     if not isinstance(manifest, dict):
         return ["the record has no manifest: what the runner expected cannot be told"], []
     problems = []
-    if not cell.get("migrated_from"):
+    if origin(cell) != 1:
         expected = expected_manifest(_spec_variants(cell))
         if sorted(manifest.get("probes") or []) != sorted(expected["probes"]):
             extra = sorted(set(manifest.get("probes") or []) - set(expected["probes"]))
@@ -398,7 +487,8 @@ def _rerun_flip(probe: dict[str, Any]) -> Optional[str]:
     if str(rerun.get("reason") or "").startswith("the second run did not report it"):
         return None  # not a second outcome: the first stands, unconfirmed
     first = (probe.get("status"), (probe.get("error") or {}).get("type"))
-    again = (rerun.get("status"), (rerun.get("error") or {}).get("type") if isinstance(rerun.get("error"), dict) else None)
+    again = (rerun.get("status"), (rerun.get("error") or {}).get("type") if isinstance(rerun.get("error"), dict)
+             else None)
     if first != again:
         return (f"run again alone it gave {again[0]}{f' ({again[1]})' if again[1] else ''}, not "
                 f"{first[0]}{f' ({first[1]})' if first[1] else ''}: a flip reads flaky, never either outcome")
@@ -408,18 +498,24 @@ def _rerun_flip(probe: dict[str, Any]) -> Optional[str]:
 def recheck(cell: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
     """A copy of the cell whose probes say only what their evidence supports (contradicted ones
     `error`, absent ones added as `error`), and the cell-level problems that leave it `error`."""
-    migrated = bool(cell.get("migrated_from"))
+    came_from = origin(cell)
+    migrated = came_from == 1
     variants = _spec_variants(cell)
     probes = []
     seen: set[str] = set()
     for probe in cell.get("probes") or []:
         key = probe_key(probe)
-        why, compat_why = _data_contradiction(probe, migrated) if probe.get("id") in DATA_PROBES else (None, None)
+        why = compat_why = None
+        if probe.get("id") in DATA_PROBES:
+            why, compat_why = figures_disagree(probe, came_from, fixture_of(cell, probe))
+            told, compat_told = _data_contradiction(probe, migrated)
+            why, compat_why = why or told, compat_why or compat_told
         why = why or _record_contradiction(probe, migrated)
         if key in seen:
             why = f"{key} is recorded twice"
         seen.add(key)
-        if why is None and probe.get("status") == "skipped" and str(probe.get("reason") or "").startswith(NOT_SELECTED) \
+        if why is None and probe.get("status") == "skipped" and str(probe.get("reason")
+                                                                    or "").startswith(NOT_SELECTED) \
                 and not deselected(key, variants):
             why = f"skipped as {NOT_SELECTED!r}, but the cell's spec selects it (variants: {variants or 'all'})"
         if why is None and probe.get("status") == "broken" and probe.get("cause") not in (None, "contract"):
@@ -440,7 +536,8 @@ def recheck(cell: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
 
 def _contradicted(probe: dict[str, Any], why: str) -> dict[str, Any]:
     out = dict(probe)
-    out.update(status="error", with_compat="error" if probe.get("with_compat") in ("ok", "broken") else probe.get("with_compat"),
+    out.update(status="error", with_compat="error" if probe.get("with_compat") in ("ok", "broken")
+               else probe.get("with_compat"),
                cause="record", reason=CONTRADICTS + why, stated=_stated(probe))
     return out
 

@@ -6,16 +6,24 @@ cell's resolve. `parse` walks the type hints and names the field that is wrong
 (`probes[3].status: 'passed' is not one of ok, broken, ...`); `json_schema` writes the same hints
 as JSON Schema (committed as docs/record.schema.json, checked by tests/unit/test_evidence.py).
 
-Objects keep keys they do not declare (by design: extra keys are welcome, from a newer writer), so a
-record is validated here and then read as the plain dict it is.
+A record and each of its probe entries hold only the keys their classes declare (CLOSED): a
+mistyped or unknown key is refused by name (`probes[3].statsu: an unknown key (did you mean
+'status'?)`), as the record schema says (`additionalProperties: false`). The objects inside them
+(figures, detail, env, settings, ...) keep keys they do not declare (extra keys are welcome there,
+from a newer writer). A record is validated here and then read as the plain dict it is.
 
-Schema versions: 1 had no `schema_version` key, no per-row figures and no manifest; `migrate`
-reads it explicitly (see `migrate_v1`). A newer version than this harness knows is refused.
+Schema versions, each older one read by an explicit migration to the next (`migrate`):
+1 had no `schema_version` key, no per-row figures and no manifest (`migrate_v1`, 1 -> 2);
+2 had figure rows without their allowed error, and summaries (a case's, a layer id's) without the
+scale, allowed error and rows compared that let them be re-checked (`migrate_v2`, 2 -> 3). A
+migrated record says where it came from (`migrated_from`) and is judged by what that schema held
+(compat.harness.evidence). A newer version than this harness knows is refused.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import enum
 import math
 import sys
@@ -24,8 +32,9 @@ from dataclasses import dataclass, field
 from typing import Any, Optional
 
 from compat.shared.manifest import CORE_PROBE_KEYS
+from compat.shared.tolerances import RULE
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 
 class ProbeStatus(str, enum.Enum):
@@ -77,7 +86,7 @@ class ProbeError:
 class Tolerance:
     atol: float
     rtol: float
-    rule: str = "max_abs_error <= atol + rtol * scale"
+    rule: str = RULE
 
 
 @dataclass
@@ -101,7 +110,8 @@ class DriftRule:
 @dataclass
 class FigureRow:
     """One (sequence, layer) compared with the reference. null figures: the shapes differed.
-    With `drift`, max_abs_error and scale are those of the tokens not set aside."""
+    With `drift`, max_abs_error and scale are those of the tokens not set aside. `allowed` (schema
+    3): atol + rtol * scale, the error this row may show."""
     sequence: int
     layer: int
     max_abs_error: Optional[float]
@@ -109,6 +119,8 @@ class FigureRow:
     reference_index: Optional[int] = None
     matches_index: Optional[int] = None
     drift: Optional[RowDrift] = None
+    allowed: Optional[float] = None
+    case: Optional[str] = None
 
 
 @dataclass
@@ -164,7 +176,19 @@ class CellRecord:
     install_log_tail: Optional[str] = None
     settings: Optional[dict[str, Any]] = None
     manifest: Optional[Manifest] = None
-    migrated_from: Optional[int] = None  # the schema version `migrate` read it from (only 1 exists)
+    migrated_from: Optional[int] = None  # the schema version `migrate` read it from (1 or 2)
+    recipe_notes: Optional[list[Any]] = None  # how the install recipe was made (compat.harness.recipe)
+    machine: Optional[dict[str, Any]] = None  # where the cell ran (compat.harness.cell_run.this_machine)
+    static: Optional[dict[str, Any]] = None  # the pair's static layer result (compat.harness.static)
+    runtime: Optional[str] = None  # why a cell untested at runtime did not run
+    fidelity: Optional[dict[str, Any]] = None  # the build's Python sources against the official vLLM
+    harness_commit: Optional[str] = None  # the harness that ran it (compat.harness.store.stamp)
+    finished_at: Optional[str] = None
+    duplicate_of: Optional[str] = None  # a second file of one folder with this cell id (the store's import)
+
+
+# The objects that hold only the keys they declare: a record and each of its probe entries.
+CLOSED: frozenset[type] = frozenset({CellRecord, ProbeRecord})
 
 
 class RecordError(ValueError):
@@ -205,6 +229,8 @@ def parse(tp: Any, value: Any, path: str = "") -> Any:
         if not isinstance(value, dict):
             raise RecordError(path, f"{type(value).__name__} {_describe(value)}, expected an object")
         hints = _hints(tp)
+        if tp in CLOSED:
+            unknown_key(tp, value, path)
         for f in dataclasses.fields(tp):
             where = f"{path}.{f.name}" if path else f.name
             if f.name not in value:
@@ -244,6 +270,18 @@ def parse(tp: Any, value: Any, path: str = "") -> Any:
     raise TypeError(f"records.parse does not know the type {tp!r}")  # a harness bug, not a bad record
 
 
+def unknown_key(tp: type, value: dict[str, Any], path: str) -> None:
+    """RecordError naming the first key of `value` that `tp` (a CLOSED class) does not declare."""
+    declared = [f.name for f in dataclasses.fields(tp)]
+    for key in value:
+        if key not in declared:
+            near = difflib.get_close_matches(str(key), declared, n=1)
+            hint = f"did you mean {near[0]!r}? " if near else ""
+            raise RecordError(f"{path}.{key}" if path else str(key),
+                              f"an unknown key ({hint}a {'record' if tp is CellRecord else 'probe entry'} holds "
+                              f"only the keys the record schema lists)")
+
+
 def _type_name(tp: Any) -> str:
     if dataclasses.is_dataclass(tp) or typing.get_origin(tp) is dict:
         return "an object"
@@ -261,21 +299,32 @@ def finite(value: Any) -> bool:
 # ---- migration --------------------------------------------------------------------------------
 
 def migrate(record: dict[str, Any], source: str = "") -> dict[str, Any]:
-    """The record in this harness's schema: schema 2 as it is, schema 1 through `migrate_v1`;
-    a newer or unknown version is refused with why."""
+    """The record in this harness's schema (3): schema 3 as it is, schema 2 through `migrate_v2`,
+    schema 1 through `migrate_v1` and then `migrate_v2`; a record that holds what its version never
+    had (its version edited or lost), or a newer or unknown version, is refused with why."""
     version = record.get("schema_version", 1)
-    if version == SCHEMA_VERSION and not isinstance(version, bool):
+    if isinstance(version, bool) or version not in (1, 2, SCHEMA_VERSION):
+        raise RecordError("schema_version", f"{_describe(version)}: this harness reads schemas 1 and 2 (migrated) "
+                                            f"and {SCHEMA_VERSION}; a newer record needs a newer "
+                                            f"vllm-spec-compat{source}")
+    if version == SCHEMA_VERSION:
         migrated_fields(record)
         return record
-    if version == 1 and not isinstance(version, bool):
-        later = schema2_fields(record)
+    if version == 1:
+        later = schema2_fields(record) or schema3_fields(record)
         if later:
             raise RecordError("schema_version", f"{_describe(record.get('schema_version'))} (schema 1), but the record "
-                                                f"holds {', '.join(later)}, which schema 1 never had: a schema-2 record "
-                                                f"with its version edited or lost; expected schema_version {SCHEMA_VERSION}")
-        return migrate_v1(record)
-    raise RecordError("schema_version", f"{_describe(version)}: this harness reads schema 1 (migrated) and "
-                                        f"{SCHEMA_VERSION}; a newer record needs a newer vllm-spec-compat{source}")
+                                                f"holds {', '.join(later)}, which schema 1 never had: a later record "
+                                                f"with its version edited or lost; expected schema_version "
+                                                f"{SCHEMA_VERSION}")
+        return migrate_v2(migrate_v1(record))
+    later = schema3_fields(record)
+    if later:
+        raise RecordError("schema_version", f"2 (schema 2), but the record holds {', '.join(later)}, which schema 2 "
+                                            f"never had: a schema-{SCHEMA_VERSION} record with its version edited; "
+                                            f"expected schema_version {SCHEMA_VERSION}")
+    migrated_fields(record, version=2)
+    return migrate_v2(record)
 
 
 def schema2_fields(record: dict[str, Any]) -> list[str]:
@@ -287,24 +336,74 @@ def schema2_fields(record: dict[str, Any]) -> list[str]:
     return found
 
 
+def schema3_fields(record: dict[str, Any]) -> list[str]:
+    """What a record holds that only schema 3 writes: a figure row's `allowed`, a summary's
+    `rows_compared` (a case's in a probe's detail, or a layer id's in its `layer_ids`), `migrated_from: 2`."""
+    came = record.get("migrated_from")
+    found: list[str] = ["migrated_from 2"] if came == 2 and not isinstance(came, bool) else []
+    probes: list[Any] = record["probes"] if isinstance(record.get("probes"), list) else []
+    for i, p in enumerate(probes):
+        if not isinstance(p, dict):
+            continue
+        for k in ("figures", "with_compat_figures"):
+            rows = p[k].get("rows") if isinstance(p.get(k), dict) else None
+            at = next((j for j, r in enumerate(rows) if isinstance(r, dict) and "allowed" in r), None) \
+                if isinstance(rows, list) else None
+            if at is not None:
+                return found + [f"probes[{i}].{k}.rows[{at}].allowed"]
+        for where, summary in _summaries(p.get("detail")):
+            if "rows_compared" in summary:
+                return found + [f"probes[{i}].detail{where}.rows_compared"]
+    return found
+
+
+def _summaries(detail: Any) -> list[tuple[str, dict[str, Any]]]:
+    """A probe detail's summaries of compared rows, each with where it sits: the case's (the detail
+    itself), each layer id's (`layer_ids`), and the same in the with-compat and api_only runs' details."""
+    out: list[tuple[str, dict[str, Any]]] = []
+    if not isinstance(detail, dict):
+        return out
+    runs = [("", detail)]
+    adapted = detail.get("with_compat")
+    if isinstance(adapted, dict) and isinstance(adapted.get("detail"), dict):
+        runs.append((".with_compat.detail", adapted["detail"]))
+    if isinstance(detail.get("api_only"), dict):
+        runs.append((".api_only", detail["api_only"]))
+    for where, run in runs:
+        out.append((where, run))
+        ids = run.get("layer_ids")
+        if isinstance(ids, dict):
+            out += [(f"{where}.layer_ids.{k}", v) for k, v in ids.items() if isinstance(v, dict)]
+    return out
+
+
 def _index(path: str) -> int:
     return int(path.split("[", 1)[1].split("]", 1)[0])
 
 
-def migrated_fields(record: dict[str, Any]) -> None:
-    """A schema-2 record that says it was migrated (`migrated_from`) is read by schema 1's weaker
-    rules (no manifest recomputed, case figures only), so it must be what migration makes: from
-    schema 1, with no per-row figures (schema 1 had none)."""
+def migrated_fields(record: dict[str, Any], version: int = SCHEMA_VERSION) -> None:
+    """A record that says it was migrated (`migrated_from`) is judged by the rules of the schema it
+    came from (schema 1: no manifest recomputed, case figures only; schema 2: no allowed error or
+    summary scale to check), so it must be what migration makes: from schema 1 with no per-row
+    figures, or from schema 2 with nothing only schema 3 writes. A schema-2 record can only say 1."""
     if "migrated_from" not in record or record["migrated_from"] is None:
         return
-    if record["migrated_from"] != 1 or isinstance(record["migrated_from"], bool):
-        raise RecordError("migrated_from", f"{_describe(record['migrated_from'])}: the only schema a record is "
-                                           f"migrated from is 1")
-    figures = schema2_fields({"probes": record.get("probes")})
-    if figures:
-        raise RecordError("migrated_from", f"1 (read by schema 1's rules), but {figures[0]} holds per-row figures, "
-                                           f"which only a schema-2 run writes: a schema-2 record with "
-                                           f"`migrated_from` added")
+    came = record["migrated_from"]
+    sources = (1, 2) if version == SCHEMA_VERSION else (1,)
+    if isinstance(came, bool) or came not in sources:
+        raise RecordError("migrated_from", f"{_describe(came)}: a schema-{version} record is migrated from "
+                                           f"{' or '.join(map(str, sources))} only")
+    if came == 1:
+        figures = schema2_fields({"probes": record.get("probes")})
+        if figures:
+            raise RecordError("migrated_from", f"1 (read by schema 1's rules), but {figures[0]} holds per-row figures, "
+                                               f"which only a schema-2 run writes: a later record with "
+                                               f"`migrated_from` added")
+        return
+    later = schema3_fields({"probes": record.get("probes")})
+    if later:
+        raise RecordError("migrated_from", f"2 (read by schema 2's rules), but {later[0]} is what only a "
+                                           f"schema-3 run writes: a schema-3 record with `migrated_from` added")
 
 
 def migrate_v1(record: dict[str, Any]) -> dict[str, Any]:
@@ -313,7 +412,7 @@ def migrate_v1(record: dict[str, Any]) -> dict[str, Any]:
     the bounds the case figures prove, and calls the rest unverifiable); its manifest is the
     probe keys every schema-1 record held, with the variants the settings deselected."""
     out = dict(record)
-    out["schema_version"] = SCHEMA_VERSION
+    out["schema_version"] = 2
     out["migrated_from"] = 1
     if "id" not in out and all(isinstance(out.get(k), str) for k in ("vllm", "speculators", "backend")):
         out["id"] = f"vllm-{out['vllm']}__speculators-{out['speculators']}__{out['backend']}"
@@ -322,6 +421,25 @@ def migrate_v1(record: dict[str, Any]) -> dict[str, Any]:
         out["manifest"] = {"probes": list(CORE_PROBE_KEYS) + sorted(present - set(CORE_PROBE_KEYS)),
                            "variants": v1_variants(out.get("settings"))}
     return out
+
+
+def migrate_v2(record: dict[str, Any]) -> dict[str, Any]:
+    """Schema 2 -> 3, said in the record (`migrated_from`: 2, or the 1 a record migrated from schema
+    1 already says). What schema 2 did not hold stays absent: its figure rows have no `allowed`,
+    its summaries no scale, allowed error or rows compared. evidence.py checks what they do hold
+    (each summary's max abs and max relative error against its rows, every row by the rule) and
+    asks for no more of them."""
+    out = dict(record)
+    out["schema_version"] = 3
+    if out.get("migrated_from") is None:
+        out["migrated_from"] = 2
+    return out
+
+
+def origin(record: dict[str, Any]) -> int:
+    """The schema whose rules judge a (migrated) record: the one it was migrated from, else this one."""
+    came = record.get("migrated_from")
+    return came if came in (1, 2) and not isinstance(came, bool) else SCHEMA_VERSION
 
 
 def v1_variants(settings: Any) -> Optional[list[str]]:
@@ -338,7 +456,8 @@ def probe_key(probe: dict[str, Any]) -> str:
 
 
 def validate_cell(record: Any, source: str = "") -> dict[str, Any]:
-    """A decoded results/<cell>.json as a schema-2 record, or RecordError naming the field."""
+    """A decoded results/<cell>.json as a schema-3 record (migrated where older), or RecordError
+    naming the field (an unknown key of the record or a probe entry included)."""
     if not isinstance(record, dict):
         raise RecordError("", f"a JSON {type(record).__name__}, expected an object")
     record = migrate(record, source)
@@ -391,7 +510,7 @@ def _object(tp: type, defs: dict[str, Any]) -> dict[str, Any]:
     out["properties"] = {f.name: _schema(hints[f.name], defs) for f in fields}
     out["required"] = [f.name for f in fields
                        if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING]
-    out["additionalProperties"] = True
+    out["additionalProperties"] = tp not in CLOSED
     return out
 
 

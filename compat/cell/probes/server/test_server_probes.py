@@ -17,7 +17,7 @@ import pytest
 
 from compat.shared import breakages
 from compat.shared.observe import CONTRACT_TAG, ContractViolation, describe, speculators_call
-from compat.cell.reference import compare, figures, reference_states, tolerance_for
+from compat.cell.reference import SUMMARY_KEYS, compare, figures, reference_states, tolerance_for
 
 from compat.cell.server_mode_runs import CASES, ModeRun, file_rows, vllm_backend, vllm_version
 
@@ -200,7 +200,7 @@ def match_reference(run: ModeRun, ids: list[int], model, case: str, dtype: str, 
     got = [returned_layers(load(path)) for _, path in items]
     result = compare(got, reference_states(model, [p for p, _ in items]), expected_index=ids,
                      tolerance=tolerance_for(dtype))
-    probe_detail.update({k: result[k] for k in ("max_abs_error", "max_rel_error", "tolerance", "problems")},
+    probe_detail.update({k: result[k] for k in (*SUMMARY_KEYS, "tolerance", "problems")},
                         layer_ids=ids, sequences=[len(p) for p, _ in items])
     probe_detail["figures"] = figures(result, result["tolerance"], dtype, len(items) * len(ids), layers=ids)
     with speculators_call():
@@ -210,7 +210,7 @@ def match_reference(run: ModeRun, ids: list[int], model, case: str, dtype: str, 
 
 
 # -- the probes, raw then with_compat ----------------------------------------------------------
-API_ONLY_KEPT = ("breakage", "problems", "incomplete", "max_abs_error", "figures")  # figures: that run's own
+API_ONLY_KEPT = ("breakage", "problems", "incomplete", *SUMMARY_KEYS, "figures")  # figures: that run's own
 
 
 def raw_and_behind(runs, check, probe_detail: dict) -> None:

@@ -30,8 +30,8 @@ import pytest
 from compat.cell import extraction, server_models
 from compat.shared.observe import ContractViolation, speculators_call
 from compat.cell.reference import (Tolerance, blind_spots, compare, drift_rule_for, drift_total, figures,
-                                   load_reference_model, reference_states, set_aside_drift, tolerance_for,
-                                   wrong_row_margins)
+                                   load_reference_model, reference_states, set_aside_drift, summarize,
+                                   tolerance_for, wrong_row_margins)
 from compat.shared.cell_spec import CellSpec
 from compat.shared.results import NOT_SELECTED
 
@@ -86,8 +86,7 @@ def check_layer_ids(run: ModeRun, ids: list[int], model: str, probe_detail: dict
     reference = reference_for(model)
     tolerance = tolerance or tolerance_for(dtype)
     rule = drift_rule_for(dtype)  # 16-bit MoE drift (row_consistency.DRIFT); None in float32
-    per_id: dict[int, dict] = {k: {"reference_index": k, "matches": set(), "max_abs_error": 0.0,
-                                   "max_rel_error": 0.0} for k in ids}
+    per_id: dict[int, dict] = {k: {"reference_index": k, "matches": set()} for k in ids}
     problems, margins = [], {}
     rows, sequences_sent = [], 0  # every (sequence, layer id) row of every case, for the figures
     for case in [c for c in CASES if c in run.files]:
@@ -111,10 +110,7 @@ def check_layer_ids(run: ModeRun, ids: list[int], model: str, probe_detail: dict
         for row in result["rows"]:
             entry = per_id[ids[row["layer"]]]
             entry["matches"].add(row["matches_index"])
-            for key in ("max_abs_error", "max_rel_error"):
-                if row[key] is not None:
-                    entry[key] = max(entry[key], row[key])
-            if (row.get("drift") or {}).get("drifted"):  # the errors above are then the other tokens'
+            if (row.get("drift") or {}).get("drifted"):  # its errors are then the other tokens'
                 entry["drifted_tokens"] = entry.get("drifted_tokens", 0) + row["drift"]["drifted"]
                 entry["drift_max_relative"] = max(entry.get("drift_max_relative", 0.0), row["drift"]["max_relative"])
         if case == "batch":
@@ -122,6 +118,9 @@ def check_layer_ids(run: ModeRun, ids: list[int], model: str, probe_detail: dict
                        for k, m in wrong_row_margins(table, ids, tolerance).items()}
     table = {}
     for k, entry in per_id.items():
+        # the errors of every row of this layer id (all cases), with the scale and allowed error of the
+        # worst and how many rows: what the harness checks against the figure rows (compat.shared.tolerances)
+        entry.update(summarize([r for r in rows if ids[r["layer"]] == k], tolerance))
         matched = entry.pop("matches")
         entry["matches_index"] = next(iter(matched)) if len(matched) == 1 else None
         table[str(k)] = entry
