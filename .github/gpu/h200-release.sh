@@ -43,11 +43,14 @@
 #   imported under contextlib.suppress(ImportError), no dense-Llama op in it), 23 MB; device-payload's wheels/
 #   (the same for every release) travel apart as .device-wheels-a/ and .device-wheels-b/, installed once into
 #   .site/common (after the release's site on PYTHONPATH) and shared by every release of the warm machine;
-#   .device23-mc/wheels holds the mistral_common set above, .device23-mc/s080 the two 0.8.0 wheels;
-#   .device24/vllm.tar.xz is device-payload 0.24.0's as built (18 MB). Calls, back to back (.site/ stays on a
-#   warm machine): carry .device23 + .device-wheels-a (`unpack`); .device23-mc + .device-wheels-b
+#   .device23-mc/wheels holds the mistral_common set above less tiktoken and sentencepiece (the image has
+#   tiktoken 0.14.0 and sentencepiece 0.2.2; mistral_common needs tiktoken >= 0.7 only), .device23-mc/s080 the
+#   two 0.8.0 wheels; .device24/ and .device26/vllm.tar.xz are device-payload's re-packed without
+#   vllm/_moe_C_stable_libtorch.abi3.so (0.24+: imported in try/except ImportError, a warning), 24 and 21 MB.
+#   Calls, back to back (.site/ stays on a warm machine), each from .gpu-tree with ../.device* linked in and
+#   .site -> ../.site: carry .device23 + .device-wheels-a (`unpack`); .device23-mc + .device-wheels-b
 #   (RELEASE=023 PAYLOAD=.device23 SPEC=080 `spec-layer0`); .device24 (RELEASE=024 PAYLOAD=.device24 SPEC=080
-#   `spec-layer0`).
+#   `spec-layer0`); .device26 (RELEASE=026 PAYLOAD=.device26 LAYER0_COMPILED=1 `layer0`).
 # PHASE `llama-spec`: the server cell with no variant x speculators $SPEC; `layer0`: bench/layer_id_zero.py
 #   (issue 32: what extract_hidden_states saves for aux id 0, offline LLM, the tiny Llama in float32) over the
 #   release's site, eager (LAYER0_COMPILED=1: compiled too); `spec-layer0`: `llama-spec`, then `layer0`.
