@@ -58,16 +58,17 @@ def figures_pass(figures: Any) -> tuple[Optional[bool], str]:
     why) when they cannot say (missing, NaN, no tolerance, no rows)."""
     if not isinstance(figures, dict):
         return None, "no figures recorded"
-    tolerance = figures.get("tolerance") if isinstance(figures.get("tolerance"), dict) else {}
+    tolerance: dict[str, Any] = figures["tolerance"] if isinstance(figures.get("tolerance"), dict) else {}
     atol, rtol = tolerance.get("atol"), tolerance.get("rtol")
     if not (finite(atol) and finite(rtol)) or atol < 0 or rtol < 0:
         return None, f"tolerance {tolerance or 'missing'} is not two finite non-negative numbers"
-    if TOLERANCES.get(figures.get("dtype")) != (atol, rtol):
+    held = TOLERANCES.get(str(figures.get("dtype")))
+    if held != (atol, rtol):
         return None, (f"tolerance atol {atol:g}, rtol {rtol:g} for dtype {figures.get('dtype')!r}; the harness holds "
-                      f"{figures.get('dtype')!r} to {TOLERANCES.get(figures.get('dtype'), 'nothing (unknown dtype)')}")
+                      f"{figures.get('dtype')!r} to {held or 'nothing (unknown dtype)'}")
     if tolerance.get("rule") != RULE:
         return None, f"the tolerance rule {tolerance.get('rule')!r} is not the one the harness recomputes ({RULE!r})"
-    rows = figures.get("rows") if isinstance(figures.get("rows"), list) else []
+    rows: list[Any] = figures["rows"] if isinstance(figures.get("rows"), list) else []
     if not rows:
         return None, "no rows compared"
     places = [(r.get("case"), r.get("sequence"), r.get("layer")) for r in rows if isinstance(r, dict)]
@@ -170,7 +171,7 @@ def drift_counts_problem(rows: list[Any]) -> str:
     """Drift counts no check can produce: drifted outside 0..tokens, figures of drifted tokens
     without any drifted (or none with some), or one sequence of one case with two token counts
     (every layer of a sequence sees the same tokens)."""
-    tokens_of: dict[tuple, set] = {}
+    tokens_of: dict[tuple[Any, Any], set[int]] = {}
     for r in rows:
         d = r.get("drift") if isinstance(r, dict) else None
         if not isinstance(d, dict):
@@ -203,7 +204,7 @@ def v1_figures_pass(detail: Any) -> tuple[Optional[bool], str]:
     per-row scales schema 1 did not record."""
     if not isinstance(detail, dict):
         return None, "no figures recorded (schema 1)"
-    tolerance = detail.get("tolerance") if isinstance(detail.get("tolerance"), dict) else {}
+    tolerance: dict[str, Any] = detail["tolerance"] if isinstance(detail.get("tolerance"), dict) else {}
     atol, rtol = tolerance.get("atol"), tolerance.get("rtol")
     if not (finite(atol) and finite(rtol)):
         return None, f"tolerance {tolerance or 'missing'} is not two finite numbers (schema 1)"
@@ -229,9 +230,9 @@ def v1_figures_pass(detail: Any) -> tuple[Optional[bool], str]:
 def _least_allowed(detail: dict[str, Any], name: str) -> float:
     """For a layer id, the smallest `allowed` (atol + rtol * that sequence's scale) its schema-1
     `wrong_row_margins` recorded: a max abs error within it is within every sequence's bound."""
-    margins = detail.get("wrong_row_margins") if isinstance(detail.get("wrong_row_margins"), dict) else {}
+    margins: dict[str, Any] = detail["wrong_row_margins"] if isinstance(detail.get("wrong_row_margins"), dict) else {}
     layer = name.removeprefix("layer id ")
-    allowed = [m.get("allowed") for k, m in margins.items()
+    allowed = [float(m["allowed"]) for k, m in margins.items()
                if isinstance(m, dict) and str(k).endswith(f"/id{layer}") and finite(m.get("allowed"))]
     return min(allowed) if allowed else -1.0
 
@@ -274,7 +275,7 @@ def _run_disagrees(where: str, summary: Any, figures_where: str, figures: Any, c
     """One run's summaries (`summary`: its detail, at `where`) against its figure rows; '' where they agree."""
     if not isinstance(summary, dict):
         summary = {}
-    ids = summary.get("layer_ids") if isinstance(summary.get("layer_ids"), dict) else {}
+    ids: dict[str, Any] = summary["layer_ids"] if isinstance(summary.get("layer_ids"), dict) else {}
     groups = ([(where, summary, None)] if "max_abs_error" in summary else []) + \
         [(f"{where}.layer_ids.{k}", entry, k) for k, entry in ids.items() if isinstance(entry, dict)]
     if came_from == 1:  # no rows: what the case figures imply of the reference's scale
@@ -318,10 +319,10 @@ def _data_contradiction(probe: dict[str, Any], migrated: bool) -> tuple[Optional
     """(why the status contradicts the figures, why with_compat does), None where they agree."""
     status, compat = probe.get("status"), probe.get("with_compat")
     if migrated:
-        def check(adapted: bool):
+        def check(adapted: bool) -> tuple[Optional[bool], str]:
             return v1_figures_pass(_with_compat_detail(probe) if adapted else probe.get("detail"))
     else:
-        def check(adapted: bool):
+        def check(adapted: bool) -> tuple[Optional[bool], str]:
             return figures_pass(probe.get("with_compat_figures" if adapted else "figures"))
     raw_why = compat_why = None
     if status == "ok":
@@ -373,7 +374,7 @@ def identity_problems(cell: dict[str, Any]) -> list[str]:
     if not cell.get("probes"):
         return []
     problems = []
-    settings = cell.get("settings") if isinstance(cell.get("settings"), dict) else {}
+    settings: dict[str, Any] = cell["settings"] if isinstance(cell.get("settings"), dict) else {}
     try:
         profile = profile_for(str(cell.get("speculators"))).name
     except Exception:  # noqa: BLE001 - an unparsable version: the record names no release
@@ -401,8 +402,8 @@ def identity_problems(cell: dict[str, Any]) -> list[str]:
 
 
 def _spec_variants(cell: dict[str, Any]) -> Optional[list[str]]:
-    manifest = cell.get("manifest") if isinstance(cell.get("manifest"), dict) else {}
-    settings = cell.get("settings") if isinstance(cell.get("settings"), dict) else {}
+    manifest: dict[str, Any] = cell["manifest"] if isinstance(cell.get("manifest"), dict) else {}
+    settings: dict[str, Any] = cell["settings"] if isinstance(cell.get("settings"), dict) else {}
     if isinstance(settings.get("variants"), list):
         return sorted(settings["variants"])
     if "COMPAT_SERVER_VARIANTS" in settings:

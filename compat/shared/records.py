@@ -29,7 +29,7 @@ import math
 import sys
 import typing
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Any, Optional, TypeGuard
 
 from compat.shared.manifest import CORE_PROBE_KEYS
 from compat.shared.tolerances import RULE
@@ -225,7 +225,7 @@ def parse(tp: Any, value: Any, path: str = "") -> Any:
         if value not in allowed:
             raise RecordError(path, f"{_describe(value)} is not one of {', '.join(allowed)}")
         return value
-    if dataclasses.is_dataclass(tp):
+    if isinstance(tp, type) and dataclasses.is_dataclass(tp):
         if not isinstance(value, dict):
             raise RecordError(path, f"{type(value).__name__} {_describe(value)}, expected an object")
         hints = _hints(tp)
@@ -292,7 +292,7 @@ def _type_name(tp: Any) -> str:
     return {str: "a string", int: "an integer", float: "a number", bool: "true or false"}.get(tp, str(tp))
 
 
-def finite(value: Any) -> bool:
+def finite(value: Any) -> TypeGuard[float]:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
@@ -329,8 +329,8 @@ def migrate(record: dict[str, Any], source: str = "") -> dict[str, Any]:
 
 def schema2_fields(record: dict[str, Any]) -> list[str]:
     """What a record holds that only schema 2 writes: a manifest, per-row figures, `migrated_from`."""
-    found = [k for k in ("manifest", "migrated_from") if k in record]
-    probes = record.get("probes") if isinstance(record.get("probes"), list) else []
+    found: list[str] = [k for k in ("manifest", "migrated_from") if k in record]
+    probes: list[Any] = record["probes"] if isinstance(record.get("probes"), list) else []
     found += sorted({f"probes[{i}].{k}" for i, p in enumerate(probes) if isinstance(p, dict)
                      for k in ("figures", "with_compat_figures") if p.get(k) is not None}, key=_index)[:1]
     return found
@@ -460,9 +460,9 @@ def validate_cell(record: Any, source: str = "") -> dict[str, Any]:
     naming the field (an unknown key of the record or a probe entry included)."""
     if not isinstance(record, dict):
         raise RecordError("", f"a JSON {type(record).__name__}, expected an object")
-    record = migrate(record, source)
-    parse(CellRecord, record)
-    return record
+    migrated = migrate(record, source)
+    parse(CellRecord, migrated)
+    return migrated
 
 
 # ---- JSON Schema ------------------------------------------------------------------------------
@@ -487,7 +487,7 @@ def _schema(tp: Any, defs: dict[str, Any]) -> dict[str, Any]:
     if isinstance(tp, type) and issubclass(tp, enum.Enum):
         defs.setdefault(tp.__name__, {"enum": [m.value for m in tp]})
         return {"$ref": f"#/$defs/{tp.__name__}"}
-    if dataclasses.is_dataclass(tp):
+    if isinstance(tp, type) and dataclasses.is_dataclass(tp):
         if tp is CellRecord and "CellRecord" not in defs:
             return _object(tp, defs)
         if tp.__name__ not in defs:
