@@ -53,7 +53,8 @@ def reference_states(model, sequences: Sequence[Sequence[int]]) -> list[list[Any
     tables = []
     for ids in sequences:
         captured: list[Any] = []
-        hooks = [layer.register_forward_hook(lambda _m, _i, out: captured.append(
+        # the hooks are removed before the next sequence: each one appends to this sequence's list
+        hooks = [layer.register_forward_hook(lambda _m, _i, out: captured.append(  # noqa: B023
             (out[0] if isinstance(out, tuple) else out)[0].detach().clone())) for layer in layers]
         try:
             with torch.no_grad():

@@ -98,7 +98,8 @@ def _stack(want: Sequence[Sequence[Any]], names: list) -> _Rows:
     raw = np.concatenate(blocks) if blocks else np.zeros((0, 0))
     unit = dimension_units(raw)
     matrix = raw / unit
-    return _Rows(raw, matrix, matrix.astype(np.float32), unit, (matrix ** 2).sum(axis=1), np.array(seq), np.array(lay), np.array(pos), names)
+    return _Rows(raw, matrix, matrix.astype(np.float32), unit, (matrix ** 2).sum(axis=1), np.array(seq), np.array(lay),
+                 np.array(pos), names)
 
 
 def dimension_units(rows: np.ndarray) -> np.ndarray:

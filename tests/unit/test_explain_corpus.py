@@ -12,11 +12,11 @@ Run as a script to print the table: python tests/unit/test_explain_corpus.py
 from __future__ import annotations
 
 import io
+import tomllib
 from contextlib import redirect_stderr, redirect_stdout
 from pathlib import Path
 
 import pytest
-import tomllib
 
 from compat.harness.explain import main
 

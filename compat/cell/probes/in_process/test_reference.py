@@ -13,10 +13,9 @@ import random
 
 import pytest
 
-from compat.cell import datagen
-from compat.cell import reference
-from compat.shared.observe import CONTRACT_TAG, WrongHiddenStates, speculators_call
+from compat.cell import datagen, reference
 from compat.shared.cell_spec import CellSpec
+from compat.shared.observe import CONTRACT_TAG, WrongHiddenStates, speculators_call
 
 LAYER_IDS = [1, 3, 5]  # distinct; 5 is the last of the tiny model's 6 layers
 SILENT_BREAKAGE = {"repeated": "prefix_caching_default", "shared_prefix": "prefix_caching_default",
@@ -156,7 +155,8 @@ def _look_behind_the_exception(session: DatagenSession, case: str, probe_detail:
                                     "error": f"{type(exc).__name__}: {exc}"[:500]}
         return
     probe_detail["api_only"] = {"status": "ok" if result["ok"] else "broken", **_summary(result),
-                                "figures": _figures(result, case, session.spec.dtype)}  # that run's own, not the record's
+                                # that run's own, not the record's
+                                "figures": _figures(result, case, session.spec.dtype)}
     if not result["ok"]:  # named in api_only: the raw record's own error is the exception's
         _attribute(result, case, probe_detail["api_only"])
 

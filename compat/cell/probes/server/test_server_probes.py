@@ -15,11 +15,10 @@ import typing
 
 import pytest
 
+from compat.cell.reference import SUMMARY_KEYS, compare, figures, reference_states, tolerance_for
+from compat.cell.server_mode_runs import CASES, ModeRun, file_rows, vllm_backend, vllm_version
 from compat.shared import breakages
 from compat.shared.observe import CONTRACT_TAG, ContractViolation, describe, speculators_call
-from compat.cell.reference import SUMMARY_KEYS, compare, figures, reference_states, tolerance_for
-
-from compat.cell.server_mode_runs import CASES, ModeRun, file_rows, vllm_backend, vllm_version
 
 pytestmark = pytest.mark.timeout(900)  # the first file probe of a mode starts the server and runs the client
 
@@ -132,9 +131,11 @@ def payload_schema(run: ModeRun, ids: list[int], dtype: str, probe_detail: dict)
                 continue
             hs, tok = tensors["hidden_states"], tensors["token_ids"]
             seen.append({"case": case, "file": path.name, "keys": keys, "hidden_states": list(hs.shape),
-                         "dtype": str(hs.dtype).removeprefix("torch."), "token_ids_dtype": str(tok.dtype).removeprefix("torch.")})
+                         "dtype": str(hs.dtype).removeprefix("torch."),
+                         "token_ids_dtype": str(tok.dtype).removeprefix("torch.")})
             if hs.ndim != 3 or hs.shape[0] != len(prompt) or hs.shape[1] != len(ids):
-                problems.append(f"{case}/{path.name}: hidden_states {list(hs.shape)}, expected [{len(prompt)}, {len(ids)}, hidden]")
+                problems.append(f"{case}/{path.name}: hidden_states {list(hs.shape)}, expected [{len(prompt)}, "
+                                f"{len(ids)}, hidden]")
             if hs.dtype != getattr(torch, dtype):
                 problems.append(f"{case}/{path.name}: hidden_states dtype {hs.dtype}, served as {dtype}")
             if tok.tolist() != list(prompt):
@@ -240,7 +241,8 @@ def outcome_of(check, run: ModeRun) -> dict:
 
 @pytest.mark.probe("payload_schema")
 def test_payload_schema(extraction_runs, probe_detail):
-    raw_and_behind(extraction_runs, lambda run, detail: payload_schema(run, extraction_runs.ids, extraction_runs.spec.dtype, detail),
+    raw_and_behind(extraction_runs,
+                   lambda run, detail: payload_schema(run, extraction_runs.ids, extraction_runs.spec.dtype, detail),
                    probe_detail)
 
 
@@ -252,14 +254,16 @@ def test_write_completion(extraction_runs, probe_detail):
 @pytest.mark.probe("layer_numbering")
 def test_layer_numbering(extraction_runs, reference_model, probe_detail):
     raw_and_behind(extraction_runs, lambda run, detail: layer_numbering(run, extraction_runs.ids, reference_model,
-                                                                        extraction_runs.spec.dtype, detail), probe_detail)
+                                                                        extraction_runs.spec.dtype, detail),
+                   probe_detail)
 
 
 @pytest.mark.probe("hidden_states_match_reference", data=True)
 @pytest.mark.parametrize("case", CASES)
 def test_reference(extraction_runs, reference_model, case, probe_detail):
     raw_and_behind(extraction_runs, lambda run, detail: match_reference(run, extraction_runs.ids, reference_model,
-                                                                        case, extraction_runs.spec.dtype, detail), probe_detail)
+                                                                        case, extraction_runs.spec.dtype, detail),
+                   probe_detail)
 
 
 @pytest.mark.probe("payload_schema")

@@ -2,8 +2,8 @@
 (compat.cell.server_models says what each variant adds to the launch, and why).
 
 - `layer_ids_by_model[llama]`, `[deepseek_v3]` and `[hybrid]` (a tiny Qwen3-Next: Gated DeltaNet
-  linear attention + full attention; on CPU in bfloat16 without prefix caching, env shims): every layer id of every file against its
-  reference index, the final-layer id included; the detail's `layer_ids` table says per id which
+  linear attention + full attention; on CPU in bfloat16 without prefix caching, env shims): every layer id of every file
+  against its reference index, the final-layer id included; the detail's `layer_ids` table says per id which
   index it matched and the largest error. `llama` reads the contract probes' own runs (all three
   cases: batch, repeated, shared prefix; no server start of its own); a variant's run drives the
   batch case only (3 prompts of 8, 40 and 200 tokens sent at once).
@@ -24,19 +24,28 @@ cost two more starts, and it says n/a with the flags.
 
 from __future__ import annotations
 
-
 import pytest
 
 from compat.cell import extraction, server_models
-from compat.shared.observe import ContractViolation, speculators_call
-from compat.cell.reference import (Tolerance, blind_spots, compare, drift_rule_for, drift_total, figures,
-                                   load_reference_model, reference_states, set_aside_drift, summarize,
-                                   tolerance_for, wrong_row_margins)
-from compat.shared.cell_spec import CellSpec
-from compat.shared.results import NOT_SELECTED
-
-from compat.cell.server_mode_runs import CASES, VARIANT_CASES, Extraction, ModeRun, vllm_backend
 from compat.cell.probes.server.test_server_probes import load, returned_layers, settle
+from compat.cell.reference import (
+    Tolerance,
+    blind_spots,
+    compare,
+    drift_rule_for,
+    drift_total,
+    figures,
+    load_reference_model,
+    reference_states,
+    set_aside_drift,
+    summarize,
+    tolerance_for,
+    wrong_row_margins,
+)
+from compat.cell.server_mode_runs import CASES, VARIANT_CASES, Extraction, ModeRun, vllm_backend
+from compat.shared.cell_spec import CellSpec
+from compat.shared.observe import ContractViolation, speculators_call
+from compat.shared.results import NOT_SELECTED
 
 pytestmark = pytest.mark.timeout(900)
 
@@ -96,7 +105,8 @@ def check_layer_ids(run: ModeRun, ids: list[int], model: str, probe_detail: dict
             if t["token_ids"].tolist() != list(prompt):
                 problems.append(f"[{case}] {path.name}: token_ids differ from the prompt")
             if t["hidden_states"].dtype != getattr(torch, dtype):
-                problems.append(f"[{case}] {path.name}: hidden_states dtype {t['hidden_states'].dtype}, served as {dtype}")
+                problems.append(f"[{case}] {path.name}: hidden_states dtype {t['hidden_states'].dtype}, served as "
+                                f"{dtype}")
         tables = reference_states(reference, [p for p, _ in items])
         result = compare([returned_layers(t) for t in tensors], tables, expected_index=ids, tolerance=tolerance)
         if rule is not None:
