@@ -82,6 +82,15 @@ def kimi(session):
 
 
 @nox.session(python=PYTHON)
+def lint(session):
+    """ruff over the repository and mypy (strict on compat/shared and compat/harness), pinned; CI runs it first."""
+    install_harness(session)
+    session.install("ruff==0.17.6", "mypy==2.4.1")
+    session.run("ruff", "check", ".")
+    session.run("mypy")
+
+
+@nox.session(python=PYTHON)
 def tests(session):
     """What CI runs: our unit tests, the default matrix for real, then checks of what it found
     and of the report it wrote (in a real browser when chromium is installed)."""
