@@ -54,7 +54,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="also write the newest run of every cell as DIR/<cell-id>.json")
     parser.add_argument("--out", type=Path, default=Path("reports"), help="output directory (default: reports)")
     parser.add_argument("--baseline", type=Path, default=None, help="an older compat.json to compare with")
-    parser.add_argument("--no-gate", action="store_true", help="exit 0 even when there is a NEW breakage or a probe error")
+    parser.add_argument("--no-gate", action="store_true",
+                        help="exit 0 even when there is a NEW breakage or a probe error")
     args = parser.parse_args(argv)
 
     problems: list[str] = []

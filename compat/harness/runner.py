@@ -10,15 +10,23 @@ from __future__ import annotations
 
 import argparse
 import signal
-from dataclasses import replace
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from compat.harness.cell_envs import REPO_ROOT
-from compat.harness.matrix import (DEFAULT_DTYPE, DTYPES, SERVER_VARIANTS, Cell, MatrixError, cells_for,
-                                   describe_cells, parse_cli)
+from compat.harness.matrix import (
+    DEFAULT_DTYPE,
+    DTYPES,
+    SERVER_VARIANTS,
+    Cell,
+    MatrixError,
+    cells_for,
+    describe_cells,
+    parse_cli,
+)
 from compat.harness.pypi import PackageIndex, PackageIndexError
 from compat.harness.recipe import RecipeError, derive_recipe
 from compat.harness.static.layers import split_static_only
@@ -65,14 +73,17 @@ def _runner_parser() -> argparse.ArgumentParser:
                              "each, a TP=1 and a TP=2 instance live at once); vLLM's default when not given")
     support = parser.add_argument_group("the support table (compat.harness.support_run)")
     support.add_argument("--all-vllm", action="store_true",
-                         help="a row: --speculators S against every vLLM release (runtime cells chosen, the rest inferred)")
+                         help="a row: --speculators S against every vLLM release (runtime cells chosen, the rest "
+                              "inferred)")
     support.add_argument("--all-speculators", action="store_true",
                          help="a column: --vllm V against every speculators release")
     support.add_argument("--check-inferred", type=int, default=0, metavar="K",
                          help="with --all-*: also run K cells it inferred (chosen at random) and report agreement")
     support.add_argument("--seed", type=int, default=None, help="the seed --check-inferred picks with (printed)")
-    support.add_argument("--plan-only", action="store_true", help="with --all-*: choose and write the table, run nothing")
-    support.add_argument("--rerun", action="store_true", help="with --all-*: run runtime cells with stored results again")
+    support.add_argument("--plan-only", action="store_true",
+                         help="with --all-*: choose and write the table, run nothing")
+    support.add_argument("--rerun", action="store_true",
+                         help="with --all-*: run runtime cells with stored (or published) results again")
     return parser
 
 
@@ -212,7 +223,7 @@ def run_existing(options: argparse.Namespace, rest: list[str]) -> int:
               file=sys.stderr)
         return 2
     try:
-        cells = {}
+        cells: dict[Cell, Path] = {}
         for python in options.python:
             cell = with_run_settings(cell_from_env(inspect_python(python), python), options)
             if cell.id in {c.id for c in cells}:
@@ -241,8 +252,9 @@ def resolve_model(path: Path | None) -> Path:
     return path.resolve()
 
 
-def run_matrix(cells: list[Cell], index, options: argparse.Namespace, model_dir: Path,
-               pythons: dict[Cell, Path] | None = None, prior: list[dict[str, Any]] | None = None) -> list[dict[str, Any]]:
+def run_matrix(cells: list[Cell], index: Any, options: argparse.Namespace, model_dir: Path,
+               pythons: dict[Cell, Path] | None = None,
+               prior: list[dict[str, Any]] | None = None) -> list[dict[str, Any]]:
     """Runs the cells one after another; each finished record is written to results/ and appended
     to `prior` (returned), so what finished survives an interruption."""
     from compat.harness.cell_run import base_record, run_cell

@@ -229,7 +229,8 @@ class Store:
         """Keep a Kimi record or a bisect table; False when the same content is already kept."""
         with self.db:
             cursor = self.db.execute(
-                "INSERT OR IGNORE INTO documents (kind, name, content_hash, ran_at, source, data) VALUES (?, ?, ?, ?, ?, ?)",
+                "INSERT OR IGNORE INTO documents (kind, name, content_hash, ran_at, source, data) "
+                "VALUES (?, ?, ?, ?, ?, ?)",
                 (kind, name, content_hash([kind, name, data]), ran_at or now(), source, json.dumps(data)))
         return cursor.rowcount == 1
 
@@ -263,7 +264,8 @@ class Store:
             out.added += added
             out.known += not added
         # bisect tables, and compat.harness.support_run's rows and columns
-        for kind, pattern, what in ((BISECT, "speculators-*.json", "bisect result"), (SUPPORT, "*.json", "support table")):
+        for kind, pattern, what in ((BISECT, "speculators-*.json", "bisect result"),
+                                    (SUPPORT, "*.json", "support table")):
             for path in sorted((folder / kind).glob(pattern)):
                 try:
                     data = read_json(path, what)
@@ -276,7 +278,7 @@ class Store:
 
     # ------------------------------------------------------------------ reading
 
-    def _runs(self, where: str = "", args: tuple = ()) -> Iterator[Run]:
+    def _runs(self, where: str = "", args: tuple[str, ...] = ()) -> Iterator[Run]:
         rows = self.db.execute(f"SELECT cell_id, content_hash, ran_at, harness_commit, machine, source, record "
                                f"FROM runs {where} ORDER BY cell_id, ran_at, seq", args)
         for cell_id, digest, ran_at, commit, machine, source, record in rows:
@@ -310,7 +312,8 @@ class Store:
         """The newest content of each document of a kind (only `names`, where given), by name, the most
         recent last."""
         out: dict[str, Any] = {}
-        for name, data in self.db.execute("SELECT name, data FROM documents WHERE kind = ? ORDER BY ran_at, seq", (kind,)):
+        rows = self.db.execute("SELECT name, data FROM documents WHERE kind = ? ORDER BY ran_at, seq", (kind,))
+        for name, data in rows:
             if names is None or name in names:
                 out.pop(name, None)
                 out[name] = json.loads(data)

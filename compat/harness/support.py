@@ -62,8 +62,9 @@ class PairFacts:
     speculators_fingerprint: str = ""  # the speculators release's own extraction code (a column varies it)
 
     @property
-    def key(self) -> tuple:
-        return (self.fingerprint, self.static_verdict, self.broken_contracts, self.profile, self.speculators_fingerprint)
+    def key(self) -> tuple[str, str, tuple[str, ...], str, str]:
+        return (self.fingerprint, self.static_verdict, self.broken_contracts, self.profile,
+                self.speculators_fingerprint)
 
 
 @dataclass
@@ -100,7 +101,7 @@ def _ordered(facts: Sequence[PairFacts], axis: str) -> list[PairFacts]:
     return sorted(facts, key=lambda f: Version(getattr(f, axis)))
 
 
-def _static_state(f: PairFacts) -> tuple:
+def _static_state(f: PairFacts) -> tuple[str, tuple[str, ...]]:
     return (f.static_verdict, f.broken_contracts)
 
 
@@ -109,7 +110,9 @@ def plan(facts: Sequence[PairFacts], axis: str = "vllm") -> list[Planned]:
     ordered = _ordered(facts, axis)
     if not ordered:
         raise SupportError("no pairs to plan: the row or column holds no release")
-    along = lambda f: getattr(f, axis)  # noqa: E731
+    def along(f: PairFacts) -> str:
+        return str(getattr(f, axis))
+
     runnable = [f for f in ordered if f.runtime_build and not f.conflict]
     reasons: dict[tuple[str, str], list[str]] = {}
 
@@ -134,28 +137,13 @@ def plan(facts: Sequence[PairFacts], axis: str = "vllm") -> list[Planned]:
         if previous.key != current.key:
             choose(current, _key_change(previous, current, axis))
     planned: list[Planned] = []
-    runtime_by_key: dict[tuple, list[PairFacts]] = {}
+    runtime_by_key: dict[tuple[str, str, tuple[str, ...], str, str], list[PairFacts]] = {}
     for f in runnable:
         if (f.vllm, f.speculators) in reasons:
             runtime_by_key.setdefault(f.key, []).append(f)
     for f in ordered:
         pair = (f.vllm, f.speculators)
-        base = dict(vllm=f.vllm, speculators=f.speculators, fingerprint=f.fingerprint, static_verdict=f.static_verdict)
-        if f.conflict:
-            planned.append(Planned(kind=RESOLVER, reasons=[f"the pins cannot be installed together: {f.conflict}"],
-                                   conflict=f.conflict, **base))
-        elif pair in reasons and f.runtime_build:
-            planned.append(Planned(kind=RUNTIME, reasons=reasons[pair], **base))
-        elif f.key in runtime_by_key:
-            source = _nearest(f, runtime_by_key[f.key], axis)
-            planned.append(Planned(kind=INFERRED, inferred_from=(source.vllm, source.speculators), reasons=[
-                f"same extraction-path fingerprint {f.fingerprint}, static result and speculators code as "
-                f"vLLM {source.vllm} x speculators {source.speculators}"
-                + ("" if f.runtime_build else "; no runtime build of this release")], **base))
-        else:
-            why = "no runtime build of this release" if not f.runtime_build else "no runtime cell shares its key"
-            planned.append(Planned(kind=STATIC_ONLY, reasons=[f"{why}, and no runtime cell shares its fingerprint "
-                                                              f"{f.fingerprint or '(none)'}: the static layer alone"], **base))
+        planned.append(_planned(f, reasons.get(pair), runtime_by_key, axis))
     return planned
 
 
@@ -186,6 +174,28 @@ def infer_across(planned: list[Planned], facts: Sequence[PairFacts], siblings: S
         if p.kind == INFERRED and p.inferred_from in moved:
             p.inferred_from = moved[p.inferred_from]
     return planned
+
+
+def _planned(f: PairFacts, reasons: list[str] | None,
+             runtime_by_key: dict[tuple[str, str, tuple[str, ...], str, str], list[PairFacts]], axis: str) -> Planned:
+    """How one pair is answered: the resolver, a runtime cell, inferred from one, or static only."""
+    def made(kind: str, why: list[str], inferred_from: tuple[str, str] | None = None) -> Planned:
+        return Planned(vllm=f.vllm, speculators=f.speculators, kind=kind, reasons=why, inferred_from=inferred_from,
+                       fingerprint=f.fingerprint, static_verdict=f.static_verdict, conflict=f.conflict)
+
+    if f.conflict:
+        return made(RESOLVER, [f"the pins cannot be installed together: {f.conflict}"])
+    if reasons and f.runtime_build:
+        return made(RUNTIME, reasons)
+    if f.key in runtime_by_key:
+        source = _nearest(f, runtime_by_key[f.key], axis)
+        return made(INFERRED, [f"same extraction-path fingerprint {f.fingerprint}, static result and speculators code "
+                               f"as vLLM {source.vllm} x speculators {source.speculators}"
+                               + ("" if f.runtime_build else "; no runtime build of this release")],
+                    (source.vllm, source.speculators))
+    why = "no runtime build of this release" if not f.runtime_build else "no runtime cell shares its key"
+    return made(STATIC_ONLY, [f"{why}, and no runtime cell shares its fingerprint {f.fingerprint or '(none)'}: "
+                              "the static layer alone"])
 
 
 def _flip_text(before: PairFacts, after: PairFacts, shown: int = 3) -> str:
@@ -307,7 +317,8 @@ def answer(planned: list[Planned], measured: dict[tuple[str, str], Measured],
                        fix=("static break: " + lines[0]) if broken and lines else "")
         elif p.kind == INFERRED:
             source = measured.get(p.inferred_from) if p.inferred_from else None
-            shared = f"inferred from vLLM {p.inferred_from[0]} x speculators {p.inferred_from[1]} (fingerprint {p.fingerprint})"
+            shared = (f"inferred from vLLM {p.inferred_from[0]} x speculators {p.inferred_from[1]} "
+                      f"(fingerprint {p.fingerprint})") if p.inferred_from else "inferred"
             if source is None:
                 a = Answer(p.vllm, p.speculators, INFERRED, "untested", "untested-at-runtime",
                            [shared + ", which has not run"], source=p.inferred_from)
@@ -345,13 +356,14 @@ def _name_nearest(answers: list[Answer], axis: str) -> None:
 
 def _distance(a: Version, b: Version) -> float:
     ra, rb = a.release + (0,) * 4, b.release + (0,) * 4
-    return sum((x - y) * 1000 ** (3 - i) for i, (x, y) in enumerate(zip(ra[:4], rb[:4])))
+    return float(sum((x - y) * 1000 ** (3 - i) for i, (x, y) in enumerate(zip(ra[:4], rb[:4]))))
 
 
 def agreement(answers: Iterable[Answer]) -> dict[str, Any]:
     """What --check-inferred found: checked, agreeing, and each disagreement (a finding)."""
-    ran = [a for a in answers if a.check and a.check.get("ran")]
-    disagree = [f"vLLM {a.vllm} x speculators {a.speculators}: {a.check['text']}" for a in ran if not a.check["agrees"]]
+    ran = [(a, a.check) for a in answers if a.check and a.check.get("ran")]
+    disagree = [f"vLLM {a.vllm} x speculators {a.speculators}: {check['text']}" for a, check in ran
+                if not check["agrees"]]
     return {"checked": len(ran), "agree": len(ran) - len(disagree), "disagreements": disagree}
 
 
@@ -385,7 +397,8 @@ def contract_support(outcomes: dict[str, dict[str, str]]) -> dict[str, list[dict
         for i, ok in enumerate(holds):
             if ok and (i == 0 or not holds[i - 1]):
                 end = next((j for j in range(i, len(holds)) if not holds[j]), None)
-                runs.append({"version_added": releases[i], "version_removed": releases[end] if end is not None else None})
+                runs.append({"version_added": releases[i],
+                             "version_removed": releases[end] if end is not None else None})
         out[cid] = runs
     return out
 

@@ -20,7 +20,7 @@ import random
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from packaging.version import Version
 
@@ -47,7 +47,8 @@ def request_of(options: argparse.Namespace, rest: list[str]) -> tuple[str, str, 
     args, unknown = _parser().parse_known_args(rest)
     if unknown:
         raise MatrixError(f"{' '.join(unknown)}: not accepted with --all-vllm/--all-speculators "
-                          f"(accepted: --vllm, --speculators, --backend, --list-cells, --json and the runner's options)")
+                          "(accepted: --vllm, --speculators, --backend, --list-cells, --json and the runner's "
+                          "options)")
     if options.all_vllm and options.all_speculators:
         raise MatrixError("--all-vllm and --all-speculators: give one (a row or a column), not both")
     if options.all_vllm:
@@ -61,11 +62,15 @@ def request_of(options: argparse.Namespace, rest: list[str]) -> tuple[str, str, 
     return "speculators", check_version(args.vllm[0], "--vllm"), args
 
 
-def gather(axis: str, fixed: str, backend: str, cache=None, index=None,
-           echo=lambda line: print(line, flush=True)) -> dict[str, Any]:
+def _echo(line: str) -> None:
+    print(line, flush=True)
+
+
+def gather(axis: str, fixed: str, backend: str, cache: Any = None, index: Any = None,
+           echo: Callable[[str], None] = _echo) -> dict[str, Any]:
     """The static table, fingerprints, runtime builds and pin conflicts of the row or column."""
-    from compat.harness.static.contract_history import vllm_releases
     from compat.harness.static.check import load_release
+    from compat.harness.static.contract_history import vllm_releases
     from compat.harness.static.fingerprint import era, fingerprint, speculators_fingerprint
     from compat.harness.static.model_runner import model_runner
     from compat.harness.static.sources import SourceCache, StaticError
@@ -135,7 +140,7 @@ def gather(axis: str, fixed: str, backend: str, cache=None, index=None,
             "siblings": sibling_facts, "seconds": round(time.monotonic() - started, 1)}
 
 
-def same_code_releases(fixed: str, releases: list[str], known: dict[str, str], cache) -> list[str]:
+def same_code_releases(fixed: str, releases: list[str], known: dict[str, str], cache: Any) -> list[str]:
     """The other speculators releases with this one's profile and extraction-code fingerprint."""
     from compat.harness.static.check import load_release
     from compat.harness.static.fingerprint import speculators_fingerprint
@@ -158,13 +163,14 @@ def same_code_releases(fixed: str, releases: list[str], known: dict[str, str], c
     return out
 
 
-def pin_conflicts(vllm: list[str], speculators: list[str], backend: str, builds: set[str], index=None) -> dict:
+def pin_conflicts(vllm: list[str], speculators: list[str], backend: str, builds: set[str],
+                  index: Any = None) -> dict[tuple[str, str], str]:
     """{(v, s): message} where the pair's published pins cannot be installed together: the install
     recipe's own check (compat.harness.recipe), from the packages' metadata, in seconds. A release
     with no runtime build is checked as the official vllm wheel."""
-    from compat.harness.pypi import PackageIndex, PackageIndexError
     from functools import lru_cache
 
+    from compat.harness.pypi import PackageIndex, PackageIndexError
     from compat.harness.recipe import RecipeError, derive_recipe, uv_finds_python
 
     index = index or PackageIndex()
@@ -230,7 +236,7 @@ def published_settings(options: argparse.Namespace, fixed: str) -> bool:
         return False
     if options.variants is None:
         options.variants = ()
-    return options.variants == ()
+    return bool(options.variants == ())
 
 
 def answer_from_published(fixed: str, backend: str, options: argparse.Namespace) -> int | None:
@@ -365,13 +371,14 @@ def _outcomes_along(axis: str, fixed: str, table: dict[str, Any]) -> dict[str, d
 
 def describe_plan(planned: list[support.Planned], axis: str, fixed: str, checks: list[support.Planned],
                   seed: int | None) -> str:
-    what = f"speculators {fixed} x every vLLM release" if axis == "vllm" else f"vLLM {fixed} x every speculators release"
+    what = (f"speculators {fixed} x every vLLM release" if axis == "vllm"
+            else f"vLLM {fixed} x every speculators release")
     lines = [f"[support] {what}: {len(planned)} cells"]
     for p in planned:
         label = getattr(p, axis)
         if p.kind == support.RUNTIME:
             lines.append(f"[support]   {label}: runtime ({'; '.join(p.reasons)})")
-        elif p.kind == support.INFERRED:
+        elif p.kind == support.INFERRED and p.inferred_from:
             src = p.inferred_from[0] if axis == "vllm" else p.inferred_from[1]
             if axis == "vllm" and p.inferred_from[1] != p.speculators:
                 src = f"vLLM {p.inferred_from[0]} x speculators {p.inferred_from[1]} (the same extraction code)"
@@ -391,7 +398,8 @@ def describe_plan(planned: list[support.Planned], axis: str, fixed: str, checks:
 def summary_text(document: dict[str, Any]) -> str:
     axis = document["axis"]
     lines = [f"[support] {o}: " + (", ".join(
-        (r["version_added"] if r["version_added"] == r["version_last"] else f"{r['version_added']} – {r['version_last']}")
+        (r["version_added"] if r["version_added"] == r["version_last"]
+         else f"{r['version_added']} – {r['version_last']}")
         for r in rs) or "none") for o, rs in document["ranges"].items()]
     agreement = document["agreement"]
     if agreement["checked"]:

@@ -84,10 +84,12 @@ def publish(out_dir: Path, store: Store, imports: Iterable[Path] = (), selection
                                          f"and another; both are reported, the second as {c['id']}"
                   for c in cells if c.get("duplicate_of")}
     kimi = list(store.documents(KIMI, selection.chosen_documents(imported, KIMI)).values())
-    bisect = [table for _name, table in sorted(store.documents(BISECT, selection.chosen_documents(imported, BISECT)).items())]
+    bisect = [table for _name, table in
+              sorted(store.documents(BISECT, selection.chosen_documents(imported, BISECT)).items())]
     report = build_report(cells, kimi=kimi[-1] if kimi else None, baseline=baseline, generated_at=generated_at,
                           bisect=bisect or None, runs=history)
-    support = [table for _name, table in sorted(store.documents(SUPPORT, selection.chosen_documents(imported, SUPPORT)).items())]
+    support = [table for _name, table in
+               sorted(store.documents(SUPPORT, selection.chosen_documents(imported, SUPPORT)).items())]
     if support:  # the rows and columns of `nox -s compat -- --all-vllm / --all-speculators`: the report's first section
         report["support"] = [with_other_backends(table, report.get("cells") or []) for table in support]
     return Published(report, write_reports(report, out_dir), problems, duplicates)
