@@ -326,17 +326,17 @@ def provenance_lines(doc: dict[str, Any], published: Path | None = None, here: P
 
 
 def add_folder(folder: Path, results: Path = RESULTS) -> list[str]:
-    """Copy a row run's records and support documents into the published results (a newer run of a
-    cell id replaces the older: git keeps the history). Every file is validated first."""
-    copied = []
+    """Copy a row run's records and support documents into the published results, byte for byte (a
+    newer run of a cell id replaces the older: git keeps the history). Every file is validated first."""
     cells = {p: load_cell(p) for p in sorted(folder.glob("*.json")) if not p.name.startswith(("kimi", "."))}
     docs = {p: read_json(p, "support row") for p in sorted((folder / "support").glob("speculators-*.json"))}
-    results.mkdir(parents=True, exist_ok=True)
-    for record in cells.values():
-        write_json_atomic(results / f"{record['id']}.json", record)
-        copied.append(record["id"])
-    for path, doc in docs.items():
-        write_json_atomic(results / "support" / path.name, doc)
+    (results / "support").mkdir(parents=True, exist_ok=True)
+    copied = []
+    for path, record in cells.items():
+        shutil.copyfile(path, results / path.name)
+        copied.append(str(record["id"]))
+    for path in docs:
+        shutil.copyfile(path, results / "support" / path.name)
         copied.append(f"support/{path.name}")
     return copied
 
