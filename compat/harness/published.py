@@ -223,6 +223,9 @@ class CellAnswer:
                 f"({c['verdict']}, {how}")
         if self.record is not None:
             head += f", {self.record.get('backend')} run {self.record.get('finished_at') or 'undated'}"
+        check = c.get("check") or {}
+        if check.get("ran"):
+            head += f"; {check.get('text')}"
         head += ")"
         if c["outcome"] == "adapters":
             return head + f"; as released it breaks; the fix: {c.get('fix') or 'see the row'}"

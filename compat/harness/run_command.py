@@ -11,7 +11,6 @@ from typing import Sequence
 from compat.harness import runner
 from compat.harness.support_run import run_support
 
-
 USAGE = ("usage: python -m compat run [--vllm V ... --speculators S ...] [--list-cells] [--reinstall]\n"
          "       python -m compat check --speculators S --vllm V [--backend cpu|gpu] [--json]\n"
          "       python -m compat publish [--add RESULTS_DIR ...]\n"
