@@ -33,6 +33,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from compat.cell.server_mode_runs import PROMPTS  # noqa: E402 - the repository root first
 from compat.fixtures import tiny_llama  # noqa: E402
 
+RECORDED_ENV = ("TRITON_F32_DEFAULT", "VLLM_USE_FLASHINFER_SAMPLER", "VLLM_WORKER_MULTIPROC_METHOD")
+
 
 def parse_args(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -160,6 +162,9 @@ def main(argv=None) -> int:
 
     import torch
 
+    # as the harness sets it for every cell: the offline engine's workers must not fork a process that has
+    # touched CUDA (on the H200, 0.23.0's engine core failed with "Cannot re-initialize CUDA in forked subprocess")
+    os.environ.setdefault("VLLM_WORKER_MULTIPROC_METHOD", "spawn")
     ids = [int(i) for i in args.ids.split(",")]
     prompts = [list(p) for p in PROMPTS["batch"]]
     model = str(tiny_llama.ensure(args.model_cache))
@@ -176,7 +181,7 @@ def main(argv=None) -> int:
         "mode": "compiled" if args.compiled else "enforce_eager", "ids": ids,
         "prompts": [len(p) for p in prompts], "num_layers": num_layers,
         "settings": settings, "seconds": round(time.monotonic() - started, 1),
-        "env": {k: os.environ[k] for k in ("TRITON_F32_DEFAULT", "VLLM_USE_FLASHINFER_SAMPLER") if k in os.environ},
+        "env": {k: os.environ[k] for k in RECORDED_ENV if k in os.environ},
         "rows": rows,
     }
     print(f"vLLM {vllm_version} ({report['backend']}: {report['device']}, {report['mode']}), "
