@@ -20,7 +20,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 AFTER = {"mutate": ["compat/harness/verdict.py", "compat/harness/classify.py", "compat/shared/breakages.py",
-                    "compat/harness/evidence.py", "compat/harness/causes.py"],
+                    "compat/shared/breakage_model.py", "compat/harness/evidence.py", "compat/harness/causes.py"],
          "tests": ["tests/unit/test_verdict.py", "tests/unit/test_classify.py", "tests/unit/test_trap_corpus.py",
                    "tests/unit/test_explain.py", "tests/unit/test_evidence.py", "tests/unit/test_evidence_genuine.py",
                    "tests/unit/test_verdict_mutants.py", "tests/unit/test_evidence_redteam.py",

