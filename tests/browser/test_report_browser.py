@@ -258,7 +258,8 @@ def test_the_first_screen_answers_which_vllm_works_with_each_speculators(driver,
         texts = [c.text for c in cells]
         assert all(texts), f"speculators {spec}: an empty answer cell {texts}"
         assert re.search(r"\d+\.\d+\.\d+", " ".join(texts)), f"speculators {spec}: no vLLM release named: {texts}"
-        if texts[3] != "none":  # a broken range says what to install instead
+        if texts[3] != "none" and texts[:2] != ["none", "none"]:  # a broken range says what to install instead,
+            # where the row knows a working pair (0.5.0 - 0.7.x: their runtime cells not run yet, none known)
             assert "install instead: vLLM " in texts[3], texts[3]
     assert "gpu: 0.23.0" in answers.text  # 0.23.0 x 0.8.1 and x 0.9.0: what the CPU build cannot serve
     path = REPO / "reports" / "compat-screenshot-support.png"

@@ -35,7 +35,7 @@ STYLE = """
 #support .p-inferred { border: 2px dashed #777; } #support .p-measured { border: 2px solid #333; }
 #support .p-static-only { border: 2px dotted #999; font-style: italic; } #support .p-resolver { border: 2px double #933; }
 #support .foot { font-size: .8rem; }
-#support table.answers { font-size: .85rem; margin: .5rem 0 1rem; } #support table.answers td { vertical-align: top; }
+#support table.answers { font-size: .8rem; margin: .5rem 0 1rem; } #support table.answers td { vertical-align: top; }
 #support table.answers caption { text-align: left; font-weight: 600; }
 """  # noqa: E501 - the stylesheet is written into the committed reports as it stands
 
@@ -75,6 +75,11 @@ def outcome_ranges(cells: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]
     return out
 
 
+def _span(r: dict[str, Any]) -> str:
+    first, last = r["version_added"], r["version_last"]
+    return str(first) if first == last else f"{first} – {last}"
+
+
 def _range_text(r: dict[str, Any], spec: str = "") -> str:
     """A run of releases as the answer line says it; in a row its own speculators release is not repeated."""
     span = r["version_added"] if r["version_added"] == r["version_last"] else (f"{r['version_added']} – "
@@ -109,14 +114,36 @@ def footnote(cell: dict[str, Any], runner: str = "") -> str:
 
 
 def elsewhere_text(cells: list[dict[str, Any]]) -> str:
-    """What runs on the other backend decided for this row's releases: `gpu: 0.24.0 ✔ as released; ...`."""
+    """What runs on the other backend decided for this row's releases: `gpu: 0.23.0 ◐, 0.24.0 ✔`."""
     found: dict[str, list[str]] = {}
     for cell in cells:
         for r in cell.get("elsewhere") or []:
             outcome = r["outcome"]
-            found.setdefault(r["backend"], []).append(
-                f"{cell['vllm']} {OUTCOME_SYMBOLS[outcome]} {SHORT_WORDS[outcome]}")
-    return " · ".join(f"{backend}: {'; '.join(items)}" for backend, items in found.items())
+            found.setdefault(r["backend"], []).append(f"{cell['vllm']} {OUTCOME_SYMBOLS[outcome]}")
+    return " · ".join(f"{backend}: {', '.join(items)}" for backend, items in found.items())
+
+
+def outcome_text(ranges: list[dict[str, Any]], spec: str) -> str:
+    """One outcome's runs of a row, each with how it was found; what to install instead said once, after
+    them: the newest working pair the broken cells name (each cell's own nearest pair is in its footnote)."""
+    if not ranges:
+        return "none"
+    text = "; ".join(_span(r) + " " + "".join(PROVENANCE_SYMBOLS[p] for p in r["provenance"]) for r in ranges)
+    pairs = {p.replace(f" x speculators {spec} (", " ("): p.split()[1] for r in ranges for p in r.get("instead") or []}
+    newest = max(pairs, key=lambda p: Version(pairs[p])) if pairs else ""
+    return text + (f" → install instead: {newest}" if newest else "")
+
+
+def answer_lines(rows: dict[str, list[dict[str, Any]]], elsewhere: bool) -> list[tuple[list[str], list[str]]]:
+    """The answer's lines: per speculators release its outcome texts (and the other backend's), releases
+    whose lines read the same word for word joined in one line (0.6.0.1 and 0.6.0.2), so it fits a screen."""
+    lines: dict[tuple[str, ...], list[str]] = {}
+    for spec, cells in rows.items():
+        ranges = outcome_ranges(cells)
+        texts = tuple([outcome_text(ranges[o], spec) for o in OUTCOME_SYMBOLS]
+                      + ([elsewhere_text(cells) or "none"] if elsewhere else []))
+        lines.setdefault(texts, []).append(spec)
+    return [(specs, list(texts)) for texts, specs in lines.items()]
 
 
 def _any_elsewhere(rows: dict[str, list[dict[str, Any]]]) -> bool:
@@ -179,18 +206,17 @@ def _html(rows: dict[str, list[dict[str, Any]]], runners: dict[str, str], docs: 
     elsewhere = _any_elsewhere(rows)
     out = [f"<style>{STYLE}</style>", '<section id="support" aria-labelledby="support-h">',
            '<h2 id="support-h">Which vLLM works with my speculators?</h2>']
-    out.append('<table class="answers"><caption>The answer, one line per speculators release (details below)</caption>'
+    out.append('<table class="answers"><caption>The answer, one line per speculators release (releases that read '
+               'the same share one); each range found ● measured, ≈ inferred, ⊙ static only, ⊘ pins conflict '
+               '(details below)</caption>'
                '<thead><tr><th scope="col">speculators</th>'
                + "".join(f'<th scope="col">{OUTCOME_SYMBOLS[o]} {e(OUTCOME_WORDS[o])}</th>' for o in OUTCOME_SYMBOLS)
                + ('<th scope="col">measured on the other backend</th>' if elsewhere else "")
                + "</tr></thead><tbody>")
-    for spec, cells in rows.items():
-        ranges = outcome_ranges(cells)
-        out.append(f'<tr><th scope="row"><a href="#support-{e(spec)}">{e(spec)}</a></th>'
-                   + "".join(f'<td class="o-{o}">{e("; ".join(_range_text(r, spec) for r in ranges[o]) or "none")}</td>'
-                             for o in OUTCOME_SYMBOLS)
-                   + (f'<td class="elsewhere">{e(elsewhere_text(cells) or "none")}</td>' if elsewhere
-                      else "") + "</tr>")
+    for specs, texts in answer_lines(rows, elsewhere):
+        out.append('<tr><th scope="row">' + ", ".join(f'<a href="#support-{e(spec)}">{e(spec)}</a>' for spec in specs)
+                   + "</th>" + "".join(f'<td class="o-{o}">{e(text)}</td>' for o, text in zip(OUTCOME_SYMBOLS, texts))
+                   + (f'<td class="elsewhere">{e(texts[-1])}</td>' if elsewhere else "") + "</tr>")
     out.append("</tbody></table>")
     out.append('<p class="hint">Each cell below: outcome (✔ works as released, ◐ with the compat adapters, ? untested, '
                '✖ broken) and how it was found (● measured, ≈ inferred from a measured cell with the same '
