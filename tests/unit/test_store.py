@@ -150,7 +150,7 @@ def test_a_run_is_dated_by_its_stated_finish_else_by_its_file(tmp_path):
     assert runs[garbled["id"]].harness_commit.startswith("unknown (stored by ")
 
 
-def test_a_folder_from_another_machine_reports_its_own_runs_not_newer_ones_kept_here(tmp_path):
+def test_a_folder_from_another_machine_reports_its_own_runs_not_newer_ones_kept_here(tmp_path, monkeypatch):
     """Two machines' results for the same cell ids: this machine ran both cells later (its store keeps
     them, newer); a folder from elsewhere holds a broken and a passing run of the same ids. The
     folder's report shows its own two runs, as on an empty store, and nothing else the store keeps."""
@@ -169,6 +169,7 @@ def test_a_folder_from_another_machine_reports_its_own_runs_not_newer_ones_kept_
                         "vllm-0.17.0__speculators-0.3.0__cpu": "compatible"}
     assert code == empty_code == 1
     assert all(c["run"]["ran_at"] == "2026-01-01T00:00:00Z" for c in rep["cells"])  # not this machine's March runs
+    monkeypatch.chdir(tmp_path)  # no results/ here to import first
     code, everything, _ = report(tmp_path, "--history")  # asked for: every kept run, the newest of each
     assert len(everything["cells"]) == 3 and code == 0
 
