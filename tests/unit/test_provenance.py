@@ -20,14 +20,19 @@ def git(root: Path, *args: str) -> str:
     return subprocess.run(["git", "-C", str(root), *args], capture_output=True, text=True, check=True).stdout.strip()
 
 
+def committed_repo(root: Path, name: str, text: str) -> str:
+    """A new repository at `root` with one file committed; its HEAD."""
+    root.mkdir(parents=True)
+    git(root, "init", "-q")
+    (root / name).write_text(text)
+    git(root, "add", name)
+    git(root, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m", "first")
+    return git(root, "rev-parse", "HEAD")
+
+
 def enclosing_repo(tmp_path: Path) -> tuple[Path, str]:
     outer = tmp_path / "project"
-    outer.mkdir()
-    git(outer, "init", "-q")
-    (outer / "notes.txt").write_text("someone else's project\n")
-    git(outer, "add", "notes.txt")
-    git(outer, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m", "outer")
-    return outer, git(outer, "rev-parse", "HEAD")
+    return outer, committed_repo(outer, "notes.txt", "someone else's project\n")
 
 
 def test_a_checkout_names_its_own_head():
@@ -59,12 +64,7 @@ def test_an_unstamped_copy_inside_another_repository_is_unknown_not_the_enclosin
 
 def test_a_checkout_with_uncommitted_changes_says_dirty(tmp_path):
     repo = tmp_path / "harness"
-    repo.mkdir()
-    git(repo, "init", "-q")
-    (repo / "a.py").write_text("x = 1\n")
-    git(repo, "add", "a.py")
-    git(repo, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m", "one")
-    head = git(repo, "rev-parse", "HEAD")
+    head = committed_repo(repo, "a.py", "x = 1\n")
     assert harness_commit(repo, repo / "none.txt") == head
     (repo / "a.py").write_text("x = 2\n")
     assert harness_commit(repo, repo / "none.txt") == head + "+dirty"
