@@ -35,7 +35,7 @@ STYLE = """
 #support .p-inferred { border: 2px dashed #777; } #support .p-measured { border: 2px solid #333; }
 #support .p-static-only { border: 2px dotted #999; font-style: italic; } #support .p-resolver { border: 2px double #933; }
 #support .foot { font-size: .8rem; }
-#support table.answers { font-size: .8rem; margin: .5rem 0 1rem; } #support table.answers td { vertical-align: top; }
+#support table.answers { font-size: .78rem; margin: .5rem 0 1rem; } #support table.answers td { vertical-align: top; }
 #support table.answers caption { text-align: left; font-weight: 600; }
 """  # noqa: E501 - the stylesheet is written into the committed reports as it stands
 
@@ -206,9 +206,8 @@ def _html(rows: dict[str, list[dict[str, Any]]], runners: dict[str, str], docs: 
     elsewhere = _any_elsewhere(rows)
     out = [f"<style>{STYLE}</style>", '<section id="support" aria-labelledby="support-h">',
            '<h2 id="support-h">Which vLLM works with my speculators?</h2>']
-    out.append('<table class="answers"><caption>The answer, one line per speculators release (releases that read '
-               'the same share one); each range found ● measured, ≈ inferred, ⊙ static only, ⊘ pins conflict '
-               '(details below)</caption>'
+    out.append('<table class="answers"><caption>One line per speculators release (alike ones share it) · '
+               '● measured ≈ inferred ⊙ static only ⊘ pins conflict</caption>'
                '<thead><tr><th scope="col">speculators</th>'
                + "".join(f'<th scope="col">{OUTCOME_SYMBOLS[o]} {e(OUTCOME_WORDS[o])}</th>' for o in OUTCOME_SYMBOLS)
                + ('<th scope="col">measured on the other backend</th>' if elsewhere else "")
