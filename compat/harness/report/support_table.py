@@ -35,7 +35,7 @@ STYLE = """
 #support .p-inferred { border: 2px dashed #777; } #support .p-measured { border: 2px solid #333; }
 #support .p-static-only { border: 2px dotted #999; font-style: italic; } #support .p-resolver { border: 2px double #933; }
 #support .foot { font-size: .8rem; }
-#support table.answers { font-size: .78rem; margin: .5rem 0 1rem; } #support table.answers td { vertical-align: top; }
+#support table.answers { font-size: .75rem; margin: .25rem 0 .75rem; } #support table.answers td { vertical-align: top; }
 #support table.answers caption { text-align: left; font-weight: 600; }
 """  # noqa: E501 - the stylesheet is written into the committed reports as it stands
 
