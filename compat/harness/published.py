@@ -4,7 +4,8 @@
     published/results/support/speculators-S.json  each row as `nox -s compat -- --speculators S --all-vllm` wrote it
     published/support.json                        generated: per row the vLLM ranges, per cell how it was
                                                   found, its verdict and the compact evidence behind it
-    published/compat.{html,md}                    generated: the one report, the answer first
+    published/compat.md                           generated: the one report, the answer first (its HTML twin,
+                                                  7 MB, is written beside it and not kept in git)
     docs/support-table.md                         its answer section, generated (between ANSWER_BEGIN/END)
 
 `python -m compat publish [--add DIR ...]` adds rows (a row's results folder) and writes the generated
@@ -181,7 +182,7 @@ def answer_markdown(rows: dict[str, dict[str, Any]], records: dict[str, dict[str
               "cell not run yet reads `untested`, or `broken` where the static layer finds a broken contract), "
               "or the resolver's pins conflict (`broken`). The last column: the same pairs on an H200 (official "
               "wheel; ✔ as released, ◐ with the adapters, ✖ broken). Every cell with how it was found and its "
-              "evidence: `published/support.json`, `published/compat.html`.", "", ANSWER_END]
+              "evidence: `published/support.json`, `published/compat.md`.", "", ANSWER_END]
     return "\n".join(lines)
 
 
