@@ -25,18 +25,13 @@ from typing import Any
 
 from compat.cell import extraction
 from compat.cell.server import ServerFailed, VllmServer, environment_fault, failure_line, model_runner, vllm_frame
+from compat.fixtures.data import prompts
 from compat.shared.cell_spec import CellSpec
 from compat.shared.observe import ContractViolation
 
-# The batch is sent concurrently; "repeated" sends the same rows again (prefix-cache hits);
-# the shared-prefix rows share 140 tokens, more than one 128-token CPU KV block.
-_PREFIX = [4 + (i * 11) % 500 for i in range(140)]
-PROMPTS = {
-    "batch": [[4 + (i * 7) % 500 for i in range(8)], [9 + (i * 13) % 500 for i in range(40)],
-              [6 + (i * 3) % 500 for i in range(200)]],
-    "shared_prefix": [_PREFIX + [300 + i for i in range(20)], _PREFIX + [400 + i for i in range(12)]],
-}
-PROMPTS["repeated"] = PROMPTS["batch"]
+# fixtures/prompts.json: the batch is sent concurrently; "repeated" sends the same rows again (prefix-cache
+# hits); the shared-prefix rows share 140 tokens, more than one 128-token CPU KV block.
+PROMPTS = prompts("server")
 CASES = ("batch", "repeated", "shared_prefix")
 VARIANT_CASES = ("batch",)  # 3 prompts (8, 40, 200 tokens) sent at once; 200 spans two KV blocks
 PREFIX_CACHED_CASES = ("repeated", "shared_prefix")  # their prompts' first blocks are cached by then
