@@ -18,9 +18,11 @@ from typing import Any, Sequence
 from compat.cell import cpu_shims as env_shims
 from compat.cell.adapters import generator as adapters
 from compat.cell.process_shims import zmq_linger_zero
+from compat.cell.steps import timed
 from compat.cell.vllm_setup import omp_binding
 from compat.shared.observe import speculators_call
 from compat.shared.profiles import Profile
+from compat.shared.records import StepKind
 
 # the generator hard-codes dtype="auto", which is bfloat16 on CPU: the probes pin it (the cell's dtype)
 DEFAULT_DTYPE = "float32"
@@ -69,13 +71,15 @@ class Generator:
         with speculators_call():
             if self.failure is not None:
                 raise self.failure
-            results = self.instance.generate([list(s) for s in sequences])
+            with timed(StepKind.CLIENT, f"{self.mode} tp{self.tp}: generate {len(sequences)} sequence(s)"):
+                results = self.instance.generate([list(s) for s in sequences])
             return [list(r["hidden_states"]) for r in results]
 
     def shutdown(self) -> None:
         executor = getattr(self.instance, "executor", None)
         if executor is not None:
-            executor.shutdown()
+            with timed(StepKind.TEARDOWN, f"{self.mode} tp{self.tp}"):
+                executor.shutdown()
             self.instance.executor = None  # its __del__ would shut down again
 
 
@@ -110,9 +114,10 @@ def build(profile: Profile, model_dir: str, *, mode: str, layer_ids: list[int], 
     generator.bind()
     os.environ["VLLM_CPU_OMP_THREADS_BIND"] = omp_binding(tp, omp_bind_tp1)
     try:
-        generator.instance = g.VllmHiddenStatesGenerator(
-            model_path=model_dir, layer_ids=layer_ids, max_model_len=max_model_len,
-            tensor_parallel_size=tp, **memory_kwargs(g, gpu_memory_utilization))
+        with timed(StepKind.ENGINE_START, f"{mode} tp{tp}"):
+            generator.instance = g.VllmHiddenStatesGenerator(
+                model_path=model_dir, layer_ids=layer_ids, max_model_len=max_model_len,
+                tensor_parallel_size=tp, **memory_kwargs(g, gpu_memory_utilization))
     except Exception as exc:  # noqa: BLE001 - the construction's failure is the observation
         generator.failure = exc
     return generator

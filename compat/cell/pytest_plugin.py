@@ -24,6 +24,7 @@ from typing import Any
 
 import pytest
 
+from compat.cell import steps
 from compat.shared.observe import CONTRACT_TAG, describe
 from compat.shared.results import ADVISORY_PROBES, NOT_SELECTED, write_json_atomic
 from compat.shared.tracebacks import ANSI, EXCEPTION_TYPE, RELAYS, Found, behind_missing_op, exception_type
@@ -53,6 +54,7 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "compat_mode(mode): 'with_compat' runs fill the raw record's with_compat")
     config._compat_records = []  # type: ignore[attr-defined]
     config._compat_collected = []  # type: ignore[attr-defined]
+    config._compat_first_probe_at = None  # type: ignore[attr-defined]
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
@@ -171,6 +173,8 @@ def _skip_reason(report: pytest.TestReport) -> str:
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):
     started = time.monotonic()
+    if item.config._compat_first_probe_at is None:  # type: ignore[attr-defined]
+        item.config._compat_first_probe_at = time.time()  # type: ignore[attr-defined] # the harness: startup
     result = yield
     record = _record(item)
     record["seconds"] = round(time.monotonic() - started, 3)
@@ -246,7 +250,9 @@ def _write(config: pytest.Config) -> None:
     path = config.getoption("compat_result")
     if path:
         write_json_atomic(Path(path), {"collected": config._compat_collected,  # type: ignore[attr-defined]
-                                       "probes": config._compat_records})  # type: ignore[attr-defined]
+                                       "probes": config._compat_records,  # type: ignore[attr-defined]
+                                       "first_probe_at": config._compat_first_probe_at,  # type: ignore[attr-defined]
+                                       "steps": steps.LEDGER})
 
 
 def _progress(config: pytest.Config, record: dict[str, Any]) -> None:

@@ -12,6 +12,9 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
+from compat.cell.steps import timed
+from compat.shared.records import StepKind
+
 # The tolerances, the rule and the 16-bit drift rules live in compat.shared.tolerances, which the
 # harness's re-check (compat.harness.evidence) imports too: one home, so the two cannot drift apart.
 from compat.shared.tolerances import (  # noqa: F401 - ATOL, RTOL, SUMMARY_KEYS: read here too
@@ -33,8 +36,9 @@ def load_reference_model(model_dir: str):
     import torch
     from transformers import AutoModelForCausalLM
 
-    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32) if _takes_dtype() else \
-        AutoModelForCausalLM.from_pretrained(model_dir, torch_dtype=torch.float32)
+    with timed(StepKind.REFERENCE, "load the transformers model"):
+        model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32) if _takes_dtype() else \
+            AutoModelForCausalLM.from_pretrained(model_dir, torch_dtype=torch.float32)
     return model.eval()
 
 
@@ -47,6 +51,11 @@ def _takes_dtype() -> bool:
 
 def reference_states(model, sequences: Sequence[Sequence[int]]) -> list[list[Any]]:
     """Per sequence, the table [embeddings, after layer 0, ..., after last layer (pre-norm)]."""
+    with timed(StepKind.REFERENCE, f"forward {len(sequences)} sequence(s)"):
+        return _reference_states(model, sequences)
+
+
+def _reference_states(model, sequences: Sequence[Sequence[int]]) -> list[list[Any]]:
     import torch
 
     layers = _decoder_layers(model)

@@ -24,10 +24,12 @@ from pathlib import Path
 from typing import Any
 
 from compat.cell import extraction
+from compat.cell.steps import timed
 from compat.cell.server import ServerFailed, VllmServer, environment_fault, failure_line, model_runner, vllm_frame
 from compat.fixtures.data import prompts
 from compat.shared.cell_spec import CellSpec
 from compat.shared.observe import ContractViolation
+from compat.shared.records import StepKind
 
 # fixtures/prompts.json: the batch is sent concurrently; "repeated" sends the same rows again (prefix-cache
 # hits); the shared-prefix rows share 140 tokens, more than one 128-token CPU KV block.
@@ -197,8 +199,10 @@ class Extraction:
         env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": os.environ.get("VLLM_CPU_KVCACHE_SPACE", "1"),
                **(variant.env if variant else {})}
         server = VllmServer(sys.executable, self.model, args, run.server_log, env=env)
+        label = f"{self.name} {mode}" if self.name else mode
         try:
-            server.start()
+            with timed(StepKind.SERVER_START, label):
+                server.start()
         except ServerFailed as exc:
             run.seconds["server_start"] = None
             self._judge(run, server, exc)
@@ -208,7 +212,8 @@ class Extraction:
         try:
             for case in self.cases:
                 try:
-                    self._drive(run, server, case, base)
+                    with timed(StepKind.CLIENT, f"{label} {case}"):
+                        self._drive(run, server, case, base)
                 except extraction.ClientFailed as exc:
                     if not server.alive():
                         raise
@@ -216,7 +221,8 @@ class Extraction:
         except (extraction.ClientFailed, OSError) as exc:
             self._judge(run, server, exc)
         finally:
-            server.stop()
+            with timed(StepKind.TEARDOWN, label):
+                server.stop()
         return run
 
     def _judge(self, run: ModeRun, server: VllmServer, exc: Exception) -> None:

@@ -28,7 +28,7 @@ from compat.shared.cell_spec import SPEC_VARIABLE, CellSpec, KimiSuiteSpec
 from compat.shared.gpus import describe_gpus, host_gpu_names
 from compat.shared.manifest import expected_manifest
 from compat.shared.profiles import profile_for
-from compat.shared.records import SCHEMA_VERSION, probe_key
+from compat.shared.records import SCHEMA_VERSION, StepKind, probe_key
 from compat.shared.results import ResultFileError, read_json
 
 TOKEN_VARIABLE = "COMPAT_CELL_TOKEN"
@@ -122,10 +122,34 @@ def run_cell(cell: Cell, recipe: Recipe | None, work_dir: Path, *, model_dir: Pa
                            name="probes-rerun")
         record["probes"] = merge_rerun(record["probes"], again["probes"], doubtful, again["error"])
         record["seconds"]["rerun"] = round(time.monotonic() - probes_started - record["seconds"]["probes"], 2)
+    record["steps"] = cell_steps(env.seconds, "reused" if env.reused else "built", outcome,
+                                 record["seconds"]["probes"], record["seconds"].get("rerun"))
     record["verdict"] = decide(record).verdict
     echo(f"[compat] {cell.id}: {record['verdict']} (install {record['seconds']['install']:.0f}s, "
          f"probes {record['seconds']['probes']:.0f}s)")
     return record
+
+
+def cell_steps(install: float, how: str, outcome: dict[str, Any], probes: float,
+               rerun: float | None) -> list[dict[str, Any]]:
+    """Where the cell's time went, in order: the install, the probe process's startup (until its first
+    probe), the steps the probes timed (compat.cell.steps), the NEW findings' rerun, and `other`: the
+    probe run's time in none of them (imports, the static probes, fixtures)."""
+    def step(kind: StepKind, what: str, seconds: float) -> dict[str, Any]:
+        return {"step": kind.value, "what": what, "seconds": round(max(seconds, 0.0), 2)}
+
+    out = [step(StepKind.INSTALL, f"the cell's venv, {how}", install)]
+    timed = [s for s in outcome.get("steps") or [] if isinstance(s, dict)]
+    first = outcome.get("first_probe_at")
+    startup = first - outcome["launched_at"] if isinstance(first, (int, float)) else 0.0
+    if first is not None:
+        out.append(step(StepKind.STARTUP, "interpreter, pytest and collection, until the first probe", startup))
+    out += [step(StepKind(s["step"]), str(s["what"]), float(s["seconds"])) for s in timed]
+    out.append(step(StepKind.OTHER, "imports, static probes and fixtures: in no step above",
+                    probes - startup - sum(float(s["seconds"]) for s in timed)))
+    if rerun is not None:
+        out.append(step(StepKind.RERUN, "the probes of a NEW finding run again alone", rerun))
+    return out
 
 
 def rerun_candidates(decision: Decision) -> list[str]:
@@ -299,6 +323,7 @@ def run_probes(cell: Cell, env: CellEnv, work_dir: Path, *, spec: CellSpec, suit
                "-q", f"--timeout={spec.probe_timeout}", "-o", "addopts=", "-rN"]
     environment = probe_environment(cell, spec_file, token, settings, owned_env=env.owned)
     error = None
+    launched_at = time.time()
     with log_path.open("w") as log:
         process = subprocess.Popen(command, cwd=REPO_ROOT, env=environment, stdout=log, stderr=subprocess.PIPE,
                                    start_new_session=True)
@@ -311,10 +336,12 @@ def run_probes(cell: Cell, env: CellEnv, work_dir: Path, *, spec: CellSpec, suit
     if error is None and process.returncode not in (0, 1):
         error = (f"probe run exited {process.returncode} "
                  f"({PYTEST_EXIT_MEANING.get(process.returncode, 'killed or crashed')})")
-    probes = _read_probes(result_file)
+    written = _read_result(result_file)
+    probes = list(written.get("probes", []))
     if error:
         probes = _mark_unfinished(probes, result_file, error, log_path)
-    return {"probes": probes, "error": error, "token": token}
+    return {"probes": probes, "error": error, "token": token, "launched_at": launched_at,
+            "first_probe_at": written.get("first_probe_at"), "steps": written.get("steps") or []}
 
 
 def _relay(process: subprocess.Popen[bytes], log: IO[str], echo: Callable[[str], None], deadline: float) -> str | None:
@@ -413,11 +440,11 @@ def processes_with_token(token: str) -> list[int]:
     return found
 
 
-def _read_probes(result_file: Path) -> list[dict[str, Any]]:
+def _read_result(result_file: Path) -> dict[str, Any]:
     try:
-        return list(read_json(result_file, "probe results").get("probes", []))
+        return dict(read_json(result_file, "probe results"))
     except ResultFileError:
-        return []
+        return {}
 
 
 def _mark_unfinished(probes: list[dict[str, Any]], result_file: Path, error: str,

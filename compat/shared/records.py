@@ -62,6 +62,20 @@ class Backend(str, enum.Enum):
     GPU = "gpu"
 
 
+class StepKind(str, enum.Enum):
+    """Where a cell's time went: compat.cell.steps times what happens inside the probe run, compat.harness.cell_run
+    the rest (install, startup, rerun, other)."""
+    INSTALL = "install"            # the cell's venv built, or found and reused
+    STARTUP = "startup"            # the probe process until its first probe: interpreter, pytest, collection
+    ENGINE_START = "engine_start"  # an in-process vLLM engine constructed (speculators' generator)
+    SERVER_START = "server_start"  # a `vllm serve` started, until /health answered (or it failed)
+    CLIENT = "client"              # one case's client run (speculators' client, or the generator's generate())
+    REFERENCE = "reference"        # the transformers forward for a case, and the comparison
+    TEARDOWN = "teardown"          # an engine shut down or a server stopped
+    RERUN = "rerun"                # the probes of a NEW finding run again alone
+    OTHER = "other"                # the probe run's time in no step above: imports, static probes, fixtures
+
+
 class Cause(str, enum.Enum):
     """Why a probe did not pass. Only `contract` may read `broken`; the others are `error`."""
     CONTRACT = "contract"        # the vLLM/speculators API or the data it returns
@@ -160,6 +174,14 @@ class Manifest:
 
 
 @dataclass
+class Step:
+    """One timed step of a cell (StepKind), and what it was: `server_start` `raw`, `client` `raw batch`, ..."""
+    step: StepKind
+    what: str
+    seconds: float
+
+
+@dataclass
 class CellRecord:
     schema_version: int
     id: str
@@ -171,6 +193,7 @@ class CellRecord:
     profile: Optional[str] = None
     env: Optional[dict[str, Any]] = None
     seconds: Optional[dict[str, float]] = None
+    steps: Optional[list[Step]] = None  # where the time went, in the order it was spent (compat.harness.cell_run)
     env_shims: Optional[list[dict[str, Any]]] = None
     error: Optional[str] = None
     install_log_tail: Optional[str] = None

@@ -220,6 +220,8 @@ def _cell_view(cell: dict[str, Any]) -> dict[str, Any]:
         "env": cell.get("env") or {},
         "env_shims": cell.get("env_shims") or [],
         "seconds": {k: fmt_number(v) for k, v in seconds.items()} if isinstance(seconds, dict) else {},
+        "steps": [{**s, "seconds": fmt_number(s.get("seconds"))} for s in cell.get("steps") or []
+                  if isinstance(s, dict)],
         "install_log_tail": cell.get("install_log_tail"),
         "error": cell.get("error"),
         "probes": probes,
