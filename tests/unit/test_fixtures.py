@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from compat.fixtures import tiny_deepseek, tiny_llama
+from compat.fixtures import data, tiny_deepseek, tiny_llama
 
 
 def digest(folder):
@@ -43,3 +43,55 @@ def test_tokenizer_is_word_level_with_w_words(tmp_path):
     tokenizer = json.loads((folder / "tokenizer.json").read_text())
     assert tokenizer["model"]["type"] == "WordLevel"
     assert tokenizer["model"]["vocab"]["w5"] == 5
+
+
+# Published records name these folders (the recipe digest is the model id): fixtures/*.json must keep them,
+# and the weights with them. (tiny_hybrid's weights come from torch's init: built in a cell venv, not here.)
+PUBLISHED = {
+    "llama": ("tiny-llama-cd08163302134f06", "2e1400e6d41c9612a2210f1dbfb93e92d1f471925d89ba44f591350e20c8b087",
+              "ba66fa0e883400b0804b9c1c1c01ce4a21cef32afb3884e84579a018e7b41a99"),
+    "deepseek": ("tiny-deepseek-c8bc7dd4fea16ffb", "28397623b78fbd13bcf379cf41efc670704ab27ddf4a73d939ec374bbc41e5b4",
+                 "a01bc012b15b6d9a26a01faa8e75b02b0bbf1b78976d4cfecb58c558e0fcdebb"),
+    "mla576": ("tiny-deepseek-mla576-b8d5f58a5f9bdbdd",
+               "efaae22e50ec86325b6ed8c316e3431ec84322dd43d5d52f1ab335f667b07bb6",
+               "d4a27b7259fbb3d399389e3dea03cc96ed3cb9f77188987417a057e33a6f100f"),
+    "kimi_heads": ("tiny-deepseek-mla576-heads128-128-b5151fe11cb92e47",
+                   "d6d8579ea22d938e9332d9c33e4029141c6497acd82b341ac8676d2307758439",
+                   "5d45dc1972c9bf26ad6bface7e4d6361b8ea8767c9117afaf5b974892ea05bd6"),
+}
+ENSURE = {
+    "llama": tiny_llama.ensure,
+    "deepseek": tiny_deepseek.ensure,
+    "mla576": lambda root: tiny_deepseek.ensure(root, tiny_deepseek.MLA_576),
+    "kimi_heads": lambda root: tiny_deepseek.ensure(root, tiny_deepseek.MLA_KIMI_HEADS),
+}
+
+
+@pytest.mark.parametrize("model", sorted(PUBLISHED))
+def test_the_data_files_keep_the_published_model_ids_and_bytes(model, tmp_path):
+    folder = ENSURE[model](tmp_path)
+    name, weights, config = PUBLISHED[model]
+    files = digest(folder)
+    assert (folder.name, files["model.safetensors"], files["config.json"]) == (name, weights, config)
+
+
+def test_hybrid_recipe_keeps_its_digest():
+    from compat.fixtures import checkpoint, tiny_hybrid
+
+    assert checkpoint.recipe_digest({**tiny_hybrid.RECIPE, "torch": "2.11.0"}) == "812dc660d022668f"
+
+
+def test_server_prompts_are_the_token_ids_the_probes_always_sent():
+    prefix = [4 + (i * 11) % 500 for i in range(140)]
+    batch = [[4 + (i * 7) % 500 for i in range(8)], [9 + (i * 13) % 500 for i in range(40)],
+             [6 + (i * 3) % 500 for i in range(200)]]
+    prompts = data.prompts("server")
+    assert prompts == {"batch": batch, "repeated": batch,
+                       "shared_prefix": [prefix + [300 + i for i in range(20)], prefix + [400 + i for i in range(12)]]}
+    assert prompts["repeated"] is prompts["batch"]
+
+
+def test_a_missing_data_file_is_named(tmp_path, monkeypatch):
+    monkeypatch.setattr(data, "FIXTURES_DIR", tmp_path)
+    with pytest.raises(data.FixtureDataMissing, match=r"tiny_llama\.json: not found.*pip install -e"):
+        data.recipe("tiny_llama")
