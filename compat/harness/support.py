@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import random
 from dataclasses import asdict, dataclass, field
-from typing import Any, Iterable, Sequence
+from typing import Any, Callable, Iterable, Sequence
 
 from packaging.version import Version
 
@@ -406,20 +406,42 @@ def contract_support(outcomes: dict[str, dict[str, str]]) -> dict[str, list[dict
 DECIDED = ("compatible", "compatible-with-compat", "incompatible")  # what a run on another backend can add
 
 
+def _stored_verdict(record: dict[str, Any]) -> str:
+    return str(record.get("verdict") or "")
+
+
+def other_backend_runs(records: Iterable[dict[str, Any]], backend: str,
+                       verdict_of: Callable[[dict[str, Any]], str] = _stored_verdict) -> list[dict[str, str]]:
+    """The runs among `records` made on a backend other than `backend` that decided their pair (a GPU run
+    decides what a CPU build cannot serve), in the order given: backend, vllm, speculators, verdict, outcome,
+    cell id, when it finished and on what machine. A run that decided nothing there (error, unsupported,
+    untested) is left out, as is one that names no backend. `verdict_of`: the record's verdict (by default
+    the one it carries, as a report's cells do; a stored record's is decided by compat.harness.verdict)."""
+    runs = []
+    for record in records:
+        other = str(record.get("backend") or "")
+        if not other or other == backend:
+            continue
+        verdict = verdict_of(record)
+        if verdict in DECIDED:
+            machine = record.get("machine") or {}
+            runs.append({"backend": other, "vllm": str(record.get("vllm")),
+                         "speculators": str(record.get("speculators")), "verdict": verdict,
+                         "outcome": OUTCOME_OF_VERDICT[verdict], "cell_id": str(record.get("id") or ""),
+                         "finished_at": str(record.get("finished_at") or "undated"),
+                         "machine": str(machine.get("gpu") or machine.get("hostname") or "?")})
+    return runs
+
+
 def with_other_backends(document: dict[str, Any], cells: Iterable[dict[str, Any]]) -> dict[str, Any]:
-    """The support document with, on each of its cells, the decided runs of the same pair on the
-    other backend (`elsewhere`: backend, verdict, outcome, cell id): a GPU run decides what a CPU
-    build cannot serve. The row's own outcome stays its backend's; a run that decided nothing there
-    (error, unsupported, untested) is left out."""
+    """The support document with, on each of its cells, the same pair's other_backend_runs among `cells`
+    (`elsewhere`: backend, verdict, outcome, cell id). The row's own outcome stays its backend's."""
     if not document.get("backend"):
         return document
     by_pair: dict[tuple[str, str], list[dict[str, str]]] = {}
-    for cell in cells:
-        verdict, backend = str(cell.get("verdict") or ""), str(cell.get("backend") or "")
-        if backend and backend != document.get("backend") and verdict in DECIDED:
-            by_pair.setdefault((str(cell.get("vllm")), str(cell.get("speculators"))), []).append(
-                {"backend": backend, "verdict": verdict, "outcome": OUTCOME_OF_VERDICT[verdict],
-                 "cell_id": str(cell.get("id") or "")})
+    for run in other_backend_runs(cells, str(document["backend"])):
+        by_pair.setdefault((run["vllm"], run["speculators"]), []).append(
+            {k: run[k] for k in ("backend", "verdict", "outcome", "cell_id")})
     out = dict(document)
     out["cells"] = [dict(c, elsewhere=sorted(by_pair.get((str(c["vllm"]), str(c["speculators"])), []),
                                              key=lambda r: r["cell_id"]))

@@ -276,14 +276,12 @@ def test_a_bad_row_or_column_request_says_what_is_accepted(argv, says, capsys):
 
 
 def test_a_row_request_parses():
-    from compat.harness.runner import runner_options
-    from compat.harness.support_run import request_of
+    from compat.harness.settings import SupportRequest, parse
 
-    options, rest = runner_options(["--speculators", "0.8.1", "--all-vllm", "--check-inferred", "2", "--seed", "5"])
-    axis, fixed, args = request_of(options, rest)
-    assert (axis, fixed, args.backend, options.check_inferred, options.seed) == ("vllm", "0.8.1", "cpu", 2, 5)
-    options, rest = runner_options(["--vllm", "0.22.1", "--all-speculators"])
-    assert request_of(options, rest)[:2] == ("speculators", "0.22.1")
+    row = parse(["--speculators", "0.8.1", "--all-vllm", "--check-inferred", "2", "--seed", "5"]).support
+    assert row == SupportRequest(axis="vllm", fixed="0.8.1", backend="cpu", check_inferred=2, seed=5)
+    column = parse(["--vllm", "0.22.1", "--all-speculators"]).support
+    assert column is not None and (column.axis, column.fixed) == ("speculators", "0.22.1")
 
 
 def test_a_column_infers_only_across_speculators_releases_with_the_same_own_code():
@@ -333,6 +331,23 @@ def test_a_pair_measured_on_the_other_backend_shows_beside_the_row():
     assert "gpu: 0.23.0 ◐" in md
     report["support"] = [doc]
     assert "measured on the other backend" not in render_html(report)
+
+
+def test_other_backend_runs_is_the_one_join_of_the_table_and_the_report():
+    """One function says which runs decided a pair on the other backend: the report's cells (their own
+    verdict), the published answer (a stored record's decided verdict); in the order given, nothing undecided,
+    nothing without a backend."""
+    runs = [{"id": "b", "vllm": "0.24.0", "speculators": "0.9.0", "backend": "gpu", "verdict": "incompatible",
+             "machine": {"gpu": "1 x H200"}, "finished_at": "2026-12-01"},
+            {"id": "a", "vllm": "0.23.0", "speculators": "0.9.0", "backend": "gpu", "verdict": "compatible"},
+            {"id": "c", "vllm": "0.23.0", "speculators": "0.9.0", "backend": "cpu", "verdict": "compatible"},
+            {"id": "d", "vllm": "0.23.0", "speculators": "0.9.0", "backend": "gpu", "verdict": "error"},
+            {"id": "e", "vllm": "0.23.0", "speculators": "0.9.0", "verdict": "compatible"}]
+    found = support.other_backend_runs(runs, "cpu")
+    assert [(r["cell_id"], r["outcome"], r["machine"], r["finished_at"]) for r in found] == [
+        ("b", "broken", "1 x H200", "2026-12-01"), ("a", "works", "?", "undated")]
+    assert [r["cell_id"] for r in support.other_backend_runs(runs, "cpu", lambda r: "compatible")] == ["b", "a", "d"]
+    assert support.other_backend_runs(runs, "gpu") == [dict(found[1], backend="cpu", cell_id="c")]
 
 
 def test_the_report_joins_the_stored_runs_of_the_other_backend(tmp_path):
