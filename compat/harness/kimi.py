@@ -50,6 +50,7 @@ from typing import TYPE_CHECKING, Any, Sequence
 
 from compat.harness import kimi_shaped_plan
 from compat.harness.cell_envs import REPO_ROOT
+from compat.shared.axes import BACKENDS, DTYPES
 from compat.shared.cell_spec import KimiSuiteSpec
 from compat.shared.gpus import host_gpu_count
 from compat.shared.kimi_config import text_config
@@ -91,7 +92,7 @@ def parse_options(argv: Sequence[str]) -> argparse.Namespace:
     parser.add_argument("--python", type=Path, default=None,
                         help="run in this existing interpreter (its vLLM and speculators name the cell); "
                              "nothing is installed. It needs pytest and pytest-timeout")
-    parser.add_argument("--backend", choices=("cpu", "gpu"), default=None,
+    parser.add_argument("--backend", choices=BACKENDS, default=None,
                         help="default: gpu when nvidia-smi lists GPUs, else cpu (with --scale-model and --kimi-shaped "
                              "too)")
     parser.add_argument("--model", type=Path, default=None,
@@ -103,7 +104,7 @@ def parse_options(argv: Sequence[str]) -> argparse.Namespace:
     parser.add_argument("--mla-fixture", action="store_true",
                         help="with --scale-model: the fixture with kv_lora_rank 512 + qk_rope_head_dim 64 "
                              "(latent 576, the only one vLLM's CPU MLA backend takes)")
-    parser.add_argument("--dtype", choices=("float32", "bfloat16"), default=None,
+    parser.add_argument("--dtype", choices=DTYPES, default=None,
                         help="with --scale-model (default: float32 where the attention backend takes it, "
                              "else bfloat16); with --kimi-shaped the checkpoint's dtype (default bfloat16)")
     parser.add_argument("--kimi-shaped", action="store_true",
@@ -502,7 +503,7 @@ def finish(record: dict[str, Any], options: argparse.Namespace) -> None:
 
     path = options.results / "kimi.json"
     write_json_atomic(path, record)
-    store = Store.open(getattr(options, "store", None), options.results)
+    store = Store.open(options.store, options.results)
     try:
         store.add_document(KIMI, path.stem, record, source=str(path))
         published = publish(options.reports, store, [options.results])

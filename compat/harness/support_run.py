@@ -15,51 +15,22 @@ to run (a CI job matrix). `--check-inferred K [--seed N]` also runs K cells it i
 
 from __future__ import annotations
 
-import argparse
+import json
 import random
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Callable
 
 from packaging.version import Version
 
 from compat.harness import support
-from compat.harness.matrix import VLLM_DIST, Cell, MatrixError, check_version
+from compat.harness.matrix import Cell, MatrixError
+from compat.harness.settings import ROW, Settings
+from compat.shared.axes import DEFAULT_DTYPE, VLLM_DIST
 from compat.shared.profiles import profile_for
 from compat.shared.results import read_json, write_json_atomic
-
-
-def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="nox -s compat -- (--all-vllm | --all-speculators)", add_help=False)
-    parser.add_argument("--vllm", action="append", default=[])
-    parser.add_argument("--speculators", action="append", default=[])
-    parser.add_argument("--backend", choices=("cpu", "gpu"), default="cpu")
-    parser.add_argument("--list-cells", action="store_true")
-    parser.add_argument("--json", action="store_true")
-    parser.add_argument("--only", action="append", default=[], metavar="CELL_ID",
-                        help="run only these of the chosen cells (a CI job's one cell); the others stay unrun")
-    return parser
-
-
-def request_of(options: argparse.Namespace, rest: list[str]) -> tuple[str, str, argparse.Namespace]:
-    """(axis, the fixed version, parsed rest); MatrixError names what is wrong."""
-    args, unknown = _parser().parse_known_args(rest)
-    if unknown:
-        raise MatrixError(f"{' '.join(unknown)}: not accepted with --all-vllm/--all-speculators "
-                          "(accepted: --vllm, --speculators, --backend, --list-cells, --json and the runner's "
-                          "options)")
-    if options.all_vllm and options.all_speculators:
-        raise MatrixError("--all-vllm and --all-speculators: give one (a row or a column), not both")
-    if options.all_vllm:
-        if len(args.speculators) != 1 or args.vllm:
-            raise MatrixError("--all-vllm takes exactly one --speculators S and no --vllm "
-                              "(e.g. --speculators 0.8.1 --all-vllm)")
-        return "vllm", check_version(args.speculators[0], "--speculators"), args
-    if len(args.vllm) != 1 or args.speculators:
-        raise MatrixError("--all-speculators takes exactly one --vllm V and no --speculators "
-                          "(e.g. --vllm 0.22.1 --all-speculators)")
-    return "speculators", check_version(args.vllm[0], "--vllm"), args
 
 
 def _echo(line: str) -> None:
@@ -224,22 +195,23 @@ def stored_records(cells: list[Cell], results: Path) -> dict[str, dict[str, Any]
     return out
 
 
-def published_settings(options: argparse.Namespace, fixed: str) -> bool:
+def published_settings(settings: Settings, fixed: str) -> Settings | None:
     """The published rows are measured with `--variants none`, float32, the tiny Llama: only a request
-    that asks for nothing else is answered from (or measured beside) them. A request for a published
-    row that names no variants takes theirs, so its cell ids are the published ones."""
+    that asks for nothing else is answered from (or measured beside) them; None for any other. A
+    request for a published row that names no variants takes theirs, so its cell ids are the
+    published ones (the settings returned)."""
     from compat.harness import published
 
     if not (published.RESULTS / "support" / f"{published.row_name(fixed)}.json").is_file():
-        return False
-    if getattr(options, "dtype", None) not in (None, "float32") or getattr(options, "model", None) is not None:
-        return False
-    if options.variants is None:
-        options.variants = ()
-    return bool(options.variants == ())
+        return None
+    if settings.cell.dtype not in (None, DEFAULT_DTYPE) or settings.cell.model:
+        return None
+    if settings.cell.variants is None:
+        return replace(settings, cell=replace(settings.cell, variants=()))
+    return settings if settings.cell.variants == () else None
 
 
-def answer_from_published(fixed: str, backend: str, options: argparse.Namespace) -> int | None:
+def answer_from_published(fixed: str, backend: str, settings: Settings) -> int | None:
     """The row from the published table (or one built here), printed with where each runtime cell's
     evidence comes from, and the report of it; None when neither holds the row."""
     from compat.harness import published
@@ -247,7 +219,8 @@ def answer_from_published(fixed: str, backend: str, options: argparse.Namespace)
     from compat.harness.store import SUPPORT, Store
 
     name = published.row_name(fixed)
-    local = options.results / "support" / f"{name}.json"
+    output = settings.output
+    local = output.results / "support" / f"{name}.json"
     source = local if local.is_file() else published.RESULTS / "support" / f"{name}.json"
     if not source.is_file():
         print(f"[support] speculators {fixed}: no published row (published/results/support/); measuring it", flush=True)
@@ -260,38 +233,42 @@ def answer_from_published(fixed: str, backend: str, options: argparse.Namespace)
     where = "built here" if source == local else "published"
     print(f"[support] speculators {fixed} x every vLLM release: the {where} row ({source}); nothing runs "
           f"(--rerun measures again, --rerun --only ID one cell)", flush=True)
-    print("[support] runtime cells:\n" + "\n".join(published.provenance_lines(doc, here=options.results)), flush=True)
+    print("[support] runtime cells:\n" + "\n".join(published.provenance_lines(doc, here=output.results)), flush=True)
     print(summary_text(doc), flush=True)
     ids = frozenset(str(c["cell_id"]) for c in doc["cells"] if c.get("cell_id"))
-    store = Store.open(getattr(options, "store", None), options.results)
+    store = Store.open(output.store, output.results)
     try:
-        imports = [published.RESULTS] + ([options.results] if options.results.is_dir() else [])
-        report = publish(options.reports, store, imports, Selection(cells=ids, documents=frozenset({(SUPPORT, name)})))
+        imports = [published.RESULTS] + ([output.results] if output.results.is_dir() else [])
+        report = publish(output.reports, store, imports, Selection(cells=ids, documents=frozenset({(SUPPORT, name)})))
     finally:
         store.close()
-    print(f"[support] the report: {options.reports}/compat.html (the answer first)", flush=True)
+    print(f"[support] the report: {output.reports}/compat.html (the answer first)", flush=True)
     return 0 if not report.problems else 3
 
 
-def run_support(options: argparse.Namespace, rest: list[str]) -> int:
-    from compat.harness.runner import finish, resolve_model, run_matrix, with_run_settings
+def run_support(settings: Settings) -> int:
+    """A row or a column of the support table (settings.support), its runtime cells run with settings.cell."""
+    from compat.harness.runner import finish, resolve_model, run_matrix
 
+    request, selection = settings.support, settings.selection
+    if request is None:
+        raise ValueError("run_support: the settings ask for no row or column (--all-vllm / --all-speculators)")
+    axis, fixed, backend = request.axis, request.fixed, request.backend
     try:
-        axis, fixed, args = request_of(options, rest)
-        fresh = options.rerun or options.plan_only or args.list_cells or args.only or options.check_inferred
-        if axis == "vllm" and published_settings(options, fixed) and not fresh:
-            answered = answer_from_published(fixed, args.backend, options)
-            if answered is not None:
+        fresh = request.rerun or request.plan_only or selection.list_cells or selection.only or request.check_inferred
+        if axis == ROW and (as_published := published_settings(settings, fixed)) is not None:
+            settings = as_published
+            if not fresh and (answered := answer_from_published(fixed, backend, settings)) is not None:
                 return answered
-        gathered = gather(axis, fixed, args.backend)
+        gathered = gather(axis, fixed, backend)
         planned = support.plan(gathered["facts"], axis)
-        sibling_cells = {(f.vllm, f.speculators): with_run_settings(Cell(f.vllm, f.speculators, args.backend), options)
+        sibling_cells = {(f.vllm, f.speculators): settings.cell.apply(Cell(f.vllm, f.speculators, backend))
                          for f in gathered.get("siblings") or []}
-        sibling_records = _kept(list(sibling_cells.values()), options.results)
+        sibling_records = _kept(list(sibling_cells.values()), settings.output.results)
         support.infer_across(planned, gathered["facts"], gathered.get("siblings") or [],
                              [pair for pair, cell in sibling_cells.items() if cell.id in sibling_records])
-        seed = options.seed if options.seed is not None else random.SystemRandom().randrange(10**6)
-        checks = support.pick_checks(planned, options.check_inferred, seed) if options.check_inferred else []
+        seed = request.seed if request.seed is not None else random.SystemRandom().randrange(10**6)
+        checks = support.pick_checks(planned, request.check_inferred, seed) if request.check_inferred else []
     except (MatrixError, support.SupportError) as exc:
         print(f"compat: {exc}", file=sys.stderr)
         return 2
@@ -299,45 +276,45 @@ def run_support(options: argparse.Namespace, rest: list[str]) -> int:
         print(f"compat: the support table needs the static layer, which failed: {type(exc).__name__}: {exc}",
               file=sys.stderr)
         return 2
-    cells = {pair: with_run_settings(Cell(pair[0], pair[1], args.backend), options)
-             for pair in support.runtime_pairs(planned)}
-    if args.list_cells:  # the cells still to run: none kept here or published (every one with --rerun)
-        kept = {} if options.rerun else _kept(list(cells.values()), options.results)
+    results = settings.output.results
+    cells = {pair: settings.cell.apply(Cell(pair[0], pair[1], backend)) for pair in support.runtime_pairs(planned)}
+    if selection.list_cells:  # the cells still to run: none kept here or published (every one with --rerun)
+        kept = {} if request.rerun else _kept(list(cells.values()), results)
         ids = [c.id for c in cells.values() if c.id not in kept]
-        print(__import__("json").dumps(ids) if args.json else "\n".join(ids))
+        print(json.dumps(ids) if selection.json else "\n".join(ids))
         return 0
-    name = f"speculators-{fixed}" if axis == "vllm" else f"vllm-{fixed}"
-    print(describe_plan(planned, axis, fixed, checks, seed if options.check_inferred else None), flush=True)
-    stored = _kept(list(cells.values()), options.results)
-    if options.rerun:  # measure again: every runtime cell, or only those named
-        stored = {i: r for i, r in stored.items() if args.only and i not in args.only}
-    unknown = [i for i in args.only if i not in {c.id for c in cells.values()}]
+    name = f"speculators-{fixed}" if axis == ROW else f"vllm-{fixed}"
+    print(describe_plan(planned, axis, fixed, checks, seed if request.check_inferred else None), flush=True)
+    stored = _kept(list(cells.values()), results)
+    if request.rerun:  # measure again: every runtime cell, or only those named
+        stored = {i: r for i, r in stored.items() if selection.only and i not in selection.only}
+    unknown = [i for i in selection.only if i not in {c.id for c in cells.values()}]
     if unknown:
         print(f"compat: --only {', '.join(unknown)}: not a cell this table runs; its cells: "
               f"{', '.join(c.id for c in cells.values())}", file=sys.stderr)
         return 2
-    to_run = [c for c in cells.values() if c.id not in stored and (not args.only or c.id in args.only)]
+    to_run = [c for c in cells.values() if c.id not in stored and (not selection.only or c.id in selection.only)]
     records = list(stored.values()) + [r for r in sibling_records.values() if r["id"] not in stored]
     for cell_id in stored:
-        where = "results" if (options.results / f"{cell_id}.json").is_file() else "published/results"
+        where = "results" if (results / f"{cell_id}.json").is_file() else "published/results"
         print(f"[support] {cell_id}: stored result reused ({where}/{cell_id}.json; --rerun runs it again)", flush=True)
-    if to_run and not options.plan_only:
+    if to_run and not request.plan_only:
         from compat.harness.pypi import PackageIndex
 
         started = time.monotonic()
-        records = run_matrix(to_run, PackageIndex(), options, resolve_model(options.model), prior=records)
+        records = run_matrix(to_run, PackageIndex(), settings, resolve_model(settings.model_dir), prior=records)
         print(f"[support] {len(to_run)} runtime cell(s) in {time.monotonic() - started:.0f} s", flush=True)
     elif to_run:
         print(f"[support] --plan-only: {len(to_run)} runtime cell(s) not run: {', '.join(c.id for c in to_run)}")
     answers = support.answer(planned, measured_from(records),
                              {(v, s): gathered["table"]["rows"][v][s].get("broken_lines") or []
                               for v in gathered["table"]["rows"] for s in gathered["table"]["rows"][v]}, axis)
-    table = support_document(axis, fixed, args.backend, planned, answers, gathered, seed if checks else None)
-    write_json_atomic(options.results / "support" / f"{name}.json", table)
+    table = support_document(axis, fixed, backend, planned, answers, gathered, seed if checks else None)
+    write_json_atomic(results / "support" / f"{name}.json", table)
     print(summary_text(table), flush=True)
     from compat.harness.store import SUPPORT
 
-    return finish(records, options, documents=frozenset({(SUPPORT, name)}))
+    return finish(records, settings.output, documents=frozenset({(SUPPORT, name)}))
 
 
 def support_document(axis: str, fixed: str, backend: str, planned: list[support.Planned],

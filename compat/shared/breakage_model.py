@@ -29,6 +29,8 @@ from typing import Any
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import InvalidVersion, Version
 
+from compat.shared.axes import BACKENDS as BACKENDS  # compat.shared.breakages re-exports it
+
 REFERENCE_PROBE = "hidden_states_match_reference"
 
 FINDINGS = "docs/findings.md"  # what was read or measured, one section per entry id
@@ -37,7 +39,6 @@ FINDINGS = "docs/findings.md"  # what was read or measured, one section per entr
 EMPTY_MESSAGE = r"\A\Z"  # a bare `assert` in vLLM: only with a `where` that names the file
 NOT_IN_VLLM = None  # `where` of a failure raised outside vLLM (speculators' code or our check)
 WHERE_ANY = r""  # raised anywhere (in vLLM or not): for failures the message alone pins down
-BACKENDS = ("cpu", "gpu")
 
 # Data symptoms, derived from a reference comparison's detail (data_symptoms below).
 DATA_SYMPTOMS = ("rows_missing", "rows_extra", "sequences_reordered", "sequences_missing",

@@ -17,6 +17,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping, Optional, TypeVar
 
+from compat.shared.axes import BACKENDS as BACKENDS  # cell_spec.BACKENDS and DTYPES: the names compat.shared.axes holds
+from compat.shared.axes import DEFAULT_DTYPE
+from compat.shared.axes import DTYPES as DTYPES
+
 if TYPE_CHECKING:
     from _typeshed import DataclassInstance
 
@@ -24,8 +28,6 @@ _Spec = TypeVar("_Spec", bound="DataclassInstance")
 
 SPEC_VARIABLE = "COMPAT_CELL_SPEC"
 SPEC_VERSION = 1
-DTYPES = ("float32", "bfloat16")
-BACKENDS = ("cpu", "gpu")
 
 
 class CellSpecError(ValueError):
@@ -63,7 +65,7 @@ class CellSpec:
     backend: str
     model_dir: str  # the model the probes load (the runner's --model, else the tiny Llama)
     work_dir: str  # the cell's folder under results/: server logs, storage, pids
-    dtype: str = "float32"  # vLLM's dtype for the data checks (the reference stays float32)
+    dtype: str = DEFAULT_DTYPE  # vLLM's dtype for the data checks (the reference stays float32)
     variants: Optional[tuple[str, ...]] = None  # the server-era variants served; None: every one
     gpu_memory_utilization: Optional[float] = None  # per cell; None: vLLM's default (0.8)
     serve_args: tuple[str, ...] = ()  # added to every `vllm serve` (an environment's own needs)

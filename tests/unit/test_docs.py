@@ -136,18 +136,19 @@ def _options_of(main, argv=("--help",)) -> set[str]:
 def command_options() -> dict[str, set[str]]:
     """Each command of ours, keyed by the words that name it in the docs, with its parser's options."""
     from compat.harness import bisect_cli as bisect
-    from compat.harness import explain, kimi, report_cli, runner
+    from compat.harness import explain, kimi, report_cli, run_command
 
-    run = _options_of(runner.main)
+    run = _options_of(run_command.main)
     return {"nox -s compat": run, "compat run": run,
             "nox -s report": _options_of(report_cli.main), "compat.report_cli": _options_of(report_cli.main),
             "nox -s explain": _options_of(explain.main), "nox -s bisect": _options_of(bisect.main),
             "nox -s kimi": _options_of(kimi.main), "compat.kimi": _options_of(kimi.main)}
 
 
-def test_the_runner_options_include_both_of_its_parsers(command_options):
-    # `compat run` reads its settings and its cell selection with two parsers: both must be seen
-    assert {"--vllm", "--only", "--list-cells", "--dtype", "--variants", "--no-static"} <= command_options["compat run"]
+def test_the_run_options_are_its_one_parsers(command_options):
+    # `compat run` reads its cell selection, support rows, cell settings, run and output with one parser
+    assert {"--vllm", "--only", "--list-cells", "--dtype", "--variants", "--no-static", "--all-vllm",
+            "--results"} <= command_options["compat run"]
 
 
 def _named_after_commands(text: str, commands) -> list[tuple[int, str, str]]:

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from compat.cell.reference import tolerance_for
-from compat.harness import runner
-from compat.harness.cell_envs import ExistingEnvError, cell_from_env
+from compat.harness import run_command
+from compat.harness.cell_envs import REPO_ROOT, ExistingEnvError, cell_from_env
 from compat.harness.cell_run import GPU_SETTINGS, cell_settings, cell_spec, probe_environment
 from compat.harness.matrix import SERVER_VARIANTS, Cell
 from compat.shared.cell_spec import SPEC_VARIABLE
@@ -63,22 +63,22 @@ def test_gpu_cells_get_ieee_float32_and_spawned_workers_cpu_cells_do_not(monkeyp
     assert env[SPEC_VARIABLE] == str(tmp_path / "spec.json")
     assert probe_environment(gpu, tmp_path, "t")["TRITON_F32_DEFAULT"] == "ieee"
     existing = cell_settings(cpu, existing=True)
-    assert existing["PYTHONPATH"].split(":")[0] == str(runner.REPO_ROOT)
+    assert existing["PYTHONPATH"].split(":")[0] == str(REPO_ROOT)
 
 
 def test_python_option_refuses_what_cannot_host_the_probes(tmp_path, capsys):
-    assert runner.main(["--python", str(tmp_path / "nope")]) == 2
+    assert run_command.main(["--python", str(tmp_path / "nope")]) == 2
     assert "not an executable file" in capsys.readouterr().err
-    assert runner.main(["--python", sys.executable, "--results", str(tmp_path)]) == 2  # no vllm here
+    assert run_command.main(["--python", sys.executable, "--results", str(tmp_path)]) == 2  # no vllm here
     err = capsys.readouterr().err
     assert "lacks vllm, speculators" in err and "nothing is installed into an existing environment" in err
-    assert runner.main(["--python", sys.executable, "--vllm", "0.16.0"]) == 2
-    assert "cannot be combined" in capsys.readouterr().err
+    assert run_command.main(["--python", sys.executable, "--vllm", "0.16.0"]) == 2
+    assert "--vllm 0.16.0 cannot be combined" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("value", ["0", "1.5", "x"])
 def test_gpu_memory_utilization_must_be_a_fraction(value, capsys):
-    assert runner.main(["--gpu-memory-utilization", value]) == 2
+    assert run_command.main(["--gpu-memory-utilization", value]) == 2
     assert "is not a fraction in (0, 1]" in capsys.readouterr().err
 
 

