@@ -24,8 +24,9 @@ from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
-from compat.harness.matrix import SPECULATORS_DIST, VLLM_DIST, Cell
+from compat.harness.matrix import SPECULATORS_DIST, Cell
 from compat.harness.pypi import Index, NoMatchingWheel, PackageIndexError
+from compat.shared.axes import BACKENDS, VLLM_DIST
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -69,7 +70,7 @@ class Override:
     where: str
     vllm: SpecifierSet | None = None
     speculators: SpecifierSet | None = None
-    backends: tuple[str, ...] = ("cpu", "gpu")
+    backends: tuple[str, ...] = BACKENDS
     constraints: tuple[str, ...] = ()
     requirements: tuple[str, ...] = ()
     drop: tuple[str, ...] = ()
@@ -122,8 +123,8 @@ def _override(table: dict[str, Any], where: str) -> Override:
             _requirement(line, f"{where} {key}")
     if not any(lists.values()):
         raise RecipeError(f"{where}: does nothing; give constraints, requirements or drop")
-    backends = tuple(_string_list(table.get("backend", ["cpu", "gpu"]), f"{where} backend"))
-    if set(backends) - set(VLLM_DIST):
+    backends = tuple(_string_list(table.get("backend", list(BACKENDS)), f"{where} backend"))
+    if set(backends) - set(BACKENDS):
         raise RecipeError(f"{where} backend: {list(backends)}; expected a list of \"cpu\"/\"gpu\"")
     return Override(why=table["why"].strip(), where=where, vllm=specs.get("vllm"), speculators=specs.get("speculators"),
                     backends=backends, constraints=tuple(lists["constraints"]),

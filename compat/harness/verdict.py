@@ -37,6 +37,7 @@ from typing import Any, Iterable
 from compat.harness.causes import as_not_contract, cause_of, cause_of_error
 from compat.harness.classify import ProbeClass, classify_cell, classify_probe, new_findings
 from compat.harness.evidence import recheck
+from compat.shared.axes import BACKENDS
 from compat.shared.breakages import REFERENCE_PROBE, REGISTRY, Breakage
 from compat.shared.records import migrate
 
@@ -147,8 +148,9 @@ def decide(cell: dict[str, Any], registry: tuple[Breakage, ...] = REGISTRY) -> D
     record as a whole (manifest, installed versions, no backend) leave it `error`; a run-level
     failure (`error` beside probes: a crash or timeout) gates at least untested."""
     checked, problems = recheck(migrate(cell))
-    if checked.get("backend") not in ("cpu", "gpu"):
-        problems.append(f"backend {checked.get('backend')!r}: expected cpu or gpu (no registry entry can apply)")
+    if checked.get("backend") not in BACKENDS:
+        problems.append(f"backend {checked.get('backend')!r}: expected {' or '.join(BACKENDS)} (no registry entry can "
+                        "apply)")
     classes = classify_cell(checked, registry)
     # the environment's or our fixture's failure, no registry entry claims it: error
     checked, classes = _replaced(checked, classes, registry, {
