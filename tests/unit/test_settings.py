@@ -123,4 +123,7 @@ def test_the_axes_are_what_the_other_homes_re_export():
     assert (matrix.BACKENDS, matrix.DTYPES, matrix.SERVER_VARIANTS, matrix.VLLM_DIST) == \
         (axes.BACKENDS, axes.DTYPES, axes.SERVER_VARIANTS, axes.VLLM_DIST)
     assert set(axes.VLLM_DIST) == set(axes.BACKENDS) and axes.DEFAULT_BACKEND in axes.BACKENDS
+    from compat.shared.manifest import VARIANT_PROBE_KEYS
+
+    assert set(VARIANT_PROBE_KEYS) == set(axes.SERVER_VARIANTS)  # the probe each variant decides
     assert axes.DEFAULT_DTYPE in axes.DTYPES and axes.REFERENCE_DTYPE in axes.DTYPES
