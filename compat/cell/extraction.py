@@ -12,12 +12,15 @@ Imports nothing from vLLM; the client parts import speculators only when run.
 from __future__ import annotations
 
 import argparse
+import atexit
 import importlib
 import json
 import os
+import select
 import shutil
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Sequence
@@ -99,11 +102,6 @@ class ClientFailed(RuntimeError):
     """The speculators client exited non-zero or raised; message = its last words."""
 
 
-def speculators_command() -> list[str]:
-    script = Path(sys.executable).parent / "speculators"
-    return [str(script)] if script.exists() else [sys.executable, "-m", "speculators"]
-
-
 def write_rows(path: Path, prompts: Sequence[Sequence[int]]) -> None:
     """Speculator-format rows: prepare-data passes input_ids + loss_mask through untouched."""
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -111,42 +109,108 @@ def write_rows(path: Path, prompts: Sequence[Sequence[int]]) -> None:
                             for p in prompts))
 
 
-def prepare_data(model: str, rows: Path, output: Path, log: Path, extra: Sequence[str] = ()) -> subprocess.Popen:
-    """Started, not waited for: it needs no server, so it runs while the server boots."""
-    command = [*speculators_command(), "prepare-data", "--model", model, "--data", str(rows),
-               "--output", str(output), "--seq-length", "256", "--overwrite", *extra]
-    return _start(command, log)
+class ResidentCli:
+    """speculators' CLI in one process for the cell (compat.cell.speculators_cli): torch and speculators
+    imported once, not once a command. Commands run in the order submitted; `wait` for each. A command that
+    kills the process or hangs fails alone: the process is started again with the commands after it.
+    Its own log (`log`) keeps what the process says outside a command (an import that fails)."""
+
+    def __init__(self, log: Path, command: Sequence[str] = (sys.executable, "-m", "compat.cell.speculators_cli")):
+        self.log, self.command = log, list(command)
+        self.process: subprocess.Popen | None = None
+        self.commands: list[bytes] = []
+        self.codes: list[int] = []  # the answers, in order; 124: timed out, negative: killed by a signal
+        self.pending = b""
+        self.lock = threading.Lock()  # the raw run may drive it from a background thread
+        atexit.register(self.close)
+
+    def submit(self, argv: Sequence[str], log: Path) -> int:
+        with self.lock:
+            self.commands.append((json.dumps({"argv": list(argv), "log": str(log)}) + "\n").encode())
+            if self.process is None or self.process.poll() is not None:
+                self._start()
+            else:
+                self._send(self.commands[-1:])
+            return len(self.commands) - 1
+
+    def wait(self, ticket: int, timeout: float, what: str, log: Path) -> None:
+        """Until the command `ticket` has run; ClientFailed (its log's last words) where it did not exit 0,
+        did not finish in `timeout` seconds after it began, or killed the process."""
+        with self.lock:
+            deadline, running = time.monotonic() + timeout, len(self.codes)
+            while len(self.codes) <= ticket:
+                if len(self.codes) != running:  # the command before it finished: its own time begins
+                    deadline, running = time.monotonic() + timeout, len(self.codes)
+                assert self.process is not None and self.process.stdout is not None
+                ready, _, _ = select.select([self.process.stdout], [], [], max(0.0, deadline - time.monotonic()))
+                if not ready:
+                    self._restart_after(124)
+                    continue
+                chunk = os.read(self.process.stdout.fileno(), 4096)  # unbuffered: select sees what is left
+                if not chunk:
+                    self._restart_after(self.process.wait() or 1)
+                    continue
+                *lines, self.pending = (self.pending + chunk).split(b"\n")
+                self.codes += [int(json.loads(line)["code"]) for line in lines if line.strip()]
+        code = self.codes[ticket]
+        if code == 124:
+            raise ClientFailed(f"{what} did not finish within {timeout:.0f}s: {last_words(log)}")
+        if code != 0:
+            words = last_words(log) if log.exists() else last_words(self.log)
+            raise ClientFailed(f"{what} exited {code}: {words}")
+
+    def _restart_after(self, code: int) -> None:
+        """The running command failed with `code` and took the process with it: the rest go to a new one."""
+        assert self.process is not None
+        self.process.kill()
+        self.process.wait()
+        self.codes.append(code)
+        self._start()
+
+    def _start(self) -> None:
+        self.log.parent.mkdir(parents=True, exist_ok=True)
+        with self.log.open("a") as handle:
+            # rich wraps tracebacks at the terminal width (80 without a tty); keep lines whole
+            self.process = subprocess.Popen(self.command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=handle,
+                                            env={**os.environ, "COLUMNS": "400"})
+        self.pending = b""
+        self._send(self.commands[len(self.codes):])
+
+    def _send(self, commands: list[bytes]) -> None:
+        assert self.process is not None and self.process.stdin is not None
+        try:
+            self.process.stdin.write(b"".join(commands))
+            self.process.stdin.flush()
+        except BrokenPipeError:  # it died: the next wait reads its end and starts it again
+            pass
+
+    def close(self) -> None:
+        process, self.process = self.process, None
+        if process is None:
+            return
+        try:
+            if process.stdin:
+                process.stdin.close()
+            process.wait(timeout=10)
+        except (OSError, subprocess.TimeoutExpired):
+            process.kill()
+            process.wait()
 
 
-def generate_offline_data(model: str, endpoint: str, prepared: Path, output: Path, log: Path,
+def prepare_data(cli: ResidentCli, model: str, rows: Path, output: Path, log: Path, extra: Sequence[str] = ()) -> int:
+    """Submitted, not waited for: it needs no server, so it runs while the server boots."""
+    return cli.submit(["prepare-data", "--model", model, "--data", str(rows), "--output", str(output),
+                       "--seq-length", "256", "--overwrite", *extra], log)
+
+
+def generate_offline_data(cli: ResidentCli, model: str, endpoint: str, prepared: Path, output: Path, log: Path,
                           concurrency: int, timeout: float = 240.0) -> float:
-    command = [*speculators_command(), "generate-offline-data", "--model", model, "--endpoint", endpoint,
-               "--preprocessed-data", str(prepared), "--output", str(output),
-               "--concurrency", str(concurrency), "--validate-outputs", "--fail-on-error"]
     started = time.monotonic()
-    wait(_start(command, log), log, timeout, "speculators generate-offline-data")
+    ticket = cli.submit(["generate-offline-data", "--model", model, "--endpoint", endpoint,
+                         "--preprocessed-data", str(prepared), "--output", str(output),
+                         "--concurrency", str(concurrency), "--validate-outputs", "--fail-on-error"], log)
+    cli.wait(ticket, timeout, "speculators generate-offline-data", log)
     return round(time.monotonic() - started, 1)
-
-
-def _start(command: list[str], log: Path) -> subprocess.Popen:
-    log.parent.mkdir(parents=True, exist_ok=True)
-    with log.open("w") as handle:
-        handle.write(f"$ {' '.join(command)}\n")
-        handle.flush()
-        # rich wraps tracebacks at the terminal width (80 without a tty); keep lines whole
-        env = {**os.environ, "COLUMNS": "400"}
-        return subprocess.Popen(command, stdout=handle, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env)
-
-
-def wait(process: subprocess.Popen, log: Path, timeout: float, what: str) -> None:
-    try:
-        code = process.wait(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        process.wait()
-        raise ClientFailed(f"{what} did not finish within {timeout:.0f}s: {last_words(log)}") from None
-    if code != 0:
-        raise ClientFailed(f"{what} exited {code}: {last_words(log)}")
 
 
 def last_words(log: Path, lines: int = 2) -> str:

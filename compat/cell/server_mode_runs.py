@@ -19,13 +19,14 @@ import os
 import re
 import shutil
 import sys
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from compat.cell import extraction
-from compat.cell.steps import timed
 from compat.cell.server import ServerFailed, VllmServer, environment_fault, failure_line, model_runner, vllm_frame
+from compat.cell.steps import timed
 from compat.fixtures.data import prompts
 from compat.shared.cell_spec import CellSpec
 from compat.shared.observe import ContractViolation
@@ -140,8 +141,21 @@ class Extraction:
         self.runs: dict[str, ModeRun] = {}
         self._prepared: dict[str, Path] = {}
         self._preparing: dict[str, Any] = {}
+        self._background: dict[str, threading.Thread] = {}
+        self.cli = extraction.ResidentCli(self.root / "speculators-cli.log")  # started on first use (0.8+)
+
+    def start(self, mode: str) -> None:
+        """Begin the mode's run in the background (the first probes then import vLLM while it starts: two
+        cores, one each); `get` waits for it."""
+        if mode in self.runs or mode in self._background:
+            return
+        self._background[mode] = threading.Thread(target=self.get, args=(mode,), name=f"{mode} run", daemon=True)
+        self._background[mode].start()
 
     def get(self, mode: str) -> ModeRun:
+        running = self._background.get(mode)
+        if running is not None and running is not threading.current_thread():
+            running.join()
         if mode not in self.runs:
             if mode == "with_compat" and not self.chosen_flags():
                 self.runs[mode] = self.get("raw")  # nothing to adapt: the same server configuration
@@ -258,13 +272,12 @@ class Extraction:
             folder = self.root / "data" / name
             extraction.write_rows(folder / "rows.jsonl", PROMPTS[name])
             self._prepared[name] = folder / "prepared"
-            self._preparing[name] = extraction.prepare_data(self.model, folder / "rows.jsonl",
+            self._preparing[name] = extraction.prepare_data(self.cli, self.model, folder / "rows.jsonl",
                                                             self._prepared[name], folder / "prepare.log",
                                                             self.variant.client_flags if self.variant else ())
 
     def prepared(self, name: str) -> Path:
-        process = self._preparing[name]
-        extraction.wait(process, self.root / "data" / name / "prepare.log", 300, "speculators prepare-data")
+        self.cli.wait(self._preparing[name], 300, "speculators prepare-data", self.root / "data" / name / "prepare.log")
         return self._prepared[name]
 
     def _drive(self, run: ModeRun, server: VllmServer, case: str, base: Path) -> None:
@@ -281,7 +294,7 @@ class Extraction:
             rows = extraction.read_prepared(prepared)
             concurrency = len(rows) if case == "batch" else 1
             run.seconds[f"client_{case}"] = extraction.generate_offline_data(
-                self.model, endpoint, prepared, out, base / f"client-{case}.log", concurrency)
+                self.cli, self.model, endpoint, prepared, out, base / f"client-{case}.log", concurrency)
         else:
             rows = PROMPTS[case]
             run.client = "speculators.data_generation.vllm_client (0.5-0.7: no CLI)"

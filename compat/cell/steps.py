@@ -15,8 +15,9 @@ LEDGER: list[dict[str, Any]] = []
 @contextmanager
 def timed(kind: StepKind, what: str) -> Iterator[None]:
     """Time the block as one step, also when it raises (a failed start took its time too)."""
-    started = time.monotonic()
+    started, began = time.monotonic(), time.time()
     try:
         yield
     finally:
-        LEDGER.append({"step": kind.value, "what": what, "seconds": round(time.monotonic() - started, 2)})
+        LEDGER.append({"step": kind.value, "what": what, "seconds": round(time.monotonic() - started, 2),
+                       "started": began})

@@ -133,23 +133,42 @@ def run_cell(cell: Cell, recipe: Recipe | None, work_dir: Path, *, model_dir: Pa
 def cell_steps(install: float, how: str, outcome: dict[str, Any], probes: float,
                rerun: float | None) -> list[dict[str, Any]]:
     """Where the cell's time went, in order: the install, the probe process's startup (until its first
-    probe), the steps the probes timed (compat.cell.steps), the NEW findings' rerun, and `other`: the
-    probe run's time in none of them (imports, the static probes, fixtures)."""
-    def step(kind: StepKind, what: str, seconds: float) -> dict[str, Any]:
-        return {"step": kind.value, "what": what, "seconds": round(max(seconds, 0.0), 2)}
+    probe), the steps the probes timed (compat.cell.steps, each with when it began), the NEW findings'
+    rerun, and `other`: the probe run's time covered by none of them (imports, the static probes,
+    fixtures). Steps may overlap (a server started in the background); `other` counts their union once."""
+    def step(kind: StepKind, what: str, seconds: float, at: float | None = None) -> dict[str, Any]:
+        out = {"step": kind.value, "what": what, "seconds": round(max(seconds, 0.0), 2)}
+        return out if at is None else {**out, "at": round(at, 2)}
 
     out = [step(StepKind.INSTALL, f"the cell's venv, {how}", install)]
-    timed = [s for s in outcome.get("steps") or [] if isinstance(s, dict)]
+    launched = outcome.get("launched_at")
     first = outcome.get("first_probe_at")
-    startup = first - outcome["launched_at"] if isinstance(first, (int, float)) else 0.0
+    startup = first - launched if isinstance(first, (int, float)) and isinstance(launched, (int, float)) else 0.0
     if first is not None:
-        out.append(step(StepKind.STARTUP, "interpreter, pytest and collection, until the first probe", startup))
-    out += [step(StepKind(s["step"]), str(s["what"]), float(s["seconds"])) for s in timed]
+        out.append(step(StepKind.STARTUP, "interpreter, pytest and collection, until the first probe", startup, 0.0))
+    timed = [(float(s["started"]) - launched, float(s["seconds"]), s) for s in outcome.get("steps") or []
+             if isinstance(s, dict) and isinstance(s.get("started"), (int, float))
+             and isinstance(launched, (int, float))]
+    out += [step(StepKind(s["step"]), str(s["what"]), seconds, at) for at, seconds, s in sorted(timed, key=_first)]
     out.append(step(StepKind.OTHER, "imports, static probes and fixtures: in no step above",
-                    probes - startup - sum(float(s["seconds"]) for s in timed)))
+                    probes - startup - covered([(at, at + seconds) for at, seconds, _ in timed])))
     if rerun is not None:
         out.append(step(StepKind.RERUN, "the probes of a NEW finding run again alone", rerun))
     return out
+
+
+def _first(item: tuple[float, float, Any]) -> float:
+    return item[0]
+
+
+def covered(spans: list[tuple[float, float]]) -> float:
+    """The length of the union of [start, end) spans."""
+    total, end = 0.0, float("-inf")
+    for start, stop in sorted(spans):
+        if stop > end:
+            total += stop - max(start, end)
+            end = stop
+    return total
 
 
 def rerun_candidates(decision: Decision) -> list[str]:

@@ -175,10 +175,13 @@ class Manifest:
 
 @dataclass
 class Step:
-    """One timed step of a cell (StepKind), and what it was: `server_start` `raw`, `client` `raw batch`, ..."""
+    """One timed step of a cell (StepKind), and what it was: `server_start` `raw`, `client` `raw batch`, ...;
+    `at`: when it began, in seconds after the probe process was launched (steps may overlap: a server started in
+    the background while the first probes import vLLM)."""
     step: StepKind
     what: str
     seconds: float
+    at: Optional[float] = None
 
 
 @dataclass

@@ -278,3 +278,23 @@ def test_the_command_line_is_parsed_once_into_frozen_settings(monkeypatch, tmp_p
         field = dataclasses.fields(part)[0].name
         with pytest.raises(dataclasses.FrozenInstanceError):
             setattr(part, field, None)
+
+
+def test_a_cells_steps_are_ordered_by_start_and_other_counts_overlap_once():
+    from compat.harness.cell_run import cell_steps, covered
+
+    launched = 1000.0
+    outcome = {"launched_at": launched, "first_probe_at": launched + 5.0, "steps": [
+        {"step": "client", "what": "raw batch", "seconds": 10.0, "started": launched + 40.0},
+        {"step": "server_start", "what": "raw", "seconds": 30.0, "started": launched + 6.0},
+        {"step": "reference", "what": "forward", "seconds": 20.0, "started": launched + 20.0},  # overlaps the start
+    ]}
+    steps = cell_steps(3.0, "reused", outcome, probes=60.0, rerun=None)
+    assert [s["step"] for s in steps] == ["install", "startup", "server_start", "reference", "client", "other"]
+    assert [s.get("at") for s in steps[1:5]] == [0.0, 6.0, 20.0, 40.0]
+    # spans 6-36, 20-40 and 40-50 cover 44 s once: 60 - 5 (startup) - 44 = 11 s in no step
+    assert steps[-1]["seconds"] == 11.0
+    assert covered([(0.0, 1.0), (0.5, 2.0), (3.0, 4.0)]) == 3.0
+    assert cell_steps(1.0, "built", {"probes": {}}, probes=9.0, rerun=2.0)[-2:] == [
+        {"step": "other", "what": "imports, static probes and fixtures: in no step above", "seconds": 9.0},
+        {"step": "rerun", "what": "the probes of a NEW finding run again alone", "seconds": 2.0}]

@@ -21,6 +21,18 @@ def extraction_runs(server_profile, model_dir, num_layers, speculators_version, 
     return Extraction(model_dir, speculators_version, extraction.layer_ids(num_layers), cell_spec)
 
 
+@pytest.fixture(scope="session", autouse=True)
+def raw_run_started_early(request, profile) -> None:
+    """For a server-era cell, the raw `vllm serve` run begins before the first server probe, in the
+    background: those probes import vLLM meanwhile (about 20 s on two cores) instead of before it."""
+    if profile.name == "server":
+        try:
+            runs = request.getfixturevalue("extraction_runs")
+        except Exception:  # noqa: BLE001 - the probes that need the runs meet this themselves, each reporting it
+            return
+        runs.start("raw")
+
+
 @pytest.fixture(scope="session")
 def reference_model(model_dir):
     from compat.cell.reference import load_reference_model
