@@ -1,0 +1,184 @@
+"""Detection power (issue 32): realistic faults applied, one at a time, to the vLLM installed in a CPU cell's
+environment, and harmless edits beside them; for each, the cell is run for real and the bench records the verdict,
+which probes caught it (status, classification, cause) and the reference figure that moved. Goal: every fault caught
+by a data probe as NEW with cause contract, every harmless edit `compatible`.
+
+Each edit replaces one exact passage of one vLLM source file (it must occur once: a release whose code moved says so
+and is skipped, never run unedited); the file is restored afterwards, also when the run fails or is interrupted.
+From the repository root, with the cell's environment built once (`python -m compat run --vllm V --speculators S`):
+
+    python bench/detection_power.py --vllm 0.26.0 --speculators 0.9.0 --out /tmp/power [--only NAME ...] [--list]
+
+Writes OUT/<edit>/ (the cell's results and report) and OUT/power.json; prints the table for bench/RESULTS.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+CONNECTOR = "distributed/kv_transfer/kv_connector/v1/example_hidden_states_connector.py"
+RUNNER = "v1/worker/gpu_model_runner.py"
+PROPOSER = "v1/spec_decode/extract_hidden_states.py"
+EXTRACT = "return kv_cache[slot_mapping // block_size, slot_mapping % block_size][:num_tokens]"
+ROWS = "kv_cache[slot_mapping // block_size, slot_mapping % block_size]"
+
+
+@dataclass(frozen=True)
+class Edit:
+    name: str
+    harmless: bool
+    what: str  # the fault as a user would meet it
+    file: str  # relative to the vllm package
+    old: str
+    new: str
+
+
+EDITS = [
+    Edit("rows_shifted", False, "every saved row is the next token's (off by one)", CONNECTOR,
+         EXTRACT, f"return {ROWS}[1:num_tokens + 1]"),
+    Edit("row_dropped", False, "the middle token's row is missing from the file", CONNECTOR,
+         EXTRACT, f"return {ROWS}[:num_tokens][torch.arange(num_tokens) != num_tokens // 2]"),
+    Edit("last_row_stale", False, "the last token's row repeats the one before it", CONNECTOR,
+         EXTRACT, f"return (lambda x: torch.cat([x[:-1], x[-2:-1]]))({ROWS}[:num_tokens])"),
+    Edit("layer_zeroed_long_prompts", False, "the second aux layer is zeros, for prompts over 180 tokens only",
+         CONNECTOR, EXTRACT,
+         f"return (lambda x: x.clone().index_fill_(1, torch.tensor([1]), 0) if num_tokens > 180 else x)"
+         f"({ROWS}[:num_tokens])"),
+    Edit("layers_reordered", False, "the aux layers saved in reverse order", CONNECTOR,
+         EXTRACT, f"return {ROWS}[:num_tokens].flip(1)"),
+    Edit("scaled", False, "the states scaled by 1 + 1e-3", CONNECTOR,
+         EXTRACT, f"return {ROWS}[:num_tokens] * 1.001"),
+    Edit("fp8_round_trip", False, "the states stored through float8_e4m3fn (a quantized cache)", CONNECTOR,
+         EXTRACT, f"return {ROWS}[:num_tokens].to(torch.float8_e4m3fn).to(kv_cache.dtype)"),
+    Edit("bf16_round_trip", False, "the states stored through bfloat16 in a float32 run", CONNECTOR,
+         EXTRACT, f"return {ROWS}[:num_tokens].to(torch.bfloat16).to(kv_cache.dtype)"),
+    Edit("files_swapped", False, "each request's file holds the previous request's states and token ids",
+         CONNECTOR, "        # Submit to thread pool for disk write.\n",
+         "        _previous = getattr(self, '_fault_previous', None)\n"
+         "        self._fault_previous = tensors\n"
+         "        if _previous is not None:\n"
+         "            tensors = _previous\n"
+         "        # Submit to thread pool for disk write.\n"),
+    Edit("token_ids_rolled", False, "the saved token ids rolled by one against the states", CONNECTOR,
+         '"token_ids": pending.token_ids.clone(),', '"token_ids": torch.roll(pending.token_ids, 1),'),
+    Edit("aux_ids_shifted", False, "the aux layer ids each one lower than asked (0 stays 0)", RUNNER,
+         "            return tuple(layer_ids)\n", "            return tuple(max(i - 1, 0) for i in layer_ids)\n"),
+    Edit("stack_order", False, "the aux layers stacked token-major, then viewed back (a reshape bug)", PROPOSER,
+         "stacked_hidden_states = torch.stack(target_hidden_states, dim=1)",
+         "stacked_hidden_states = torch.stack(target_hidden_states, dim=0).reshape("
+         "target_hidden_states[0].shape[0], len(target_hidden_states), -1)"),
+    Edit("comment", True, "a comment added in the extraction", CONNECTOR,
+         EXTRACT, f"# the rows of the request's slots, in token order\n    {EXTRACT}"),
+    Edit("copied", True, "the extracted rows copied (clone) before the write", CONNECTOR,
+         EXTRACT, f"return {ROWS}[:num_tokens].clone()"),
+    Edit("contiguous", True, "the stacked states made contiguous", PROPOSER,
+         "stacked_hidden_states = torch.stack(target_hidden_states, dim=1)",
+         "stacked_hidden_states = torch.stack(target_hidden_states, dim=1).contiguous()"),
+]
+
+
+def vllm_dir(python: Path) -> Path:
+    out = subprocess.run([str(python), "-c", "import vllm, os; print(os.path.dirname(vllm.__file__))"],
+                         capture_output=True, text=True, check=True)
+    return Path(out.stdout.strip())
+
+
+def caught_by(report: Path) -> dict[str, Any]:
+    doc = json.loads((report / "compat.json").read_text())
+    cell = doc["cells"][0]
+    failing = []
+    for probe in cell["probes"]:
+        if probe["status"] in ("ok", "n/a", "skipped"):
+            continue
+        label = probe["id"] + (f"[{probe['case']}]" if probe.get("case") else "")
+        cls = probe.get("classification") or {}
+        cause = (probe.get("cause") or {}).get("kind") if isinstance(probe.get("cause"), dict) else probe.get("cause")
+        rows = (probe.get("figures") or {}).get("rows") or []
+        errors = [r["max_abs_error"] for r in rows if isinstance(r.get("max_abs_error"), (int, float))]
+        worst = max(errors) if errors else None
+        failing.append({"probe": label, "status": probe["status"], "kind": cls.get("kind"),
+                        "breakage": cls.get("breakage"), "cause": cause, "max_abs_error": worst,
+                        "reason": (probe.get("reason") or "")[:160]})
+    return {"verdict": cell["verdict"], "exit": doc["summary"]["exit_code"], "failing": failing}
+
+
+def run_edit(edit: Edit, args: argparse.Namespace, python: Path, package: Path) -> dict[str, Any]:
+    target = package / edit.file
+    source = target.read_text()
+    if source.count(edit.old) != 1:
+        return {"edit": edit.name, "skipped": f"{edit.file}: the passage occurs {source.count(edit.old)} times"}
+    backup = target.with_suffix(".py.power-backup")
+    shutil.copy2(target, backup)
+    out = args.out / edit.name
+    shutil.rmtree(out, ignore_errors=True)
+    started = time.monotonic()
+    try:
+        target.write_text(source.replace(edit.old, edit.new))
+        command = [sys.executable, "-m", "compat", "run", "--vllm", args.vllm, "--speculators", args.speculators,
+                   "--variants", "none", "--no-static", "--results", str(out / "results"),
+                   "--reports", str(out / "report"), "--store", str(out / "store.sqlite")]
+        with (out.parent / f"{edit.name}.log").open("w") as log:
+            subprocess.run(command, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, check=False)
+    finally:
+        shutil.move(backup, target)
+    outcome = caught_by(out / "report")
+    return {"edit": edit.name, "harmless": edit.harmless, "what": edit.what, "file": edit.file,
+            "seconds": round(time.monotonic() - started), **outcome}
+
+
+def table(rows: list[dict[str, Any]]) -> str:
+    lines = ["| edit | kind | verdict | caught by (status, classification, cause, max abs error) |",
+             "|---|---|---|---|"]
+    for row in rows:
+        if "skipped" in row:
+            lines.append(f"| {row['edit']} | – | not run | {row['skipped']} |")
+            continue
+        caught = "; ".join(" ".join(str(part) for part in (
+            f["probe"], f["status"], f["kind"], f["cause"] or "",
+            "" if f["max_abs_error"] is None else f"{f['max_abs_error']:.3g}") if part) for f in row["failing"])
+        kind = "harmless" if row["harmless"] else "fault"
+        lines.append(f"| {row['edit']}: {row['what']} | {kind} | {row['verdict']} (exit {row['exit']}) | "
+                     f"{caught or 'nothing'} |")
+    return "\n".join(lines)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--vllm", default="0.26.0")
+    parser.add_argument("--speculators", default="0.9.0")
+    parser.add_argument("--backend", default="cpu", choices=("cpu",))
+    parser.add_argument("--out", type=Path, default=Path("power"))
+    parser.add_argument("--only", action="append", default=[])
+    parser.add_argument("--list", action="store_true")
+    args = parser.parse_args()
+    edits = [e for e in EDITS if not args.only or e.name in args.only]
+    if args.list or not edits:
+        print("\n".join(f"{e.name}: {'harmless' if e.harmless else 'fault'}: {e.what} ({e.file})" for e in EDITS))
+        return 0 if edits else 2
+    python = ROOT / ".venvs" / f"vllm-{args.vllm}__speculators-{args.speculators}__{args.backend}" / "bin" / "python"
+    if not python.exists():
+        print(f"detection_power: {python} does not exist: build the cell's environment first "
+              f"(python -m compat run --vllm {args.vllm} --speculators {args.speculators})", file=sys.stderr)
+        return 2
+    package = vllm_dir(python)
+    args.out.mkdir(parents=True, exist_ok=True)
+    rows = []
+    for edit in edits:
+        rows.append(run_edit(edit, args, python, package))
+        print(json.dumps(rows[-1]), flush=True)
+        (args.out / "power.json").write_text(json.dumps(rows, indent=1) + "\n")
+    print(table(rows))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
