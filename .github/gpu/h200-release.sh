@@ -51,7 +51,8 @@
 #   .site -> ../.site: carry .device23 + .device-wheels-a (`unpack`); .device23-mc + .device-wheels-b
 #   (RELEASE=023 PAYLOAD=.device23 SPEC=080 `spec-layer0`); .device24 (RELEASE=024 PAYLOAD=.device24 SPEC=080
 #   `spec-layer0`); .device26 (RELEASE=026 PAYLOAD=.device26 LAYER0_COMPILED=1 `layer0`).
-# PHASE `llama-spec`: the server cell with no variant x speculators $SPEC; `layer0`: bench/layer_id_zero.py
+# PHASE `llama-spec`: the server cell with no variant x speculators $SPEC; `llama-specs`: the same for each of
+#   $SPECS in turn (the time left shared out; issue 29, 2026-12-03: SPECS="0601 0701", the module-client releases); `layer0`: bench/layer_id_zero.py
 #   (issue 32: what extract_hidden_states saves for aux id 0, offline LLM, the tiny Llama in float32) over the
 #   release's site, eager (LAYER0_COMPILED=1: compiled too); `spec-layer0`: `llama-spec`, then `layer0`.
 # Results and logs come back as $OUT/PHASE.tgz (a result, runner/probe/server logs, machine.txt).
@@ -87,13 +88,16 @@ if [ -d "$root/$payload-mc/wheels" ]; then
   [ -f "$stamp" ] || { python3 -m pip install -q --no-index --no-deps --no-compile --upgrade --target "$site" \
                          "$root"/$payload-mc/wheels/*.whl && touch "$stamp"; } || exit 3
 fi
-# speculators $SPEC (0.8.1, 0.8.0) + its hs-connectors beside the payload's 0.9.0 (s$SPEC/ of either carried folder)
-sspec=$root/.site/s$spec
-for d in "$root/$payload/s$spec" "$root/$payload-mc/s$spec"; do
-  if [ ! -d "$sspec/speculators" ] && ls "$d"/*.whl >/dev/null 2>&1; then
-    python3 -m pip install -q --no-index --no-deps --no-compile --target "$sspec" "$d"/*.whl || exit 3
-  fi
+# speculators $SPEC (0.8.1, 0.8.0) + its hs-connectors beside the payload's 0.9.0 (s$SPEC/ of either carried folder);
+# SPECS="0601 0701": several releases, each in its own .site/sNNNN (phase `llama-specs`)
+for one in $spec ${SPECS:-}; do
+  for d in "$root/$payload/s$one" "$root/$payload-mc/s$one"; do
+    if [ ! -d "$root/.site/s$one/speculators" ] && ls "$d"/*.whl >/dev/null 2>&1; then
+      python3 -m pip install -q --no-index --no-deps --no-compile --target "$root/.site/s$one" "$d"/*.whl || exit 3
+    fi
+  done
 done
+sspec=$root/.site/s$spec
 # the release's own site, then the shared wheels (where carried apart), then the datasets shim
 base=$site; [ -d "$common" ] && base=$base:$common; base=$base:$root/.site/tvshim
 if [ ! -d "$site/vllm" ]; then
@@ -143,6 +147,10 @@ case $phase in
   server-rest) cell v$release-s090-v2-hybrid "$base" 420 hybrid,llama-runner_v2 ;;
   llama) cell v$release-s090-llama "$base" "$(left)" none ;;
   llama081|llama-spec) cell v$release-s$spec-llama "$sspec:$base" "$(left)" none ;;
+  llama-specs) n=$(echo $SPECS | wc -w); i=0
+               for one in $SPECS; do i=$((i + 1))
+                 cell v$release-s$one-llama "$root/.site/s$one:$base" $(( $(left) / (n - i + 1) )) none
+               done ;;
   llama-both) cell v$release-s090-llama "$base" 280 none
               cell v$release-s$spec-llama "$sspec:$base" "$(left)" none ;;
   layer0) layer0 ;;
