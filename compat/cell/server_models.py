@@ -140,8 +140,8 @@ def _fixture_name(recipe: dict) -> str:
 
 
 def deepseek_v3(backend: str, cache_root: Path | None = None) -> Variant:
+    from compat.cell.mla_report import backends_here
     from compat.fixtures import tiny_deepseek
-    from compat.shared.mla import backends_here
 
     try:
         found = backends_here(backend)

