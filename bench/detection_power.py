@@ -8,6 +8,7 @@ and is skipped, never run unedited); the file is restored afterwards, also when 
 From the repository root, with the cell's environment built once (`python -m compat run --vllm V --speculators S`):
 
     python bench/detection_power.py --vllm 0.26.0 --speculators 0.9.0 --out /tmp/power [--only NAME ...] [--list]
+    python bench/detection_power.py --out /tmp/power --table     # the table again from what ran
 
 Writes OUT/<edit>/ (the cell's results and report) and OUT/power.json; prints the table for bench/RESULTS.md.
 """
@@ -101,7 +102,8 @@ def caught_by(report: Path) -> dict[str, Any]:
             continue
         label = probe["id"] + (f"[{probe['case']}]" if probe.get("case") else "")
         cls = probe.get("classification") or {}
-        cause = (probe.get("cause") or {}).get("kind") if isinstance(probe.get("cause"), dict) else probe.get("cause")
+        # only a contract failure reads `broken` (compat.harness.causes); an `error` carries its cause
+        cause = "contract" if probe["status"] == "broken" else probe.get("cause")
         rows = (probe.get("figures") or {}).get("rows") or []
         errors = [r["max_abs_error"] for r in rows if isinstance(r.get("max_abs_error"), (int, float))]
         worst = max(errors) if errors else None
@@ -159,7 +161,14 @@ def main() -> int:
     parser.add_argument("--out", type=Path, default=Path("power"))
     parser.add_argument("--only", action="append", default=[])
     parser.add_argument("--list", action="store_true")
+    parser.add_argument("--table", action="store_true", help="the table again from OUT, running nothing")
     args = parser.parse_args()
+    if args.table:
+        done = json.loads((args.out / "power.json").read_text())
+        by_name = {e.name: e for e in EDITS}
+        print(table([{**row, **caught_by(args.out / row["edit"] / "report")} if "skipped" not in row else row
+                     for row in done if row["edit"] in by_name]))
+        return 0
     edits = [e for e in EDITS if not args.only or e.name in args.only]
     if args.list or not edits:
         print("\n".join(f"{e.name}: {'harmless' if e.harmless else 'fault'}: {e.what} ({e.file})" for e in EDITS))
