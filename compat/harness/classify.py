@@ -24,15 +24,16 @@ import re
 from dataclasses import dataclass
 from typing import Any, Iterable
 
-from compat.shared.breakages import REFERENCE_PROBE, REGISTRY, Breakage, data_symptoms
+from compat.shared.breakages import REGISTRY, Breakage, data_symptoms
+from compat.shared.probe_catalog import ids_where
 from compat.shared.results import ADVISORY_PROBES, NOT_SELECTED
 
 KINDS = ("known", "new", "fixed", "as-expected-ok", "error", "not-run")
 
 # Probes that run the whole generator or read what one `vllm serve` run wrote, so any
-# exception-raising breakage of that run (not only their own) can be the failure they see.
-COMPOSITE_PROBES = frozenset({REFERENCE_PROBE, "payload_schema", "write_completion", "layer_numbering",
-                              "layer_ids_by_model", "model_runner_v2", "bfloat16_reference"})
+# exception-raising breakage of that run (not only their own) can be the failure they see: marked
+# @pytest.mark.probe(..., composite=True).
+COMPOSITE_PROBES = ids_where("composite")
 _CASE_PREFIX = re.compile(r"^\[(\w+)\] ")
 _CASE_FILE = re.compile(r"(?:^|')(\w+)/hs_\d+\.safetensors\b")  # files of a server run: <case>/hs_<i>
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any, Iterable, Optional
 
-from compat.shared.probe_catalog import probe_keys
+from compat.shared.probe_catalog import probe_keys, variant_keys
 
 # The 21 keys every record has held since the server era began (schema 1 included).
 CORE_PROBE_KEYS = (
@@ -22,13 +22,9 @@ CORE_PROBE_KEYS = (
     "hidden_states_match_reference[tp2]", "extract_hidden_states_method", "hidden_states_connector",
     "payload_schema", "write_completion", "layer_numbering",
 )
-# The probe each server-era variant decides (compat.cell.server_models.VARIANTS).
-VARIANT_PROBE_KEYS = {
-    "deepseek_v3": "layer_ids_by_model[deepseek_v3]",
-    "hybrid": "layer_ids_by_model[hybrid]",
-    "llama-runner_v2": "model_runner_v2",
-    "llama-bfloat16": "bfloat16_reference",
-}
+# The probe key each server-era variant decides (compat.cell.server_models.VARIANTS): marked
+# @pytest.mark.probe(..., variant=...).
+VARIANT_PROBE_KEYS = variant_keys()
 # Every key a cell reports, read from the probes' own markers (compat.shared.probe_catalog).
 PROBE_KEYS = probe_keys()
 

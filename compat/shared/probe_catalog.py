@@ -1,8 +1,16 @@
 """The probes a cell runs, read from the probes' own markers: adding a probe is writing it.
 
 A probe is a test function in compat/cell/probes/in_process/ or compat/cell/probes/server/ marked
-`@pytest.mark.probe("id")`; `data=True` when its `ok` must carry figures the report recomputes
-(compat.harness.evidence), `advisory=True` when it never decides a verdict. Its keys are the ones
+`@pytest.mark.probe("id")`. Every fact the harness holds about a probe is an option of that marker:
+- `data=True`: its `ok` must carry figures the report recomputes (compat.harness.evidence);
+- `advisory=True`: it never decides a verdict;
+- `composite=True`: it runs the whole generator or reads what one `vllm serve` run wrote, so any
+  exception-raising breakage of that run can be the failure it sees (compat.harness.classify);
+- `variant="name"`: the server-era variant (compat.shared.axes.SERVER_VARIANTS) its one key decides,
+  or `variant={"case": "name", ...}` per case (compat.shared.manifest, the report's server-era view);
+- `contract=("call", "dotted.name")` or `("config-key", "key=value")`: the static contract it observes
+  at runtime (compat.harness.static.layers compares the two layers on it).
+Its keys are the ones
 compat.cell.pytest_plugin reports: `id`, or `id[case]` with case the parametrized values joined by
 `-`, then `tpN` from `@pytest.mark.tp(N)`. The `with_compat` twin of a probe reports into the same
 key, so only the raw test counts.
@@ -18,11 +26,15 @@ import ast
 import functools
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Optional, Union
+
+from compat.shared.axes import SERVER_VARIANTS
 
 PACKAGE_ROOT = Path(__file__).resolve().parents[1]  # compat/
 PROBE_DIRS = ("cell/probes/in_process", "cell/probes/server")
-MARKER_OPTIONS = ("data", "advisory")
+FLAGS = ("data", "advisory", "composite")  # the marker options that are True or left out
+MARKER_OPTIONS = (*FLAGS, "variant", "contract")
+CONTRACT_KINDS = ("call", "config-key")
 
 
 class CatalogError(ValueError):
@@ -36,6 +48,10 @@ class Probe:
     data: bool
     advisory: bool
     where: str  # module path and line, relative to compat/
+    suite: str = ""  # the directory it lives in: in_process or server
+    composite: bool = False
+    variants: tuple[tuple[str, str], ...] = ()  # (key, the server-era variant that key decides)
+    contract: Optional[tuple[str, str]] = None  # (kind, target) of the static contract it observes
 
     @property
     def keys(self) -> tuple[str, ...]:
@@ -113,13 +129,9 @@ def _probe(path: Path, function: ast.FunctionDef) -> Optional[Probe]:
     if len(probe.args) != 1 or not isinstance(probe.args[0], ast.Constant) or not isinstance(probe.args[0].value, str):
         raise CatalogError(f"{where}: @pytest.mark.probe takes one string id, "
                            "e.g. @pytest.mark.probe(\"block_hasher\")")
-    options = {}
+    options: dict[str, Any] = {}
     for keyword in probe.keywords:
-        if keyword.arg not in MARKER_OPTIONS or not isinstance(keyword.value, ast.Constant) \
-                or not isinstance(keyword.value.value, bool):
-            raise CatalogError(f"{where}: @pytest.mark.probe option {ast.unparse(keyword)!r}: accepted "
-                               f"{', '.join(o + '=True' for o in MARKER_OPTIONS)}")
-        options[keyword.arg] = keyword.value.value
+        options[str(keyword.arg)] = _option(path, keyword, where)
     params: list[list[str]] = []
     tp: list[str] = []
     for name, call in marks:
@@ -134,7 +146,56 @@ def _probe(path: Path, function: ast.FunctionDef) -> Optional[Probe]:
     cases: list[Optional[str]] = [None]
     for axis in [*reversed(params), *([tp] if tp else [])]:
         cases = ["-".join(filter(None, [case, value])) for case in cases for value in axis]
-    return Probe(probe.args[0].value, tuple(cases), options.get("data", False), options.get("advisory", False), where)
+    probe_id = probe.args[0].value
+    return Probe(probe_id, tuple(cases), options.get("data", False), options.get("advisory", False), where,
+                 suite=path.parent.name, composite=options.get("composite", False),
+                 variants=_variants(probe_id, cases, options.get("variant"), where), contract=options.get("contract"))
+
+
+def _option(path: Path, keyword: ast.keyword, where: str) -> Any:
+    """One option of @pytest.mark.probe (a literal, or a module-level literal's name), checked for its shape."""
+    accepted = (f"accepted {', '.join(o + '=True' for o in FLAGS)}, variant=\"name\" or {{\"case\": \"name\"}}, "
+                f"contract=(kind, target) with kind one of {', '.join(CONTRACT_KINDS)}")
+    try:
+        value = _constant(path, keyword.value.id) if isinstance(keyword.value, ast.Name) \
+            else ast.literal_eval(keyword.value)
+    except (KeyError, ValueError, TypeError, SyntaxError, FileNotFoundError):
+        value = None
+    if keyword.arg in FLAGS:
+        ok = isinstance(value, bool)
+    elif keyword.arg == "variant":
+        ok = isinstance(value, str) or (isinstance(value, dict) and bool(value)
+                                        and all(isinstance(k, str) and isinstance(v, str) for k, v in value.items()))
+    elif keyword.arg == "contract":
+        ok = isinstance(value, tuple) and len(value) == 2 and value[0] in CONTRACT_KINDS and isinstance(value[1], str)
+    else:
+        ok = False
+    if not ok:
+        raise CatalogError(f"{where}: @pytest.mark.probe option {ast.unparse(keyword)!r}: {accepted}")
+    return value
+
+
+def _variants(probe_id: str, cases: list[Optional[str]], variant: Union[str, dict[str, str], None],
+              where: str) -> tuple[tuple[str, str], ...]:
+    """(key, variant) for each key a server-era variant decides."""
+    if variant is None:
+        return ()
+    if isinstance(variant, str):
+        if cases != [None]:
+            raise CatalogError(f"{where}: variant={variant!r} on a parametrized probe: name the variant per case, "
+                               f"variant={{\"case\": \"name\"}}")
+        pairs = [(probe_id, variant)]
+    else:
+        unknown = sorted(set(variant) - {c for c in cases if c})
+        if unknown:
+            raise CatalogError(f"{where}: variant names cases {unknown} this probe does not have "
+                               f"(its cases: {', '.join(c for c in cases if c)})")
+        pairs = [(f"{probe_id}[{case}]", name) for case, name in variant.items()]
+    strangers = [name for _, name in pairs if name not in SERVER_VARIANTS]
+    if strangers:
+        raise CatalogError(f"{where}: variant {strangers[0]!r} is not a server-era variant "
+                           f"(compat.shared.axes.SERVER_VARIANTS: {', '.join(SERVER_VARIANTS)})")
+    return tuple(pairs)
 
 
 def read_module(path: Path) -> list[Probe]:
@@ -163,14 +224,43 @@ def probe_keys() -> tuple[str, ...]:
     return tuple(dict.fromkeys(key for probe in probes() for key in probe.keys))
 
 
-def ids_where(option: str) -> frozenset[str]:
-    """The probe ids marked with `option=True` (data, advisory); a probe's marks must agree across its tests."""
+def _agreed(option: str) -> dict[str, Probe]:
+    """The probes whose marker sets `option`, one per id (the first test), once every test of each agrees."""
     if option not in MARKER_OPTIONS:
         raise ValueError(f"{option!r}: accepted {', '.join(MARKER_OPTIONS)}")
-    marked = {p.id for p in probes() if getattr(p, option)}
-    unmarked = {p.id: p.where for p in probes() if not getattr(p, option)}
-    both = sorted(marked & set(unmarked))
-    if both:
-        raise CatalogError(f"probe {both[0]!r} is marked {option}=True in one test and not at {unmarked[both[0]]}: "
-                           f"mark every test of a probe alike")
-    return frozenset(marked)
+    attribute = "variants" if option == "variant" else option
+    first: dict[str, Probe] = {}
+    for probe in probes():
+        seen = first.setdefault(probe.id, probe)
+        mine, theirs = getattr(probe, attribute), getattr(seen, attribute)
+        if option == "variant":  # per key: a test of other cases names other keys
+            mine, theirs = bool(mine), bool(theirs)
+        if mine != theirs:
+            marked, unmarked = (probe, seen) if mine else (seen, probe)
+            raise CatalogError(f"probe {probe.id!r} is marked {option}={getattr(marked, attribute)!r} at "
+                               f"{marked.where} and {getattr(unmarked, attribute)!r} at {unmarked.where}: "
+                               f"mark every test of a probe alike")
+    return {pid: probe for pid, probe in first.items() if getattr(probe, attribute)}
+
+
+def ids_where(option: str) -> frozenset[str]:
+    """The probe ids whose marker sets `option` (data, advisory, composite, variant, contract); a probe's
+    marks must agree across its tests."""
+    return frozenset(_agreed(option))
+
+
+def variant_keys() -> dict[str, str]:
+    """Server-era variant name -> the probe key it decides, in file order (the markers' `variant`)."""
+    _agreed("variant")
+    found: dict[str, str] = {}
+    for probe in probes():
+        for key, name in probe.variants:
+            if found.setdefault(name, key) != key:
+                raise CatalogError(f"variant {name!r} decides both {found[name]!r} and {key!r} ({probe.where}): "
+                                   f"one key per variant")
+    return found
+
+
+def contracts() -> dict[str, tuple[str, str]]:
+    """Probe id -> (kind, target) of the static contract it observes, in file order (the markers' `contract`)."""
+    return {pid: probe.contract for pid, probe in _agreed("contract").items() if probe.contract}

@@ -3,11 +3,16 @@ these machines). A difference here is news about vLLM or speculators, or a harne
 
 import pytest
 
+from compat.shared.breakage_model import REFERENCE_PROBE
+from compat.shared.probe_catalog import probes as catalogued
 from conftest import probes_by_key
 
-API_PROBES = ["scheduler_config_fields", "kv_cache_config_api", "scheduler_signature", "request_signature",
-              "block_hasher", "embed_input_ids", "two_phase_execute", "aux_hidden_states_truthiness"]
-CASES = ["batch", "repeated", "shared_prefix", "multi_step", "tp2"]
+# Read from the probes' markers (compat.shared.probe_catalog): the in-process probes that decide, those of
+# them that make one call each (one key, no data), and the reference check's cases.
+IN_PROCESS = [p for p in catalogued() if p.suite == "in_process" and not p.advisory]
+IN_PROCESS_PROBES = list(dict.fromkeys(p.id for p in IN_PROCESS))
+API_PROBES = [p.id for p in IN_PROCESS if not p.data and p.keys == (p.id,)]
+CASES = next(list(p.cases) for p in IN_PROCESS if p.id == REFERENCE_PROBE)
 FLOAT32_TOLERANCE = 1e-4
 
 BROKEN_ON_016_WITH_030 = {
@@ -24,9 +29,6 @@ BROKEN_ON_016_WITH_030 = {
 }
 
 
-IN_PROCESS_PROBES = [*API_PROBES, "collective_rpc_unique_reply_rank", "hidden_states_match_reference"]
-
-
 def test_pinned_pair_is_compatible(cell):
     record = cell("0.11.0", "0.3.0")
     assert record["verdict"] == "compatible", record["verdict"]
@@ -41,7 +43,7 @@ def test_pinned_pair_is_compatible(cell):
 def test_pinned_pair_matches_reference_in_float32(cell):
     probes = probes_by_key(cell("0.11.0", "0.3.0"))
     for case in CASES:
-        detail = probes[("hidden_states_match_reference", case)]["detail"]
+        detail = probes[(REFERENCE_PROBE, case)]["detail"]
         assert detail["max_abs_error"] < FLOAT32_TOLERANCE, (case, detail["max_abs_error"])
         assert detail["layer_semantics"] == [[2, 2], [4, 4], [6, 6]], detail["layer_semantics"]
 
@@ -67,14 +69,14 @@ def test_silent_faults_behind_the_exceptions_on_016(cell):
     behind_the_exception = {"repeated": "prefix_caching_default", "shared_prefix": "prefix_caching_default",
                             "multi_step": "chunked_prefill_default"}
     for case, breakage in behind_the_exception.items():
-        probe = probes[("hidden_states_match_reference", case)]
+        probe = probes[(REFERENCE_PROBE, case)]
         assert probe["status"] == "broken"
         api_only = probe["detail"]["api_only"]
         assert (api_only["status"], api_only.get("breakage")) == ("broken", breakage), (case, api_only)
         assert not {"prefix_caching_default", "chunked_prefill_default"} & set(api_only["adapters"]), api_only
-    assert probes[("hidden_states_match_reference", "batch")]["detail"]["api_only"]["status"] == "ok"
+    assert probes[(REFERENCE_PROBE, "batch")]["detail"]["api_only"]["status"] == "ok"
     for case in CASES:
-        adapted = probes[("hidden_states_match_reference", case)]["detail"]["with_compat"]
+        adapted = probes[(REFERENCE_PROBE, case)]["detail"]["with_compat"]
         assert adapted["status"] == "ok", (case, adapted)
         assert adapted["detail"]["max_abs_error"] < FLOAT32_TOLERANCE
 
@@ -99,7 +101,7 @@ def test_040_is_judged_by_its_own_call_shapes_and_data(cell):
     probes = probes_by_key(record)
     for probe_id in API_PROBES:
         assert probes[(probe_id, None)]["status"] == "ok", (probe_id, probes[(probe_id, None)]["error"])
-    reference = {case: probes[("hidden_states_match_reference", case)] for case in CASES}
+    reference = {case: probes[(REFERENCE_PROBE, case)] for case in CASES}
     assert {c: p["status"] for c, p in reference.items()} == {
         "batch": "ok", "repeated": "ok", "shared_prefix": "ok", "multi_step": "broken", "tp2": "ok"}
     multi_step = reference["multi_step"]["detail"]

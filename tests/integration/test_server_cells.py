@@ -1,11 +1,14 @@
 """What the server-era cells must find (speculators >= 0.5 drives `vllm serve` with
 extract_hidden_states + ExampleHiddenStatesConnector; measured on these machines)."""
 
+from compat.shared.breakage_model import REFERENCE_PROBE
+from compat.shared.probe_catalog import probes as catalogued
 from conftest import probes_by_key
 
-FILE_PROBES = [("payload_schema", None), ("write_completion", None), ("layer_numbering", None),
-               ("hidden_states_match_reference", "batch"), ("hidden_states_match_reference", "repeated"),
-               ("hidden_states_match_reference", "shared_prefix")]
+# The keys of the probes that read what the main `vllm serve` runs wrote: the server-era probes marked
+# composite that no variant decides (compat.shared.probe_catalog reads the markers).
+FILE_PROBES = [(p.id, case) for p in catalogued() if p.suite == "server" and p.composite and not p.variants
+               for case in p.cases]
 
 
 def test_newest_pair_runs_as_shipped_with_the_cpu_connector_shim_listed(cell):
@@ -38,10 +41,10 @@ def test_022_flags_are_chosen_from_what_its_runs_observed(cell):
         assert probe["detail"]["api_only"]["flags"].keys() == {"--no-enable-chunked-prefill"}
         assert probe["with_compat"] == "ok", (key, probe["detail"].get("with_compat"))
     for case in ("repeated", "shared_prefix"):
-        behind = probes[("hidden_states_match_reference", case)]["detail"]["api_only"]
+        behind = probes[(REFERENCE_PROBE, case)]["detail"]["api_only"]
         assert behind["status"] == "broken", (case, behind)
         assert behind["breakage"] == "connector_prefix_cache_rows", (case, behind)
-    assert probes[("hidden_states_match_reference", "batch")]["detail"]["api_only"]["status"] == "ok"
+    assert probes[(REFERENCE_PROBE, "batch")]["detail"]["api_only"]["status"] == "ok"
     flags = probes[("payload_schema", None)]["detail"]["with_compat"]["detail"]["run"]["flags"]
     assert "does not support chunked prefill" in flags["--no-enable-chunked-prefill"]
     assert "rows missing on prefix-cached prompts" in flags["--no-enable-prefix-caching"]

@@ -22,9 +22,10 @@ import pytest
 from compat.cell.server_mode_runs import CASES
 
 LOCAL = ["a", "b"]
+PER_MODEL = {"b": "hybrid"}
 
 
-@pytest.mark.probe("plain")
+@pytest.mark.probe("plain", contract=("call", "vllm.config.SchedulerConfig"), variant="llama-bfloat16")
 def test_plain():
     pass
 
@@ -42,9 +43,15 @@ def test_cased_with_compat(case):
     pass
 
 
-@pytest.mark.probe("ranked")
+@pytest.mark.probe("ranked", composite=True)
 @pytest.mark.tp(2)
 def test_ranked():
+    pass
+
+
+@pytest.mark.probe("per_model", variant=PER_MODEL)
+@pytest.mark.parametrize("model", LOCAL)
+def test_per_model(model):
     pass
 
 
@@ -88,6 +95,16 @@ def test_a_new_probe_is_read_from_its_markers_as_pytest_collects_it(tmp_path):
     assert [p.id for p in probe_catalog.read_module(path) if p.advisory] == ["two_axes"]
 
 
+def test_the_other_facts_of_a_new_probe_are_read_from_its_marker(tmp_path, monkeypatch):
+    path = _write(tmp_path, NEW_PROBE)
+    monkeypatch.setattr(probe_catalog, "probes", lambda: tuple(probe_catalog.read_module(path)))
+    assert probe_catalog.ids_where("composite") == {"ranked"}
+    assert probe_catalog.contracts() == {"plain": ("call", "vllm.config.SchedulerConfig")}
+    # an unparametrized probe names its one key's variant; a parametrized one names it per case
+    assert probe_catalog.variant_keys() == {"llama-bfloat16": "plain", "hybrid": "per_model[b]"}
+    assert probe_catalog.ids_where("variant") == {"plain", "per_model"}
+
+
 def test_the_real_probes_hold_every_key_records_have_held():
     assert set(CORE_PROBE_KEYS) <= set(PROBE_KEYS), "a probe every schema-1 record holds is no longer reported"
     assert set(VARIANT_PROBE_KEYS.values()) <= set(PROBE_KEYS), "a server-era variant decides a probe nobody runs"
@@ -103,6 +120,15 @@ def test_the_real_probes_hold_every_key_records_have_held():
     ('@pytest.mark.probe(NAME)\ndef test_x(): pass\n', "one string id"),
     ('def test_unmarked(): pass\n', "without @pytest.mark.probe"),
     ('@pytest.mark.probe("x")\n@pytest.mark.parametrize("a,b", [(1, 2)])\ndef test_x(a, b): pass\n', "one name"),
+    ('@pytest.mark.probe("x", composite=1)\ndef test_x(): pass\n', "composite=1"),
+    ('@pytest.mark.probe("x", contract=("call",))\ndef test_x(): pass\n', "contract=(kind, target)"),
+    ('@pytest.mark.probe("x", contract=("calls", "a.b"))\ndef test_x(): pass\n', "kind one of call, config-key"),
+    ('@pytest.mark.probe("x", variant="nowhere")\ndef test_x(): pass\n', "not a server-era variant"),
+    ('@pytest.mark.probe("x", variant=NOWHERE)\ndef test_x(): pass\n', "variant=NOWHERE"),
+    ('@pytest.mark.probe("x", variant="hybrid")\n@pytest.mark.parametrize("m", ["a"])\ndef test_x(m): pass\n',
+     "name the variant per case"),
+    ('@pytest.mark.probe("x", variant={"b": "hybrid"})\n@pytest.mark.parametrize("m", ["a"])\ndef test_x(m): pass\n',
+     "cases ['b'] this probe does not have"),
 ])
 def test_a_marker_it_cannot_read_is_refused_with_file_and_line(tmp_path, source, named):
     path = _write(tmp_path, "import pytest\n\n" + source)
@@ -117,3 +143,12 @@ def test_a_probe_marked_data_in_one_test_only_is_refused(tmp_path, monkeypatch):
     monkeypatch.setattr(probe_catalog, "probes", lambda: tuple(probe_catalog.read_module(path)))
     with pytest.raises(probe_catalog.CatalogError, match="mark every test of a probe alike"):
         probe_catalog.ids_where("data")
+
+
+def test_a_probe_whose_tests_name_different_contracts_is_refused(tmp_path, monkeypatch):
+    path = _write(tmp_path, 'import pytest\n\n@pytest.mark.probe("x", contract=("call", "a.B"))\n'
+                            'def test_a(): pass\n\n@pytest.mark.probe("x", contract=("call", "a.C"))\n'
+                            '@pytest.mark.tp(2)\ndef test_b(): pass\n')
+    monkeypatch.setattr(probe_catalog, "probes", lambda: tuple(probe_catalog.read_module(path)))
+    with pytest.raises(probe_catalog.CatalogError, match="mark every test of a probe alike"):
+        probe_catalog.contracts()

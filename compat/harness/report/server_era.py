@@ -2,15 +2,19 @@
 layer id with the reference index it matched and its largest error, the model runner that served,
 MLA on or off (and why), and what speculators installs into the vLLM environment (hs-connectors).
 
-Read from the probes `layer_ids_by_model`, `model_runner_v2` and `bfloat16_reference`
-(compat/cell/probes/server/test_server_variants.py); a cell without them has no server-era view.
+Read from the probes marked with a server-era `variant` (compat/cell/probes/server/test_server_variants.py:
+the Llama and the variants per model, the runner, bfloat16); a cell without them has no server-era view.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-VARIANT_PROBES = ("layer_ids_by_model", "model_runner_v2", "bfloat16_reference")
+from compat.shared.probe_catalog import ids_where, variant_keys
+
+VARIANT_PROBES = ids_where("variant")
+# the variant an unparametrized probe decides names its row (a per-model probe's row is its case)
+_VARIANT_OF_KEY = {key: name for name, key in variant_keys().items()}
 
 
 def _fmt(value: Any) -> str:
@@ -34,8 +38,7 @@ def _row(probe: dict[str, Any]) -> dict[str, Any]:
     variant = detail.get("variant") or adapted.get("variant") or {}
     mla = shown.get("mla") or variant.get("mla")
     pid = str(probe.get("id"))
-    name = probe.get("case") or {"model_runner_v2": "llama-runner_v2", "bfloat16_reference": "llama-bfloat16"}.get(
-        pid, probe.get("id"))
+    name = probe.get("case") or _VARIANT_OF_KEY.get(pid, probe.get("id"))
     return {
         "model": name,
         "probe": probe.get("id"),

@@ -17,20 +17,15 @@ from typing import TYPE_CHECKING, Any, Iterable
 
 from compat.harness.matrix import VLLM_DIST, Cell, check_released
 from compat.harness.pypi import PackageIndex, PackageIndexError
+from compat.shared.probe_catalog import contracts
 
 if TYPE_CHECKING:
     from compat.harness.static.sources import SourceCache
 
 STATIC_ONLY = "untested-at-runtime"
-# The runtime probe that observes the same contract as a static call (the callee's dotted name).
-PROBE_CONTRACTS = {
-    "scheduler_config_fields": ("call", "vllm.config.SchedulerConfig"),
-    "kv_cache_config_api": ("call", "vllm.v1.core.kv_cache_utils.get_kv_cache_config_from_groups"),
-    "scheduler_signature": ("call", "vllm.v1.core.sched.scheduler.Scheduler"),
-    "request_signature": ("call", "vllm.v1.request.Request"),
-    "extract_hidden_states_method": ("config-key", "speculative_config.method=extract_hidden_states"),
-    "hidden_states_connector": ("config-key", "kv_transfer_config.kv_connector=ExampleHiddenStatesConnector"),
-}
+# The runtime probe that observes the same contract as a static call (the callee's dotted name):
+# marked @pytest.mark.probe(..., contract=(kind, target)).
+PROBE_CONTRACTS = contracts()
 
 
 def label(static: dict[str, Any] | None, runtime_ran: bool) -> str:

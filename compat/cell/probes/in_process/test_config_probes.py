@@ -6,7 +6,7 @@ from compat.cell.vllm_setup import MAX_MODEL_LEN
 from compat.shared.observe import ContractViolation, speculators_call
 
 
-@pytest.mark.probe("scheduler_config_fields")
+@pytest.mark.probe("scheduler_config_fields", contract=("call", "vllm.config.SchedulerConfig"))
 def test_scheduler_config_fields(in_process, ns, compat_mode, probe_detail):
     kwargs = dict(max_num_seqs=32, max_model_len=MAX_MODEL_LEN,
                   max_num_batched_tokens=max(8192, MAX_MODEL_LEN), **dict(in_process.scheduler_config_extra))
@@ -16,7 +16,8 @@ def test_scheduler_config_fields(in_process, ns, compat_mode, probe_detail):
     probe_detail["enable_chunked_prefill"] = getattr(config, "enable_chunked_prefill", None)
 
 
-@pytest.mark.probe("kv_cache_config_api")
+@pytest.mark.probe("kv_cache_config_api",
+                   contract=("call", "vllm.v1.core.kv_cache_utils.get_kv_cache_config_from_groups"))
 def test_kv_cache_config_api(engine, in_process, ns, compat_mode, probe_detail):
     spec = dict(engine.worker_kv_spec)
     kwargs = {"vllm_config": engine.vllm_config, "available_memory": engine.available_memory}

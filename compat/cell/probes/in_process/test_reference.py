@@ -170,7 +170,7 @@ def _attribute(result: dict, case: str, probe_detail: dict) -> None:
         probe_detail["breakage"] = SILENT_BREAKAGE[case]
 
 
-@pytest.mark.probe("hidden_states_match_reference", data=True)
+@pytest.mark.probe("hidden_states_match_reference", data=True, composite=True)
 @pytest.mark.parametrize("case", CASES)
 def test_reference_raw(datagen_session, case, probe_detail, require_gpus):
     if case == "tp2":
@@ -178,7 +178,7 @@ def test_reference_raw(datagen_session, case, probe_detail, require_gpus):
     run_case(datagen_session, "raw", case, probe_detail)
 
 
-@pytest.mark.probe("hidden_states_match_reference", data=True)
+@pytest.mark.probe("hidden_states_match_reference", data=True, composite=True)
 @pytest.mark.compat_mode("with_compat")
 @pytest.mark.parametrize("case", CASES)
 def test_reference_with_compat(datagen_session, case, probe_detail, require_gpus):

@@ -13,7 +13,7 @@ def original(obj):
     return getattr(obj, "__compat_original__", obj)
 
 
-@pytest.mark.probe("scheduler_signature")
+@pytest.mark.probe("scheduler_signature", contract=("call", "vllm.v1.core.sched.scheduler.Scheduler"))
 def test_scheduler_signature(engine, in_process, ns, compat_mode, probe_detail):
     config = engine.vllm_config
     kwargs = {"vllm_config": config, "kv_cache_config": engine.kv_cache_config,
@@ -41,7 +41,7 @@ def hasher_as_0_4_builds_it(ns, config):
     return ns.get_request_block_hasher(config.cache_config.block_size, hash_fn)
 
 
-@pytest.mark.probe("request_signature")
+@pytest.mark.probe("request_signature", contract=("call", "vllm.v1.request.Request"))
 def test_request_signature(engine, in_process, ns, compat_mode, request_id, prompt, probe_detail):
     """Request's keywords only: the block hasher 0.4 passes is built the version-proof way here
     (how the release builds it is the block_hasher probe's contract)."""

@@ -29,7 +29,8 @@ def literal_values(annotation) -> set:
     return {v for arg in typing.get_args(annotation) for v in literal_values(arg)}
 
 
-@pytest.mark.probe("extract_hidden_states_method")
+@pytest.mark.probe("extract_hidden_states_method",
+                   contract=("config-key", "speculative_config.method=extract_hidden_states"))
 def test_extract_hidden_states_method(server_profile, probe_detail):
     import vllm.config.speculative as speculative
 
@@ -42,7 +43,8 @@ def test_extract_hidden_states_method(server_profile, probe_detail):
                                     where="vllm/config/speculative.py")
 
 
-@pytest.mark.probe("hidden_states_connector")
+@pytest.mark.probe("hidden_states_connector",
+                   contract=("config-key", "kv_transfer_config.kv_connector=ExampleHiddenStatesConnector"))
 def test_hidden_states_connector(server_profile, speculators_version, probe_detail, tmp_path):
     """The connector class the release's launch selects (from 0.7 its hidden-states backend
     registry, hs-connectors from 0.8: compat.cell.extraction.launch_transfer_config) resolves in
@@ -239,26 +241,26 @@ def outcome_of(check, run: ModeRun) -> dict:
             **{k: seen[k] for k in API_ONLY_KEPT if k in seen}}
 
 
-@pytest.mark.probe("payload_schema")
+@pytest.mark.probe("payload_schema", composite=True)
 def test_payload_schema(extraction_runs, probe_detail):
     raw_and_behind(extraction_runs,
                    lambda run, detail: payload_schema(run, extraction_runs.ids, extraction_runs.spec.dtype, detail),
                    probe_detail)
 
 
-@pytest.mark.probe("write_completion")
+@pytest.mark.probe("write_completion", composite=True)
 def test_write_completion(extraction_runs, probe_detail):
     raw_and_behind(extraction_runs, write_completion, probe_detail)
 
 
-@pytest.mark.probe("layer_numbering")
+@pytest.mark.probe("layer_numbering", composite=True)
 def test_layer_numbering(extraction_runs, reference_model, probe_detail):
     raw_and_behind(extraction_runs, lambda run, detail: layer_numbering(run, extraction_runs.ids, reference_model,
                                                                         extraction_runs.spec.dtype, detail),
                    probe_detail)
 
 
-@pytest.mark.probe("hidden_states_match_reference", data=True)
+@pytest.mark.probe("hidden_states_match_reference", data=True, composite=True)
 @pytest.mark.parametrize("case", CASES)
 def test_reference(extraction_runs, reference_model, case, probe_detail):
     raw_and_behind(extraction_runs, lambda run, detail: match_reference(run, extraction_runs.ids, reference_model,
@@ -266,26 +268,26 @@ def test_reference(extraction_runs, reference_model, case, probe_detail):
                    probe_detail)
 
 
-@pytest.mark.probe("payload_schema")
+@pytest.mark.probe("payload_schema", composite=True)
 @pytest.mark.compat_mode("with_compat")
 def test_payload_schema_with_compat(extraction_runs, probe_detail):
     payload_schema(extraction_runs.get("with_compat"), extraction_runs.ids, extraction_runs.spec.dtype, probe_detail)
 
 
-@pytest.mark.probe("write_completion")
+@pytest.mark.probe("write_completion", composite=True)
 @pytest.mark.compat_mode("with_compat")
 def test_write_completion_with_compat(extraction_runs, probe_detail):
     write_completion(extraction_runs.get("with_compat"), probe_detail)
 
 
-@pytest.mark.probe("layer_numbering")
+@pytest.mark.probe("layer_numbering", composite=True)
 @pytest.mark.compat_mode("with_compat")
 def test_layer_numbering_with_compat(extraction_runs, reference_model, probe_detail):
     layer_numbering(extraction_runs.get("with_compat"), extraction_runs.ids, reference_model,
                     extraction_runs.spec.dtype, probe_detail)
 
 
-@pytest.mark.probe("hidden_states_match_reference", data=True)
+@pytest.mark.probe("hidden_states_match_reference", data=True, composite=True)
 @pytest.mark.compat_mode("with_compat")
 @pytest.mark.parametrize("case", CASES)
 def test_reference_with_compat(extraction_runs, reference_model, case, probe_detail):

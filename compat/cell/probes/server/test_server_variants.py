@@ -50,6 +50,8 @@ from compat.shared.results import NOT_SELECTED
 pytestmark = pytest.mark.timeout(900)
 
 MODELS = ["llama", "deepseek_v3", "hybrid"]
+# The server-era variant each model case decides (`llama` reads the contract probes' own runs: none).
+MODEL_VARIANTS = {"deepseek_v3": "deepseek_v3", "hybrid": "hybrid"}
 
 
 class VariantRuns:
@@ -191,13 +193,13 @@ def variant_run(variants: VariantRuns, name: str, mode: str, probe_detail: dict)
 
 
 # -- the probes, raw then with_compat --------------------------------------------------------
-@pytest.mark.probe("layer_ids_by_model", data=True)
+@pytest.mark.probe("layer_ids_by_model", data=True, composite=True, variant=MODEL_VARIANTS)
 @pytest.mark.parametrize("model", MODELS)
 def test_layer_ids_by_model(extraction_runs, variants, model_dir, model, probe_detail):
     layer_ids_by_model(extraction_runs, variants, model_dir, model, "raw", probe_detail)
 
 
-@pytest.mark.probe("layer_ids_by_model", data=True)
+@pytest.mark.probe("layer_ids_by_model", data=True, composite=True, variant=MODEL_VARIANTS)
 @pytest.mark.compat_mode("with_compat")
 @pytest.mark.parametrize("model", MODELS)
 def test_layer_ids_by_model_with_compat(extraction_runs, variants, model_dir, model, probe_detail):
@@ -214,13 +216,13 @@ def layer_ids_by_model(extraction_runs, variants, model_dir, model, mode, probe_
     check_layer_ids(run, ids, path, probe_detail, dtype=_served_dtype(run, variants.spec))
 
 
-@pytest.mark.probe("model_runner_v2")
+@pytest.mark.probe("model_runner_v2", composite=True, variant="llama-runner_v2")
 def test_model_runner_v2(variants, probe_detail):
     chosen, runs, run = variant_run(variants, "llama-runner_v2", "raw", probe_detail)
     check_layer_ids(run, runs.ids, chosen.model, probe_detail, dtype=chosen.dtype)
 
 
-@pytest.mark.probe("model_runner_v2")
+@pytest.mark.probe("model_runner_v2", composite=True, variant="llama-runner_v2")
 @pytest.mark.compat_mode("with_compat")
 def test_model_runner_v2_with_compat(variants, probe_detail):
     chosen, runs, run = variant_run(variants, "llama-runner_v2", "with_compat", probe_detail)
@@ -234,14 +236,14 @@ def bfloat16_applies(extraction_runs) -> None:
                     f"{', '.join(flags)} (each variant costs a server start per mode)")
 
 
-@pytest.mark.probe("bfloat16_reference", data=True)
+@pytest.mark.probe("bfloat16_reference", data=True, composite=True, variant="llama-bfloat16")
 def test_bfloat16_reference(extraction_runs, variants, probe_detail):
     bfloat16_applies(extraction_runs)
     chosen, runs, run = variant_run(variants, "llama-bfloat16", "raw", probe_detail)
     check_layer_ids(run, runs.ids, chosen.model, probe_detail, tolerance=tolerance_for("bfloat16"), dtype="bfloat16")
 
 
-@pytest.mark.probe("bfloat16_reference", data=True)
+@pytest.mark.probe("bfloat16_reference", data=True, composite=True, variant="llama-bfloat16")
 @pytest.mark.compat_mode("with_compat")
 def test_bfloat16_reference_with_compat(extraction_runs, variants, probe_detail):
     bfloat16_applies(extraction_runs)
