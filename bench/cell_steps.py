@@ -1,6 +1,7 @@
-"""Where cells' time went (issue 30): the steps each result record carries (record key `steps`, compat.harness.cell_run
-.cell_steps), summed by kind over one or more results folders, with each cell's total and its floor (its `vllm serve`
-or engine starts), so that two runs of the same cells (before and after a change) compare step by step. Nothing runs.
+"""Where cells' time went (issue 30): the steps each result record carries (record key `steps`, written by
+compat.harness.cell_run.cell_steps), summed by kind over one or more results folders, with each cell's total and its
+floor (its `vllm serve` or engine starts), so that two runs of the same cells (before and after a change) compare
+step by step. Nothing runs.
 From the repository root:
 
     python bench/cell_steps.py RESULTS_DIR [RESULTS_DIR ...] [--label NAME ...] [--json OUT]

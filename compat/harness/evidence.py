@@ -13,8 +13,9 @@ A probe's status word is believed only where the record's evidence agrees with i
   what its rows give (compat.shared.tolerances); a schema-2 record's summaries held max abs and
   max relative error only, a schema-1 record's no rows: the scale its max abs / max rel implies
   must be one its fixture gives (REFERENCE_SCALES). Figures that disagree: `error`, cause `record`.
-- every probe key the manifest expects is present, and the record's manifest is the one this
-  harness works out from its spec; `not selected` only for a variant the spec left out;
+- every probe key the manifest expects is present (the keys of the probe set its runner had), and the
+  record's manifest is the one this harness works out from its spec and that probe set; `not selected`
+  only for a variant the spec left out;
 - the installed vLLM and speculators (`env`) are the cell's.
 A contradicted probe reads `error` (cause `record`) with why; cell-level problems make the
 verdict `error`. compat.harness.verdict applies this before its rule.
@@ -28,7 +29,7 @@ from typing import Any, Iterable, Optional
 
 from compat.harness.matrix import DEFAULT_DTYPE, Cell
 from compat.shared import tolerances
-from compat.shared.manifest import CORE_PROBE_KEYS, PROBE_KEYS, deselected, expected_manifest
+from compat.shared.manifest import CORE_PROBE_KEYS, PROBE_KEYS, PROBE_SET, deselected, expected_manifest
 from compat.shared.probe_catalog import ids_where
 from compat.shared.profiles import profile_for
 from compat.shared.records import SCHEMA_VERSION, finite, origin
@@ -383,9 +384,12 @@ def identity_problems(cell: dict[str, Any]) -> list[str]:
         expected = Cell(str(cell.get("vllm")), str(cell.get("speculators")), str(cell.get("backend"))).id
     else:
         variants = settings.get("variants")
+        probe_set = (cell.get("manifest") or {}).get("probe_set", 0) if isinstance(cell.get("manifest"), dict) else 0
         expected = Cell(str(cell.get("vllm")), str(cell.get("speculators")), str(cell.get("backend")),
                         variants=tuple(variants) if isinstance(variants, list) else None,
-                        dtype=str(settings.get("dtype") or DEFAULT_DTYPE), model=str(settings.get("model") or "")).id
+                        dtype=str(settings.get("dtype") or DEFAULT_DTYPE), model=str(settings.get("model") or ""),
+                        probe_set=probe_set if isinstance(probe_set, int) and not isinstance(probe_set, bool)
+                        and 0 <= probe_set <= PROBE_SET else PROBE_SET).id
     if cell.get("id") != expected:
         problems.append(f"the record's id {cell.get('id')!r} is not the one its pair, backend and settings give "
                         f"({expected!r})")
@@ -413,7 +417,9 @@ def _spec_variants(cell: dict[str, Any]) -> Optional[list[str]]:
 
 
 def manifest_problems(cell: dict[str, Any], present: Iterable[str]) -> tuple[list[str], list[str]]:
-    """(cell-level problems, keys expected and absent)."""
+    """(cell-level problems, keys expected and absent). The keys expected are those of the probe set the
+    record's runner had (`manifest.probe_set`, 0 where absent): a probe added since asks nothing of it."""
+    present = set(present)
     if not cell.get("probes"):
         return [], []
     manifest = cell.get("manifest")
@@ -421,7 +427,15 @@ def manifest_problems(cell: dict[str, Any], present: Iterable[str]) -> tuple[lis
         return ["the record has no manifest: what the runner expected cannot be told"], []
     problems = []
     if origin(cell) != 1:
-        expected = expected_manifest(_spec_variants(cell))
+        probe_set = manifest.get("probe_set", 0)
+        if isinstance(probe_set, bool) or not isinstance(probe_set, int) or not 0 <= probe_set <= PROBE_SET:
+            return [f"the record's manifest says probe set {probe_set!r}; this harness knows the sets 0 to "
+                    f"{PROBE_SET} (compat.shared.probe_catalog): a newer harness wrote it, or it was edited"], []
+        expected = expected_manifest(_spec_variants(cell), probe_set)
+        later = sorted((present - set(expected["probes"])) & set(PROBE_KEYS))
+        if later:
+            problems.append(f"the record holds {later}, which probe set {probe_set} (its manifest's) did not "
+                            f"have: its probe set was edited")
         if sorted(manifest.get("probes") or []) != sorted(expected["probes"]):
             extra = sorted(set(manifest.get("probes") or []) - set(expected["probes"]))
             lacking = sorted(set(expected["probes"]) - set(manifest.get("probes") or []))
@@ -440,7 +454,6 @@ def manifest_problems(cell: dict[str, Any], present: Iterable[str]) -> tuple[lis
         if unknown:
             problems.append(f"the record's manifest names {unknown}, which no probe of this harness reports "
                             f"(known keys: compat/shared/manifest.py PROBE_KEYS)")
-    present = set(present)
     return problems, [k for k in wanted if k not in present]
 
 

@@ -8,7 +8,7 @@ import json
 import re
 import sys
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -21,6 +21,7 @@ from compat.shared.axes import DEFAULT_DTYPE as DEFAULT_DTYPE
 from compat.shared.axes import DTYPES as DTYPES
 from compat.shared.axes import SERVER_VARIANTS as SERVER_VARIANTS
 from compat.shared.axes import VLLM_DIST as VLLM_DIST
+from compat.shared.manifest import PROBE_SET, variants_of
 from compat.shared.profiles import profile_for
 
 if TYPE_CHECKING:
@@ -54,12 +55,15 @@ class Cell:
     variants: tuple[str, ...] | None = None  # server-era variants to serve (matrix.toml); None: all
     dtype: str = DEFAULT_DTYPE  # --dtype (CellSettings.apply)
     model: str = ""  # --model's folder (absolute; CellSettings.apply); "": the tiny Llama fixture
+    # the probe set of the runner (compat.shared.probe_catalog): "every variant" is that set's variants
+    probe_set: int = field(default=PROBE_SET, compare=False)
 
     @property
     def id(self) -> str:
         """`vllm-V__speculators-S__BACKEND`, then, only where not the default: `__bfloat16` (--dtype),
         `__variants-A+B` (the server-era variants a server-era matrix entry selects, sorted, when not
-        all of them; `variants-none` for an empty list), `__model-NAME` (--model's folder name).
+        all of them (of the probe set's: a record lists those of its runner); `variants-none` for an empty
+        list), `__model-NAME` (--model's folder name).
         The default ids stay what they were before settings were named."""
         return "__".join([f"vllm-{self.vllm}", f"speculators-{self.speculators}", self.backend,
                           *self.setting_suffixes])
@@ -69,7 +73,7 @@ class Cell:
         suffixes = []
         if self.dtype != DEFAULT_DTYPE:
             suffixes.append(self.dtype)
-        if self.variants_selected is not None and set(self.variants_selected) != set(SERVER_VARIANTS):
+        if self.variants_selected is not None and set(self.variants_selected) != set(variants_of(self.probe_set)):
             suffixes.append("variants-" + ("+".join(sorted(set(self.variants_selected))) or "none"))
         if self.model:
             suffixes.append(f"model-{model_slug(self.model)}")
@@ -81,7 +85,7 @@ class Cell:
         None before the server era (speculators < 0.5 serves none: a `variants` key changes nothing)."""
         if profile_for(self.speculators).name != "server":  # compat/cell/probes/conftest.py server_profile: n/a there
             return None
-        return SERVER_VARIANTS if self.variants is None else self.variants
+        return variants_of(self.probe_set) if self.variants is None else self.variants
 
     @property
     def environment_cell(self) -> "Cell":

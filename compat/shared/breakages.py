@@ -455,6 +455,27 @@ _ENTRIES: list[Breakage] = [
         ),
     ),
     Breakage(
+        id="aux_layer_id_zero",
+        title="Aux layer id 0 comes back as the last layer's output before the final norm, not the embeddings "
+              "(CUDA, eager)",
+        introduced_in="0.23.0",
+        affects=_SERVER_ERA,
+        backends=("gpu",),
+        probe="every_layer_id",
+        symptom=Symptom(
+            exception=("ContractViolation",),
+            # id 0 alone wrong: no other id in the summary, and no file whose token ids or dtype are wrong
+            message=r"^layer ids not their own reference index: 0 -> \[\d+\](?:;|$)(?!.*(?:token_ids|dtype))",
+            where=WHERE_ANY,
+            description="asked for aux ids [0, ..., n], every id matches its own layer but 0, whose slot holds the "
+                        "last decoder layer's output before the final norm (the embeddings tensor, kept without a "
+                        "copy, updated in place by the fused add-RMSNorm of every layer)",
+        ),
+        fix="Ask for ids >= 1 (speculators' defaults never ask for 0), or serve compiled (without --enforce-eager: "
+            "official 0.26.0 saves the embeddings there); upstream: docs/findings.md#aux_layer_id_zero.",
+        references=(FINDINGS + "#aux_layer_id_zero",),
+    ),
+    Breakage(
         id="hybrid_no_eagle3_interface",
         title="Qwen3-Next (attention + Gated DeltaNet) lacks vLLM's EAGLE3 interface: extract_hidden_states "
               "refuses the model at load",

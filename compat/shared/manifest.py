@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any, Iterable, Optional
 
-from compat.shared.probe_catalog import probe_keys, variant_keys
+from compat.shared.probe_catalog import probe_keys, probe_set, variant_keys
 
 # The 21 keys every record has held since the server era began (schema 1 included).
 CORE_PROBE_KEYS = (
@@ -25,13 +25,25 @@ CORE_PROBE_KEYS = (
 # The probe key each server-era variant decides (compat.cell.server_models.VARIANTS): marked
 # @pytest.mark.probe(..., variant=...).
 VARIANT_PROBE_KEYS = variant_keys()
-# Every key a cell reports, read from the probes' own markers (compat.shared.probe_catalog).
+# Every key a cell reports, read from the probes' own markers (compat.shared.probe_catalog), and the
+# probe set they make (a probe marked since=N joined set N; records say theirs: `manifest.probe_set`).
 PROBE_KEYS = probe_keys()
+PROBE_SET = probe_set()
 
 
-def expected_manifest(variants: Optional[Iterable[str]]) -> dict[str, Any]:
-    """The manifest of a cell whose spec selects these variants (None: every variant)."""
-    return {"probes": list(PROBE_KEYS), "variants": None if variants is None else sorted(variants)}
+def expected_manifest(variants: Optional[Iterable[str]], probe_set: int = PROBE_SET) -> dict[str, Any]:
+    """The manifest of a cell whose spec selects these variants (None: every variant), written by a runner
+    with this probe set (a record without `probe_set` was written with set 0)."""
+    out: dict[str, Any] = {"probes": list(probe_keys(probe_set)),
+                           "variants": None if variants is None else sorted(variants)}
+    return {**out, "probe_set": probe_set} if probe_set else out
+
+
+def variants_of(probe_set: int = PROBE_SET) -> tuple[str, ...]:
+    """The server-era variants a runner of this probe set served when a cell named none (every one whose probe
+    key is in the set): a record that lists exactly these selected every variant of its time."""
+    keys = set(probe_keys(probe_set))
+    return tuple(name for name, key in VARIANT_PROBE_KEYS.items() if key in keys)
 
 
 def deselected(key: str, variants: Optional[Iterable[str]]) -> bool:

@@ -9,7 +9,10 @@ A probe is a test function in compat/cell/probes/in_process/ or compat/cell/prob
 - `variant="name"`: the server-era variant (compat.shared.axes.SERVER_VARIANTS) its one key decides,
   or `variant={"case": "name", ...}` per case (compat.shared.manifest, the report's server-era view);
 - `contract=("call", "dotted.name")` or `("config-key", "key=value")`: the static contract it observes
-  at runtime (compat.harness.static.layers compares the two layers on it).
+  at runtime (compat.harness.static.layers compares the two layers on it);
+- `since=N`: the probe set it joined (PROBE_SET, one more than the newest probe's before it; left out: the
+  set every record before 2026-12-03 was written with, 0). A record says which set its runner had
+  (`manifest.probe_set`) and is judged by that set's keys, so a new probe asks nothing of older records.
 Its keys are the ones
 compat.cell.pytest_plugin reports: `id`, or `id[case]` with case the parametrized values joined by
 `-`, then `tpN` from `@pytest.mark.tp(N)`. The `with_compat` twin of a probe reports into the same
@@ -33,7 +36,7 @@ from compat.shared.axes import SERVER_VARIANTS
 PACKAGE_ROOT = Path(__file__).resolve().parents[1]  # compat/
 PROBE_DIRS = ("cell/probes/in_process", "cell/probes/server")
 FLAGS = ("data", "advisory", "composite")  # the marker options that are True or left out
-MARKER_OPTIONS = (*FLAGS, "variant", "contract")
+MARKER_OPTIONS = (*FLAGS, "variant", "contract", "since")
 CONTRACT_KINDS = ("call", "config-key")
 
 
@@ -52,6 +55,7 @@ class Probe:
     composite: bool = False
     variants: tuple[tuple[str, str], ...] = ()  # (key, the server-era variant that key decides)
     contract: Optional[tuple[str, str]] = None  # (kind, target) of the static contract it observes
+    since: int = 0  # the probe set it joined (`since=N` on its marker)
 
     @property
     def keys(self) -> tuple[str, ...]:
@@ -149,13 +153,14 @@ def _probe(path: Path, function: ast.FunctionDef) -> Optional[Probe]:
     probe_id = probe.args[0].value
     return Probe(probe_id, tuple(cases), options.get("data", False), options.get("advisory", False), where,
                  suite=path.parent.name, composite=options.get("composite", False),
-                 variants=_variants(probe_id, cases, options.get("variant"), where), contract=options.get("contract"))
+                 variants=_variants(probe_id, cases, options.get("variant"), where), contract=options.get("contract"),
+                 since=options.get("since", 0))
 
 
 def _option(path: Path, keyword: ast.keyword, where: str) -> Any:
     """One option of @pytest.mark.probe (a literal, or a module-level literal's name), checked for its shape."""
     accepted = (f"accepted {', '.join(o + '=True' for o in FLAGS)}, variant=\"name\" or {{\"case\": \"name\"}}, "
-                f"contract=(kind, target) with kind one of {', '.join(CONTRACT_KINDS)}")
+                f"contract=(kind, target) with kind one of {', '.join(CONTRACT_KINDS)}, since=N (N >= 1)")
     try:
         value = _constant(path, keyword.value.id) if isinstance(keyword.value, ast.Name) \
             else ast.literal_eval(keyword.value)
@@ -168,6 +173,8 @@ def _option(path: Path, keyword: ast.keyword, where: str) -> Any:
                                         and all(isinstance(k, str) and isinstance(v, str) for k, v in value.items()))
     elif keyword.arg == "contract":
         ok = isinstance(value, tuple) and len(value) == 2 and value[0] in CONTRACT_KINDS and isinstance(value[1], str)
+    elif keyword.arg == "since":
+        ok = isinstance(value, int) and not isinstance(value, bool) and value >= 1
     else:
         ok = False
     if not ok:
@@ -219,9 +226,17 @@ def probes() -> tuple[Probe, ...]:
     return tuple(found)
 
 
-def probe_keys() -> tuple[str, ...]:
-    """Every key a cell reports (both suites run in one session; the other era's probes say n/a)."""
-    return tuple(dict.fromkeys(key for probe in probes() for key in probe.keys))
+def probe_keys(probe_set: Optional[int] = None) -> tuple[str, ...]:
+    """Every key a cell reports (both suites run in one session; the other era's probes say n/a); with
+    `probe_set`, the keys a runner of that probe set reported (the probes that joined at or before it)."""
+    return tuple(dict.fromkeys(key for probe in probes() if probe_set is None or probe.since <= probe_set
+                               for key in probe.keys))
+
+
+def probe_set() -> int:
+    """This harness's probe set: the newest probe's `since` (0 before any probe joined with one)."""
+    _agreed("since")
+    return max((probe.since for probe in probes()), default=0)
 
 
 def _agreed(option: str) -> dict[str, Probe]:

@@ -167,10 +167,11 @@ class ProbeRecord:
 
 @dataclass
 class Manifest:
-    """What the runner expected this cell to report: every probe key (`id` or `id[case]`), and the
-    server-era variants the cell's spec selected (None: every variant)."""
+    """What the runner expected this cell to report: every probe key (`id` or `id[case]`) of its probe
+    set, the server-era variants the cell's spec selected (None: every variant), and that probe set."""
     probes: list[str]
     variants: Optional[list[str]] = None
+    probe_set: Optional[int] = None  # the runner's probe set (compat.shared.probe_catalog); absent: 0
 
 
 @dataclass

@@ -470,3 +470,22 @@ def test_the_0_7_client_entry_does_not_explain_a_lock_left_behind_nor_a_wrong_wi
                  "expected [200, 256]")
     assert kind("hidden_states_match_reference", reference.format("[72, 256]"), "repeated") == "known"
     assert kind("hidden_states_match_reference", reference.format("[200, 128]"), "repeated") == "new"
+
+
+def test_aux_layer_id_zero_is_known_only_where_id_zero_alone_is_wrong_on_a_gpu():
+    """The H200 finding (reports/gpu-h200/layer-id-zero/): id 0 alone came back as another layer. More ids wrong,
+    or a file's token ids wrong beside it, is another fault and reads NEW; so does the same words on a CPU cell."""
+    alone = ("layer ids not their own reference index: 0 -> [6]; [batch] sequence 0 layer 0: max abs error 5.73 "
+             "(reference index 0, scale 1.2)")
+    more = "layer ids not their own reference index: 0 -> [6], 3 -> [4]; [batch] sequence 0 layer 0: max abs error 5.73"
+    files = ("layer ids not their own reference index: 0 -> [1]; [batch] 1.safetensors: token_ids differ from the "
+             "prompt; [batch] sequence 0 layer 0: max abs error 3.6")
+
+    def on(message, backend="gpu"):
+        return classify_probe(probe("every_layer_id", "broken", "ContractViolation", message), "0.26.0", "0.9.0",
+                              backend=backend)
+
+    assert (on(alone).kind, on(alone).breakage.id) == ("known", "aux_layer_id_zero")
+    assert on(more).kind == "new"
+    assert on(files).kind == "new"
+    assert on(alone, backend="cpu").kind == "new"

@@ -288,7 +288,7 @@ def test_a_server_cells_variant_selection_is_in_its_id_when_not_every_variant(tm
                            '[[cell]]\nvllm = "0.32.0"\nspeculators = "0.9.0"\n'
                            '[[cell]]\nvllm = "0.22.1"\nspeculators = "0.8.1"\nvariants = []\n'
                            '[[cell]]\nvllm = "0.22.1"\nspeculators = "0.8.1"\n'
-                           'variants = ["llama-bfloat16", "llama-runner_v2", "hybrid", "deepseek_v3"]\n'
+                           f'variants = {json.dumps(list(reversed(SERVER_VARIANTS)))}\n'
                            '[[cell]]\nvllm = "0.16.0"\nspeculators = "0.3.0"\nvariants = ["hybrid"]\n')
     named, every, none, all_named, in_process = load_matrix(path)
     assert named.id == "vllm-0.32.0__speculators-0.9.0__cpu__variants-deepseek_v3+hybrid"  # sorted: order-free

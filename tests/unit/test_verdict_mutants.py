@@ -840,9 +840,9 @@ def test_without_variants_in_its_settings_a_record_is_held_to_every_variant():
 
     c = genuine()
     del c["settings"]["variants"]
-    c["manifest"] = expected_manifest(None)
+    c["manifest"] = expected_manifest(None, probe_set=0)  # the probe set it was written with
     assert decide(c).verdict == "compatible"  # it served every variant
-    c["manifest"] = expected_manifest(["deepseek_v3"])  # its manifest alone cannot narrow what it had to serve
+    c["manifest"] = expected_manifest(["deepseek_v3"], probe_set=0)  # its manifest alone cannot narrow its duty
     d = decide(c)
     assert (d.verdict, d.gate) == ("error", UNTESTED), d.reasons
 
@@ -1023,3 +1023,26 @@ def test_a_run_level_failure_beside_a_passing_gate_says_so_once():
     d = decide(c)
     assert (d.verdict, d.gate) == ("error", UNTESTED)
     assert not any(r.startswith("the probe run failed") for r in d.reasons), d.reasons
+
+
+def test_a_record_is_held_to_the_probe_set_its_runner_had():
+    """A probe added since (marked since=N) asks nothing of records written before it; a record that says it was
+    written with the newer set must hold the new keys; a set this harness does not know, or a record holding a
+    key its set did not have, is refused with why."""
+    from compat.shared.manifest import PROBE_SET, expected_manifest
+    from compat.shared.probe_catalog import probe_keys
+
+    new_keys = sorted(set(probe_keys(PROBE_SET)) - set(probe_keys(0)))
+    assert PROBE_SET >= 1 and new_keys, "no probe has joined a later probe set"
+    c = genuine()  # probe set 0: none of the new keys
+    assert "probe_set" not in c["manifest"] and decide(c).verdict == "compatible"
+    newer = genuine()
+    newer["manifest"] = expected_manifest(newer["settings"]["variants"], probe_set=PROBE_SET)
+    d = decide(newer)
+    assert (d.verdict, d.gate) == ("error", UNTESTED), d.reasons  # the new probes it had to report are absent
+    future = genuine()
+    future["manifest"]["probe_set"] = PROBE_SET + 1
+    assert any(f"says probe set {PROBE_SET + 1}" in r for r in decide(future).reasons)
+    smuggled = genuine()
+    smuggled["probes"].append({**smuggled["probes"][-1], "id": new_keys[0].split("[")[0], "case": None})
+    assert any("which probe set 0 (its manifest's) did not have" in r for r in decide(smuggled).reasons)

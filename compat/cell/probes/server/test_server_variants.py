@@ -65,7 +65,8 @@ class VariantRuns:
         if name not in self.made:
             chosen = server_models.variant(name, self.model_dir, vllm_backend(), cell_dtype=self.spec.dtype,
                                            cache_root=self.spec.model_cache)
-            ids = self.main.ids if chosen.model == self.model_dir else extraction.layer_ids(chosen.num_layers)
+            ids = chosen.layer_ids or (self.main.ids if chosen.model == self.model_dir
+                                       else extraction.layer_ids(chosen.num_layers))
             self.made[name] = (chosen, Extraction(chosen.model, self.speculators, ids, self.spec, variant=chosen,
                                                   follows=self.main, cases=VARIANT_CASES))
         return self.made[name]
@@ -98,17 +99,18 @@ def check_layer_ids(run: ModeRun, ids: list[int], model: str, probe_detail: dict
     tolerance = tolerance or tolerance_for(dtype)
     rule = drift_rule_for(dtype)  # 16-bit MoE drift (row_consistency.DRIFT); None in float32
     per_id: dict[int, dict] = {k: {"reference_index": k, "matches": set()} for k in ids}
-    problems, margins = [], {}
+    problems, margins = [], {}  # each row outside the rule (`files`: what the files themselves got wrong)
     rows, sequences_sent = [], 0  # every (sequence, layer id) row of every case, for the figures
+    files: list[str] = []
     for case in [c for c in CASES if c in run.files]:
         items = run.files[case]
         tensors = [load(path) for _, path in items]
         for (prompt, path), t in zip(items, tensors):
             if t["token_ids"].tolist() != list(prompt):
-                problems.append(f"[{case}] {path.name}: token_ids differ from the prompt")
+                files.append(f"[{case}] {path.name}: token_ids differ from the prompt")
             if t["hidden_states"].dtype != getattr(torch, dtype):
-                problems.append(f"[{case}] {path.name}: hidden_states dtype {t['hidden_states'].dtype}, served as "
-                                f"{dtype}")
+                files.append(f"[{case}] {path.name}: hidden_states dtype {t['hidden_states'].dtype}, served as "
+                             f"{dtype}")
         tables = reference_states(reference, [p for p, _ in items])
         result = compare([returned_layers(t) for t in tensors], tables, expected_index=ids, tolerance=tolerance)
         if rule is not None:
@@ -128,7 +130,7 @@ def check_layer_ids(run: ModeRun, ids: list[int], model: str, probe_detail: dict
         if case == "batch":
             margins = {f"seq{s}/id{k}": m for s, table in enumerate(tables)
                        for k, m in wrong_row_margins(table, ids, tolerance).items()}
-    table = {}
+    table, wrong_ids = {}, []
     for k, entry in per_id.items():
         # the errors of every row of this layer id (all cases), with the scale and allowed error of the
         # worst and how many rows: what the harness checks against the figure rows (compat.shared.tolerances)
@@ -137,7 +139,11 @@ def check_layer_ids(run: ModeRun, ids: list[int], model: str, probe_detail: dict
         entry["matches_index"] = next(iter(matched)) if len(matched) == 1 else None
         table[str(k)] = entry
         if matched != {k}:
-            problems.append(f"layer id {k} matched reference index {sorted(matched, key=str)}, expected {k}")
+            wrong_ids.append(f"{k} -> {sorted(matched, key=str)}")
+    # first which ids came back as another layer (all of them, in one line), then what the files got wrong, then
+    # the rows: a registry entry that names one id's fault can tell it from a fault of more ids or of the files
+    problems = ([f"layer ids not their own reference index: {', '.join(wrong_ids)}"] if wrong_ids else []) \
+        + files + problems
     too_many = ""
     if rule is not None:
         drifted, tokens, too_many = drift_total(rows, rule)
@@ -189,6 +195,9 @@ def variant_run(variants: VariantRuns, name: str, mode: str, probe_detail: dict)
     if name == "llama-runner_v2" and server_models.refuses_v2(refused):
         probe_detail["run"] = run.summary()
         pytest.skip(f"n/a: this build cannot select Model Runner V2 here; vllm serve refused it: {refused[:300]}")
+    if name == "llama-fp8_kv" and server_models.refuses_fp8_kv(refused):
+        probe_detail["run"] = run.summary()
+        pytest.skip(f"n/a: this build cannot serve an fp8 KV cache here; vllm serve refused it: {refused[:300]}")
     return chosen, runs, run
 
 
@@ -249,6 +258,81 @@ def test_bfloat16_reference_with_compat(extraction_runs, variants, probe_detail)
     bfloat16_applies(extraction_runs)
     chosen, runs, run = variant_run(variants, "llama-bfloat16", "with_compat", probe_detail)
     check_layer_ids(run, runs.ids, chosen.model, probe_detail, tolerance=tolerance_for("bfloat16"), dtype="bfloat16")
+
+
+@pytest.mark.probe("every_layer_id", data=True, composite=True, variant="llama-every_layer_id", since=1)
+def test_every_layer_id(variants, probe_detail):
+    chosen, runs, run = variant_run(variants, "llama-every_layer_id", "raw", probe_detail)
+    check_layer_ids(run, runs.ids, chosen.model, probe_detail, dtype=chosen.dtype)
+
+
+@pytest.mark.probe("every_layer_id", data=True, composite=True, variant="llama-every_layer_id", since=1)
+@pytest.mark.compat_mode("with_compat")
+def test_every_layer_id_with_compat(variants, probe_detail):
+    chosen, runs, run = variant_run(variants, "llama-every_layer_id", "with_compat", probe_detail)
+    check_layer_ids(run, runs.ids, chosen.model, probe_detail, dtype=chosen.dtype)
+
+
+# An 8-bit format has 256 codes; with one scale per tensor (or per head: here one head per layer id) a layer of a
+# file stored through it holds at most 256 distinct values, where the model dtype gives one per value almost surely.
+EIGHT_BIT_CODES = 256
+
+
+def check_storage_precision(run: ModeRun, ids: list[int], model: str, probe_detail: dict) -> None:
+    """Whether the saved states were stored at 8 bits (FP8 KV cache): per (file, layer id), the number of distinct
+    values among its tokens x hidden values; and, for the record, how far each layer is from the unquantized
+    reference (attention read an fp8 cache: not judged here)."""
+    import torch
+
+    settle(run, probe_detail)
+    if not run.files:
+        raise RuntimeError("the run wrote no files to check")
+    reference = reference_for(model)
+    slots, problems = [], []
+    for case in [c for c in CASES if c in run.files]:
+        items = run.files[case]
+        tensors = [load(path) for _, path in items]
+        tables = reference_states(reference, [p for p, _ in items])
+        for (prompt, path), saved, table in zip(items, tensors, tables):
+            if saved["token_ids"].tolist() != list(prompt):
+                problems.append(f"[{case}] {path.name}: token_ids differ from the prompt")
+            for j, layer in enumerate(returned_layers(saved)):
+                values = layer.to(torch.float32)
+                slots.append({"case": case, "file": path.name, "layer_id": ids[j], "dtype": str(layer.dtype),
+                              "values": int(values.numel()), "distinct": int(torch.unique(values).numel()),
+                              "max_abs_error_vs_unquantized": float((values - table[ids[j]].to(torch.float32))
+                                                                    .abs().max())})
+    stored_8_bit = [s for s in slots if s["values"] > EIGHT_BIT_CODES and s["distinct"] <= EIGHT_BIT_CODES]
+    probe_detail.update(kv_cache_dtype="fp8", slots=slots[:24], slots_checked=len(slots),
+                        stored_at_8_bits=len(stored_8_bit),
+                        rule=f"stored at 8 bits: a layer of a file holds at most {EIGHT_BIT_CODES} distinct values "
+                             f"among more than {EIGHT_BIT_CODES} (an 8-bit format's codes, one scale per tensor or "
+                             "head); the error against the unquantized reference is shown, not judged (attention "
+                             "read an fp8 cache)")
+    with speculators_call():
+        if stored_8_bit:
+            worst = stored_8_bit[0]
+            raise ContractViolation(
+                f"with --kv-cache-dtype fp8 the hidden states are stored at 8 bits: {len(stored_8_bit)} of "
+                f"{len(slots)} (file, layer id) slots hold at most {EIGHT_BIT_CODES} distinct values (e.g. "
+                f"[{worst['case']}] {worst['file']} id {worst['layer_id']}: {worst['distinct']} of {worst['values']}, "
+                f"max abs error {worst['max_abs_error_vs_unquantized']:.3g} against the unquantized reference): "
+                f"silent precision loss in every draft trained on them")
+        if problems:
+            raise ContractViolation("; ".join(problems[:4]))
+
+
+@pytest.mark.probe("kv_cache_fp8", composite=True, variant="llama-fp8_kv", since=1)
+def test_kv_cache_fp8(variants, probe_detail):
+    chosen, runs, run = variant_run(variants, "llama-fp8_kv", "raw", probe_detail)
+    check_storage_precision(run, runs.ids, chosen.model, probe_detail)
+
+
+@pytest.mark.probe("kv_cache_fp8", composite=True, variant="llama-fp8_kv", since=1)
+@pytest.mark.compat_mode("with_compat")
+def test_kv_cache_fp8_with_compat(variants, probe_detail):
+    chosen, runs, run = variant_run(variants, "llama-fp8_kv", "with_compat", probe_detail)
+    check_storage_precision(run, runs.ids, chosen.model, probe_detail)
 
 
 def _served_dtype(run: ModeRun, spec: CellSpec) -> str:
