@@ -51,6 +51,8 @@
 #   .site -> ../.site: carry .device23 + .device-wheels-a (`unpack`); .device23-mc + .device-wheels-b
 #   (RELEASE=023 PAYLOAD=.device23 SPEC=080 `spec-layer0`); .device24 (RELEASE=024 PAYLOAD=.device24 SPEC=080
 #   `spec-layer0`); .device26 (RELEASE=026 PAYLOAD=.device26 LAYER0_COMPILED=1 `layer0`).
+# PHASE `new-probes` (issue 32, 2026-12-03): the 0.9.0 server cell with the variants llama-every_layer_id and
+#   llama-fp8_kv (probes every_layer_id, kv_cache_fp8);
 # PHASE `llama-spec`: the server cell with no variant x speculators $SPEC; `llama-specs`: the same for each of
 #   $SPECS in turn (the time left shared out; issue 29, 2026-12-03: SPECS="0601 0701", the module-client releases); `layer0`: bench/layer_id_zero.py
 #   (issue 32: what extract_hidden_states saves for aux id 0, offline LLM, the tiny Llama in float32) over the
@@ -153,6 +155,7 @@ case $phase in
                done ;;
   llama-both) cell v$release-s090-llama "$base" 280 none
               cell v$release-s$spec-llama "$sspec:$base" "$(left)" none ;;
+  new-probes) cell v$release-s090-every-id-fp8 "$base" "$(left)" llama-every_layer_id,llama-fp8_kv ;;
   layer0) layer0 ;;
   spec-layer0) cell v$release-s$spec-llama "$sspec:$base" $(( $(left) - ${LAYER0_SECONDS:-150} )) none
                layer0 ;;
