@@ -31,6 +31,12 @@ RUNNER = "v1/worker/gpu_model_runner.py"
 PROPOSER = "v1/spec_decode/extract_hidden_states.py"
 EXTRACT = "return kv_cache[slot_mapping // block_size, slot_mapping % block_size][:num_tokens]"
 ROWS = "kv_cache[slot_mapping // block_size, slot_mapping % block_size]"
+# 0.32's cache layout puts the block offset third
+EXTRACT_32 = ("return kv_cache[slot_mapping // block_size, :, slot_mapping % block_size][\n"
+              "        :num_tokens\n    ]")
+ROWS_32 = "kv_cache[slot_mapping // block_size, :, slot_mapping % block_size]"
+INTERFACES = "model_executor/models/interfaces.py"
+AUX_CAPTURE = "value = hidden_states + residual if residual is not None else hidden_states"
 
 
 @dataclass(frozen=True)
@@ -41,6 +47,11 @@ class Edit:
     file: str  # relative to the vllm package
     old: str
     new: str
+    also: tuple[tuple[str, str], ...] = ()  # the same edit where another release words the passage otherwise
+
+    @property
+    def alternatives(self) -> tuple[tuple[str, str], ...]:
+        return ((self.old, self.new), *self.also)
 
 
 EDITS = [
@@ -59,7 +70,11 @@ EDITS = [
     Edit("scaled", False, "the states scaled by 1 + 1e-3", CONNECTOR,
          EXTRACT, f"return {ROWS}[:num_tokens] * 1.001"),
     Edit("fp8_round_trip", False, "the states stored through float8_e4m3fn (a quantized cache)", CONNECTOR,
-         EXTRACT, f"return {ROWS}[:num_tokens].to(torch.float8_e4m3fn).to(kv_cache.dtype)"),
+         EXTRACT, f"return {ROWS}[:num_tokens].to(torch.float8_e4m3fn).to(kv_cache.dtype)",
+         also=((EXTRACT_32, f"return {ROWS_32}[:num_tokens].to(torch.float8_e4m3fn).to(kv_cache.dtype)"),)),
+    Edit("id_zero_empty", False, "aux id 0 (the embeddings, asked only by users who choose their ids) saved as zeros",
+         INTERFACES, AUX_CAPTURE,
+         "value = hidden_states + residual if residual is not None else torch.zeros_like(hidden_states)"),
     Edit("bf16_round_trip", False, "the states stored through bfloat16 in a float32 run", CONNECTOR,
          EXTRACT, f"return {ROWS}[:num_tokens].to(torch.bfloat16).to(kv_cache.dtype)"),
     Edit("files_swapped", False, "each request's file holds the previous request's states and token ids",
@@ -116,17 +131,19 @@ def caught_by(report: Path) -> dict[str, Any]:
 def run_edit(edit: Edit, args: argparse.Namespace, python: Path, package: Path) -> dict[str, Any]:
     target = package / edit.file
     source = target.read_text()
-    if source.count(edit.old) != 1:
-        return {"edit": edit.name, "skipped": f"{edit.file}: the passage occurs {source.count(edit.old)} times"}
+    found = [(old, new) for old, new in edit.alternatives if source.count(old) == 1]
+    if not found:
+        return {"edit": edit.name, "skipped": f"{edit.file}: no wording of the passage occurs exactly once"}
+    old, new = found[0]
     backup = target.with_suffix(".py.power-backup")
     shutil.copy2(target, backup)
     out = args.out / edit.name
     shutil.rmtree(out, ignore_errors=True)
     started = time.monotonic()
     try:
-        target.write_text(source.replace(edit.old, edit.new))
+        target.write_text(source.replace(old, new))
         command = [sys.executable, "-m", "compat", "run", "--vllm", args.vllm, "--speculators", args.speculators,
-                   "--variants", "none", "--no-static", "--results", str(out / "results"),
+                   "--variants", args.variants, "--no-static", "--results", str(out / "results"),
                    "--reports", str(out / "report"), "--store", str(out / "store.sqlite")]
         with (out.parent / f"{edit.name}.log").open("w") as log:
             subprocess.run(command, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, check=False)
@@ -160,6 +177,7 @@ def main() -> int:
     parser.add_argument("--backend", default="cpu", choices=("cpu",))
     parser.add_argument("--out", type=Path, default=Path("power"))
     parser.add_argument("--only", action="append", default=[])
+    parser.add_argument("--variants", default="none", help="the server-era variants the cell serves (default none)")
     parser.add_argument("--list", action="store_true")
     parser.add_argument("--table", action="store_true", help="the table again from OUT, running nothing")
     args = parser.parse_args()
