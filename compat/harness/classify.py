@@ -34,7 +34,9 @@ KINDS = ("known", "new", "fixed", "as-expected-ok", "error", "not-run")
 # exception-raising breakage of that run (not only their own) can be the failure they see: marked
 # @pytest.mark.probe(..., composite=True).
 COMPOSITE_PROBES = ids_where("composite")
-_CASE_PREFIX = re.compile(r"^\[(\w+)\] ")
+# a layer-id probe's message opens with the case it failed in; records of 2026-12-03 written before the ids'
+# summary moved to the end open with that summary (`layer ids not their own reference index: ...; [repeated] ...`)
+_CASE_PREFIX = re.compile(r"^(?:layer ids not their own reference index: [^;]*; )?\[(\w+)\] ")
 _CASE_FILE = re.compile(r"(?:^|')(\w+)/hs_\d+\.safetensors\b")  # files of a server run: <case>/hs_<i>
 
 

@@ -464,8 +464,10 @@ _ENTRIES: list[Breakage] = [
         probe="every_layer_id",
         symptom=Symptom(
             exception=("ContractViolation",),
-            # id 0 alone wrong: no other id in the summary, and no file whose token ids or dtype are wrong
-            message=r"^layer ids not their own reference index: 0 -> \[\d+\](?:;|$)(?!.*(?:token_ids|dtype))",
+            # id 0 alone wrong in the ids' summary (which ends the message; it opened it in the first records of
+            # 2026-12-03), and no file whose token ids or dtype are wrong
+            message=r"^(?!.*(?:token_ids differ|hidden_states dtype))(?:.*; )?layer ids not their own reference "
+                    r"index: 0 -> \[\d+\](?:;|$)",
             where=WHERE_ANY,
             description="asked for aux ids [0, ..., n], every id matches its own layer but 0, whose slot holds the "
                         "last decoder layer's output before the final norm (the embeddings tensor, kept without a "

@@ -140,10 +140,11 @@ def check_layer_ids(run: ModeRun, ids: list[int], model: str, probe_detail: dict
         table[str(k)] = entry
         if matched != {k}:
             wrong_ids.append(f"{k} -> {sorted(matched, key=str)}")
-    # first which ids came back as another layer (all of them, in one line), then what the files got wrong, then
-    # the rows: a registry entry that names one id's fault can tell it from a fault of more ids or of the files
-    problems = ([f"layer ids not their own reference index: {', '.join(wrong_ids)}"] if wrong_ids else []) \
-        + files + problems
+    # what the files got wrong first, then the rows (each starts `[case]`: the case the classifier reads), and last,
+    # always in the message, which ids came back as another layer, all in one line: a registry entry that names
+    # one id's fault tells it from a fault of more ids or of the files
+    problems = files + problems
+    wrong = f"layer ids not their own reference index: {', '.join(wrong_ids)}" if wrong_ids else None
     too_many = ""
     if rule is not None:
         drifted, tokens, too_many = drift_total(rows, rule)
@@ -151,7 +152,8 @@ def check_layer_ids(run: ModeRun, ids: list[int], model: str, probe_detail: dict
         if too_many:
             problems.append(too_many)
     probe_detail.update(layer_ids=table, tolerance={"atol": tolerance.atol, "rtol": tolerance.rtol},
-                        model_runner=run.model_runner, final_layer_id=max(ids), problems=problems[:20],
+                        model_runner=run.model_runner, final_layer_id=max(ids),
+                        problems=problems[:20] + ([wrong] if wrong else []),
                         figures=figures(rows, tolerance, dtype, sequences_sent * len(ids), layers=ids,
                                         drift_rule=rule))
     if run.variant and run.variant.get("mla"):
@@ -161,8 +163,8 @@ def check_layer_ids(run: ModeRun, ids: list[int], model: str, probe_detail: dict
                              f"(separation < {rule.separation:g}): 16-bit drift beyond the measured share, not shown "
                              "to be the contract (re-run in float32, or on a larger model)")
     with speculators_call():
-        if problems:
-            raise ContractViolation("; ".join(problems[:4]))
+        if problems or wrong:
+            raise ContractViolation("; ".join(problems[:4] + ([wrong] if wrong else [])))
     if tolerance.atol > 1e-3:  # a 16-bit tolerance: prove on this data that it still sees a wrong row
         probe_detail["wrong_row_margins"] = margins
         blind = blind_spots(margins)
