@@ -17,13 +17,15 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import subprocess
 import sys
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 ROOT = Path(__file__).resolve().parents[1]
 CONNECTOR = "distributed/kv_transfer/kv_connector/v1/example_hidden_states_connector.py"
@@ -102,6 +104,24 @@ EDITS = [
 ]
 
 
+@contextmanager
+def edited(target: Path, text: str) -> Iterator[None]:
+    """`target` reads `text` inside the block, its own content again after it (also when the block raises). The
+    edit is a new file renamed over the path, never a write into the file: uv hardlinks a venv's files to its cache,
+    so a write into one would reach every venv built from that wheel (it did once: rows run beside this bench read
+    the fault, 2026-12-03), while a rename only moves this one path."""
+    backup = target.with_name(target.name + ".power-backup")
+    staged = target.with_name(target.name + ".power-edit")
+    os.link(target, backup)  # the original file itself, under a second name (no copy, no write)
+    try:
+        staged.write_text(text)
+        os.replace(staged, target)
+        yield
+    finally:
+        staged.unlink(missing_ok=True)
+        os.replace(backup, target)
+
+
 def vllm_dir(python: Path) -> Path:
     out = subprocess.run([str(python), "-c", "import vllm, os; print(os.path.dirname(vllm.__file__))"],
                          capture_output=True, text=True, check=True)
@@ -135,20 +155,15 @@ def run_edit(edit: Edit, args: argparse.Namespace, python: Path, package: Path) 
     if not found:
         return {"edit": edit.name, "skipped": f"{edit.file}: no wording of the passage occurs exactly once"}
     old, new = found[0]
-    backup = target.with_suffix(".py.power-backup")
-    shutil.copy2(target, backup)
     out = args.out / edit.name
     shutil.rmtree(out, ignore_errors=True)
     started = time.monotonic()
-    try:
-        target.write_text(source.replace(old, new))
+    with edited(target, source.replace(old, new)):
         command = [sys.executable, "-m", "compat", "run", "--vllm", args.vllm, "--speculators", args.speculators,
                    "--variants", args.variants, "--no-static", "--results", str(out / "results"),
                    "--reports", str(out / "report"), "--store", str(out / "store.sqlite")]
         with (out.parent / f"{edit.name}.log").open("w") as log:
             subprocess.run(command, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, check=False)
-    finally:
-        shutil.move(backup, target)
     outcome = caught_by(out / "report")
     return {"edit": edit.name, "harmless": edit.harmless, "what": edit.what, "file": edit.file,
             "seconds": round(time.monotonic() - started), **outcome}
