@@ -117,6 +117,16 @@ class ModeRun:
         return {**out, "variant": self.variant} if self.variant else out
 
 
+@dataclass
+class Launch:
+    """A mode's run from its server's start to its clients: the record, the server, where its files go."""
+    run: ModeRun
+    server: VllmServer
+    base: Path
+    label: str
+    failed: ServerFailed | None = None  # the start's failure, judged where the run is served
+
+
 class Extraction:
     """Runs each mode once, on first use. A variant's Extraction (another model, runner or dtype:
     compat.cell.server_models) follows the cell's main one: its modes take the launch flags the
@@ -140,27 +150,38 @@ class Extraction:
         self.runs: dict[str, ModeRun] = {}
         self._prepared: dict[str, Path] = {}
         self._preparing: dict[str, Any] = {}
-        self._background: dict[str, threading.Thread] = {}
+        self._launching: dict[str, tuple[Launch, threading.Thread]] = {}  # started early (`start`)
         self.cli = extraction.ResidentCli(self.root / "speculators-cli.log")  # started on first use (0.8+)
 
     def start(self, mode: str) -> None:
-        """Begin the mode's run in the background (the first probes then import vLLM while it starts: two
-        cores, one each); `get` waits for it."""
-        if mode in self.runs or mode in self._background:
+        """Begin starting the mode's `vllm serve` in the background (the first probes then import vLLM while it
+        starts: two cores, one each); `get` waits for it to be ready and drives the clients in the caller's thread.
+        Only the server's start runs in the background thread: a subprocess and HTTP polls, no import (two threads
+        importing one package at once can break the import: KeyError 'openai.types.responses', measured)."""
+        if mode in self.runs or mode in self._launching:
             return
-        self._background[mode] = threading.Thread(target=self.get, args=(mode,), name=f"{mode} run", daemon=True)
-        self._background[mode].start()
+        try:
+            launch = self._launch(mode)  # args, the record, prepare-data submitted: here, in the caller's thread
+        except Exception:  # noqa: BLE001 - `get` launches it again and records why it could not
+            return
+        thread = threading.Thread(target=self._start_server, args=(launch,), name=f"{mode} server", daemon=True)
+        self._launching[mode] = (launch, thread)
+        thread.start()
 
     def get(self, mode: str) -> ModeRun:
-        running = self._background.get(mode)
-        if running is not None and running is not threading.current_thread():
-            running.join()
         if mode not in self.runs:
             if mode == "with_compat" and not self.chosen_flags():
                 self.runs[mode] = self.get("raw")  # nothing to adapt: the same server configuration
                 return self.runs[mode]
             try:
-                self.runs[mode] = self._run(mode)
+                launching = self._launching.pop(mode, None)
+                if launching is not None:
+                    launching[1].join()
+                    launch = launching[0]
+                else:
+                    launch = self._launch(mode)
+                    self._start_server(launch)
+                self.runs[mode] = self._serve(launch)
             except Exception as exc:  # noqa: BLE001 - kept, so later probes do not start it again
                 run = ModeRun(mode, [], self._log(mode))
                 run.harness_error = f"{type(exc).__name__}: {exc}"
@@ -191,7 +212,8 @@ class Extraction:
     def _log(self, mode: str) -> Path:
         return self.work_dir / (f"server-{self.name}-{mode}.log" if self.name else f"server-{mode}.log")
 
-    def _run(self, mode: str) -> ModeRun:
+    def _launch(self, mode: str) -> Launch:
+        """Everything before the server starts: its arguments, the run's record, prepare-data submitted (0.8+)."""
         import torch
 
         flags = self._flags(mode)
@@ -212,13 +234,23 @@ class Extraction:
         env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": os.environ.get("VLLM_CPU_KVCACHE_SPACE", "1"),
                **(variant.env if variant else {})}
         server = VllmServer(sys.executable, self.model, args, run.server_log, env=env)
-        label = f"{self.name} {mode}" if self.name else mode
+        return Launch(run, server, base, f"{self.name} {mode}" if self.name else mode)
+
+    @staticmethod
+    def _start_server(launch: Launch) -> None:
+        """The server's start until ready (or its failure, kept for `_serve`): a subprocess and HTTP polls only."""
         try:
-            with timed(StepKind.SERVER_START, label):
-                server.start()
+            with timed(StepKind.SERVER_START, launch.label):
+                launch.server.start()
         except ServerFailed as exc:
+            launch.failed = exc
+
+    def _serve(self, launch: Launch) -> ModeRun:
+        """The started server's run: each case through the release's client, then the server stopped."""
+        run, server, base, label = launch.run, launch.server, launch.base, launch.label
+        if launch.failed is not None:
             run.seconds["server_start"] = None
-            self._judge(run, server, exc)
+            self._judge(run, server, launch.failed)
             return run
         run.seconds["server_start"] = server.ready_seconds
         run.model_runner = model_runner(server.log_text())
