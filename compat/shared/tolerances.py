@@ -95,7 +95,7 @@ ROW_SEPARATION = 0.5
 # records need them: they carried max abs and max relative error but no scale, and max_abs /
 # max_rel (the scale they imply) must be one of these.
 REFERENCE_SCALES: dict[str, tuple[float, float]] = {
-    "llama": (2.0, 9.0),
+    "llama": (1.8, 9.0),  # index 0, the embeddings (every_layer_id asks for it): 1.97-2.11 on the batch prompts
     "deepseek_v3": (2.0, 30.0),
     "hybrid": (0.6, 2.6),
 }
