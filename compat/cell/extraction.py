@@ -20,7 +20,6 @@ import select
 import shutil
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 from typing import Sequence
@@ -121,37 +120,34 @@ class ResidentCli:
         self.commands: list[bytes] = []
         self.codes: list[int] = []  # the answers, in order; 124: timed out, negative: killed by a signal
         self.pending = b""
-        self.lock = threading.Lock()  # the raw run may drive it from a background thread
         atexit.register(self.close)
 
     def submit(self, argv: Sequence[str], log: Path) -> int:
-        with self.lock:
-            self.commands.append((json.dumps({"argv": list(argv), "log": str(log)}) + "\n").encode())
-            if self.process is None or self.process.poll() is not None:
-                self._start()
-            else:
-                self._send(self.commands[-1:])
-            return len(self.commands) - 1
+        self.commands.append((json.dumps({"argv": list(argv), "log": str(log)}) + "\n").encode())
+        if self.process is None or self.process.poll() is not None:
+            self._start()
+        else:
+            self._send(self.commands[-1:])
+        return len(self.commands) - 1
 
     def wait(self, ticket: int, timeout: float, what: str, log: Path) -> None:
         """Until the command `ticket` has run; ClientFailed (its log's last words) where it did not exit 0,
         did not finish in `timeout` seconds after it began, or killed the process."""
-        with self.lock:
-            deadline, running = time.monotonic() + timeout, len(self.codes)
-            while len(self.codes) <= ticket:
-                if len(self.codes) != running:  # the command before it finished: its own time begins
-                    deadline, running = time.monotonic() + timeout, len(self.codes)
-                assert self.process is not None and self.process.stdout is not None
-                ready, _, _ = select.select([self.process.stdout], [], [], max(0.0, deadline - time.monotonic()))
-                if not ready:
-                    self._restart_after(124)
-                    continue
-                chunk = os.read(self.process.stdout.fileno(), 4096)  # unbuffered: select sees what is left
-                if not chunk:
-                    self._restart_after(self.process.wait() or 1)
-                    continue
-                *lines, self.pending = (self.pending + chunk).split(b"\n")
-                self.codes += [int(json.loads(line)["code"]) for line in lines if line.strip()]
+        deadline, running = time.monotonic() + timeout, len(self.codes)
+        while len(self.codes) <= ticket:
+            if len(self.codes) != running:  # the command before it finished: its own time begins
+                deadline, running = time.monotonic() + timeout, len(self.codes)
+            assert self.process is not None and self.process.stdout is not None
+            ready, _, _ = select.select([self.process.stdout], [], [], max(0.0, deadline - time.monotonic()))
+            if not ready:
+                self._restart_after(124)
+                continue
+            chunk = os.read(self.process.stdout.fileno(), 4096)  # unbuffered: select sees what is left
+            if not chunk:
+                self._restart_after(self.process.wait() or 1)
+                continue
+            *lines, self.pending = (self.pending + chunk).split(b"\n")
+            self.codes += [int(json.loads(line)["code"]) for line in lines if line.strip()]
         code = self.codes[ticket]
         if code == 124:
             raise ClientFailed(f"{what} did not finish within {timeout:.0f}s: {last_words(log)}")

@@ -48,8 +48,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers",
-                            "probe(id, data=False, advisory=False, composite=False, variant=None, contract=None): the "
-                            "stable probe id this test reports as, and what the harness holds about it "
+                            "probe(id, data=False, advisory=False, composite=False, variant=None, contract=None, "
+                            "since=0): the stable probe id this test reports as, and what the harness holds about it "
                             "(compat.shared.probe_catalog)")
     config.addinivalue_line("markers", "tp(n): tensor-parallel size the probe case needs")
     config.addinivalue_line("markers", "compat_mode(mode): 'with_compat' runs fill the raw record's with_compat")

@@ -141,15 +141,15 @@ def cell_steps(install: float, how: str, outcome: dict[str, Any], probes: float,
         return out if at is None else {**out, "at": round(at, 2)}
 
     out = [step(StepKind.INSTALL, f"the cell's venv, {how}", install)]
-    launched = outcome.get("launched_at")
-    first = outcome.get("first_probe_at")
-    startup = first - launched if isinstance(first, (int, float)) and isinstance(launched, (int, float)) else 0.0
+    launched, first = outcome.get("launched_at"), outcome.get("first_probe_at")
+    startup, timed = 0.0, []
+    if isinstance(launched, (int, float)):  # without a launch time no step can be placed
+        startup = first - launched if isinstance(first, (int, float)) else 0.0
+        timed = sorted(((float(s["started"]) - launched, float(s["seconds"]), s) for s in outcome.get("steps") or []
+                        if isinstance(s, dict) and isinstance(s.get("started"), (int, float))), key=_first)
     if first is not None:
         out.append(step(StepKind.STARTUP, "interpreter, pytest and collection, until the first probe", startup, 0.0))
-    timed = [(float(s["started"]) - launched, float(s["seconds"]), s) for s in outcome.get("steps") or []
-             if isinstance(s, dict) and isinstance(s.get("started"), (int, float))
-             and isinstance(launched, (int, float))]
-    out += [step(StepKind(s["step"]), str(s["what"]), seconds, at) for at, seconds, s in sorted(timed, key=_first)]
+    out += [step(StepKind(s["step"]), str(s["what"]), seconds, at) for at, seconds, s in timed]
     out.append(step(StepKind.OTHER, "imports, static probes and fixtures: in no step above",
                     probes - startup - covered([(at, at + seconds) for at, seconds, _ in timed])))
     if rerun is not None:

@@ -384,12 +384,11 @@ def identity_problems(cell: dict[str, Any]) -> list[str]:
         expected = Cell(str(cell.get("vllm")), str(cell.get("speculators")), str(cell.get("backend"))).id
     else:
         variants = settings.get("variants")
-        probe_set = (cell.get("manifest") or {}).get("probe_set", 0) if isinstance(cell.get("manifest"), dict) else 0
+        probe_set = record_probe_set(cell)  # an unknown set is manifest_problems' to say
         expected = Cell(str(cell.get("vllm")), str(cell.get("speculators")), str(cell.get("backend")),
                         variants=tuple(variants) if isinstance(variants, list) else None,
                         dtype=str(settings.get("dtype") or DEFAULT_DTYPE), model=str(settings.get("model") or ""),
-                        probe_set=probe_set if isinstance(probe_set, int) and not isinstance(probe_set, bool)
-                        and 0 <= probe_set <= PROBE_SET else PROBE_SET).id
+                        probe_set=PROBE_SET if probe_set is None else probe_set).id
     if cell.get("id") != expected:
         problems.append(f"the record's id {cell.get('id')!r} is not the one its pair, backend and settings give "
                         f"({expected!r})")
@@ -416,6 +415,15 @@ def _spec_variants(cell: dict[str, Any]) -> Optional[list[str]]:
     return manifest.get("variants") if origin(cell) == 1 else None
 
 
+def record_probe_set(cell: dict[str, Any]) -> Optional[int]:
+    """The probe set the record's runner had (`manifest.probe_set`; 0 where absent), None where it is not one
+    this harness knows."""
+    manifest = cell.get("manifest")
+    probe_set = manifest.get("probe_set", 0) if isinstance(manifest, dict) else 0
+    known = isinstance(probe_set, int) and not isinstance(probe_set, bool) and 0 <= probe_set <= PROBE_SET
+    return probe_set if known else None
+
+
 def manifest_problems(cell: dict[str, Any], present: Iterable[str]) -> tuple[list[str], list[str]]:
     """(cell-level problems, keys expected and absent). The keys expected are those of the probe set the
     record's runner had (`manifest.probe_set`, 0 where absent): a probe added since asks nothing of it."""
@@ -427,10 +435,10 @@ def manifest_problems(cell: dict[str, Any], present: Iterable[str]) -> tuple[lis
         return ["the record has no manifest: what the runner expected cannot be told"], []
     problems = []
     if origin(cell) != 1:
-        probe_set = manifest.get("probe_set", 0)
-        if isinstance(probe_set, bool) or not isinstance(probe_set, int) or not 0 <= probe_set <= PROBE_SET:
-            return [f"the record's manifest says probe set {probe_set!r}; this harness knows the sets 0 to "
-                    f"{PROBE_SET} (compat.shared.probe_catalog): a newer harness wrote it, or it was edited"], []
+        probe_set = record_probe_set(cell)
+        if probe_set is None:
+            return [f"the record's manifest says probe set {manifest.get('probe_set')!r}; this harness knows the sets "
+                    f"0 to {PROBE_SET} (compat.shared.probe_catalog): a newer harness wrote it, or it was edited"], []
         expected = expected_manifest(_spec_variants(cell), probe_set)
         later = sorted((present - set(expected["probes"])) & set(PROBE_KEYS))
         if later:

@@ -8,6 +8,7 @@ tests/unit/test_probe_catalog.py holds that every variant's key is a probe's.
 
 from __future__ import annotations
 
+import functools
 from typing import Any, Iterable, Optional
 
 from compat.shared.probe_catalog import probe_keys, probe_set, variant_keys
@@ -39,6 +40,7 @@ def expected_manifest(variants: Optional[Iterable[str]], probe_set: int = PROBE_
     return {**out, "probe_set": probe_set} if probe_set else out
 
 
+@functools.lru_cache(maxsize=None)
 def variants_of(probe_set: int = PROBE_SET) -> tuple[str, ...]:
     """The server-era variants a runner of this probe set served when a cell named none (every one whose probe
     key is in the set): a record that lists exactly these selected every variant of its time."""

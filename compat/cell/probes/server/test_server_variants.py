@@ -86,6 +86,12 @@ def reference_for(model: str):
     return _reference_models[model]
 
 
+def token_ids_problem(case: str, prompt, path, saved) -> list[str]:
+    """A saved file's token ids against the prompt it was written for (none, or the one problem)."""
+    return [] if saved["token_ids"].tolist() == list(prompt) else [f"[{case}] {path.name}: token_ids differ from "
+                                                                    "the prompt"]
+
+
 def check_layer_ids(run: ModeRun, ids: list[int], model: str, probe_detail: dict,
                     dtype: str, tolerance: Tolerance | None = None) -> None:
     """Every file of every case: token ids equal the prompt, dtype as served, and each layer id
@@ -106,8 +112,7 @@ def check_layer_ids(run: ModeRun, ids: list[int], model: str, probe_detail: dict
         items = run.files[case]
         tensors = [load(path) for _, path in items]
         for (prompt, path), t in zip(items, tensors):
-            if t["token_ids"].tolist() != list(prompt):
-                files.append(f"[{case}] {path.name}: token_ids differ from the prompt")
+            files += token_ids_problem(case, prompt, path, t)
             if t["hidden_states"].dtype != getattr(torch, dtype):
                 files.append(f"[{case}] {path.name}: hidden_states dtype {t['hidden_states'].dtype}, served as "
                              f"{dtype}")
@@ -296,8 +301,7 @@ def check_storage_precision(run: ModeRun, ids: list[int], model: str, probe_deta
         tensors = [load(path) for _, path in items]
         tables = reference_states(reference, [p for p, _ in items])
         for (prompt, path), saved, table in zip(items, tensors, tables):
-            if saved["token_ids"].tolist() != list(prompt):
-                problems.append(f"[{case}] {path.name}: token_ids differ from the prompt")
+            problems += token_ids_problem(case, prompt, path, saved)
             for j, layer in enumerate(returned_layers(saved)):
                 values = layer.to(torch.float32)
                 slots.append({"case": case, "file": path.name, "layer_id": ids[j], "dtype": str(layer.dtype),
