@@ -248,6 +248,8 @@ def test_the_first_screen_answers_which_vllm_works_with_each_speculators(driver,
     screen = driver.execute_script("return window.innerHeight")
     answers = driver.find_element(By.CSS_SELECTOR, "#support table.answers")
     bottom = driver.execute_script("return arguments[0].getBoundingClientRect().bottom", answers)
+    path = REPO / "reports" / "compat-screenshot-support.png"
+    assert driver.save_screenshot(str(path)), f"could not write {path}"  # the first screen only, kept when it fails
     assert bottom <= screen, f"the answer ends {bottom:.0f} px down, below the first screen ({screen} px)"
     for spec in rows:
         line = answers.find_element(By.XPATH, f".//tr[th/a[normalize-space()={_css_str(spec)}]]")
@@ -262,6 +264,4 @@ def test_the_first_screen_answers_which_vllm_works_with_each_speculators(driver,
             # where the row knows a working pair (0.5.0 - 0.7.x: their runtime cells not run yet, none known)
             assert "install instead: vLLM " in texts[3], texts[3]
     assert "gpu: 0.23.0" in answers.text  # 0.23.0 x 0.8.1 and x 0.9.0: what the CPU build cannot serve
-    path = REPO / "reports" / "compat-screenshot-support.png"
-    assert driver.save_screenshot(str(path)), f"could not write {path}"  # the first screen only
     assert _severe(driver) == []

@@ -15,6 +15,7 @@ column and a mark in the cell; the row's outcome stays its own backend's.
 
 from __future__ import annotations
 
+import re
 from typing import Any, Callable, Iterable
 
 from markupsafe import Markup, escape
@@ -35,8 +36,9 @@ STYLE = """
 #support .p-inferred { border: 2px dashed #777; } #support .p-measured { border: 2px solid #333; }
 #support .p-static-only { border: 2px dotted #999; font-style: italic; } #support .p-resolver { border: 2px double #933; }
 #support .foot { font-size: .8rem; }
-#support table.answers { font-size: .75rem; margin: .25rem 0 .75rem; } #support table.answers td { vertical-align: top; }
-#support table.answers caption { text-align: left; font-weight: 600; }
+#support table.answers { font-size: .75rem; line-height: 1.3; margin: .25rem 0 .75rem; width: 100%; }
+#support table.answers td, #support table.answers th { vertical-align: top; padding: 1px 4px; }
+#support table.answers caption { text-align: left; font-weight: 600; } #support .nw { white-space: nowrap; }
 """  # noqa: E501 - the stylesheet is written into the committed reports as it stands
 
 
@@ -129,9 +131,24 @@ def outcome_text(ranges: list[dict[str, Any]], spec: str) -> str:
     if not ranges:
         return "none"
     text = "; ".join(_span(r) + " " + "".join(PROVENANCE_SYMBOLS[p] for p in r["provenance"]) for r in ranges)
-    pairs = {p.replace(f" x speculators {spec} (", " ("): p.split()[1] for r in ranges for p in r.get("instead") or []}
+    pairs = {_pair_symbols(p): p.split()[1] for r in ranges for p in r.get("instead") or []}
     newest = max(pairs, key=lambda p: Version(pairs[p])) if pairs else ""
     return text + (f" → install instead: {newest}" if newest else "")
+
+
+NEAREST = re.compile(r"vLLM (?P<vllm>\S+) x speculators \S+ \((?P<how>as released|with the compat adapters), "
+                     r"(?P<provenance>[^)]+)\)")
+HOW_SYMBOLS = {"as released": OUTCOME_SYMBOLS["works"], "with the compat adapters": OUTCOME_SYMBOLS["adapters"]}
+
+
+def _pair_symbols(pair: str) -> str:
+    """A row's nearest working pair in the answer line's symbols: `vLLM 0.31.0 ✔●` (the words, as the
+    cell's footnote says them, where the pair is not in the support document's form)."""
+    m = NEAREST.fullmatch(pair)
+    symbol = {w: s for s, w in PROVENANCE_WORDS.items()}.get(m["provenance"]) if m else None
+    if not m or symbol is None:
+        return pair
+    return f"vLLM {m['vllm']} {HOW_SYMBOLS[m['how']]}{PROVENANCE_SYMBOLS[symbol]}"
 
 
 def answer_lines(rows: dict[str, list[dict[str, Any]]], elsewhere: bool) -> list[tuple[list[str], list[str]]]:
@@ -201,6 +218,14 @@ def _agreements(docs: Iterable[dict[str, Any]]) -> list[str]:
     return out
 
 
+def _unbroken(text: str) -> Markup:
+    """An answer cell whose lines break only between its ranges (and before what to install instead),
+    never inside `0.25.0 – 0.32.0 ≈●`."""
+    parts = re.split(r"(; |, | (?=→ ))", text)
+    return Markup("").join(escape(p) if i % 2 else Markup('<span class="nw">%s</span>') % p
+                           for i, p in enumerate(parts))
+
+
 def _html(rows: dict[str, list[dict[str, Any]]], runners: dict[str, str], docs: list[dict[str, Any]]) -> Markup:
     e = escape
     elsewhere = _any_elsewhere(rows)
@@ -214,8 +239,9 @@ def _html(rows: dict[str, list[dict[str, Any]]], runners: dict[str, str], docs: 
                + "</tr></thead><tbody>")
     for specs, texts in answer_lines(rows, elsewhere):
         out.append('<tr><th scope="row">' + ", ".join(f'<a href="#support-{e(spec)}">{e(spec)}</a>' for spec in specs)
-                   + "</th>" + "".join(f'<td class="o-{o}">{e(text)}</td>' for o, text in zip(OUTCOME_SYMBOLS, texts))
-                   + (f'<td class="elsewhere">{e(texts[-1])}</td>' if elsewhere else "") + "</tr>")
+                   + "</th>"
+                   + "".join(f'<td class="o-{o}">{_unbroken(text)}</td>' for o, text in zip(OUTCOME_SYMBOLS, texts))
+                   + (f'<td class="elsewhere">{_unbroken(texts[-1])}</td>' if elsewhere else "") + "</tr>")
     out.append("</tbody></table>")
     out.append('<p class="hint">Each cell below: outcome (✔ works as released, ◐ with the compat adapters, ? untested, '
                '✖ broken) and how it was found (● measured, ≈ inferred from a measured cell with the same '
