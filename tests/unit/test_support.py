@@ -393,3 +393,27 @@ def test_a_release_with_the_same_extraction_code_stands_for_this_rows_runtime_ce
         == support.RUNTIME
     answers = {a.vllm: a for a in support.answer(planned, {("0.22.0", "0.7.0.1"): support.Measured("compatible")})}
     assert answers["0.22.1"].verdict == "compatible" and answers["0.22.1"].source == ("0.22.0", "0.7.0.1")
+
+
+def test_neighbouring_rows_with_the_same_ranges_share_an_answer_line():
+    """The answer stays one screen as releases come: neighbours whose outcomes cover the same vLLM
+    ranges share a line (symbols joined, the newest pair to install instead, measured first); a pair run
+    on the other backend for only some of them names them; a row between them with other ranges keeps
+    them apart."""
+    from compat.harness.report.support_table import answer_lines
+
+    def row(spec, provenance, elsewhere=()):
+        cells = [{"vllm": v, "speculators": spec, "outcome": o, "provenance": provenance, "verdict": "x",
+                  "nearest": f"vLLM 0.22.0 x speculators {spec} (as released, {provenance})" if o == "broken" else "",
+                  "elsewhere": [{"backend": "gpu", "outcome": "works"}] if v in elsewhere else []}
+                 for v, o in (("0.21.0", "broken"), ("0.22.0", "works"))]
+        return cells
+
+    rows = {"0.6.0": row("0.6.0", "inferred"), "0.6.0.1": row("0.6.0.1", "measured", ("0.22.0",)),
+            "0.6.0.2": row("0.6.0.2", "inferred")}
+    [(specs, texts)] = answer_lines(rows, elsewhere=True)
+    assert specs == ["0.6.0", "0.6.0.1", "0.6.0.2"]
+    assert texts == ["0.22.0 ≈●", "none", "none", "0.21.0 ≈● → install instead: vLLM 0.22.0 ✔●",
+                     "gpu: 0.22.0 ✔ (0.6.0.1)"]
+    apart = dict(rows, **{"0.6.0.1": [dict(c, outcome="broken") for c in rows["0.6.0.1"]]})
+    assert [specs for specs, _ in answer_lines(apart, elsewhere=False)] == [["0.6.0"], ["0.6.0.1"], ["0.6.0.2"]]

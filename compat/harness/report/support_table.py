@@ -115,24 +115,29 @@ def footnote(cell: dict[str, Any], runner: str = "") -> str:
     return "; ".join(parts)
 
 
-def elsewhere_text(cells: list[dict[str, Any]]) -> str:
-    """What runs on the other backend decided for this row's releases: `gpu: 0.23.0 ◐, 0.24.0 ✔`."""
-    found: dict[str, list[str]] = {}
-    for cell in cells:
-        for r in cell.get("elsewhere") or []:
-            outcome = r["outcome"]
-            found.setdefault(r["backend"], []).append(f"{cell['vllm']} {OUTCOME_SYMBOLS[outcome]}")
-    return " · ".join(f"{backend}: {', '.join(items)}" for backend, items in found.items())
+def elsewhere_text(group: dict[str, list[dict[str, Any]]]) -> str:
+    """What runs on the other backend decided for these rows' releases: `gpu: 0.23.0 ◐ (0.6.0.1), 0.24.0 ✔`;
+    a pair run for only some of the rows an answer line joins names them."""
+    found: dict[str, dict[str, list[str]]] = {}
+    for spec, cells in group.items():
+        for cell in cells:
+            for r in cell.get("elsewhere") or []:
+                item = f"{cell['vllm']} {OUTCOME_SYMBOLS[r['outcome']]}"
+                found.setdefault(r["backend"], {}).setdefault(item, []).append(spec)
+    return " · ".join(f"{backend}: " + ", ".join(
+        item + ("" if len(specs) == len(group) else f" ({', '.join(specs)})")
+        for item, specs in sorted(items.items(), key=lambda kv: Version(kv[0].split()[0])))
+        for backend, items in found.items())
 
 
-def outcome_text(ranges: list[dict[str, Any]], spec: str) -> str:
+def outcome_text(ranges: list[dict[str, Any]]) -> str:
     """One outcome's runs of a row, each with how it was found; what to install instead said once, after
     them: the newest working pair the broken cells name (each cell's own nearest pair is in its footnote)."""
     if not ranges:
         return "none"
     text = "; ".join(_span(r) + " " + "".join(PROVENANCE_SYMBOLS[p] for p in r["provenance"]) for r in ranges)
     pairs = {_pair_symbols(p): p.split()[1] for r in ranges for p in r.get("instead") or []}
-    newest = max(pairs, key=lambda p: Version(pairs[p])) if pairs else ""
+    newest = max(pairs, key=lambda p: (Version(pairs[p]), PROVENANCE_SYMBOLS["measured"] in p)) if pairs else ""
     return text + (f" → install instead: {newest}" if newest else "")
 
 
@@ -152,15 +157,26 @@ def _pair_symbols(pair: str) -> str:
 
 
 def answer_lines(rows: dict[str, list[dict[str, Any]]], elsewhere: bool) -> list[tuple[list[str], list[str]]]:
-    """The answer's lines: per speculators release its outcome texts (and the other backend's), releases
-    whose lines read the same word for word joined in one line (0.6.0.1 and 0.6.0.2), so it fits a screen."""
-    lines: dict[tuple[str, ...], list[str]] = {}
+    """The answer's lines: per speculators release its outcome texts (and the other backend's). Neighbouring
+    releases whose outcomes cover the same vLLM ranges share one line (0.6.0, 0.6.0.1, 0.6.0.2), so the
+    answer stays in one screen as releases come: a range's symbols are the union of how their cells were
+    found, what to install instead the newest pair any of them names (measured first)."""
+    groups: list[tuple[tuple[Any, ...], list[str]]] = []
     for spec, cells in rows.items():
         ranges = outcome_ranges(cells)
-        texts = tuple([outcome_text(ranges[o], spec) for o in OUTCOME_SYMBOLS]
-                      + ([elsewhere_text(cells) or "none"] if elsewhere else []))
-        lines.setdefault(texts, []).append(spec)
-    return [(specs, list(texts)) for texts, specs in lines.items()]
+        key = tuple((o, r["version_added"], r["version_last"]) for o in OUTCOME_SYMBOLS for r in ranges[o])
+        if groups and groups[-1][0] == key:
+            groups[-1][1].append(spec)
+        else:
+            groups.append((key, [spec]))
+    lines = []
+    for _key, specs in groups:
+        members = [outcome_ranges(rows[s]) for s in specs]
+        texts = [outcome_text([dict(r, provenance=sorted({p for m in members for p in m[o][i]["provenance"]}),
+                                    instead=[x for m in members for x in m[o][i]["instead"]])
+                               for i, r in enumerate(members[0][o])]) for o in OUTCOME_SYMBOLS]
+        lines.append((specs, texts + ([elsewhere_text({s: rows[s] for s in specs}) or "none"] if elsewhere else [])))
+    return lines
 
 
 def _any_elsewhere(rows: dict[str, list[dict[str, Any]]]) -> bool:
@@ -231,7 +247,8 @@ def _html(rows: dict[str, list[dict[str, Any]]], runners: dict[str, str], docs: 
     elsewhere = _any_elsewhere(rows)
     out = [f"<style>{STYLE}</style>", '<section id="support" aria-labelledby="support-h">',
            '<h2 id="support-h">Which vLLM works with my speculators?</h2>']
-    out.append('<table class="answers"><caption>One line per speculators release (alike ones share it) · '
+    out.append('<table class="answers"><caption>One line per speculators release (neighbours with the same ranges '
+               'share one) · '
                '● measured ≈ inferred ⊙ static only ⊘ pins conflict</caption>'
                '<thead><tr><th scope="col">speculators</th>'
                + "".join(f'<th scope="col">{OUTCOME_SYMBOLS[o]} {e(OUTCOME_WORDS[o])}</th>' for o in OUTCOME_SYMBOLS)
@@ -298,7 +315,7 @@ def _markdown(rows: dict[str, list[dict[str, Any]]], runners: dict[str, str], do
         ranges = outcome_ranges(cells)
         out.append(f"| {_md(spec)} | " + " | ".join(_md("; ".join(_range_text(r, spec) for r in ranges[o]) or "none")
                                                     for o in OUTCOME_SYMBOLS)
-                   + (f" | {_md(elsewhere_text(cells) or 'none')}" if elsewhere else "") + " |")
+                   + (f" | {_md(elsewhere_text({spec: cells}) or 'none')}" if elsewhere else "") + " |")
     out.append("")
     for spec, cells in rows.items():
         out.append(f"### speculators {_md(spec)}")
