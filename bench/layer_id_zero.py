@@ -10,7 +10,10 @@ norm) and with the last layer's output before the final norm (`pre_norm_L`, what
 Prints, per requested id, which reference the slot matches (smallest max abs error over the three
 prompts) and the max abs error to the reference the id names (hidden_states[id], pre_norm_L for id L).
 
-    PYTHONPATH=. python bench/layer_id_zero.py [--ids 0,1,3,5] [--compiled] [--json OUT.json]
+    PYTHONPATH=. python bench/layer_id_zero.py [--ids 0,1,3,5] [--compiled] [--in-process] [--copy-id0] [--json F]
+
+--copy-id0 applies the repair (compat/worker/aux_capture_copy.py) in this process and runs the engine here
+(`--in-process`), so the model runs where the patch is; `--in-process` alone is its control.
 
 On a machine without CUDA the connector is loaded through compat.worker.cpu_connector_shim (the CPU
 environment shim the CPU cells use). On vLLM 0.22 - 0.23 the connector refuses chunked prefill, so it is
@@ -33,7 +36,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from compat.cell.server_mode_runs import PROMPTS  # noqa: E402 - the repository root first
 from compat.fixtures import tiny_llama  # noqa: E402
 
-RECORDED_ENV = ("TRITON_F32_DEFAULT", "VLLM_USE_FLASHINFER_SAMPLER", "VLLM_WORKER_MULTIPROC_METHOD")
+RECORDED_ENV = ("TRITON_F32_DEFAULT", "VLLM_USE_FLASHINFER_SAMPLER", "VLLM_WORKER_MULTIPROC_METHOD",
+                "VLLM_ENABLE_V1_MULTIPROCESSING")
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -44,6 +48,11 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--model-cache", type=Path, default=None, help="where the tiny Llama is built")
     parser.add_argument("--storage", type=Path, default=None, help="the connector's shared_storage_path")
     parser.add_argument("--gpu-memory-utilization", type=float, default=0.5)
+    parser.add_argument("--in-process", action="store_true",
+                        help="run the engine core and its worker in this process (VLLM_ENABLE_V1_MULTIPROCESSING=0)")
+    parser.add_argument("--copy-id0", action="store_true",
+                        help="apply compat/worker/aux_capture_copy.py (capture id 0 as a copy) first; implies "
+                             "--in-process, so the patch reaches the process that runs the model")
     parser.add_argument("--json", type=Path, default=None, help="write the findings here too")
     return parser.parse_args(argv)
 
@@ -165,6 +174,16 @@ def main(argv=None) -> int:
     # as the harness sets it for every cell: the offline engine's workers must not fork a process that has
     # touched CUDA (on the H200, 0.23.0's engine core failed with "Cannot re-initialize CUDA in forked subprocess")
     os.environ.setdefault("VLLM_WORKER_MULTIPROC_METHOD", "spawn")
+    if args.in_process or args.copy_id0:
+        os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
+    adapter = None
+    if args.copy_id0:
+        from compat.worker import aux_capture_copy
+
+        adapter = {"id": aux_capture_copy.ADAPTER["id"], "applied": aux_capture_copy.apply()}
+        if not adapter["applied"]:
+            print(f"vLLM {importlib.metadata.version('vllm')} has no EagleModelMixin._maybe_add_hidden_state to patch: "
+                  "the adapter does not apply", file=sys.stderr)
     ids = [int(i) for i in args.ids.split(",")]
     prompts = [list(p) for p in PROMPTS["batch"]]
     model = str(tiny_llama.ensure(args.model_cache))
@@ -178,14 +197,16 @@ def main(argv=None) -> int:
     report = {
         "vllm": vllm_version, "torch": torch.__version__, "transformers": importlib.metadata.version("transformers"),
         "backend": "cuda" if cuda else "cpu", "device": torch.cuda.get_device_name(0) if cuda else "cpu",
-        "mode": "compiled" if args.compiled else "enforce_eager", "ids": ids,
+        "mode": "compiled" if args.compiled else "enforce_eager", "ids": ids, "adapter": adapter,
+        "in_process": os.environ.get("VLLM_ENABLE_V1_MULTIPROCESSING") == "0",
         "prompts": [len(p) for p in prompts], "num_layers": num_layers,
         "settings": settings, "seconds": round(time.monotonic() - started, 1),
         "env": {k: os.environ[k] for k in RECORDED_ENV if k in os.environ},
         "rows": rows,
     }
     print(f"vLLM {vllm_version} ({report['backend']}: {report['device']}, {report['mode']}), "
-          f"torch {torch.__version__}, tiny Llama float32, {num_layers} layers, prompts {report['prompts']}, ids {ids}")
+          f"torch {torch.__version__}, tiny Llama float32, {num_layers} layers, prompts {report['prompts']}, ids {ids}"
+          + (", in process" if report["in_process"] else "") + (f", adapter {adapter}" if adapter else ""))
     for row in rows:
         verdict = "as named" if row["matches"] == row["names"] else f"NOT {row['names']}"
         print(f"  id {row['id']}: matches {row['matches']} (max abs {row['max_abs_error_to_match']:.3g}); "

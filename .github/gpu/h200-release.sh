@@ -21,7 +21,8 @@
 #   (carry .device-fa3: bfloat16 attention takes FlashAttention); `llama`: the server cell with no
 #   variant (float32 Llama: the contract probes and the reference check, no FlashAttention); `llama081`: the
 #   same with speculators 0.8.1 (s081/ in a carried folder); `llama-both`: `llama`, then `llama081`;
-#   `unpack`: only install what was carried (the first of two back-to-back calls); `dry`: unpack and
+#   `unpack`: only install what was carried (the first of two back-to-back calls); `stash`: only keep the
+#   payload parts carried (see the split below) and the shared wheels; `dry`: unpack and
 #   print what would run. float32 (the MLA DeepseekV3 runs in bfloat16: GPU MLA takes 16-bit only).
 # No flashinfer travels (its GDN prefill is JIT-compiled, no nvcc here): the hybrid takes vLLM's
 # Triton GDN prefill where the build has --gdn-prefill-backend (compat/cell/server_models.py).
@@ -78,6 +79,15 @@ for d in "$root"/.device-wheels*/; do
   [ -f "$stamp" ] || { python3 -m pip install -q --no-index --no-deps --no-compile --upgrade --target "$common" \
                          "$d"*.whl && touch "$stamp"; } || exit 3
 done
+# a payload split over calls (the checkout, 43 MiB on 2026-12-03, and a whole payload exceed 64 MiB):
+# split -n 3 -d .deviceNN/vllm.tar.xz into .deviceNN-p1/ .deviceNN-p2/ .deviceNN-p3/ (vllm.tar.xz.part-*);
+# every call stashes the parts it carried in .site/stash/ (a warm machine keeps .site/), phase `stash` stops
+# there, and the release's site is unpacked from the parts once the phase runs with PAYLOAD=.deviceNN
+for d in "$root"/.device*-p[0-9]/; do
+  [ -d "$d" ] || continue
+  mkdir -p "$root/.site/stash/$(basename "$d")" && cp "$d"vllm.tar.xz.part-* "$root/.site/stash/$(basename "$d")/"
+done
+if [ "$phase" = stash ]; then ls -laR "$root/.site/stash"; exit 0; fi
 if [ -d "$root/$payload/wheels" ]; then  # (again) whenever the carried wheels changed: a warm machine keeps .site/
   stamp=$site/.wheels-$(ls "$root/$payload/wheels" | md5sum | cut -c1-12)
   [ -f "$stamp" ] || { python3 -m pip install -q --no-index --no-deps --no-compile --upgrade --target "$site" \
@@ -103,7 +113,11 @@ sspec=$root/.site/s$spec
 # the release's own site, then the shared wheels (where carried apart), then the datasets shim
 base=$site; [ -d "$common" ] && base=$base:$common; base=$base:$root/.site/tvshim
 if [ ! -d "$site/vllm" ]; then
-  tar -xJf "$root/$payload/vllm.tar.xz" -C "$site" || exit 3
+  if [ -f "$root/$payload/vllm.tar.xz" ]; then
+    tar -xJf "$root/$payload/vllm.tar.xz" -C "$site" || exit 3
+  else
+    cat "$root/.site/stash/$(basename "$payload")"-p*/vllm.tar.xz.part-* | tar -xJ -C "$site" || exit 3
+  fi
 fi
 if [ -f "$root/$payload-fa3/fa3.tar.xz" ] && [ ! -f "$site/vllm/vllm_flash_attn/_vllm_fa3_C.abi3.so" ]; then
   tar -xJf "$root/$payload-fa3/fa3.tar.xz" -C "$site" || exit 3
@@ -129,15 +143,18 @@ cell() {  # label pythonpath timeout [variants]
   echo "$label exit $? in $(( $(date +%s) - start ))s" >> "$res/timings.txt"
 }
 left() { echo $(( 560 - $(date +%s) + began )); }
-layer0() {  # bench/layer_id_zero.py over the release's site: eager, and compiled where LAYER0_COMPILED=1
+layer0() {  # bench/layer_id_zero.py over the release's site: eager, and compiled where LAYER0_COMPILED=1;
+  # LAYER0_MODES picks others: inproc (the engine in the bench's process), copy (that, with the repair
+  # compat/worker/aux_capture_copy.py applied)
   local mode start
-  for mode in eager ${LAYER0_COMPILED:+compiled}; do
+  for mode in ${LAYER0_MODES:-eager ${LAYER0_COMPILED:+compiled}}; do
     start=$(date +%s)
     if [ "$phase" = dry ]; then echo "would run layer0 $mode: PYTHONPATH=$base"; continue; fi
     # TRITON_F32_DEFAULT=ieee as the harness sets it for a cell (float32 attention without TF32)
     TRITON_F32_DEFAULT=ieee PYTHONPATH=$base timeout "$(( $(left) > 60 ? $(left) : 60 ))" \
       python3 bench/layer_id_zero.py --model-cache "$root/.site/models" \
       ${LAYER0_IDS:+--ids "$LAYER0_IDS"} $([ "$mode" = compiled ] && echo --compiled) \
+      $([ "$mode" = inproc ] && echo --in-process) $([ "$mode" = copy ] && echo --copy-id0) \
       --json "$res/layer0-v$release-$mode.json" > "$res/layer0-v$release-$mode.log" 2>&1
     echo "layer0-v$release-$mode exit $? in $(( $(date +%s) - start ))s" >> "$res/timings.txt"
   done
