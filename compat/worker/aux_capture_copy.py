@@ -2,7 +2,8 @@
 
 vLLM's aux capture (`EagleModelMixin._maybe_add_hidden_state`, vllm/model_executor/models/interfaces.py,
 0.23.0 - 0.26.0) appends `hidden_states` itself while there is no residual yet (id 0: the embeddings). The
-first decoder layer takes that same tensor as its residual (`residual = hidden_states`, llama.py) and the
+first decoder layer takes that same tensor as its residual (`residual = hidden_states`,
+vllm/model_executor/models/llama.py) and the
 fused add-RMSNorm updates it in place on CUDA through every layer, so id 0's slot ends as the last layer's
 output before the final norm. Appending a copy where there is no residual leaves every other id as vLLM
 captures it. Applied in the process that runs the model (the engine's worker).

@@ -81,6 +81,56 @@ def test_hybrid_recipe_keeps_its_digest():
     assert checkpoint.recipe_digest({**tiny_hybrid.RECIPE, "torch": "2.11.0"}) == "812dc660d022668f"
 
 
+def test_the_new_family_recipes_keep_their_digests():
+    """The Qwen3-MoE and Qwen2.5-VL fixtures (issue 32) are keyed like the hybrid: recipe and torch version."""
+    from compat.fixtures import checkpoint, tiny_qwen3_moe, tiny_vlm
+
+    assert checkpoint.recipe_digest({**tiny_qwen3_moe.RECIPE, "torch": "2.11.0"}) == "31f7293a3a208ce0"
+    assert checkpoint.recipe_digest({**tiny_vlm.RECIPE, "torch": "2.11.0"}) == "3243a77c0a967b9e"
+
+
+def test_fused_experts_are_written_one_per_expert_as_released_checkpoints_name_them():
+    import numpy as np
+
+    from compat.fixtures.tiny_qwen3_moe import per_expert
+
+    gate_up = np.arange(2 * 6 * 3, dtype=np.float32).reshape(2, 6, 3)  # 2 experts, 2I = 6, H = 3
+    down = np.arange(2 * 3 * 3, dtype=np.float32).reshape(2, 3, 3)  # [E, H, I]
+    dense = np.ones((3, 3), dtype=np.float32)
+    out = per_expert({"model.layers.1.mlp.experts.gate_up_proj": gate_up, "model.layers.1.mlp.experts.down_proj": down,
+                      "model.layers.0.mlp.gate_proj.weight": dense})
+    assert sorted(out) == sorted(["model.layers.0.mlp.gate_proj.weight"] + [
+        f"model.layers.1.mlp.experts.{e}.{w}.weight" for e in (0, 1) for w in ("gate_proj", "up_proj", "down_proj")])
+    assert (out["model.layers.1.mlp.experts.1.gate_proj.weight"] == gate_up[1, :3]).all()
+    assert (out["model.layers.1.mlp.experts.1.up_proj.weight"] == gate_up[1, 3:]).all()
+    assert (out["model.layers.1.mlp.experts.0.down_proj.weight"] == down[0]).all()
+    assert per_expert({"model.layers.0.mlp.gate_proj.weight": dense}).keys() == {"model.layers.0.mlp.gate_proj.weight"}
+
+
+def test_the_vision_language_fixture_writes_released_names_and_its_processors(tmp_path):
+    import json
+
+    from compat.fixtures import tiny_vlm
+
+    names = tiny_vlm.hub_names({"model.language_model.layers.0.mlp.up_proj.weight": 1, "model.visual.blocks.0.x": 2,
+                                "lm_head.weight": 3})
+    assert names == {"model.layers.0.mlp.up_proj.weight": 1, "visual.blocks.0.x": 2, "lm_head.weight": 3}
+    tiny_vlm.processor_files(tmp_path, tiny_vlm.RECIPE)
+    image = json.loads((tmp_path / "preprocessor_config.json").read_text())
+    assert (image["image_processor_type"], image["merge_size"], image["max_pixels"]) == ("Qwen2VLImageProcessor", 2,
+                                                                                         112 * 112)
+    from compat.fixtures.checkpoint import write_word_tokenizer
+
+    write_word_tokenizer(tmp_path, 512, 2048, {510: "<|image_pad|>"})
+    tokenizer = json.loads((tmp_path / "tokenizer.json").read_text())
+    assert tokenizer["model"]["vocab"]["<|image_pad|>"] == 510 and "w510" not in tokenizer["model"]["vocab"]
+    assert {"id": 510, "content": "<|image_pad|>"}.items() <= tokenizer["added_tokens"][-1].items()
+    config = tiny_vlm.hf_config()
+    assert config["image_token_id"] == 510 and "special_tokens" not in config and "seed" not in config
+    assert sum(config["text_config"]["rope_scaling"]["mrope_section"]) * 2 == (
+        config["text_config"]["hidden_size"] // config["text_config"]["num_attention_heads"])
+
+
 def test_server_prompts_are_the_token_ids_the_probes_always_sent():
     prefix = [4 + (i * 11) % 500 for i in range(140)]
     batch = [[4 + (i * 7) % 500 for i in range(8)], [9 + (i * 13) % 500 for i in range(40)],

@@ -341,5 +341,31 @@ def test_kv_cache_fp8_with_compat(variants, probe_detail):
     check_storage_precision(run, runs.ids, chosen.model, probe_detail)
 
 
+@pytest.mark.probe("layer_ids_qwen3_moe", data=True, composite=True, variant="qwen3_moe", since=2)
+def test_layer_ids_qwen3_moe(variants, probe_detail):
+    chosen, runs, run = variant_run(variants, "qwen3_moe", "raw", probe_detail)
+    check_layer_ids(run, runs.ids, chosen.model, probe_detail, dtype=chosen.dtype)
+
+
+@pytest.mark.probe("layer_ids_qwen3_moe", data=True, composite=True, variant="qwen3_moe", since=2)
+@pytest.mark.compat_mode("with_compat")
+def test_layer_ids_qwen3_moe_with_compat(variants, probe_detail):
+    chosen, runs, run = variant_run(variants, "qwen3_moe", "with_compat", probe_detail)
+    check_layer_ids(run, runs.ids, chosen.model, probe_detail, dtype=chosen.dtype)
+
+
+@pytest.mark.probe("vlm_text_layer_ids", data=True, composite=True, variant="qwen2_5_vl", since=2)
+def test_vlm_text_layer_ids(variants, probe_detail):
+    chosen, runs, run = variant_run(variants, "qwen2_5_vl", "raw", probe_detail)
+    check_layer_ids(run, runs.ids, chosen.model, probe_detail, dtype=chosen.dtype)
+
+
+@pytest.mark.probe("vlm_text_layer_ids", data=True, composite=True, variant="qwen2_5_vl", since=2)
+@pytest.mark.compat_mode("with_compat")
+def test_vlm_text_layer_ids_with_compat(variants, probe_detail):
+    chosen, runs, run = variant_run(variants, "qwen2_5_vl", "with_compat", probe_detail)
+    check_layer_ids(run, runs.ids, chosen.model, probe_detail, dtype=chosen.dtype)
+
+
 def _served_dtype(run: ModeRun, spec: CellSpec) -> str:
     return (run.variant or {}).get("dtype") or spec.dtype
