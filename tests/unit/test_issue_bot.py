@@ -44,8 +44,15 @@ def test_an_unknown_error_is_said_to_be_unknown(tmp_path):
     code, body = write_comment(EVENTS / "opened-not-known.json", tmp_path)
     assert code == 0 and body is not None
     assert "**No known breakage matches**" in body and "Known breakage." not in body
-    assert "ValidationError: 1 validation error for SpeculativeConfig" in body
+    assert "AttributeError: 'ColumnParallelLinear' object has no attribute 'input_scale'" in body
     assert "  - no known breakage matches" in body and "**`" not in body
+
+
+def test_a_vision_language_target_refused_by_speculative_config_is_known(tmp_path):
+    """vllm#39017's paste (vLLM 0.18.0, Qwen2.5-VL): the registry's vlm_text_config since 2026-12-03."""
+    code, body = write_comment(EVENTS / "opened-known-vlm.json", tmp_path)
+    assert code == 0 and body is not None
+    assert "Known breakage." in body and "`vlm_text_config`" in body, body
     assert "vLLM 0.18.0" in body
 
 
