@@ -24,14 +24,20 @@ verdict `error`. compat.harness.verdict applies this before its rule.
 from __future__ import annotations
 
 import dataclasses
-import functools
 import re
 from typing import Any, Iterable, Optional
 
 from compat.harness.matrix import DEFAULT_DTYPE, Cell
 from compat.shared import tolerances
-from compat.shared.manifest import CORE_PROBE_KEYS, PROBE_KEYS, PROBE_SET, deselected, expected_manifest
-from compat.shared.probe_catalog import ids_where, probes
+from compat.shared.manifest import (
+    CORE_PROBE_KEYS,
+    PROBE_KEYS,
+    PROBE_SET,
+    deselected,
+    expected_manifest,
+    variant_deciding,
+)
+from compat.shared.probe_catalog import ids_where
 from compat.shared.profiles import profile_for
 from compat.shared.records import SCHEMA_VERSION, finite, origin
 from compat.shared.results import NOT_SELECTED, probe_key
@@ -314,21 +320,11 @@ def fixture_of(cell: dict[str, Any], probe: dict[str, Any]) -> Optional[str]:
     the cell's settings name another model."""
     if probe.get("id") == "layer_ids_by_model":
         return str(probe.get("case"))
-    family = variant_of_key(probe_key(probe))
+    family = variant_deciding(probe_key(probe))
     if family in tolerances.REFERENCE_SCALES:
         return family
     settings: dict[str, Any] = cell["settings"] if isinstance(cell.get("settings"), dict) else {}
     return None if settings.get("model") else "llama"
-
-
-@functools.lru_cache(maxsize=None)
-def _variants_by_key() -> dict[str, str]:
-    return {key: variant for probe in probes() for key, variant in probe.variants}
-
-
-def variant_of_key(key: str) -> Optional[str]:
-    """The server-era variant a probe key decides (its marker's `variant`), None where it decides none."""
-    return _variants_by_key().get(key)
 
 
 def _data_contradiction(probe: dict[str, Any], migrated: bool) -> tuple[Optional[str], Optional[str]]:

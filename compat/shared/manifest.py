@@ -48,7 +48,12 @@ def variants_of(probe_set: int = PROBE_SET) -> tuple[str, ...]:
     return tuple(name for name, key in VARIANT_PROBE_KEYS.items() if key in keys)
 
 
+def variant_deciding(key: str) -> Optional[str]:
+    """The server-era variant this probe key decides (its marker's `variant`), None where it decides none."""
+    return next((v for v, k in VARIANT_PROBE_KEYS.items() if k == key), None)
+
+
 def deselected(key: str, variants: Optional[Iterable[str]]) -> bool:
     """Whether the spec left out the variant this probe key decides (only then may it be `not selected`)."""
-    variant = next((v for v, k in VARIANT_PROBE_KEYS.items() if k == key), None)
+    variant = variant_deciding(key)
     return variant is not None and variants is not None and variant not in set(variants)
