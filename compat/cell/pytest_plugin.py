@@ -19,6 +19,7 @@ from __future__ import annotations
 import re
 import sys
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +41,18 @@ SKIP_PREFIXES = {"n/a:": "n/a", "unsupported-on-cpu:": "unsupported-on-cpu"}
 RECORD_KEY = pytest.StashKey[dict]()
 
 
+@dataclass
+class CellProbes:
+    """This run's plugin state (config.stash): what was collected, each probe's record so far, and when the
+    first probe began (the cell's startup ends there)."""
+    collected: list[dict[str, Any]] = field(default_factory=list)
+    records: list[dict[str, Any]] = field(default_factory=list)
+    first_probe_at: float | None = None
+
+
+CELL_PROBES_KEY = pytest.StashKey[CellProbes]()
+
+
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("compat")
     group.addoption("--compat-result", default=None, help="write probe results to this JSON file")
@@ -53,14 +66,12 @@ def pytest_configure(config: pytest.Config) -> None:
                             "(compat.shared.probe_catalog)")
     config.addinivalue_line("markers", "tp(n): tensor-parallel size the probe case needs")
     config.addinivalue_line("markers", "compat_mode(mode): 'with_compat' runs fill the raw record's with_compat")
-    config._compat_records = []  # type: ignore[attr-defined]
-    config._compat_collected = []  # type: ignore[attr-defined]
-    config._compat_first_probe_at = None  # type: ignore[attr-defined]
+    config.stash[CELL_PROBES_KEY] = CellProbes()
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
     """Record what will run, so probes a crash never reached can be reported as `error`."""
-    session.config._compat_collected = [  # type: ignore[attr-defined]
+    session.config.stash[CELL_PROBES_KEY].collected = [
         {k: _record(item)[k] for k in ("id", "case", "advisory")} for item in session.items
         if not _is_with_compat(item)
     ]
@@ -174,8 +185,9 @@ def _skip_reason(report: pytest.TestReport) -> str:
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):
     started = time.monotonic()
-    if item.config._compat_first_probe_at is None:  # type: ignore[attr-defined]
-        item.config._compat_first_probe_at = time.time()  # type: ignore[attr-defined] # the harness: startup
+    state = item.config.stash[CELL_PROBES_KEY]
+    if state.first_probe_at is None:
+        state.first_probe_at = time.time()  # the harness: startup
     result = yield
     record = _record(item)
     record["seconds"] = round(time.monotonic() - started, 3)
@@ -184,7 +196,7 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):
         record["reason"] = "the probe produced no outcome"
     _lift_figures(record)
     config = item.config
-    records = config._compat_records  # type: ignore[attr-defined]
+    records = state.records
     kept = _merge_with_compat(records, record) if _is_with_compat(item) else _add_raw(records, record)
     _write(config)
     if kept is not None:
@@ -250,10 +262,9 @@ def _merge_with_compat(records: list[dict[str, Any]], adapted: dict[str, Any]) -
 def _write(config: pytest.Config) -> None:
     path = config.getoption("compat_result")
     if path:
-        write_json_atomic(Path(path), {"collected": config._compat_collected,  # type: ignore[attr-defined]
-                                       "probes": config._compat_records,  # type: ignore[attr-defined]
-                                       "first_probe_at": config._compat_first_probe_at,  # type: ignore[attr-defined]
-                                       "steps": steps.LEDGER})
+        state = config.stash[CELL_PROBES_KEY]
+        write_json_atomic(Path(path), {"collected": state.collected, "probes": state.records,
+                                       "first_probe_at": state.first_probe_at, "steps": steps.LEDGER})
 
 
 def _progress(config: pytest.Config, record: dict[str, Any]) -> None:

