@@ -54,6 +54,11 @@
 #   `spec-layer0`); .device26 (RELEASE=026 PAYLOAD=.device26 LAYER0_COMPILED=1 `layer0`).
 # PHASE `new-probes` (issue 32, 2026-12-03): the 0.9.0 server cell with the variants llama-every_layer_id and
 #   llama-fp8_kv (probes every_layer_id, kv_cache_fp8);
+# PHASE `families` (issue 32, 2026-12-03, third session): the 0.9.0 server cell with the probe-set-2 variants
+#   qwen3_moe and qwen2_5_vl (probes layer_ids_qwen3_moe, vlm_text_layer_ids; the MoE needs the payload's
+#   vllm/_moe_C*.so, so that payload keeps it), then `layer0` where LAYER0_MODES is set (LAYER0_SECONDS kept for it).
+#   From 2026-12-03 (third session) the calls carry whole payloads: published/ and reports/ (40 MB tracked) are
+#   moved out of the working tree for the calls' duration, so the tree that travels is ~4 MB.
 # PHASE `llama-spec`: the server cell with no variant x speculators $SPEC; `llama-specs`: the same for each of
 #   $SPECS in turn (the time left shared out; issue 29, 2026-12-03: SPECS="0601 0701", the module-client releases); `layer0`: bench/layer_id_zero.py
 #   (issue 32: what extract_hidden_states saves for aux id 0, offline LLM, the tiny Llama in float32) over the
@@ -173,6 +178,8 @@ case $phase in
   llama-both) cell v$release-s090-llama "$base" 280 none
               cell v$release-s$spec-llama "$sspec:$base" "$(left)" none ;;
   new-probes) cell v$release-s090-every-id-fp8 "$base" "$(left)" llama-every_layer_id,llama-fp8_kv ;;
+  families) cell v$release-s090-families "$base" $(( $(left) - ${LAYER0_SECONDS:-0} )) qwen3_moe,qwen2_5_vl
+            [ -n "${LAYER0_MODES:-}" ] && layer0 ;;
   layer0) layer0 ;;
   spec-layer0) cell v$release-s$spec-llama "$sspec:$base" $(( $(left) - ${LAYER0_SECONDS:-150} )) none
                layer0 ;;
