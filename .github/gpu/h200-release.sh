@@ -177,7 +177,7 @@ case $phase in
                done ;;
   llama-both) cell v$release-s090-llama "$base" 280 none
               cell v$release-s$spec-llama "$sspec:$base" "$(left)" none ;;
-  new-probes) cell v$release-s090-every-id-fp8 "$base" "$(left)" llama-every_layer_id,llama-fp8_kv ;;
+  new-probes) cell v$release-s090-every-id-fp8 "$base" "$(left)" ${NEW_VARIANTS:-llama-every_layer_id,llama-fp8_kv} ;;
   families) cell v$release-s090-families "$base" $(( $(left) - ${LAYER0_SECONDS:-0} )) qwen3_moe,qwen2_5_vl
             [ -n "${LAYER0_MODES:-}" ] && layer0 ;;
   layer0) layer0 ;;
