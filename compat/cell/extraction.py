@@ -229,9 +229,11 @@ def read_prepared(prepared: Path) -> list[list[int]]:
 
 
 def module_client(speculators: str, model: str, endpoint: str, prompts: Sequence[Sequence[int]],
-                  output: Path) -> None:
+                  output: Path, messages: Sequence[list[dict]] | None = None) -> None:
     """0.5-0.7: speculators.data_generation.vllm_client, as the release's offline script uses it:
-    one completion per prompt, wait for the .lock (0.6+), move the file to hs_<i>.safetensors."""
+    one completion per prompt, wait for the .lock (0.6+), move the file to hs_<i>.safetensors. With
+    `messages` (one conversation per prompt, where the client takes them: chat_client_missing), each
+    prompt goes through Chat Completions instead, and the client checks vLLM's rendering against its ids."""
     import openai
     from speculators.data_generation import vllm_client
 
@@ -239,8 +241,21 @@ def module_client(speculators: str, model: str, endpoint: str, prompts: Sequence
     takes_item = Version(speculators) >= Version("0.6")
     output.mkdir(parents=True, exist_ok=True)
     for i, ids in enumerate(prompts):
-        reply = vllm_client.generate_hidden_states(client, model, {"input_ids": list(ids)} if takes_item else list(ids))
+        item = {"input_ids": list(ids), **({"messages": messages[i]} if messages else {})}
+        reply = vllm_client.generate_hidden_states(client, model, item if takes_item else list(ids))
         path = reply[0] if isinstance(reply, tuple) else reply
         if hasattr(vllm_client, "wait_for_lock") and Path(path + ".lock").exists():
             vllm_client.wait_for_lock(path + ".lock")
         shutil.move(path, output / f"hs_{i}.safetensors")
+
+
+def chat_client_missing(speculators: str) -> str | None:
+    """Why this speculators release's client cannot send a conversation (an image), or None where it can
+    (its ClientItem has `messages`: the Chat Completions path)."""
+    from speculators.data_generation import vllm_client
+
+    item = getattr(vllm_client, "ClientItem", None)
+    if item is None or "messages" not in getattr(item, "__annotations__", {}):
+        return (f"speculators {speculators}'s client sends token ids only (no ClientItem.messages): it has no way "
+                "to send an image")
+    return None

@@ -55,25 +55,27 @@ def _takes_dtype() -> bool:
     return Version(transformers.__version__) >= Version("4.56")
 
 
-def reference_states(model, sequences: Sequence[Sequence[int]]) -> list[list[Any]]:
-    """Per sequence, the table [embeddings, after layer 0, ..., after last layer (pre-norm)]."""
+def reference_states(model, sequences: Sequence[Sequence[int]],
+                     inputs: Sequence[dict[str, Any]] | None = None) -> list[list[Any]]:
+    """Per sequence, the table [embeddings, after layer 0, ..., after last layer (pre-norm)]; `inputs`, per
+    sequence, the model's other inputs (a vision-language prompt's pixel_values and image_grid_thw)."""
     with timed(StepKind.REFERENCE, f"forward {len(sequences)} sequence(s)"):
-        return _reference_states(model, sequences)
+        return _reference_states(model, sequences, inputs or [{}] * len(sequences))
 
 
-def _reference_states(model, sequences: Sequence[Sequence[int]]) -> list[list[Any]]:
+def _reference_states(model, sequences: Sequence[Sequence[int]], inputs: Sequence[dict[str, Any]]) -> list[list[Any]]:
     import torch
 
     layers = _decoder_layers(model)
     tables = []
-    for ids in sequences:
+    for ids, extra in zip(sequences, inputs):
         captured: list[Any] = []
         # the hooks are removed before the next sequence: each one appends to this sequence's list
         hooks = [layer.register_forward_hook(lambda _m, _i, out: captured.append(  # noqa: B023
             (out[0] if isinstance(out, tuple) else out)[0].detach().clone())) for layer in layers]
         try:
             with torch.no_grad():
-                out = model(torch.tensor([list(ids)]), output_hidden_states=True)
+                out = model(torch.tensor([list(ids)]), output_hidden_states=True, **extra)
         finally:
             for hook in hooks:
                 hook.remove()

@@ -37,6 +37,8 @@ from compat.shared.records import StepKind
 PROMPTS = prompts("server")
 CASES = ("batch", "repeated", "shared_prefix")
 VARIANT_CASES = ("batch",)  # 3 prompts (8, 40, 200 tokens) sent at once; 200 spans two KV blocks
+# a vision-language variant's one prompt with an image, through the client's chat path (compat.cell.image_prompt)
+IMAGE_CASE = "image"
 PREFIX_CACHED_CASES = ("repeated", "shared_prefix")  # their prompts' first blocks are cached by then
 # What speculators' --validate-outputs says when a file has fewer rows than the prompt.
 SHORT_ROWS = re.compile(r"Sequence length of hidden states \d+ doesn't match num tokens \d+")
@@ -109,6 +111,8 @@ class ModeRun:
     model_runner: dict[str, str] | None = None  # which runner served (the server's log), None: never ready
     variant: dict[str, Any] | None = None  # a variant run's model and additions (compat.cell.server_models)
     client: str | None = None  # which speculators client drove the server
+    model_inputs: dict[str, list[dict[str, Any]]] = field(default_factory=dict)  # case -> the reference's extra inputs
+    cases_not_run: dict[str, str] = field(default_factory=dict)  # case -> why it was not sent (n/a:, error:)
 
     def summary(self) -> dict[str, Any]:
         out = {"mode": self.mode, "serve_args": self.serve_args, "flags": self.flags,
@@ -315,6 +319,9 @@ class Extraction:
         out = base / f"hs-{case}"
         run.out_dirs.append(out)
         endpoint = f"{server.url}/v1"
+        if case == IMAGE_CASE:
+            self._drive_image(run, endpoint, out)
+            return
         if extraction.has_cli(self.speculators):
             run.client = "speculators CLI: prepare-data + generate-offline-data"
             dataset = "shared_prefix" if case == "shared_prefix" else "batch"
@@ -333,6 +340,30 @@ class Extraction:
         run.files[case] = [(rows[i], out / f"hs_{i}.safetensors") for i in range(len(rows))]
         if not server.alive():
             raise extraction.ClientFailed(f"the client finished the {case} case, then the server died")
+
+
+    def _drive_image(self, run: ModeRun, endpoint: str, out: Path) -> None:
+        """The image prompt through the release's chat path (`ClientItem.messages`, the call generate-offline-data
+        makes for a multimodal row); where the client has none, the case is not sent and says why."""
+        from compat.cell import image_prompt
+
+        missing = extraction.chat_client_missing(self.speculators)
+        if missing:
+            run.cases_not_run[IMAGE_CASE] = f"n/a: {missing}"
+            return
+        try:
+            prompt = image_prompt.build(self.model)
+        except Exception as exc:  # noqa: BLE001 - our side: the image probe reads error, the others go on
+            run.cases_not_run[IMAGE_CASE] = f"error: could not build the image prompt: {type(exc).__name__}: {exc}"
+            return
+        try:
+            extraction.module_client(self.speculators, self.model, endpoint, [prompt.input_ids], out,
+                                     messages=[prompt.messages])
+        except Exception as exc:  # noqa: BLE001 - the client refused vLLM's reply (token ids, no file): the case failed
+            raise extraction.ClientFailed(f"speculators' chat client on the image prompt: {type(exc).__name__}: "
+                                          f"{str(exc)[:600]}") from exc
+        run.model_inputs[IMAGE_CASE] = [prompt.model_inputs]
+        run.files[IMAGE_CASE] = [(prompt.input_ids, out / "hs_0.safetensors")]
 
 
 def refusal_flags(run: ModeRun) -> dict[str, str]:

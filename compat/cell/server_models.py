@@ -110,6 +110,7 @@ class Variant:
     notes: dict[str, Any] = field(default_factory=dict)
     not_applicable: str | None = None  # why this build cannot serve the variant at all (the probe says n/a)
     layer_ids: list[int] | None = None  # the aux layer ids it asks for (None: the cell's, or the model's defaults)
+    extra_cases: tuple[str, ...] = ()  # cases it sends beside the batch (compat.cell.server_mode_runs)
 
     def record(self) -> dict[str, Any]:
         return {"model": self.model, "num_layers": self.num_layers, "dtype": self.dtype, "flags": self.flags,
@@ -258,13 +259,20 @@ def qwen3_moe(backend: str, cache_root: Path | None = None) -> Variant:
 
 def qwen2_5_vl(cache_root: Path | None = None) -> Variant:
     """The tiny Qwen2.5-VL (compat/fixtures/tiny_vlm.py), text-only prompts: its language model's states."""
+    from compat.cell.image_prompt import CHAT_TEMPLATE
+    from compat.cell.server_mode_runs import IMAGE_CASE
     from compat.fixtures import tiny_vlm
 
     model = str(tiny_vlm.ensure(cache_root=cache_root))
-    return Variant("qwen2_5_vl", model, num_layers(model),
+    return Variant("qwen2_5_vl", model, num_layers(model), serve_flags=["--chat-template", CHAT_TEMPLATE],
+                   flags={"--chat-template": "the image prompt's template (fixtures/tiny_vlm.json image_prompt): the "
+                                             "tiny tokenizer's own has no image part; token-id prompts never use it"},
+                   extra_cases=(IMAGE_CASE,),
                    notes={"architecture": tiny_vlm.RECIPE["architectures"][0],
+                          "image_token_id": tiny_vlm.RECIPE["image_token_id"],
                           "why": "a vision-language target (vllm#39017: extract_hidden_states with Qwen2.5-VL), "
-                                 "served as released; text-only prompts, compared with the transformers model's "
+                                 "served as released; text-only prompts, then one with an image made from a seed "
+                                 "through the client's chat path, compared with the transformers model's "
                                  "language-model hidden states"})
 
 

@@ -458,7 +458,7 @@ _ENTRIES: list[Breakage] = [
         id="aux_layer_id_zero",
         title="Aux layer id 0 comes back as the last layer's output before the final norm, not the embeddings "
               "(CUDA, eager)",
-        introduced_in="0.23.0",
+        introduced_in="0.18.0",  # the capture of id 0 appears there; measured 0.22.1-0.26.0 (docs/findings.md)
         affects=_SERVER_ERA,
         backends=("gpu",),
         probe="every_layer_id",
@@ -473,8 +473,9 @@ _ENTRIES: list[Breakage] = [
                         "last decoder layer's output before the final norm (the embeddings tensor, kept without a "
                         "copy, updated in place by the fused add-RMSNorm of every layer)",
         ),
-        fix="Ask for ids >= 1 (speculators' defaults never ask for 0), or serve compiled (without --enforce-eager: "
-            "official 0.26.0 saves the embeddings there); upstream: docs/findings.md#aux_layer_id_zero.",
+        fix="Ask for ids >= 1 (speculators' defaults never ask for 0), serve compiled (without --enforce-eager: "
+            "official 0.26.0 saves the embeddings there), or capture a copy of the embeddings "
+            "(compat/worker/aux_capture_copy.py: id 0 exact on 0.22.1); upstream: docs/findings.md#aux_layer_id_zero.",
         references=(FINDINGS + "#aux_layer_id_zero",),
     ),
     Breakage(

@@ -23,9 +23,9 @@ CORE_PROBE_KEYS = (
     "hidden_states_match_reference[tp2]", "extract_hidden_states_method", "hidden_states_connector",
     "payload_schema", "write_completion", "layer_numbering",
 )
-# The probe key each server-era variant decides (compat.cell.server_models.VARIANTS): marked
+# Each probe key a server-era variant decides (compat.cell.server_models.VARIANTS), and that variant: marked
 # @pytest.mark.probe(..., variant=...).
-VARIANT_PROBE_KEYS = variant_keys()
+VARIANT_OF_KEY = variant_keys()
 # Every key a cell reports, read from the probes' own markers (compat.shared.probe_catalog), and the
 # probe set they make (a probe marked since=N joined set N; records say theirs: `manifest.probe_set`).
 PROBE_KEYS = probe_keys()
@@ -45,12 +45,12 @@ def variants_of(probe_set: int = PROBE_SET) -> tuple[str, ...]:
     """The server-era variants a runner of this probe set served when a cell named none (every one whose probe
     key is in the set): a record that lists exactly these selected every variant of its time."""
     keys = set(probe_keys(probe_set))
-    return tuple(name for name, key in VARIANT_PROBE_KEYS.items() if key in keys)
+    return tuple(dict.fromkeys(name for key, name in VARIANT_OF_KEY.items() if key in keys))
 
 
 def variant_deciding(key: str) -> Optional[str]:
     """The server-era variant this probe key decides (its marker's `variant`), None where it decides none."""
-    return next((v for v, k in VARIANT_PROBE_KEYS.items() if k == key), None)
+    return VARIANT_OF_KEY.get(key)
 
 
 def deselected(key: str, variants: Optional[Iterable[str]]) -> bool:

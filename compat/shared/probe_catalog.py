@@ -265,14 +265,15 @@ def ids_where(option: str) -> frozenset[str]:
 
 
 def variant_keys() -> dict[str, str]:
-    """Server-era variant name -> the probe key it decides, in file order (the markers' `variant`)."""
+    """Probe key -> the server-era variant it decides, in file order (the markers' `variant`); a variant may
+    decide several keys (the VLM's text and image probes), a key one variant."""
     _agreed("variant")
     found: dict[str, str] = {}
     for probe in probes():
         for key, name in probe.variants:
-            if found.setdefault(name, key) != key:
-                raise CatalogError(f"variant {name!r} decides both {found[name]!r} and {key!r} ({probe.where}): "
-                                   f"one key per variant")
+            if found.setdefault(key, name) != name:
+                raise CatalogError(f"probe key {key!r} is decided by both variants {found[key]!r} and {name!r} "
+                                   f"({probe.where}): one variant per key")
     return found
 
 

@@ -14,7 +14,7 @@ import pytest
 from compat.harness.evidence import DATA_PROBES
 from compat.shared import probe_catalog
 from compat.shared.breakages import REFERENCE_PROBE
-from compat.shared.manifest import CORE_PROBE_KEYS, PROBE_KEYS, VARIANT_PROBE_KEYS
+from compat.shared.manifest import CORE_PROBE_KEYS, PROBE_KEYS, VARIANT_OF_KEY
 from compat.shared.results import ADVISORY_PROBES
 
 NEW_PROBE = '''
@@ -101,13 +101,13 @@ def test_the_other_facts_of_a_new_probe_are_read_from_its_marker(tmp_path, monke
     assert probe_catalog.ids_where("composite") == {"ranked"}
     assert probe_catalog.contracts() == {"plain": ("call", "vllm.config.SchedulerConfig")}
     # an unparametrized probe names its one key's variant; a parametrized one names it per case
-    assert probe_catalog.variant_keys() == {"llama-bfloat16": "plain", "hybrid": "per_model[b]"}
+    assert probe_catalog.variant_keys() == {"plain": "llama-bfloat16", "per_model[b]": "hybrid"}
     assert probe_catalog.ids_where("variant") == {"plain", "per_model"}
 
 
 def test_the_real_probes_hold_every_key_records_have_held():
     assert set(CORE_PROBE_KEYS) <= set(PROBE_KEYS), "a probe every schema-1 record holds is no longer reported"
-    assert set(VARIANT_PROBE_KEYS.values()) <= set(PROBE_KEYS), "a server-era variant decides a probe nobody runs"
+    assert set(VARIANT_OF_KEY) <= set(PROBE_KEYS), "a server-era variant decides a probe nobody runs"
     assert len(PROBE_KEYS) == len(set(PROBE_KEYS))
     assert REFERENCE_PROBE in DATA_PROBES and "worker_logging" in ADVISORY_PROBES
 

@@ -123,7 +123,7 @@ def test_the_axes_are_what_the_other_homes_re_export():
     assert (matrix.BACKENDS, matrix.DTYPES, matrix.SERVER_VARIANTS, matrix.VLLM_DIST) == \
         (axes.BACKENDS, axes.DTYPES, axes.SERVER_VARIANTS, axes.VLLM_DIST)
     assert set(axes.VLLM_DIST) == set(axes.BACKENDS) and axes.DEFAULT_BACKEND in axes.BACKENDS
-    from compat.shared.manifest import VARIANT_PROBE_KEYS
+    from compat.shared.manifest import VARIANT_OF_KEY
 
-    assert set(VARIANT_PROBE_KEYS) == set(axes.SERVER_VARIANTS)  # the probe each variant decides
+    assert set(VARIANT_OF_KEY.values()) == set(axes.SERVER_VARIANTS)  # each variant decides a probe
     assert axes.DEFAULT_DTYPE in axes.DTYPES and axes.REFERENCE_DTYPE in axes.DTYPES

@@ -14,7 +14,9 @@ from compat.shared.probe_catalog import ids_where, variant_keys
 
 VARIANT_PROBES = ids_where("variant")
 # the variant an unparametrized probe decides names its row (a per-model probe's row is its case)
-_VARIANT_OF_KEY = {key: name for name, key in variant_keys().items()}
+_VARIANT_OF_KEY = variant_keys()
+# a variant that decides several keys (the VLM's text and image probes) names each row by its probe too
+_SHARED_VARIANTS = {name for name in _VARIANT_OF_KEY.values() if list(_VARIANT_OF_KEY.values()).count(name) > 1}
 
 
 def _fmt(value: Any) -> str:
@@ -38,7 +40,8 @@ def _row(probe: dict[str, Any]) -> dict[str, Any]:
     variant = detail.get("variant") or adapted.get("variant") or {}
     mla = shown.get("mla") or variant.get("mla")
     pid = str(probe.get("id"))
-    name = probe.get("case") or _VARIANT_OF_KEY.get(pid, probe.get("id"))
+    variant_name = _VARIANT_OF_KEY.get(pid, pid)
+    name = probe.get("case") or (f"{variant_name} ({pid})" if variant_name in _SHARED_VARIANTS else variant_name)
     return {
         "model": name,
         "probe": probe.get("id"),

@@ -42,7 +42,7 @@ from compat.cell.reference import (
     tolerance_for,
     wrong_row_margins,
 )
-from compat.cell.server_mode_runs import CASES, VARIANT_CASES, Extraction, ModeRun, vllm_backend
+from compat.cell.server_mode_runs import CASES, IMAGE_CASE, VARIANT_CASES, Extraction, ModeRun, vllm_backend
 from compat.shared.cell_spec import CellSpec
 from compat.shared.observe import ContractViolation, speculators_call
 from compat.shared.results import NOT_SELECTED
@@ -68,7 +68,7 @@ class VariantRuns:
             ids = chosen.layer_ids or (self.main.ids if chosen.model == self.model_dir
                                        else extraction.layer_ids(chosen.num_layers))
             self.made[name] = (chosen, Extraction(chosen.model, self.speculators, ids, self.spec, variant=chosen,
-                                                  follows=self.main, cases=VARIANT_CASES))
+                                                  follows=self.main, cases=VARIANT_CASES + chosen.extra_cases))
         return self.made[name]
 
 
@@ -93,12 +93,12 @@ def token_ids_problem(case: str, prompt, path, saved) -> list[str]:
 
 
 def check_layer_ids(run: ModeRun, ids: list[int], model: str, probe_detail: dict,
-                    dtype: str, tolerance: Tolerance | None = None) -> None:
-    """Every file of every case: token ids equal the prompt, dtype as served, and each layer id
+                    dtype: str, tolerance: Tolerance | None = None, cases: tuple[str, ...] = CASES) -> None:
+    """Every file of every case (of `cases`): token ids equal the prompt, dtype as served, and each layer id
     equal to its reference index (within the tolerance); per id, the index it matched."""
     import torch
 
-    settle(run, probe_detail)
+    settle(run, probe_detail, cases)
     if not run.files:
         raise RuntimeError("the run wrote no files to check")
     reference = reference_for(model)
@@ -108,7 +108,7 @@ def check_layer_ids(run: ModeRun, ids: list[int], model: str, probe_detail: dict
     problems, margins = [], {}  # each row outside the rule (`files`: what the files themselves got wrong)
     rows, sequences_sent = [], 0  # every (sequence, layer id) row of every case, for the figures
     files: list[str] = []
-    for case in [c for c in CASES if c in run.files]:
+    for case in [c for c in cases if c in run.files]:
         items = run.files[case]
         tensors = [load(path) for _, path in items]
         for (prompt, path), t in zip(items, tensors):
@@ -116,7 +116,7 @@ def check_layer_ids(run: ModeRun, ids: list[int], model: str, probe_detail: dict
             if t["hidden_states"].dtype != getattr(torch, dtype):
                 files.append(f"[{case}] {path.name}: hidden_states dtype {t['hidden_states'].dtype}, served as "
                              f"{dtype}")
-        tables = reference_states(reference, [p for p, _ in items])
+        tables = reference_states(reference, [p for p, _ in items], run.model_inputs.get(case))
         result = compare([returned_layers(t) for t in tensors], tables, expected_index=ids, tolerance=tolerance)
         if rule is not None:
             result = set_aside_drift(result, [[x.to(torch.float32).cpu().numpy() for x in returned_layers(t)]
@@ -352,6 +352,32 @@ def test_layer_ids_qwen3_moe(variants, probe_detail):
 @pytest.mark.compat_mode("with_compat")
 def test_layer_ids_qwen3_moe_with_compat(variants, probe_detail):
     variant_layer_ids(variants, "qwen3_moe", "with_compat", probe_detail)
+
+
+@pytest.mark.probe("vlm_image_layer_ids", data=True, composite=True, variant="qwen2_5_vl", since=3)
+def test_vlm_image_layer_ids(variants, probe_detail):
+    vlm_image_layer_ids(variants, "raw", probe_detail)
+
+
+@pytest.mark.probe("vlm_image_layer_ids", data=True, composite=True, variant="qwen2_5_vl", since=3)
+@pytest.mark.compat_mode("with_compat")
+def test_vlm_image_layer_ids_with_compat(variants, probe_detail):
+    vlm_image_layer_ids(variants, "with_compat", probe_detail)
+
+
+def vlm_image_layer_ids(variants: VariantRuns, mode: str, probe_detail: dict) -> None:
+    """The tiny Qwen2.5-VL's image prompt (compat.cell.image_prompt) through the release's chat client: the
+    rendered token ids are the processor's, and every row (the image's tokens too) matches its reference layer."""
+    chosen, runs, run = variant_run(variants, "qwen2_5_vl", mode, probe_detail)
+    settle(run, probe_detail, (IMAGE_CASE,))
+    why = run.cases_not_run.get(IMAGE_CASE)
+    if why and why.startswith("n/a:"):
+        pytest.skip(why)
+    if IMAGE_CASE not in run.files:
+        raise RuntimeError(why or "the image case wrote no file")
+    probe_detail["image_prompt"] = {"tokens": len(run.files[IMAGE_CASE][0][0]),
+                                    "image_tokens": run.files[IMAGE_CASE][0][0].count(chosen.notes["image_token_id"])}
+    check_layer_ids(run, runs.ids, chosen.model, probe_detail, dtype=chosen.dtype, cases=(IMAGE_CASE,))
 
 
 @pytest.mark.probe("vlm_text_layer_ids", data=True, composite=True, variant="qwen2_5_vl", since=2)
