@@ -19,7 +19,17 @@ import uuid
 from pathlib import Path
 from typing import IO, Any, Callable
 
-from compat.harness.cell_envs import REPO_ROOT, CellEnv, InstallError, ensure_env, existing_env, site_packages, tail
+from compat.harness import executed
+from compat.harness.cell_envs import (
+    REPO_ROOT,
+    CellEnv,
+    InstallError,
+    ensure_env,
+    existing_env,
+    site_packages,
+    tail,
+    uv_command,
+)
 from compat.harness.classify import new_findings
 from compat.harness.matrix import Cell
 from compat.harness.recipe import Recipe
@@ -72,10 +82,11 @@ def run_settings(cell: Cell) -> dict[str, Any]:
 def run_cell(cell: Cell, recipe: Recipe | None, work_dir: Path, *, model_dir: Path, reinstall: bool = False,
              probe_timeout: int = 300, cell_timeout: int = 1200, suites: tuple[str, ...] = PROBE_SUITES,
              echo: Callable[[str], None] = print, python: Path | None = None,
-             gpu_memory_utilization: float | None = None) -> dict[str, Any]:
+             gpu_memory_utilization: float | None = None, record_executed: bool = False) -> dict[str, Any]:
     """One cell: its venv built from `recipe`, or (`python`) an interpreter the user already has,
     into which nothing is installed. Its probes get the cell spec (cell_spec) and the environment
-    variables cell_settings names."""
+    variables cell_settings names; `record_executed`: which vLLM functions ran (compat.harness.executed,
+    in a venv the harness built)."""
     record = base_record(cell)
     started = time.monotonic()
     if python is not None:
@@ -104,10 +115,18 @@ def run_cell(cell: Cell, recipe: Recipe | None, work_dir: Path, *, model_dir: Pa
     record["env"] = {k: env.info.get(k) for k in ("python", "torch", "transformers", "vllm_dist", "speculators")}
     record["env"].update({k: env.info[k] for k in ("hs_connectors", "speculators_brings") if env.info.get(k)})
     record["env_shims"] = list(env.shims)
+    recording = record_executed and env.owned
+    if recording:
+        env.seconds += executed.prepare(env.python, site_packages(env), uv_command())
+        record["settings"]["executed"] = f"recorded with {executed.COVERAGE} ({executed.SIDECAR})"
     echo(f"[compat] {cell.id}: environment ready in {env.seconds:.1f}s"
          f"{' (reused)' if env.reused else ''}; running probes")
     probes_started = time.monotonic()
-    outcome = run_probes(cell, env, work_dir, spec=spec, suites=suites, echo=echo, settings=environment)
+    outcome = run_probes(cell, env, work_dir, spec=spec, suites=suites, echo=echo,
+                         settings={**environment, **(executed.settings(work_dir) if recording else {})})
+    if recording:
+        summary = executed.collect(work_dir, env.python)
+        echo(f"[compat] {cell.id}: executed vLLM code: {summary}")
     record["seconds"]["probes"] = round(time.monotonic() - probes_started, 2)
     record["probes"] = outcome["probes"]
     record["error"] = outcome["error"]

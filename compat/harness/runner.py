@@ -157,7 +157,8 @@ def run_matrix(cells: list[Cell], index: Any, settings: Settings, model_dir: Pat
             record = run_cell(cell, recipe, work_dir, model_dir=model_dir, reinstall=settings.run.reinstall,
                               probe_timeout=settings.run.probe_timeout, cell_timeout=settings.run.cell_timeout,
                               echo=lambda line: print(line, flush=True), python=python,
-                              gpu_memory_utilization=settings.run.gpu_memory_utilization)
+                              gpu_memory_utilization=settings.run.gpu_memory_utilization,
+                              record_executed=settings.run.record_executed)
         record = with_static(record, cell, settings.run)
         write_json_atomic(settings.output.results / f"{cell.id}.json", stamp(record))
         records.append(record)

@@ -49,6 +49,7 @@ class RunOptions:
     static: bool = True  # the static contract layer beside each runtime cell (--no-static: off)
     gpu_memory_utilization: float | None = None  # None: vLLM's default
     pythons: tuple[Path, ...] = ()  # --python: existing interpreters to run in; nothing is installed
+    record_executed: bool = False  # which vLLM functions each cell ran (compat.harness.executed)
 
 
 @dataclass(frozen=True)
@@ -146,6 +147,9 @@ def parser() -> argparse.ArgumentParser:
     run.add_argument("--no-static", dest="static", action="store_false",
                      help="skip the static contract layer (compat/harness/static) beside each runtime cell "
                           "(a cell no runtime can run here still gets it: it is all there is)")
+    run.add_argument("--record-executed", action="store_true",
+                     help="record which vLLM functions each cell executed (coverage.py in every process of a "
+                          "venv the harness built; results/<cell>/executed.json.gz), for inference keyed on them")
     run.add_argument("--gpu-memory-utilization", type=_fraction, default=None, metavar="F",
                      help="fraction of each GPU one cell may take (probe engines and generators get half "
                           "each, a TP=1 and a TP=2 instance live at once); vLLM's default when not given")
@@ -168,7 +172,7 @@ def parse(argv: Sequence[str]) -> Settings:
                         variants=args.variants)
     run = RunOptions(reinstall=args.reinstall, probe_timeout=args.probe_timeout, cell_timeout=args.cell_timeout,
                      static=args.static, gpu_memory_utilization=args.gpu_memory_utilization,
-                     pythons=tuple(args.python))
+                     pythons=tuple(args.python), record_executed=args.record_executed)
     output = Output(results=args.results, reports=args.reports, store=args.store)
     if args.python:
         given = _selection_words(args) + [flag for flag, on in (("--all-vllm", args.all_vllm),

@@ -1,0 +1,83 @@
+"""Issue 30: which vLLM functions a cell ran (compat.harness.executed) and the key inference compares over them
+(compat.harness.code_key), on small sources written here."""
+
+from __future__ import annotations
+
+import textwrap
+
+from compat.harness import code_key, executed
+
+MODULE = textwrap.dedent('''
+    LIMIT = 4
+    UNUSED = 9
+
+
+    def outer(x):
+        """A docstring."""
+        def inner(y):
+            return y + LIMIT
+        return inner(x)
+
+
+    class Scheduler:
+        block_size = 16
+
+        def step(self):
+            return self.block_size
+
+
+    def never():
+        return UNUSED
+''')
+
+
+def test_executed_lines_map_to_the_innermost_function_and_module_lines(tmp_path):
+    path = tmp_path / "site-packages" / "vllm" / "core" / "sched.py"
+    path.parent.mkdir(parents=True)
+    path.write_text(MODULE)
+    lines = MODULE.splitlines()
+    at = {text.strip(): number for number, text in enumerate(lines, start=1)}
+    ran = [at["LIMIT = 4"], at["return inner(x)"], at["return y + LIMIT"], at["return self.block_size"]]
+    functions, module_lines = executed.executed_functions({str(path): ran, "/usr/lib/python3/os.py": [1]})
+    assert functions == {"vllm/core/sched.py": ["Scheduler.step", "outer", "outer.<locals>.inner"]}
+    assert module_lines == {"vllm/core/sched.py": [at["LIMIT = 4"]]}
+
+
+def test_a_def_line_alone_does_not_count_as_the_function_running(tmp_path):
+    path = tmp_path / "vllm" / "m.py"
+    path.parent.mkdir()
+    path.write_text(MODULE)
+    def_line = MODULE.splitlines().index("def never():") + 1
+    functions, _ = executed.executed_functions({str(path): [def_line]})
+    assert functions == {}
+
+
+def _key(source: str, names: dict[str, list[str]]) -> dict[str, str | None]:
+    return code_key.executed_key(lambda path: source, names)
+
+
+def test_the_key_ignores_docstrings_and_layout_and_sees_code_constants_and_class_fields():
+    ran = {"vllm/core/sched.py": ["outer", "outer.<locals>.inner", "Scheduler.step"]}
+    base = _key(MODULE, ran)
+    assert all(base.values())
+    assert code_key.differences(base, _key(MODULE.replace('"""A docstring."""', '"""Another."""'), ran)) == []
+    assert code_key.differences(base, _key(MODULE.replace("UNUSED = 9", "UNUSED = 10"), ran)) == []
+    # a nested function's code is part of the one around it
+    both = ["vllm/core/sched.py::outer", "vllm/core/sched.py::outer.<locals>.inner"]
+    assert code_key.differences(base, _key(MODULE.replace("LIMIT = 4", "LIMIT = 5"), ran)) == both
+    assert code_key.differences(base, _key(MODULE.replace("block_size = 16", "block_size = 32"), ran)) == \
+        ["vllm/core/sched.py::Scheduler.step"]
+    assert code_key.differences(base, _key(MODULE.replace("return y + LIMIT", "return y - LIMIT"), ran)) == both
+
+
+def test_a_function_or_module_absent_from_the_candidate_never_matches():
+    ran = {"vllm/core/sched.py": ["outer"]}
+    base = _key(MODULE, ran)
+    assert code_key.differences(base, _key(MODULE.replace("def outer(x)", "def renamed(x)"), ran)) == \
+        ["vllm/core/sched.py::outer"]
+
+    def absent(path):
+        raise KeyError(path)
+
+    assert code_key.differences(base, code_key.executed_key(absent, ran)) == ["vllm/core/sched.py::outer"]
+    assert code_key.differences(code_key.executed_key(absent, ran), base) == ["vllm/core/sched.py::outer"]
