@@ -94,6 +94,9 @@ EDITS = [
          "stacked_hidden_states = torch.stack(target_hidden_states, dim=1)",
          "stacked_hidden_states = torch.stack(target_hidden_states, dim=0).reshape("
          "target_hidden_states[0].shape[0], len(target_hidden_states), -1)"),
+    Edit("image_embeds_scaled", False, "a vision-language model's image embeddings scaled by 1 + 1e-2 before they "
+         "join the text (text prompts never meet it)", "model_executor/models/qwen2_5_vl.py",
+         "        return image_embeds.split(sizes)", "        return (image_embeds * 1.01).split(sizes)"),
     Edit("comment", True, "a comment added in the extraction", CONNECTOR,
          EXTRACT, f"# the rows of the request's slots, in token order\n    {EXTRACT}"),
     Edit("copied", True, "the extracted rows copied (clone) before the write", CONNECTOR,

@@ -21,6 +21,7 @@ from typing import Sequence
 from compat.shared.tracebacks import headline, root_cause, silent_death
 
 LOG_TAIL_LINES = 30
+SAVE_SECONDS = 4.0  # after SIGUSR1, for every process of a recording server to write its coverage data
 
 
 class ServerFailed(RuntimeError):
@@ -180,10 +181,18 @@ class VllmServer:
         return ServerFailed(f"{what}: {cause}" if cause else what, self.log_tail(), vllm_frame(text))
 
     def stop(self, grace: float = 15.0) -> None:
-        """SIGTERM to the process group, SIGKILL after `grace` seconds; waits for the leader."""
+        """SIGTERM to the process group, SIGKILL after `grace` seconds; waits for the leader. Where the cell records
+        the code it executes (COVERAGE_PROCESS_START: compat.harness.executed), SIGUSR1 first: every process saves
+        what it ran while it is alive (vLLM kills its engine core and workers without letting them exit)."""
         if self.process is None:
             return
         pgid = self.process.pid  # start_new_session: the group id is the leader's pid
+        if (self.env or {}).get("COVERAGE_PROCESS_START") and self.process.poll() is None:
+            try:
+                os.killpg(pgid, signal.SIGUSR1)
+                time.sleep(SAVE_SECONDS)
+            except ProcessLookupError:
+                pass
         for sig, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, 10.0)):
             try:
                 os.killpg(pgid, sig)

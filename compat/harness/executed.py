@@ -29,6 +29,13 @@ RC = "executed.coveragerc"
 DATA_DIR = "executed-data"
 SIDECAR = "executed.json.gz"
 FORMAT = 1
+# The .pth line (one line: site runs it with exec, in a function's locals, so the handler binds the instance as a
+# default argument): coverage started where COVERAGE_PROCESS_START is set, and
+# SIGUSR1 saving what it has so far. vLLM stops its engine core and workers with SIGKILL at once (shutdown
+# timeout 0), so nothing is saved at their exit: compat.cell.server.VllmServer.stop sends SIGUSR1 to the
+# server's process group first (SAVE_SIGNAL) while every process is alive.
+STARTUP = ("import coverage, signal; _compat_cov = coverage.process_startup(); "
+           "_compat_cov is not None and signal.signal(signal.SIGUSR1, lambda *_, c=_compat_cov: c.save())\n")
 
 
 def prepare(python: Path, purelib: Path, uv: list[str]) -> float:
@@ -38,7 +45,7 @@ def prepare(python: Path, purelib: Path, uv: list[str]) -> float:
     started = time.monotonic()
     if not interpreter_facts(python, ["coverage"])["importable"]["coverage"]:
         subprocess.run([*uv, "pip", "install", "--python", str(python), COVERAGE], check=True, capture_output=True)
-    (purelib / PTH).write_text("import coverage; coverage.process_startup()\n")
+    (purelib / PTH).write_text(STARTUP)
     return round(time.monotonic() - started, 2)
 
 
