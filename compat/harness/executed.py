@@ -29,13 +29,16 @@ RC = "executed.coveragerc"
 DATA_DIR = "executed-data"
 SIDECAR = "executed.json.gz"
 FORMAT = 1
-# The .pth line (one line: site runs it with exec, in a function's locals, so the handler binds the instance as a
-# default argument): coverage started where COVERAGE_PROCESS_START is set, and
-# SIGUSR1 saving what it has so far. vLLM stops its engine core and workers with SIGKILL at once (shutdown
-# timeout 0), so nothing is saved at their exit: compat.cell.server.VllmServer.stop sends SIGUSR1 to the
-# server's process group first (SAVE_SIGNAL) while every process is alive.
-STARTUP = ("import coverage, signal; _compat_cov = coverage.process_startup(); "
-           "_compat_cov is not None and signal.signal(signal.SIGUSR1, lambda *_, c=_compat_cov: c.save())\n")
+# The .pth line (one line: site runs it with exec, in a function's locals, so the handler binds what it needs as
+# default arguments): coverage started where COVERAGE_PROCESS_START is set (coverage's own a1_coverage.pth may
+# have started it already: process_startup keeps that instance), and SIGUSR1 saving what the instance collecting
+# now has (in a multiprocessing child coverage's own patch starts another one, saved only when the child's
+# bootstrap returns). vLLM kills its engine core and workers at shutdown (timeout 0), so nothing is saved at their
+# exit: compat.cell.server.VllmServer.stop sends SIGUSR1 to the server's process group first, while all live.
+STARTUP = ("import coverage, signal; _compat_cov = coverage.process_startup() or "
+           "getattr(coverage.process_startup, 'coverage', None); "
+           "_compat_cov is not None and signal.signal(signal.SIGUSR1, "
+           "lambda *_, c=_compat_cov, C=coverage.Coverage: (C.current() or c).save())\n")
 
 
 def prepare(python: Path, purelib: Path, uv: list[str]) -> float:
