@@ -1,5 +1,5 @@
-"""Which vLLM functions a runtime cell executed: coverage.py in every Python process of the cell (the probe run,
-`vllm serve`, its engine core and workers), read back as the vLLM functions whose bodies ran.
+"""Which vLLM functions a runtime cell executed: the `coverage` package in every Python process of the cell (the
+probe run, `vllm serve`, its engine core and workers), read back as the vLLM functions whose bodies ran.
 
 The cell venv gets coverage (COVERAGE) and a `.pth` file that starts it in each interpreter where
 COVERAGE_PROCESS_START names a configuration (coverage's own subprocess mechanism); the probe run is given that

