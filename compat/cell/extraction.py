@@ -229,24 +229,44 @@ def read_prepared(prepared: Path) -> list[list[int]]:
 
 
 def module_client(speculators: str, model: str, endpoint: str, prompts: Sequence[Sequence[int]],
-                  output: Path, messages: Sequence[list[dict]] | None = None) -> None:
+                  output: Path, messages: Sequence[list[dict]] | None = None, deadline: float | None = None) -> None:
     """0.5-0.7: speculators.data_generation.vllm_client, as the release's offline script uses it:
     one completion per prompt, wait for the .lock (0.6+), move the file to hs_<i>.safetensors. With
     `messages` (one conversation per prompt, where the client takes them: chat_client_missing), each
-    prompt goes through Chat Completions instead, and the client checks vLLM's rendering against its ids."""
+    prompt goes through Chat Completions instead, and the client checks vLLM's rendering against its ids.
+    `deadline`: one attempt per prompt of at most that many seconds, where the client takes the options."""
+    import inspect
+
     import openai
     from speculators.data_generation import vllm_client
 
     client = openai.Client(base_url=endpoint, api_key="EMPTY")
     takes_item = Version(speculators) >= Version("0.6")
+    generate = vllm_client.generate_hidden_states
+    options: dict[str, float] = {}
+    if deadline is not None:
+        outer = inspect.signature(generate).parameters
+        inner = inspect.signature(getattr(generate, "__wrapped__", generate)).parameters
+        options.update({"max_retries": 0} if "max_retries" in outer else {})
+        options.update({"timeout": deadline} if "timeout" in inner or "timeout" in outer else {})
     output.mkdir(parents=True, exist_ok=True)
     for i, ids in enumerate(prompts):
         item = {"input_ids": list(ids), **({"messages": messages[i]} if messages else {})}
-        reply = vllm_client.generate_hidden_states(client, model, item if takes_item else list(ids))
+        reply = generate(client, model, item if takes_item else list(ids), **options)
         path = reply[0] if isinstance(reply, tuple) else reply
         if hasattr(vllm_client, "wait_for_lock") and Path(path + ".lock").exists():
             vllm_client.wait_for_lock(path + ".lock")
         shutil.move(path, output / f"hs_{i}.safetensors")
+
+
+def client_refusals() -> tuple[type[BaseException], ...]:
+    """What the release's client raises when vLLM's reply is wrong or the request fails: its
+    InvalidResponseError, openai's API errors, a timeout. Anything else is our side."""
+    import openai
+    from speculators.data_generation import vllm_client
+
+    own = getattr(vllm_client, "InvalidResponseError", None)
+    return (openai.APIError, TimeoutError, *([own] if isinstance(own, type) else []))
 
 
 def chat_client_missing(speculators: str) -> str | None:

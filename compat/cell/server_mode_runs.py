@@ -39,6 +39,7 @@ CASES = ("batch", "repeated", "shared_prefix")
 VARIANT_CASES = ("batch",)  # 3 prompts (8, 40, 200 tokens) sent at once; 200 spans two KV blocks
 # a vision-language variant's one prompt with an image, through the client's chat path (compat.cell.image_prompt)
 IMAGE_CASE = "image"
+IMAGE_DEADLINE = 90.0  # seconds for its one request, one attempt: the probe's own time limit stays out of reach
 PREFIX_CACHED_CASES = ("repeated", "shared_prefix")  # their prompts' first blocks are cached by then
 # What speculators' --validate-outputs says when a file has fewer rows than the prompt.
 SHORT_ROWS = re.compile(r"Sequence length of hidden states \d+ doesn't match num tokens \d+")
@@ -264,9 +265,12 @@ class Extraction:
                     with timed(StepKind.CLIENT, f"{label} {case}"):
                         self._drive(run, server, case, base)
                 except extraction.ClientFailed as exc:
-                    if not server.alive():
+                    if not server.alive() and case != IMAGE_CASE:
                         raise
+                    # the image case's failure is its probe's alone: the text cases' files stand
                     run.case_failures[case] = self._violation(server, exc)
+                    if not server.alive():
+                        break
         except (extraction.ClientFailed, OSError) as exc:
             self._judge(run, server, exc)
         finally:
@@ -347,21 +351,25 @@ class Extraction:
         makes for a multimodal row); where the client has none, the case is not sent and says why."""
         from compat.cell import image_prompt
 
-        missing = extraction.chat_client_missing(self.speculators)
-        if missing:
+        try:
+            missing = extraction.chat_client_missing(self.speculators)
+            refusals = extraction.client_refusals()
+            prompt = None if missing else image_prompt.build(self.model)
+        except Exception as exc:  # noqa: BLE001 - our side: the image probe reads error, the others go on
+            run.cases_not_run[IMAGE_CASE] = f"error: could not prepare the image prompt: {type(exc).__name__}: {exc}"
+            return
+        if missing or prompt is None:
             run.cases_not_run[IMAGE_CASE] = f"n/a: {missing}"
             return
         try:
-            prompt = image_prompt.build(self.model)
-        except Exception as exc:  # noqa: BLE001 - our side: the image probe reads error, the others go on
-            run.cases_not_run[IMAGE_CASE] = f"error: could not build the image prompt: {type(exc).__name__}: {exc}"
-            return
-        try:
             extraction.module_client(self.speculators, self.model, endpoint, [prompt.input_ids], out,
-                                     messages=[prompt.messages])
-        except Exception as exc:  # noqa: BLE001 - the client refused vLLM's reply (token ids, no file): the case failed
+                                     messages=[prompt.messages], deadline=IMAGE_DEADLINE)
+        except refusals as exc:  # vLLM's reply refused (token ids, no file) or the request failed: the case failed
             raise extraction.ClientFailed(f"speculators' chat client on the image prompt: {type(exc).__name__}: "
                                           f"{str(exc)[:600]}") from exc
+        except Exception as exc:  # noqa: BLE001 - our side (the file's move, an import): error, not vLLM's fault
+            run.cases_not_run[IMAGE_CASE] = f"error: the image case failed on our side: {type(exc).__name__}: {exc}"
+            return
         run.model_inputs[IMAGE_CASE] = [prompt.model_inputs]
         run.files[IMAGE_CASE] = [(prompt.input_ids, out / "hs_0.safetensors")]
 

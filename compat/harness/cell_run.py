@@ -117,8 +117,12 @@ def run_cell(cell: Cell, recipe: Recipe | None, work_dir: Path, *, model_dir: Pa
     record["env_shims"] = list(env.shims)
     recording = record_executed and env.owned
     if recording:
-        env.seconds += executed.prepare(env.python, site_packages(env), uv_command())
-        record["settings"]["executed"] = f"recorded with {executed.COVERAGE} ({executed.SIDECAR})"
+        try:
+            env.seconds += executed.prepare(env.python, site_packages(env), uv_command())
+            record["settings"]["executed"] = f"recorded with {executed.COVERAGE} ({executed.SIDECAR})"
+        except (OSError, subprocess.CalledProcessError) as exc:  # the cell runs as it would unrecorded
+            recording = False
+            record["settings"]["executed"] = f"not recorded: could not install {executed.COVERAGE}: {exc}"
     echo(f"[compat] {cell.id}: environment ready in {env.seconds:.1f}s"
          f"{' (reused)' if env.reused else ''}; running probes")
     probes_started = time.monotonic()

@@ -3,8 +3,10 @@ every function that cell ran (compat.harness.executed's sidecar) is the same cod
 
 Per executed function, the key holds the digest of:
 - the function, normalised (compat.harness.static.fingerprint.normalised: no docstrings, comments, layout);
-- every module-level assignment it reads by name (a constant, a table, a default), and, for a method, the
-  statements of its class body that are not functions (fields, defaults, class constants);
+- every module-level statement that binds a name it reads (a constant, a table, a default, an import and its
+  alias; inside top-level if / try blocks too), every class it reads by name (bases, keywords, decorators,
+  fields, method names), and, for a method, the same of its own class;
+- every definition of its qualified name (a property's getter and setter);
 - nothing where the module or the function is absent: a key with a missing part never matches.
 
 Two releases whose keys over the same executed set are equal ran the same Python on that path. What the key
@@ -15,12 +17,14 @@ from __future__ import annotations
 
 import ast
 import hashlib
-from typing import Any, Iterable, Mapping
+from typing import Any, Iterable, Iterator, Mapping
 
 from compat.harness.static.fingerprint import _StripDocstrings
 
 BLIND = ("the compiled ops the functions call (torch.ops._C*: their schemas live in the build's .so files)",
-         "code run by C++ or by Triton kernels", "functions reached only through exec/eval")
+         "code run by C++ or by Triton kernels", "functions reached only through exec/eval",
+         "the other packages a release resolves (torch, transformers): compared apart, from the cells' records",
+         "names read as attributes of another module (`envs.X`): that module's functions are keyed where they ran")
 
 
 def _digest(text: str) -> str:
@@ -32,50 +36,72 @@ class ModuleIndex:
 
     def __init__(self, source: str):
         self.tree = _StripDocstrings().visit(ast.parse(source))
-        self.functions: dict[str, ast.AST] = {}
+        self.functions: dict[str, list[ast.AST]] = {}  # every definition of a name (a property's getter and setter)
         self.owners: dict[str, str] = {}  # a method's qualified name -> its class's
-        self.class_fields: dict[str, str] = {}
-        self.assignments: dict[str, str] = {}
-        for node in self.tree.body:
-            for name in _assigned(node):
-                self.assignments[name] = self.assignments.get(name, "") + ast.dump(node, include_attributes=False)
+        self.class_parts: dict[str, str] = {}
+        self.bindings: dict[str, str] = {}  # module-level name -> every statement that binds it
+        for node in _module_statements(self.tree.body):
+            for name in _bound(node):
+                self.bindings[name] = self.bindings.get(name, "") + ast.dump(node, include_attributes=False)
         self._walk(self.tree, "", None)
 
     def _walk(self, node: ast.AST, prefix: str, owner: str | None) -> None:
         for child in ast.iter_child_nodes(node):
             if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 name = f"{prefix}{child.name}"
-                self.functions[name] = child
+                self.functions.setdefault(name, []).append(child)
                 if owner is not None:
                     self.owners[name] = owner
                 self._walk(child, f"{name}.<locals>.", None)
             elif isinstance(child, ast.ClassDef):
                 name = f"{prefix}{child.name}"
-                fields = [s for s in child.body if not isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef,
-                                                                       ast.ClassDef))]
-                self.class_fields[name] = "".join(ast.dump(s, include_attributes=False) for s in fields) + \
-                    "".join(ast.dump(b, include_attributes=False) for b in child.bases)
+                self.class_parts[name] = _class_part(child)
                 self._walk(child, f"{name}.", name)
             else:
                 self._walk(child, prefix, owner)
 
     def key(self, qualname: str) -> str | None:
-        node = self.functions.get(qualname)
-        if node is None:
+        nodes = self.functions.get(qualname)
+        if not nodes:
             return None
-        owner_name = self.owners.get(qualname)
-        read = sorted({n.id for n in ast.walk(node) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)})
-        parts = [ast.dump(node, include_attributes=False),
-                 *(f"{name}={self.assignments[name]}" for name in read if name in self.assignments),
-                 f"class={self.class_fields.get(owner_name, '')}" if owner_name else ""]
+        owner = self.owners.get(qualname)
+        read = sorted({n.id for node in nodes for n in ast.walk(node)
+                       if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)})
+        parts = [*(ast.dump(node, include_attributes=False) for node in nodes),
+                 *(f"{name}={self.bindings[name]}" for name in read if name in self.bindings),
+                 *(f"{name}:{self.class_parts[name]}" for name in read if name in self.class_parts),
+                 f"class={self.class_parts.get(owner, '')}" if owner else ""]
         return _digest("\n".join(parts))
 
 
-def _assigned(node: ast.stmt) -> list[str]:
+def _module_statements(body: list[ast.stmt]) -> Iterator[ast.stmt]:
+    """The module's statements, those inside top-level if / try / with blocks too (a guarded import or flag)."""
+    for node in body:
+        yield node
+        if isinstance(node, (ast.If, ast.Try, ast.With)) or type(node).__name__ == "TryStar":
+            for block in ("body", "orelse", "finalbody"):
+                yield from _module_statements(getattr(node, block, []) or [])
+            for handler in getattr(node, "handlers", []) or []:
+                yield from _module_statements(handler.body)
+
+
+def _class_part(node: ast.ClassDef) -> str:
+    """What a class is besides its methods' code: bases, keywords, decorators, its other statements (fields,
+    defaults, constants) and the names of its methods (an override added or removed)."""
+    others = [s for s in node.body if not isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))]
+    methods = sorted(s.name for s in node.body if isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef)))
+    return "".join(ast.dump(x, include_attributes=False)
+                   for x in [*node.bases, *node.keywords, *node.decorator_list, *others]) + ",".join(methods)
+
+
+def _bound(node: ast.stmt) -> list[str]:
+    """The names a module-level statement binds: assignments (tuple targets too) and imports (their aliases)."""
     if isinstance(node, ast.Assign):
-        return [t.id for t in node.targets if isinstance(t, ast.Name)]
+        return [n.id for t in node.targets for n in ast.walk(t) if isinstance(n, ast.Name)]
     if isinstance(node, (ast.AnnAssign, ast.AugAssign)) and isinstance(node.target, ast.Name):
         return [node.target.id]
+    if isinstance(node, (ast.Import, ast.ImportFrom)):
+        return [(alias.asname or alias.name).split(".")[0] for alias in node.names]
     return []
 
 

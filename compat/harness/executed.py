@@ -31,14 +31,16 @@ SIDECAR = "executed.json.gz"
 FORMAT = 1
 # The .pth line (one line: site runs it with exec, in a function's locals, so the handler binds what it needs as
 # default arguments): coverage started where COVERAGE_PROCESS_START is set (coverage's own a1_coverage.pth may
-# have started it already: process_startup keeps that instance), and SIGUSR1 saving what the instance collecting
-# now has (in a multiprocessing child coverage's own patch starts another one, saved only when the child's
-# bootstrap returns). vLLM kills its engine core and workers at shutdown (timeout 0), so nothing is saved at their
-# exit: compat.cell.server.VllmServer.stop sends SIGUSR1 to the server's process group first, while all live.
+# have started it already: process_startup keeps that instance), and SIGUSR1 saving it and the instance collecting
+# now (in a multiprocessing child coverage's own patch starts another one, saved only when the child's bootstrap
+# returns; the first holds the child's start-up). vLLM kills its engine core and workers at shutdown (timeout 0),
+# so nothing is saved at their exit: compat.cell.server.VllmServer.stop sends SIGUSR1 to the server's process
+# group first, while all live.
 STARTUP = ("import coverage, signal; _compat_cov = coverage.process_startup() or "
            "getattr(coverage.process_startup, 'coverage', None); "
            "_compat_cov is not None and signal.signal(signal.SIGUSR1, "
-           "lambda *_, c=_compat_cov, C=coverage.Coverage: (C.current() or c).save())\n")
+           "lambda *_, c=_compat_cov, C=coverage.Coverage: [i.save() for i in {id(x): x for x in (c, C.current()) "
+           "if x is not None}.values()])\n")
 
 
 def prepare(python: Path, purelib: Path, uv: list[str]) -> float:
@@ -75,12 +77,15 @@ def collect(work_dir: Path, python: Path) -> dict[str, Any]:
         return {"error": out.stderr.strip()[-400:]}
     lines: dict[str, list[int]] = json.loads(out.stdout)
     functions, module_lines = executed_functions(lines)
+    # coverage warns on stderr (and exits 0) about data it could not read: fewer functions, a key too loose
+    warnings = [line for line in out.stderr.splitlines() if "arning" in line or "rror" in line][:10]
     sidecar = {"format": FORMAT, "functions": functions, "module_lines": module_lines,
-               "data_files": len(list(data.glob(".coverage*")))}
+               "data_files": len(list(data.glob(".coverage.*"))), "warnings": warnings}
     with gzip.open(work_dir / SIDECAR, "wt") as handle:
         json.dump(sidecar, handle, sort_keys=True)
     return {"functions": sum(map(len, functions.values())), "modules": len(functions),
-            "data_files": sidecar["data_files"], "seconds": round(time.monotonic() - started, 2)}
+            "data_files": sidecar["data_files"], "warnings": len(warnings),
+            "seconds": round(time.monotonic() - started, 2)}
 
 
 def executed_functions(lines: dict[str, list[int]]) -> tuple[dict[str, list[str]], dict[str, list[int]]]:

@@ -458,7 +458,7 @@ _ENTRIES: list[Breakage] = [
         id="aux_layer_id_zero",
         title="Aux layer id 0 comes back as the last layer's output before the final norm, not the embeddings "
               "(CUDA, eager)",
-        introduced_in="0.18.0",  # the capture of id 0 appears there; measured 0.22.1-0.26.0 (docs/findings.md)
+        introduced_in="0.18.0",  # the capture of id 0 appears there (read); measured 0.22.1, 0.23.0, 0.24.0, 0.26.0
         affects=_SERVER_ERA,
         backends=("gpu",),
         probe="every_layer_id",
@@ -475,7 +475,8 @@ _ENTRIES: list[Breakage] = [
         ),
         fix="Ask for ids >= 1 (speculators' defaults never ask for 0), serve compiled (without --enforce-eager: "
             "official 0.26.0 saves the embeddings there), or capture a copy of the embeddings "
-            "(compat/worker/aux_capture_copy.py: id 0 exact on 0.22.1); upstream: docs/findings.md#aux_layer_id_zero.",
+            "(compat/worker/aux_capture_copy.py: id 0 exact on 0.22.1 in one in-process run, its unpatched "
+            "in-process control not run); upstream: docs/findings.md#aux_layer_id_zero.",
         references=(FINDINGS + "#aux_layer_id_zero",),
     ),
     Breakage(

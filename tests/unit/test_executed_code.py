@@ -81,3 +81,56 @@ def test_a_function_or_module_absent_from_the_candidate_never_matches():
 
     assert code_key.differences(base, code_key.executed_key(absent, ran)) == ["vllm/core/sched.py::outer"]
     assert code_key.differences(code_key.executed_key(absent, ran), base) == ["vllm/core/sched.py::outer"]
+
+
+MODULE_2 = textwrap.dedent('''
+    from vllm.ops import fast_impl as impl
+    try:
+        import triton
+        HAS_TRITON = True
+    except ImportError:
+        HAS_TRITON = False
+    LOW, HIGH = 1, 8
+
+
+    class Mode:
+        A = 1
+        B = 2
+
+
+    @dataclass
+    class Config:
+        size: int = 4
+
+        @property
+        def doubled(self):
+            return self.size * 2
+
+        @doubled.setter
+        def doubled(self, value):
+            self.size = value // 2
+
+
+    def run(x):
+        if HAS_TRITON:
+            return impl(x, LOW, HIGH, Mode.A)
+        return x
+''')
+
+
+def test_the_key_sees_imports_guarded_flags_tuple_targets_classes_read_and_every_definition():
+    ran = {"vllm/m.py": ["run", "Config.doubled"]}
+    base = _key(MODULE_2, ran)
+    assert all(base.values())
+
+    def changed(old, new):
+        return code_key.differences(base, _key(MODULE_2.replace(old, new), ran))
+
+    assert changed("import fast_impl as impl", "import slow_impl as impl") == ["vllm/m.py::run"]
+    assert changed("HAS_TRITON = True", "HAS_TRITON = False") == ["vllm/m.py::run"]
+    assert changed("LOW, HIGH = 1, 8", "LOW, HIGH = 1, 9") == ["vllm/m.py::run"]
+    assert changed("A = 1", "A = 3") == ["vllm/m.py::run"]  # a class read by name
+    assert changed("self.size = value // 2", "self.size = value") == ["vllm/m.py::Config.doubled"]  # the setter
+    assert changed("@dataclass\n", "@dataclass(frozen=True)\n") == ["vllm/m.py::Config.doubled"]
+    assert changed("    @property", "    def extra(self):\n        return 0\n\n    @property") == \
+        ["vllm/m.py::Config.doubled"]  # a method added to the class
