@@ -36,8 +36,11 @@ from compat.harness.support import outcome_of  # noqa: E402
 RUNNABLE = ("runtime", "inferred")  # plan kinds a CPU build serves (not the resolver's, not static only)
 
 
-def row_file(results: Path, speculators: str) -> dict[str, Any]:
-    path = results / "support" / f"speculators-{speculators}.json"
+def row_file(results: Path, speculators: str, given: Path | None) -> dict[str, Any]:
+    """The row's plan: `--row FILE`, else the run's own row file, else the published one."""
+    candidates = [given] if given else [results / "support" / f"speculators-{speculators}.json",
+                                        ROOT / "published" / "results" / "support" / f"speculators-{speculators}.json"]
+    path = next(p for p in candidates if p is not None and p.is_file())
     loaded: dict[str, Any] = json.loads(path.read_text())
     return loaded
 
@@ -58,12 +61,15 @@ def main() -> None:
     parser.add_argument("--results", type=Path, required=True)
     parser.add_argument("--speculators", required=True)
     parser.add_argument("--json", type=Path, default=None)
+    parser.add_argument("--row", type=Path, default=None, help="the row file whose plan to read")
     args = parser.parse_args()
-    row = row_file(args.results, args.speculators)
+    row = row_file(args.results, args.speculators, args.row)
     plan = {p["vllm"]: p for p in row["plan"]}
-    outcomes = {c["vllm"]: outcome_of(c["verdict"]) for c in row["cells"] if c.get("provenance") == "measured"}
     cells = recorded(args.results)
-    releases = sorted((v for v, p in plan.items() if p["kind"] in RUNNABLE), key=Version)
+    # the outcomes the recorded cells themselves read (the key pairs them), beside the published ones
+    outcomes = {v: outcome_of(c["record"]["verdict"]) for v, c in cells.items()}
+    published = {c["vllm"]: outcome_of(c["verdict"]) for c in row["cells"] if c.get("provenance") == "measured"}
+    releases = sorted((v for v, p in plan.items() if p["kind"] in RUNNABLE and v in cells), key=Version)
     cache = SourceCache()
     keys: dict[tuple[str, str], dict[str, str | None]] = {}
 
@@ -86,7 +92,16 @@ def main() -> None:
         table.append({"vllm": y, "plan": plan[y]["kind"], "inferred_from": plan[y].get("inferred_from"),
                       "fingerprint": plan[y]["fingerprint"], "recorded": y in cells,
                       "functions": sum(map(len, cells[y]["functions"].values())) if y in cells else None,
-                      "executed_key_same_as": same, "outcome": outcomes.get(y)})
+                      "executed_key_same_as": same, "outcome": outcomes.get(y), "published": published.get(y)})
+    # where the module fingerprint calls two recorded releases the same, what the executed key sees differ
+    blind_spots = {}
+    for y in releases:
+        x = (plan[y].get("inferred_from") or [None, None])[0] if isinstance(plan[y].get("inferred_from"), list) \
+            else plan[y].get("inferred_from")
+        if x in cells and y in cells:
+            differing = code_key.differences(key(x, x), key(x, y))
+            blind_spots[f"{x} -> {y}"] = {"functions_differ": len(differing), "of": len(key(x, x)),
+                                          "first": differing[:8]}
     run, standing = [], {}
     for entry in table:  # in release order: a release is run unless an earlier run one has its key
         earlier = [x for x in entry["executed_key_same_as"] if x in run]
@@ -99,13 +114,17 @@ def main() -> None:
               for e in table for x in e["executed_key_same_as"]
               if e["outcome"] is not None and outcomes.get(x) is not None and Version(x) < Version(e["vllm"])]
     summary = {"speculators": args.speculators, "releases": len(releases), "recorded": len(cells),
+               "recorded_outcome_differs_from_published": {e["vllm"]: [e["outcome"], e["published"]] for e in table
+                                                           if e["recorded"] and e["outcome"] != e["published"]},
                "fingerprint_runtime": sum(1 for e in table if e["plan"] == "runtime"),
                "executed_key_runtime": len(run), "executed_key_inferred": standing,
                "checks": len(checks), "agree": sum(c["agree"] for c in checks),
-               "disagreements": [c for c in checks if not c["agree"]], "blind": list(code_key.BLIND)}
+               "disagreements": [c for c in checks if not c["agree"]],
+               "fingerprint_pairs_under_the_key": blind_spots, "blind": list(code_key.BLIND)}
     for e in table:
         print(f"{e['vllm']:>8} {e['plan']:<9} recorded={str(e['recorded']):<5} functions={e['functions']!s:<5} "
-              f"key same as {', '.join(e['executed_key_same_as']) or '-':<24} outcome {e['outcome']}")
+              f"key same as {', '.join(e['executed_key_same_as']) or '-':<24} outcome {e['outcome']} "
+              f"(published {e['published']})")
     print(json.dumps({k: v for k, v in summary.items() if k != "blind"}, indent=1))
     if args.json:
         args.json.write_text(json.dumps({"summary": summary, "table": table, "checks": checks}, indent=1) + "\n")
