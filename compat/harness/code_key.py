@@ -40,6 +40,7 @@ class ModuleIndex:
         self.owners: dict[str, str] = {}  # a method's qualified name -> its class's
         self.class_parts: dict[str, str] = {}
         self.bindings: dict[str, str] = {}  # module-level name -> every statement that binds it
+        self._keys: dict[str, str | None] = {}
         for node in _module_statements(self.tree.body):
             for name in _bound(node):
                 self.bindings[name] = self.bindings.get(name, "") + ast.dump(node, include_attributes=False)
@@ -61,6 +62,11 @@ class ModuleIndex:
                 self._walk(child, prefix, owner)
 
     def key(self, qualname: str) -> str | None:
+        if qualname not in self._keys:
+            self._keys[qualname] = self._key(qualname)
+        return self._keys[qualname]
+
+    def _key(self, qualname: str) -> str | None:
         nodes = self.functions.get(qualname)
         if not nodes:
             return None
@@ -105,16 +111,21 @@ def _bound(node: ast.stmt) -> list[str]:
     return []
 
 
-def executed_key(read_source: Any, functions: Mapping[str, Iterable[str]]) -> dict[str, str | None]:
+def executed_key(read_source: Any, functions: Mapping[str, Iterable[str]],
+                 indexes: dict[str, ModuleIndex | None] | None = None) -> dict[str, str | None]:
     """{"path::qualname": digest or None} over the executed functions, each read through `read_source(path)`
-    (a release's WheelSources.read; None or an exception: the module is absent there)."""
+    (a release's WheelSources.read; None or an exception: the module is absent there). `indexes`: the release's
+    parsed modules by path, kept between calls over the same release."""
+    indexes = {} if indexes is None else indexes
     out: dict[str, str | None] = {}
     for path, names in functions.items():
-        try:
-            source = read_source(path)
-            index = ModuleIndex(source) if source is not None else None
-        except (KeyError, OSError, SyntaxError, ValueError):
-            index = None
+        if path not in indexes:
+            try:
+                source = read_source(path)
+                indexes[path] = ModuleIndex(source) if source is not None else None
+            except (KeyError, OSError, SyntaxError, ValueError):
+                indexes[path] = None
+        index = indexes[path]
         for name in names:
             out[f"{path}::{name}"] = index.key(name) if index is not None else None
     return out
