@@ -98,8 +98,7 @@ def main() -> None:
     # where the module fingerprint calls two recorded releases the same, what the executed key sees differ
     blind_spots = {}
     for y in releases:
-        x = (plan[y].get("inferred_from") or [None, None])[0] if isinstance(plan[y].get("inferred_from"), list) \
-            else plan[y].get("inferred_from")
+        x = (plan[y].get("inferred_from") or [None])[0]  # [vllm, speculators] of the cell it stands for
         if x in cells and y in cells:
             differing = code_key.differences(key(x, x), key(x, y))
             blind_spots[f"{x} -> {y}"] = {"functions_differ": len(differing), "of": len(key(x, x)),

@@ -19,7 +19,7 @@ import ast
 import hashlib
 from typing import Any, Iterable, Iterator, Mapping
 
-from compat.harness.static.fingerprint import _StripDocstrings
+from compat.harness.static.fingerprint import StripDocstrings
 
 BLIND = ("the compiled ops the functions call (torch.ops._C*: their schemas live in the build's .so files)",
          "code run by C++ or by Triton kernels", "functions reached only through exec/eval",
@@ -35,7 +35,7 @@ class ModuleIndex:
     """One module's functions by qualified name, its module-level assignments by name, its classes' fields."""
 
     def __init__(self, source: str):
-        self.tree = _StripDocstrings().visit(ast.parse(source))
+        self.tree = StripDocstrings().visit(ast.parse(source))
         self.functions: dict[str, list[ast.AST]] = {}  # every definition of a name (a property's getter and setter)
         self.owners: dict[str, str] = {}  # a method's qualified name -> its class's
         self.class_parts: dict[str, str] = {}

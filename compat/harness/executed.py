@@ -19,11 +19,12 @@ from __future__ import annotations
 import ast
 import gzip
 import json
-import os
 import subprocess
 import time
 from pathlib import Path
 from typing import Any
+
+from compat.harness.cell_envs import checkout_on_path, interpreter_facts
 
 COVERAGE = "coverage==7.17.5"
 PTH = "compat_executed.pth"
@@ -47,8 +48,6 @@ STARTUP = ("import coverage, signal; _compat_cov = coverage.process_startup() or
 
 def prepare(python: Path, purelib: Path, uv: list[str]) -> float:
     """coverage and the start-up `.pth` in the cell venv (once); the seconds it took."""
-    from compat.harness.cell_envs import interpreter_facts
-
     started = time.monotonic()
     if not interpreter_facts(python, ["coverage"])["importable"]["coverage"]:
         subprocess.run([*uv, "pip", "install", "--python", str(python), COVERAGE], check=True, capture_output=True)
@@ -76,7 +75,7 @@ def collect(work_dir: Path, python: Path) -> dict[str, Any]:
     started = time.monotonic()
     data = work_dir / DATA_DIR
     out = subprocess.run([str(python), "-m", "compat.cell.executed_lines", str(data)], capture_output=True,
-                         text=True, env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])})
+                         text=True, env=checkout_on_path())
     if out.returncode != 0:
         return {"error": out.stderr.strip()[-400:]}
     lines: dict[str, list[int]] = json.loads(out.stdout)

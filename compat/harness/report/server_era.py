@@ -8,6 +8,7 @@ the Llama and the variants per model, the runner, bfloat16); a cell without them
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import Any
 
 from compat.shared.probe_catalog import ids_where, variant_keys
@@ -16,7 +17,7 @@ VARIANT_PROBES = ids_where("variant")
 # the variant an unparametrized probe decides names its row (a per-model probe's row is its case)
 _VARIANT_OF_KEY = variant_keys()
 # a variant that decides several keys (the VLM's text and image probes) names each row by its probe too
-_SHARED_VARIANTS = {name for name in _VARIANT_OF_KEY.values() if list(_VARIANT_OF_KEY.values()).count(name) > 1}
+_SHARED_VARIANTS = {name for name, keys in Counter(_VARIANT_OF_KEY.values()).items() if keys > 1}
 
 
 def _fmt(value: Any) -> str:

@@ -78,7 +78,7 @@ def era(speculators: str) -> str:
     return "server" if profile_for(speculators).name == "server" else "in-process"
 
 
-class _StripDocstrings(ast.NodeTransformer):
+class StripDocstrings(ast.NodeTransformer):
     def _strip(self, node: Any) -> Any:
         self.generic_visit(node)
         body = getattr(node, "body", None)
@@ -97,14 +97,14 @@ def normalised(source: str) -> str:
         tree = ast.parse(source)
     except SyntaxError:
         return source
-    return ast.dump(_StripDocstrings().visit(tree), include_attributes=False)
+    return ast.dump(StripDocstrings().visit(tree), include_attributes=False)
 
 
 def runner_path(source: str) -> str:
     """The model runner's functions on the hidden-state path, normalised, in file order (one parse;
     a function is kept by its name or by a path word among the names it uses)."""
     try:
-        tree = _StripDocstrings().visit(ast.parse(source))
+        tree = StripDocstrings().visit(ast.parse(source))
     except SyntaxError:
         return source
     kept = []
