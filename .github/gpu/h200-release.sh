@@ -59,6 +59,8 @@
 #   vllm/_moe_C*.so, so that payload keeps it), then `layer0` where LAYER0_MODES is set (LAYER0_SECONDS kept for it).
 #   From 2026-12-03 (third session) the calls carry whole payloads: published/ and reports/ (40 MB tracked) are
 #   moved out of the working tree for the calls' duration, so the tree that travels is ~4 MB.
+# PHASE `image` (issue 32, 2026-12-03, fourth session): the 0.9.0 server cell with the variant qwen2_5_vl, which
+#   now also sends the seeded image (probe vlm_image_layer_ids). Two invocations share one call with BUDGET set.
 # PHASE `llama-spec`: the server cell with no variant x speculators $SPEC; `llama-specs`: the same for each of
 #   $SPECS in turn (the time left shared out; issue 29, 2026-12-03: SPECS="0601 0701", the module-client releases); `layer0`: bench/layer_id_zero.py
 #   (issue 32: what extract_hidden_states saves for aux id 0, offline LLM, the tiny Llama in float32) over the
@@ -147,7 +149,7 @@ cell() {  # label pythonpath timeout [variants]
     --cell-timeout "$limit" --results "$res/$label/results" --reports "$res/$label/reports" > "$res/$label.runner.log" 2>&1
   echo "$label exit $? in $(( $(date +%s) - start ))s" >> "$res/timings.txt"
 }
-left() { echo $(( 560 - $(date +%s) + began )); }
+left() { echo $(( ${BUDGET:-560} - $(date +%s) + began )); }  # BUDGET: seconds this invocation may use (two in one call)
 layer0() {  # bench/layer_id_zero.py over the release's site: eager, and compiled where LAYER0_COMPILED=1;
   # LAYER0_MODES picks others: inproc (the engine in the bench's process), copy (that, with the repair
   # compat/worker/aux_capture_copy.py applied)
@@ -181,6 +183,7 @@ case $phase in
   families) cell v$release-s090-families "$base" $(( $(left) - ${LAYER0_SECONDS:-0} )) qwen3_moe,qwen2_5_vl
             [ -n "${LAYER0_MODES:-}" ] && layer0 ;;
   layer0) layer0 ;;
+  image) cell v$release-s090-vlm-image "$base" "$(left)" qwen2_5_vl ;;
   spec-layer0) cell v$release-s$spec-llama "$sspec:$base" $(( $(left) - ${LAYER0_SECONDS:-150} )) none
                layer0 ;;
   unpack) ;;
