@@ -475,8 +475,8 @@ _ENTRIES: list[Breakage] = [
         ),
         fix="Ask for ids >= 1 (speculators' defaults never ask for 0), serve compiled (without --enforce-eager: "
             "official 0.26.0 saves the embeddings there), or capture a copy of the embeddings "
-            "(compat/worker/aux_capture_copy.py: id 0 exact on 0.22.1 in one in-process run, its unpatched "
-            "in-process control not run); upstream: docs/findings.md#aux_layer_id_zero.",
+            "(compat/worker/aux_capture_copy.py: id 0 exact on 0.22.1 in one in-process run, where the same run "
+            "without it saves the last layer); upstream: docs/findings.md#aux_layer_id_zero.",
         references=(FINDINGS + "#aux_layer_id_zero",),
     ),
     Breakage(
