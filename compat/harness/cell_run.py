@@ -14,6 +14,7 @@ import shlex
 import signal
 import socket
 import subprocess
+import threading
 import time
 import uuid
 from pathlib import Path
@@ -82,11 +83,13 @@ def run_settings(cell: Cell) -> dict[str, Any]:
 def run_cell(cell: Cell, recipe: Recipe | None, work_dir: Path, *, model_dir: Path, reinstall: bool = False,
              probe_timeout: int = 300, cell_timeout: int = 1200, suites: tuple[str, ...] = PROBE_SUITES,
              echo: Callable[[str], None] = print, python: Path | None = None,
-             gpu_memory_utilization: float | None = None, record_executed: bool = False) -> dict[str, Any]:
+             gpu_memory_utilization: float | None = None, record_executed: bool = False,
+             stop: threading.Event | None = None) -> dict[str, Any]:
     """One cell: its venv built from `recipe`, or (`python`) an interpreter the user already has,
     into which nothing is installed. Its probes get the cell spec (cell_spec) and the environment
     variables cell_settings names; `record_executed`: which vLLM functions ran (compat.harness.executed,
-    in a venv the harness built)."""
+    in a venv the harness built); `stop` set: its processes are stopped and CellInterrupted raised (a run
+    that runs cells side by side was interrupted)."""
     record = base_record(cell)
     started = time.monotonic()
     if python is not None:
@@ -127,7 +130,7 @@ def run_cell(cell: Cell, recipe: Recipe | None, work_dir: Path, *, model_dir: Pa
          f"{' (reused)' if env.reused else ''}; running probes")
     probes_started = time.monotonic()
     outcome = run_probes(cell, env, work_dir, spec=spec, suites=suites, echo=echo,
-                         settings={**environment, **(executed.settings(work_dir) if recording else {})})
+                         settings={**environment, **(executed.settings(work_dir) if recording else {})}, stop=stop)
     if recording:
         summary = executed.collect(work_dir, env.python)
         echo(f"[compat] {cell.id}: executed vLLM code: {summary}")
@@ -142,7 +145,7 @@ def run_cell(cell: Cell, recipe: Recipe | None, work_dir: Path, *, model_dir: Pa
         again = run_probes(cell, env, work_dir, spec=spec, suites=suites, echo=echo, settings=environment,
                            select=[n for p in record["probes"] if probe_key(p) in doubtful
                                    for n in p.get("nodeids") or []],
-                           name="probes-rerun")
+                           name="probes-rerun", stop=stop)
         record["probes"] = merge_rerun(record["probes"], again["probes"], doubtful, again["error"])
         record["seconds"]["rerun"] = round(time.monotonic() - probes_started - record["seconds"]["probes"], 2)
     record["steps"] = cell_steps(env.seconds, "reused" if env.reused else "built", outcome,
@@ -352,7 +355,7 @@ def probe_environment(cell: Cell, spec_file: Path, token: str, settings: dict[st
 def run_probes(cell: Cell, env: CellEnv, work_dir: Path, *, spec: CellSpec, suites: tuple[str, ...],
                echo: Callable[[str], None],
                settings: dict[str, str] | None = None, select: list[str] | None = None,
-               name: str = "probes") -> dict[str, Any]:
+               name: str = "probes", stop: threading.Event | None = None) -> dict[str, Any]:
     """The probe run (pytest in the cell's interpreter), told `spec` through one file in `work_dir`;
     `select`: these test node ids only."""
     token = uuid.uuid4().hex
@@ -370,7 +373,7 @@ def run_probes(cell: Cell, env: CellEnv, work_dir: Path, *, spec: CellSpec, suit
         process = subprocess.Popen(command, cwd=REPO_ROOT, env=environment, stdout=log, stderr=subprocess.PIPE,
                                    start_new_session=True)
         try:
-            error = _relay(process, log, echo, deadline=time.monotonic() + spec.cell_timeout)
+            error = _relay(process, log, echo, deadline=time.monotonic() + spec.cell_timeout, stop=stop)
         finally:
             killed = kill_cell_processes(process, token)
             if killed:
@@ -386,8 +389,14 @@ def run_probes(cell: Cell, env: CellEnv, work_dir: Path, *, spec: CellSpec, suit
             "first_probe_at": written.get("first_probe_at"), "steps": written.get("steps") or []}
 
 
-def _relay(process: subprocess.Popen[bytes], log: IO[str], echo: Callable[[str], None], deadline: float) -> str | None:
-    """Copy the probe process's stderr into the log, echoing our progress lines; enforce the deadline.
+class CellInterrupted(Exception):
+    """The run stopped this cell before it finished (`stop` set): it has no record."""
+
+
+def _relay(process: subprocess.Popen[bytes], log: IO[str], echo: Callable[[str], None], deadline: float,
+           stop: threading.Event | None = None) -> str | None:
+    """Copy the probe process's stderr into the log, echoing our progress lines; enforce the deadline;
+    raise CellInterrupted once `stop` is set (within 5 s).
 
     Reads whatever bytes are there (os.read on the descriptor), never a whole line: a process that
     stops mid-line must not hold us past the deadline, nor skip the cleanup that follows.
@@ -402,6 +411,8 @@ def _relay(process: subprocess.Popen[bytes], log: IO[str], echo: Callable[[str],
     lines = LineSplitter(log, echo)
     try:
         while True:
+            if stop is not None and stop.is_set():
+                raise CellInterrupted("the run was interrupted")
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 return "timeout: the cell's probes did not finish within the cell time limit"

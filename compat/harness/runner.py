@@ -1,4 +1,5 @@
-"""`python -m compat run`: the matrix, one cell after another, each result kept as it finishes
+"""`python -m compat run`: the matrix, one cell after another (or `--jobs N` at a time), each result kept as it
+finishes
 (the settings read once by compat.harness.settings, handed over by compat.harness.run_command).
 
 Every finished cell is written to results/<cell>.json at once (atomically), so a failing or
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 import signal
 import sys
+import threading
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -135,35 +137,99 @@ def resolve_model(path: Path | None) -> Path:
 def run_matrix(cells: list[Cell], index: Any, settings: Settings, model_dir: Path,
                pythons: dict[Cell, Path] | None = None,
                prior: list[dict[str, Any]] | None = None) -> list[dict[str, Any]]:
-    """Runs the cells one after another; each finished record is written to results/ and appended
-    to `prior` (returned), so what finished survives an interruption."""
-    from compat.harness.cell_run import base_record, run_cell
-
+    """Runs the cells, one after another or `settings.run.jobs` at a time; each finished record is written to
+    results/ and appended to `prior` (returned), so what finished survives an interruption. At the end the
+    records stand in the cells' order."""
     records: list[dict[str, Any]] = prior if prior is not None else []
     started = time.monotonic()
     print(f"[compat] {len(cells)} cell(s): {', '.join(c.id for c in cells)}", flush=True)
-    for number, cell in enumerate(cells, 1):
-        print(f"[compat] cell {number}/{len(cells)}: {cell.id}", flush=True)
-        work_dir = settings.output.results / cell.id
-        work_dir.mkdir(parents=True, exist_ok=True)
-        python = (pythons or {}).get(cell)
-        try:
-            recipe = None if python else derive_recipe(cell, index)
-        except (RecipeError, PackageIndexError) as exc:
-            record = base_record(cell)
-            record.update(verdict="install-error", error=f"no install recipe: {exc}")
-            print(f"[compat] {cell.id}: install-error: {exc}", flush=True)
-        else:
-            record = run_cell(cell, recipe, work_dir, model_dir=model_dir, reinstall=settings.run.reinstall,
-                              probe_timeout=settings.run.probe_timeout, cell_timeout=settings.run.cell_timeout,
-                              echo=lambda line: print(line, flush=True), python=python,
-                              gpu_memory_utilization=settings.run.gpu_memory_utilization,
-                              record_executed=settings.run.record_executed)
-        record = with_static(record, cell, settings.run)
-        write_json_atomic(settings.output.results / f"{cell.id}.json", stamp(record))
-        records.append(record)
+    lock = threading.Lock()
+
+    def echo(line: str) -> None:
+        with lock:
+            print(line, flush=True)
+
+    def one(number: int, cell: Cell, stop: threading.Event | None = None) -> dict[str, Any]:
+        echo(f"[compat] cell {number}/{len(cells)}: {cell.id}")
+        record = _run_one(cell, index, settings, model_dir, (pythons or {}).get(cell), echo, stop)
+        with lock:
+            records.append(record)
+        return record
+
+    first = len(records)
+    lanes = concurrent_lanes(cells, settings.run.jobs, pythons or {})
+    if len(lanes) == 1 or settings.run.jobs == 1:
+        for number, cell in enumerate(cells, 1):
+            one(number, cell)
+    else:
+        _run_lanes(lanes, settings.run.jobs, {cell.id: number for number, cell in enumerate(cells, 1)}, one)
+    order = {cell.id: n for n, cell in enumerate(cells)}
+    records[first:] = sorted(records[first:], key=lambda r: order.get(r.get("id", ""), len(order)))
     print(f"[compat] matrix done in {time.monotonic() - started:.0f}s", flush=True)
     return records
+
+
+def concurrent_lanes(cells: list[Cell], jobs: int, pythons: dict[Cell, Path]) -> list[list[Cell]]:
+    """The cells in lanes that may run side by side: cells sharing an environment (one venv, or one existing
+    interpreter, whose GPU they would also share) run one after another in one lane."""
+    if jobs <= 1:
+        return [list(cells)]
+    lanes: dict[str, list[Cell]] = {}
+    for cell in cells:
+        key = str(pythons[cell]) if cell in pythons else cell.environment_cell.id
+        lanes.setdefault(key, []).append(cell)
+    return list(lanes.values())
+
+
+def _run_lanes(lanes: list[list[Cell]], jobs: int, numbers: dict[str, int],
+               one: Callable[[int, Cell, threading.Event], dict[str, Any]]) -> None:
+    """`jobs` lanes at a time, longest first. Interrupted (Ctrl-C, SIGTERM's SystemExit): every running cell's
+    processes are stopped (CellInterrupted, no record), then the interruption goes on."""
+    from concurrent.futures import ThreadPoolExecutor, wait
+
+    stop = threading.Event()
+
+    def lane(cells: list[Cell]) -> None:
+        for cell in cells:
+            if stop.is_set():
+                return
+            one(numbers[cell.id], cell, stop)
+
+    pool = ThreadPoolExecutor(max_workers=jobs, thread_name_prefix="cell-lane")
+    futures = [pool.submit(lane, cells) for cells in sorted(lanes, key=len, reverse=True)]
+    try:
+        wait(futures)
+    except BaseException:
+        stop.set()
+        pool.shutdown(wait=True, cancel_futures=True)
+        raise
+    pool.shutdown(wait=True)
+    for future in futures:
+        future.result()  # a lane's own failure (not an interruption) surfaces here
+
+
+def _run_one(cell: Cell, index: Any, settings: Settings, model_dir: Path, python: Path | None,
+             echo: Callable[[str], None], stop: threading.Event | None) -> dict[str, Any]:
+    """One cell's record, written to results/<cell>.json."""
+    from compat.harness.cell_run import base_record, run_cell
+
+    work_dir = settings.output.results / cell.id
+    work_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        recipe = None if python else derive_recipe(cell, index)
+    except (RecipeError, PackageIndexError) as exc:
+        record = base_record(cell)
+        record.update(verdict="install-error", error=f"no install recipe: {exc}")
+        echo(f"[compat] {cell.id}: install-error: {exc}")
+    else:
+        record = run_cell(cell, recipe, work_dir, model_dir=model_dir, reinstall=settings.run.reinstall,
+                          probe_timeout=settings.run.probe_timeout, cell_timeout=settings.run.cell_timeout,
+                          echo=echo, python=python,
+                          gpu_memory_utilization=settings.run.gpu_memory_utilization,
+                          record_executed=settings.run.record_executed, stop=stop)
+    record = with_static(record, cell, settings.run)
+    write_json_atomic(settings.output.results / f"{cell.id}.json", stamp(record))
+    return record
 
 
 def run_and_report(output: Output, run: Callable[[list[dict[str, Any]]], Any]) -> int:

@@ -50,6 +50,7 @@ class RunOptions:
     gpu_memory_utilization: float | None = None  # None: vLLM's default
     pythons: tuple[Path, ...] = ()  # --python: existing interpreters to run in; nothing is installed
     record_executed: bool = False  # which vLLM functions each cell ran (compat.harness.executed)
+    jobs: int = 1  # cells run side by side (cells sharing a venv or an interpreter still one after another)
 
 
 @dataclass(frozen=True)
@@ -150,6 +151,9 @@ def parser() -> argparse.ArgumentParser:
     run.add_argument("--record-executed", action="store_true",
                      help="record which vLLM functions each cell executed (the `coverage` package in every process "
                           "of a venv the harness built; results/<cell>/executed.json.gz), for inference keyed on them")
+    run.add_argument("--jobs", type=_jobs, default=1, metavar="N",
+                     help="run N cells side by side (default 1); cells that share a venv or an --python "
+                          "interpreter still run one after another. Each cell's times then include the others' load")
     run.add_argument("--gpu-memory-utilization", type=_fraction, default=None, metavar="F",
                      help="fraction of each GPU one cell may take (probe engines and generators get half "
                           "each, a TP=1 and a TP=2 instance live at once); vLLM's default when not given")
@@ -172,7 +176,7 @@ def parse(argv: Sequence[str]) -> Settings:
                         variants=args.variants)
     run = RunOptions(reinstall=args.reinstall, probe_timeout=args.probe_timeout, cell_timeout=args.cell_timeout,
                      static=args.static, gpu_memory_utilization=args.gpu_memory_utilization,
-                     pythons=tuple(args.python), record_executed=args.record_executed)
+                     pythons=tuple(args.python), record_executed=args.record_executed, jobs=args.jobs)
     output = Output(results=args.results, reports=args.reports, store=args.store)
     if args.python:
         given = _selection_words(args) + [flag for flag, on in (("--all-vllm", args.all_vllm),
@@ -254,4 +258,14 @@ def _fraction(text: str) -> float:
         value = -1.0
     if not 0 < value <= 1:
         raise argparse.ArgumentTypeError(f"{text!r} is not a fraction in (0, 1], e.g. 0.4")
+    return value
+
+
+def _jobs(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if not 1 <= value <= 16:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of cells to run side by side, 1 to 16")
     return value

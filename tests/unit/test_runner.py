@@ -298,3 +298,96 @@ def test_a_cells_steps_are_ordered_by_start_and_other_counts_overlap_once():
     assert cell_steps(1.0, "built", {"probes": {}}, probes=9.0, rerun=2.0)[-2:] == [
         {"step": "other", "what": "imports, static probes and fixtures: in no step above", "seconds": 9.0},
         {"step": "rerun", "what": "the probes of a NEW finding run again alone", "seconds": 2.0}]
+
+
+def jobs_options(tmp_path, jobs):
+    return settings.parse(["--results", str(tmp_path / "results"), "--reports", str(tmp_path / "reports"),
+                           "--jobs", str(jobs)])
+
+
+def test_cells_run_side_by_side_and_the_records_keep_the_cells_order(tmp_path, monkeypatch):
+    import threading
+    import time
+
+    running, most, lock = set(), [0], threading.Lock()
+
+    def slow(cell, *args, stop=None, **kwargs):
+        with lock:
+            running.add(cell.id)
+            most[0] = max(most[0], len(running))
+        time.sleep(0.3 if cell is CELLS[0] else 0.05)  # the first cell finishes last
+        with lock:
+            running.discard(cell.id)
+        return finished(cell)
+
+    monkeypatch.setattr(runner, "derive_recipe", lambda cell, index: RECIPE)
+    monkeypatch.setattr(cell_run, "run_cell", slow)
+    records = runner.run_matrix(CELLS, None, jobs_options(tmp_path, 2), tmp_path, prior=[])
+    assert most[0] == 2
+    assert [r["id"] for r in records] == [c.id for c in CELLS]
+    assert sorted(p.name for p in (tmp_path / "results").glob("*.json")) == sorted(f"{c.id}.json" for c in CELLS)
+
+
+def test_cells_that_share_a_venv_run_one_after_another(tmp_path, monkeypatch):
+    import threading
+    import time
+
+    server_era = Cell("0.32.0", "0.9.0")
+    same_venv = [dataclasses.replace(server_era, variants=("hybrid",)), dataclasses.replace(server_era, variants=())]
+    assert same_venv[0].id != same_venv[1].id
+    assert same_venv[0].environment_cell.id == same_venv[1].environment_cell.id
+    cells = [*same_venv, CELLS[0]]
+    lanes = runner.concurrent_lanes(cells, 3, {})
+    assert sorted(map(len, lanes)) == [1, 2]
+    inside, overlapped, lock = [0], [], threading.Lock()
+
+    def run(cell, *args, stop=None, **kwargs):
+        shared = cell.environment_cell.id == same_venv[0].environment_cell.id
+        with lock:
+            if shared:
+                inside[0] += 1
+                overlapped.append(inside[0] > 1)
+        time.sleep(0.1)
+        with lock:
+            if shared:
+                inside[0] -= 1
+        return finished(cell)
+
+    monkeypatch.setattr(runner, "derive_recipe", lambda cell, index: RECIPE)
+    monkeypatch.setattr(cell_run, "run_cell", run)
+    runner.run_matrix(cells, None, jobs_options(tmp_path, 3), tmp_path, prior=[])
+    assert overlapped == [False, False]
+    # one existing interpreter (and its GPU) is one lane too
+    python = tmp_path / "python"
+    assert len(runner.concurrent_lanes(CELLS, 3, {c: python for c in CELLS})) == 1
+
+
+def test_an_interrupted_side_by_side_run_stops_every_running_cell_and_keeps_the_finished(tmp_path, monkeypatch):
+    import os
+    import signal
+    import threading
+
+    stopped = []
+
+    def run(cell, *args, stop=None, **kwargs):
+        if cell is CELLS[0]:
+            return finished(cell)
+        threading.Timer(0.3, os.kill, (os.getpid(), signal.SIGINT)).start() if cell is CELLS[1] else None
+        assert stop is not None and stop.wait(10), "the cell was never told to stop"
+        stopped.append(cell.id)
+        raise cell_run.CellInterrupted("the run was interrupted")
+
+    monkeypatch.setattr(runner, "derive_recipe", lambda cell, index: RECIPE)
+    monkeypatch.setattr(cell_run, "run_cell", run)
+    kept: list = []
+    with pytest.raises(KeyboardInterrupt):
+        runner.run_matrix(CELLS, None, jobs_options(tmp_path, 3), tmp_path, prior=kept)
+    assert sorted(stopped) == sorted(c.id for c in CELLS[1:])
+    assert [r["id"] for r in kept] == [CELLS[0].id]
+    assert [p.name for p in (tmp_path / "results").glob("*.json")] == [f"{CELLS[0].id}.json"]
+
+
+@pytest.mark.parametrize("value", ["0", "17", "two"])
+def test_jobs_out_of_range_is_refused_naming_the_value(value):
+    with pytest.raises(MatrixError, match=f"--jobs: {value!r} is not a number of cells to run side by side, 1 to 16"):
+        settings.parse(["--jobs", value])
