@@ -10,7 +10,13 @@ norm) and with the last layer's output before the final norm (`pre_norm_L`, what
 Prints, per requested id, which reference the slot matches (smallest max abs error over the three
 prompts) and the max abs error to the reference the id names (hidden_states[id], pre_norm_L for id L).
 
-    PYTHONPATH=. python bench/layer_id_zero.py [--ids 0,1,3,5] [--compiled] [--in-process] [--copy-id0] [--json F]
+    PYTHONPATH=. python bench/layer_id_zero.py [--family llama|deepseek_v3|qwen3_moe] [--ids 0,1,3,5 | --ids all]
+        [--compiled] [--in-process] [--copy-id0] [--json F]
+
+--family picks another tiny target of the server-era variants (compat/fixtures/): DeepseekV3 (Kimi's layer
+structure; its small-latent recipe, MLA off: VLLM_MLA_DISABLE=1, which leaves the decoder layers' residual and
+norms as they are) or Qwen3-MoE, each in float32; `--ids all` asks 0 to the last layer at once. Run it once per id
+(`--ids 3`) to see an id alone.
 
 --copy-id0 applies the repair (compat/worker/aux_capture_copy.py) in this process and runs the engine here
 (`--in-process`), so the model runs where the patch is; `--in-process` alone is its control.
@@ -37,12 +43,34 @@ from compat.cell.server_mode_runs import PROMPTS  # noqa: E402 - the repository 
 from compat.fixtures import tiny_llama  # noqa: E402
 
 RECORDED_ENV = ("TRITON_F32_DEFAULT", "VLLM_USE_FLASHINFER_SAMPLER", "VLLM_WORKER_MULTIPROC_METHOD",
-                "VLLM_ENABLE_V1_MULTIPROCESSING")
+                "VLLM_ENABLE_V1_MULTIPROCESSING", "VLLM_MLA_DISABLE", "VLLM_CPU_KVCACHE_SPACE")
+
+
+def _deepseek_v3(cache: Path | None) -> Path:
+    from compat.fixtures import tiny_deepseek
+
+    os.environ["VLLM_MLA_DISABLE"] = "1"  # the small-latent recipe: no MLA backend takes it on either backend
+    return tiny_deepseek.ensure(cache_root=cache, recipe=tiny_deepseek.RECIPE)
+
+
+def _qwen3_moe(cache: Path | None) -> Path:
+    from compat.fixtures import tiny_qwen3_moe
+
+    return tiny_qwen3_moe.ensure(cache_root=cache)
+
+
+# family -> (build the tiny model, engine arguments it needs)
+FAMILIES = {
+    "llama": (lambda cache: tiny_llama.ensure(cache), {}),
+    "deepseek_v3": (_deepseek_v3, {"trust_remote_code": True}),
+    "qwen3_moe": (_qwen3_moe, {}),
+}
 
 
 def parse_args(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--ids", default="0,1,3,5", help="aux hidden-state layer ids, comma separated")
+    parser.add_argument("--ids", default="0,1,3,5", help="aux hidden-state layer ids, comma separated, or `all`")
+    parser.add_argument("--family", choices=sorted(FAMILIES), default="llama", help="the tiny target (float32)")
     parser.add_argument("--compiled", action="store_true",
                         help="let vLLM compile (torch.compile, CUDA graphs) instead of --enforce-eager as the probes")
     parser.add_argument("--model-cache", type=Path, default=None, help="where the tiny Llama is built")
@@ -68,7 +96,7 @@ def engine_kwargs(model: str, ids: list[int], storage: Path, args: argparse.Name
     kwargs = dict(model=model, dtype="float32", max_model_len=256, enforce_eager=not args.compiled,
                   speculative_config={"method": "extract_hidden_states", "num_speculative_tokens": 1,
                                       "draft_model_config": {"hf_config": {"eagle_aux_hidden_state_layer_ids": ids}}},
-                  kv_transfer_config=transfer)
+                  kv_transfer_config=transfer, **FAMILIES[args.family][1])
     if cuda:
         kwargs["gpu_memory_utilization"] = args.gpu_memory_utilization
     if Version(Version(vllm_version).base_version) < Version("0.24"):
@@ -184,10 +212,17 @@ def main(argv=None) -> int:
         if not adapter["applied"]:
             print(f"vLLM {importlib.metadata.version('vllm')} has no EagleModelMixin._maybe_add_hidden_state to patch: "
                   "the adapter does not apply", file=sys.stderr)
-    ids = [int(i) for i in args.ids.split(",")]
     prompts = [list(p) for p in PROMPTS["batch"]]
-    model = str(tiny_llama.ensure(args.model_cache))
+    model = str(FAMILIES[args.family][0](args.model_cache))
+    if args.ids == "all":
+        from compat.cell.server_models import num_layers as layers_of
+
+        ids = list(range(layers_of(model) + 1))
+    else:
+        ids = [int(i) for i in args.ids.split(",")]
     cuda = torch.cuda.is_available()
+    if not cuda:  # as the CPU cells' servers run (compat/cell/server_mode_runs.py): 1 GiB of KV cache
+        os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
     vllm_version = importlib.metadata.version("vllm")
     storage = args.storage or Path(tempfile.mkdtemp(prefix="layer-id-zero-"))
     started = time.monotonic()
@@ -197,7 +232,7 @@ def main(argv=None) -> int:
     report = {
         "vllm": vllm_version, "torch": torch.__version__, "transformers": importlib.metadata.version("transformers"),
         "backend": "cuda" if cuda else "cpu", "device": torch.cuda.get_device_name(0) if cuda else "cpu",
-        "mode": "compiled" if args.compiled else "enforce_eager", "ids": ids, "adapter": adapter,
+        "family": args.family, "mode": "compiled" if args.compiled else "enforce_eager", "ids": ids, "adapter": adapter,
         "in_process": os.environ.get("VLLM_ENABLE_V1_MULTIPROCESSING") == "0",
         "prompts": [len(p) for p in prompts], "num_layers": num_layers,
         "settings": settings, "seconds": round(time.monotonic() - started, 1),
@@ -205,7 +240,8 @@ def main(argv=None) -> int:
         "rows": rows,
     }
     print(f"vLLM {vllm_version} ({report['backend']}: {report['device']}, {report['mode']}), "
-          f"torch {torch.__version__}, tiny Llama float32, {num_layers} layers, prompts {report['prompts']}, ids {ids}"
+          f"torch {torch.__version__}, tiny {args.family} float32, {num_layers} layers, "
+          f"prompts {report['prompts']}, ids {ids}"
           + (", in process" if report["in_process"] else "") + (f", adapter {adapter}" if adapter else ""))
     for row in rows:
         verdict = "as named" if row["matches"] == row["names"] else f"NOT {row['names']}"

@@ -61,6 +61,8 @@
 #   moved out of the working tree for the calls' duration, so the tree that travels is ~4 MB.
 # PHASE `image` (issue 32, 2026-12-03, fourth session): the 0.9.0 server cell with the variant qwen2_5_vl, which
 #   now also sends the seeded image (probe vlm_image_layer_ids). Two invocations share one call with BUDGET set.
+# PHASE `id-families` (issue 32, fourth session): bench/layer_id_zero.py with every id at once (`--ids all`) for each
+#   of ID_FAMILIES (default deepseek_v3 qwen3_moe), then the tiny Llama with each of ID_EACH alone (e.g. "0 3 6").
 # PHASE `llama-spec`: the server cell with no variant x speculators $SPEC; `llama-specs`: the same for each of
 #   $SPECS in turn (the time left shared out; issue 29, 2026-12-03: SPECS="0601 0701", the module-client releases); `layer0`: bench/layer_id_zero.py
 #   (issue 32: what extract_hidden_states saves for aux id 0, offline LLM, the tiny Llama in float32) over the
@@ -166,7 +168,17 @@ layer0() {  # bench/layer_id_zero.py over the release's site: eager, and compile
     echo "layer0-v$release-$mode exit $? in $(( $(date +%s) - start ))s" >> "$res/timings.txt"
   done
 }
+idbench() {  # family ids label: bench/layer_id_zero.py once, eager, the engine in its own process
+  local start; start=$(date +%s)
+  if [ "$phase" = dry ]; then echo "would run idbench $1 $2"; return; fi
+  TRITON_F32_DEFAULT=ieee PYTHONPATH=$base timeout "$(( $(left) > 60 ? $(left) : 60 ))" \
+    python3 bench/layer_id_zero.py --model-cache "$root/.site/models" --family "$1" --ids "$2" \
+    --json "$res/id-v$release-$3.json" > "$res/id-v$release-$3.log" 2>&1
+  echo "id-v$release-$3 exit $? in $(( $(date +%s) - start ))s" >> "$res/timings.txt"
+}
 case $phase in
+  id-families) for family in ${ID_FAMILIES:-deepseek_v3 qwen3_moe}; do idbench "$family" all "$family-all"; done
+               for one in ${ID_EACH:-}; do idbench llama "$one" "llama-$one-alone"; done ;;
   mla) cell v$release-s090-mla-bf16 "$base" "$(left)" deepseek_v3,llama-bfloat16 ;;
   rest) cell v$release-s090-v2-hybrid "$base" 350 hybrid,llama-runner_v2
         cell v$release-s0401-inprocess "$s0401:$site" "$(left)" ;;
