@@ -28,6 +28,9 @@
   MoE family's own capture and numbering (issue 32).
 - `qwen2_5_vl`: the tiny Qwen2.5-VL (vision tower + Qwen2 language model), text-only prompts: a vision-language
   target's language-model states (issue 32; vllm#39017).
+- `deepseek_v3-every_layer_id`: the tiny DeepseekV3 (Kimi's layer structure) asked for every aux layer id at once,
+  0 to the last (issue 32: vLLM's DeepseekV2Model adds the residual to the hidden states for an aux id, and before
+  the first layer there is no residual yet).
 - `llama-fp8_kv`: the tiny Llama with `--kv-cache-dtype fp8`, where the build serves it: the hidden
   states travel through the KV cache, so they may be stored at 8 bits (silent precision loss) unless
   vLLM keeps the extraction layer's cache at the model dtype (ExtractHiddenStatesModel, later releases).
@@ -42,7 +45,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -154,6 +157,11 @@ def _variant(name: str, llama: str, backend: str, cache_root: Path | None) -> Va
                                      "layer of a file) or at the model dtype"})
     if name == "qwen3_moe":
         return qwen3_moe(backend, cache_root)
+    if name == "deepseek_v3-every_layer_id":
+        base = deepseek_v3(backend, cache_root)
+        return replace(base, name=name, layer_ids=list(range(base.num_layers + 1)),
+                       notes={**base.notes, "why": "every aux layer id at once, 0 (the embeddings) to the last layer, "
+                                                   "on Kimi's layer structure: each must come back as its own layer"})
     if name == "qwen2_5_vl":
         return qwen2_5_vl(cache_root)
     raise ValueError(f"unknown server-era variant {name!r}; expected one of {VARIANTS}")

