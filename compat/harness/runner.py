@@ -181,9 +181,22 @@ def concurrent_lanes(cells: list[Cell], jobs: int, pythons: dict[Cell, Path]) ->
     return list(lanes.values())
 
 
+def expected_starts(cell: Cell) -> int:
+    """A cell's cost counted in engine starts, which dominate it (bench/RESULTS.md, "Where a cell's time goes"): an
+    in-process cell starts two engines (TP=1, TP=2), a server cell one `vllm serve` and one per variant it serves."""
+    variants = cell.variants_selected
+    return 2 if variants is None else 1 + len(variants)
+
+
+def costliest_first(lanes: list[list[Cell]]) -> list[list[Cell]]:
+    """The lanes by expected engine starts, the costliest first (ties keep the matrix's order), so the short ones
+    fill in around the long ones at the end."""
+    return sorted(lanes, key=lambda cells: sum(map(expected_starts, cells)), reverse=True)
+
+
 def _run_lanes(lanes: list[list[Cell]], jobs: int, numbers: dict[str, int],
                one: Callable[[int, Cell, threading.Event], dict[str, Any]]) -> None:
-    """`jobs` lanes at a time, longest first. Interrupted (Ctrl-C, SIGTERM's SystemExit): every running cell's
+    """`jobs` lanes at a time, the costliest first. Interrupted (Ctrl-C, SIGTERM's SystemExit): every running cell's
     processes are stopped (CellInterrupted, no record), then the interruption goes on."""
     from concurrent.futures import ThreadPoolExecutor, wait
 
@@ -196,7 +209,7 @@ def _run_lanes(lanes: list[list[Cell]], jobs: int, numbers: dict[str, int],
             one(numbers[cell.id], cell, stop)
 
     pool = ThreadPoolExecutor(max_workers=jobs, thread_name_prefix="cell-lane")
-    futures = [pool.submit(lane, cells) for cells in sorted(lanes, key=len, reverse=True)]
+    futures = [pool.submit(lane, cells) for cells in costliest_first(lanes)]
     try:
         wait(futures)
     except BaseException:

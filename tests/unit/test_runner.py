@@ -391,3 +391,14 @@ def test_an_interrupted_side_by_side_run_stops_every_running_cell_and_keeps_the_
 def test_jobs_out_of_range_is_refused_naming_the_value(value):
     with pytest.raises(MatrixError, match=f"--jobs: {value!r} is not a number of cells to run side by side, 1 to 16"):
         settings.parse(["--jobs", value])
+
+
+def test_the_costliest_lanes_start_first_counted_in_engine_starts_not_cells():
+    every_variant = Cell("0.22.1", "0.8.1")  # the default server cell: one start and one per variant
+    no_variant = Cell("0.27.0", "0.9.0", variants=())
+    in_process = CELLS[0]
+    assert runner.expected_starts(in_process) == 2 and runner.expected_starts(no_variant) == 1
+    assert runner.expected_starts(every_variant) == 1 + len(every_variant.variants_selected) > 2
+    three_short = [Cell(v, "0.9.0", variants=()) for v in ("0.25.0", "0.25.1", "0.26.0")]
+    lanes = [[in_process], three_short, [no_variant], [every_variant]]
+    assert runner.costliest_first(lanes) == [[every_variant], three_short, [in_process], [no_variant]]
