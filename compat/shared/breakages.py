@@ -483,9 +483,9 @@ _ENTRIES: list[Breakage] = [
         id="aux_layer_id_zero_deepseek",
         title="DeepSeek-V2/V3 (Kimi's family) asked for aux layer id 0: a TypeError in the first forward, the "
               "server never starts",
-        introduced_in="0.18.0",  # DeepseekV2Model's aux capture appears there, with the fault (read: 0.11.0 - 0.32.0)
+        introduced_in="0.18.0",  # the aux capture appears there (read 0.11.0 - 0.32.0); measured cpu 0.32.0, gpu 0.24.0
         affects=_SERVER_ERA,
-        backends=("cpu",),
+        backends=("cpu", "gpu"),
         probe="every_layer_id_deepseek_v3",
         symptom=Symptom(
             exception=("ContractViolation", "TypeError"),
