@@ -101,6 +101,13 @@ EDITS = [
          EXTRACT, f"# the rows of the request's slots, in token order\n    {EXTRACT}"),
     Edit("copied", True, "the extracted rows copied (clone) before the write", CONNECTOR,
          EXTRACT, f"return {ROWS}[:num_tokens].clone()"),
+    Edit("deepseek_residual_guard", True, "the DeepSeek aux capture guards a missing residual (the repair of "
+         "aux_layer_id_zero_deepseek; only a DeepSeek target asked for id 0 meets it: run it with --variants "
+         "deepseek_v3-every_layer_id to see the repair)", "model_executor/models/deepseek_v2.py",
+         "aux_hidden_state = hidden_states + residual",
+         "aux_hidden_state = hidden_states if residual is None else hidden_states + residual",
+         also=(("aux_hidden_states.append(hidden_states + residual)",
+                "aux_hidden_states.append(hidden_states if residual is None else hidden_states + residual)"),)),
     Edit("contiguous", True, "the stacked states made contiguous", PROPOSER,
          "stacked_hidden_states = torch.stack(target_hidden_states, dim=1)",
          "stacked_hidden_states = torch.stack(target_hidden_states, dim=1).contiguous()"),
