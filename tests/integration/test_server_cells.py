@@ -144,8 +144,9 @@ def test_the_deepseek_asked_for_id_zero_never_starts_in_either_server_cell_and_r
     assert oldest["status"] == "broken" and "does not support chunked prefill" in oldest["error"]["message"]
     behind = oldest["detail"]["with_compat"]
     assert behind["status"] == "broken" and DEEPSEEK_SUM in behind["error"]["message"], behind["error"]
-    found = classify_probe({**oldest, "status": behind["status"], "error": behind["error"]}, "0.22.1", "0.8.1",
-                           backend="cpu")
+    with_flags = {"id": oldest["id"], "case": None, "status": behind["status"], "error": behind["error"],
+                  "detail": behind.get("detail") or {}}  # the with-compat run alone, as its own probe
+    found = classify_probe(with_flags, "0.22.1", "0.8.1", backend="cpu")
     assert (found.kind, found.breakage.id) == ("known", "aux_layer_id_zero_deepseek"), found.note
 
 
