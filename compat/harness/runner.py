@@ -158,7 +158,7 @@ def run_matrix(cells: list[Cell], index: Any, settings: Settings, model_dir: Pat
 
     first = len(records)
     lanes = concurrent_lanes(cells, settings.run.jobs, pythons or {})
-    if len(lanes) == 1 or settings.run.jobs == 1:
+    if len(lanes) == 1:  # --jobs 1 makes one lane
         for number, cell in enumerate(cells, 1):
             one(number, cell)
     else:
