@@ -63,6 +63,9 @@
 #   now also sends the seeded image (probe vlm_image_layer_ids). Two invocations share one call with BUDGET set.
 # PHASE `id-families` (issue 32, fourth session): bench/layer_id_zero.py with every id at once (`--ids all`) for each
 #   of ID_FAMILIES (default deepseek_v3 qwen3_moe), then the tiny Llama with each of ID_EACH alone (e.g. "0 3 6").
+# PHASE `cell-ids` (issue 32, sixth session): the 0.9.0 server cell with NEW_VARIANTS (e.g.
+#   deepseek_v3-every_layer_id: the probe through the harness, not the bench), leaving IDS_SECONDS, then each
+#   FAMILY:ID of ID_EACH alone through bench/layer_id_zero.py (e.g. "llama:1 llama:2 qwen3_moe:3").
 # PHASE `llama-spec`: the server cell with no variant x speculators $SPEC; `llama-specs`: the same for each of
 #   $SPECS in turn (the time left shared out; issue 29, 2026-12-03: SPECS="0601 0701", the module-client releases); `layer0`: bench/layer_id_zero.py
 #   (issue 32: what extract_hidden_states saves for aux id 0, offline LLM, the tiny Llama in float32) over the
@@ -179,6 +182,8 @@ idbench() {  # family ids label: bench/layer_id_zero.py once, eager, the engine 
 case $phase in
   id-families) for family in ${ID_FAMILIES:-deepseek_v3 qwen3_moe}; do idbench "$family" all "$family-all"; done
                for one in ${ID_EACH:-}; do idbench llama "$one" "llama-$one-alone"; done ;;
+  cell-ids) cell v$release-s090-$(echo "$NEW_VARIANTS" | tr , +) "$base" $(( $(left) - ${IDS_SECONDS:-0} )) "$NEW_VARIANTS"
+            for one in ${ID_EACH:-}; do family=${one%%:*}; id=${one##*:}; idbench "$family" "$id" "$family-$id-alone"; done ;;
   mla) cell v$release-s090-mla-bf16 "$base" "$(left)" deepseek_v3,llama-bfloat16 ;;
   rest) cell v$release-s090-v2-hybrid "$base" 350 hybrid,llama-runner_v2
         cell v$release-s0401-inprocess "$s0401:$site" "$(left)" ;;

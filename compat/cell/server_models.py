@@ -31,6 +31,8 @@
 - `deepseek_v3-every_layer_id`: the tiny DeepseekV3 (Kimi's layer structure) asked for every aux layer id at once,
   0 to the last (issue 32: vLLM's DeepseekV2Model adds the residual to the hidden states for an aux id, and before
   the first layer there is no residual yet).
+- `hybrid-every_layer_id`: the tiny Qwen3-Next asked for every aux layer id at once, 0 to the last (issue 32: the
+  hybrid's own capture, linear-attention layers among the ids).
 - `llama-fp8_kv`: the tiny Llama with `--kv-cache-dtype fp8`, where the build serves it: the hidden
   states travel through the KV cache, so they may be stored at 8 bits (silent precision loss) unless
   vLLM keeps the extraction layer's cache at the model dtype (ExtractHiddenStatesModel, later releases).
@@ -162,6 +164,12 @@ def _variant(name: str, llama: str, backend: str, cache_root: Path | None) -> Va
         return replace(base, name=name, layer_ids=list(range(base.num_layers + 1)),
                        notes={**base.notes, "why": "every aux layer id at once, 0 (the embeddings) to the last layer, "
                                                    "on Kimi's layer structure: each must come back as its own layer"})
+    if name == "hybrid-every_layer_id":
+        base = hybrid(backend, cache_root)
+        return replace(base, name=name, layer_ids=list(range(base.num_layers + 1)),
+                       notes={**base.notes, "why": "every aux layer id at once, 0 (the embeddings) to the last layer, "
+                                                   "on attention and Gated DeltaNet layers: each must come back as its "
+                                                   "own layer"})
     if name == "qwen2_5_vl":
         return qwen2_5_vl(cache_root)
     raise ValueError(f"unknown server-era variant {name!r}; expected one of {VARIANTS}")

@@ -72,6 +72,7 @@ class ProbeClass:
     advisory: bool = False
     behind: "ProbeClass | None" = None
     adapter_regression: str = ""
+    with_compat_known: Breakage | None = None  # the entry explaining the with-compat run's own failure
 
     def as_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -84,6 +85,8 @@ class ProbeClass:
         }
         if self.behind is not None:
             out["behind"] = self.behind.as_dict()
+        if self.with_compat_known is not None:
+            out["with_compat_breakage"] = self.with_compat_known.id
         return out
 
 
@@ -178,10 +181,11 @@ def classify_probe(
         else:
             cls = ProbeClass("new", None,
                              _new_note(pid, case, error, data, rejected, registry, vllm, speculators, backend))
+    repaired_into = _with_compat_known(probe, pid, own_case, applicable)
     return ProbeClass(cls.kind, cls.breakage, cls.note, advisory,
                       behind=_behind(probe, pid, own_case, applicable, registry, vllm, speculators, backend),
-                      adapter_regression=_adapter_regression(probe, cls,
-                                                             _with_compat_known(probe, pid, own_case, applicable)))
+                      adapter_regression=_adapter_regression(probe, cls, repaired_into),
+                      with_compat_known=repaired_into)
 
 
 def _uncovered_cases(entry: Breakage | None, case: str | None, error: dict[str, Any] | None) -> list[str]:

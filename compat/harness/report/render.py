@@ -174,6 +174,7 @@ def _probe_view(probe: dict[str, Any], cid: str) -> dict[str, Any]:
         "status_symbol": STATUS_SYMBOLS.get(status, "?"),
         "with_compat": probe.get("with_compat"),
         "with_compat_symbol": STATUS_SYMBOLS.get(probe.get("with_compat") or "", ""),
+        "with_compat_entry": cls.get("with_compat_breakage"),
         "advisory": bool(cls.get("advisory") or probe.get("advisory")),
         "kind": cls.get("kind") or "",
         "kind_label": CLASS_LABELS.get(cls.get("kind") or "", ""),

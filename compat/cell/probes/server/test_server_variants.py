@@ -367,6 +367,25 @@ def test_every_layer_id_deepseek_v3_with_compat(variants, probe_detail):
     variant_layer_ids(variants, "deepseek_v3-every_layer_id", "with_compat", probe_detail)
 
 
+# The case names the served model, as layer_ids_by_model's do: entries keyed on a hybrid's case (a model class
+# without the EAGLE-3 interface) fit this probe's failure too.
+HYBRID_EVERY_ID = {"hybrid": "hybrid-every_layer_id"}
+HYBRID_MODELS = ["hybrid"]
+
+
+@pytest.mark.probe("every_layer_id_hybrid", data=True, composite=True, variant=HYBRID_EVERY_ID, since=5)
+@pytest.mark.parametrize("model", HYBRID_MODELS)
+def test_every_layer_id_hybrid(variants, model, probe_detail):
+    variant_layer_ids(variants, HYBRID_EVERY_ID[model], "raw", probe_detail)
+
+
+@pytest.mark.probe("every_layer_id_hybrid", data=True, composite=True, variant=HYBRID_EVERY_ID, since=5)
+@pytest.mark.compat_mode("with_compat")
+@pytest.mark.parametrize("model", HYBRID_MODELS)
+def test_every_layer_id_hybrid_with_compat(variants, model, probe_detail):
+    variant_layer_ids(variants, HYBRID_EVERY_ID[model], "with_compat", probe_detail)
+
+
 @pytest.mark.probe("vlm_image_layer_ids", data=True, composite=True, variant="qwen2_5_vl", since=3)
 def test_vlm_image_layer_ids(variants, probe_detail):
     vlm_image_layer_ids(variants, "raw", probe_detail)
