@@ -458,7 +458,7 @@ _ENTRIES: list[Breakage] = [
         id="aux_layer_id_zero",
         title="Aux layer id 0 comes back as the last layer's output before the final norm, not the embeddings "
               "(CUDA, eager)",
-        introduced_in="0.18.0",  # the capture of id 0 appears there (read); measured 0.22.1, 0.23.0, 0.24.0, 0.26.0
+        introduced_in="0.18.0",  # the capture of id 0 appears there (read); measured 0.22.1 - 0.26.0 (0.25.1 too)
         affects=_SERVER_ERA,
         backends=("gpu",),
         probe="every_layer_id",
