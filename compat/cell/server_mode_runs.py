@@ -175,6 +175,8 @@ class Extraction:
 
     def get(self, mode: str) -> ModeRun:
         if mode not in self.runs:
+            if self.follows is not None:
+                self.follows.finish_started()
             if mode == "with_compat" and not self.chosen_flags():
                 self.runs[mode] = self.get("raw")  # nothing to adapt: the same server configuration
                 return self.runs[mode]
@@ -192,6 +194,13 @@ class Extraction:
                 run.harness_error = f"{type(exc).__name__}: {exc}"
                 self.runs[mode] = run
         return self.runs[mode]
+
+    def finish_started(self) -> None:
+        """Serve and stop every run started early (`start`) that no probe has asked for yet. One server at a time:
+        a variant's server beside a main one still up asks a GPU for twice the memory (official 0.24.0 on an H200:
+        'Free memory on device ... is less than desired GPU memory utilization' when a variant's probe ran alone)."""
+        for mode in list(self._launching):
+            self.get(mode)
 
     def api_only(self) -> ModeRun | None:
         """The run behind raw's refusal, when raw was refused for something a flag turns off."""

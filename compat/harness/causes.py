@@ -71,6 +71,12 @@ RULES = (
               "venv's libiomp5.so for builds that refuse without them (compat.harness.cell_run.preloaded_libraries)"),
     CauseRule("environment", (), r"CUDA out of memory|OutOfMemoryError|out of memory",
               "free GPU memory or lower --gpu-memory-utilization"),
+    # vLLM's start-up check (vllm/v1/worker/utils.py): another process holds the memory the server was told to take
+    CauseRule("environment", ("ValueError", "ContractViolation"),
+              r"Free memory on device \S+ \([\d.]+/[\d.]+ GiB\) on startup is less than desired GPU memory "
+              r"utilization",
+              "another process holds GPU memory (an earlier server still exiting, or another job): wait for it to "
+              "exit, or lower --gpu-memory-utilization"),
     CauseRule("environment", (),
               re.escape(SILENT) + r"|exit code:? -9\b|code=-9\b|Failed core proc\(s\): \{[^}]*: -9\b",
               "a vLLM process died without raising (SIGKILL, or no exit code listed and nothing printed): most "

@@ -17,10 +17,12 @@ import subprocess
 import threading
 import time
 import uuid
+from dataclasses import replace
 from pathlib import Path
 from typing import IO, Any, Callable
 
 from compat.harness import executed
+from compat.harness.causes import cause_of
 from compat.harness.cell_envs import (
     REPO_ROOT,
     CellEnv,
@@ -39,7 +41,7 @@ from compat.shared.cell_spec import SPEC_VARIABLE, CellSpec, KimiSuiteSpec
 from compat.shared.gpus import describe_gpus, host_gpu_names
 from compat.shared.manifest import expected_manifest
 from compat.shared.profiles import profile_for
-from compat.shared.records import SCHEMA_VERSION, StepKind, probe_key
+from compat.shared.records import RERUN_BLOCKED, SCHEMA_VERSION, StepKind, probe_key
 from compat.shared.results import ResultFileError, read_json
 
 TOKEN_VARIABLE = "COMPAT_CELL_TOKEN"
@@ -142,7 +144,9 @@ def run_cell(cell: Cell, recipe: Recipe | None, work_dir: Path, *, model_dir: Pa
     if doubtful and not outcome["error"]:
         echo(f"[compat] {cell.id}: running {len(doubtful)} probe(s) again alone before they decide: "
              f"{', '.join(doubtful)}")
-        again = run_probes(cell, env, work_dir, spec=spec, suites=suites, echo=echo, settings=environment,
+        # its servers write under rerun/: the first run's logs and files stay as the first run left them
+        again = run_probes(cell, env, work_dir, spec=replace(spec, work_dir=str(work_dir / RERUN_DIR)), suites=suites,
+                           echo=echo, settings=environment,
                            select=[n for p in record["probes"] if probe_key(p) in doubtful
                                    for n in p.get("nodeids") or []],
                            name="probes-rerun", stop=stop)
@@ -197,6 +201,9 @@ def covered(spans: list[tuple[float, float]]) -> float:
     return total
 
 
+RERUN_DIR = "rerun"  # beside the first run's files in the cell's work folder
+
+
 def rerun_candidates(decision: Decision) -> list[str]:
     """Probes whose outcome would make a claim worth a second look: a NEW finding, or a failure the
     environment caused (as Crater re-runs its regressions before reporting them)."""
@@ -206,7 +213,9 @@ def rerun_candidates(decision: Decision) -> list[str]:
 
 def merge_rerun(probes: list[dict[str, Any]], again: list[dict[str, Any]], keys: list[str],
                 error: str | None) -> list[dict[str, Any]]:
-    """Both outcomes are kept (`rerun`); one that flips reads `flaky`, never `ok`."""
+    """Both outcomes are kept (`rerun`); one that flips reads `flaky`, never `ok`. A second run that failed for the
+    environment (a cause rule) where the first did not gave no second outcome: `rerun` says so, the first stands
+    unconfirmed."""
     by_key = {probe_key(p): p for p in again}
     out = []
     for probe in probes:
@@ -221,6 +230,14 @@ def merge_rerun(probes: list[dict[str, Any]], again: list[dict[str, Any]], keys:
             out.append(probe)
             continue
         probe["rerun"] = {k: second.get(k) for k in ("status", "with_compat", "error", "reason", "seconds")}
+        blocked = cause_of(second.get("error"))
+        if blocked is not None and cause_of(probe.get("error")) is None:
+            # the second run failed before it could ask (GPU memory still held, a port): no second outcome
+            first_line = str((second.get("error") or {}).get("message") or "").strip().splitlines()[:1]
+            probe["rerun"].update(status="error", cause=blocked.cause,
+                                  reason=f"{RERUN_BLOCKED} ({blocked.cause}): {(first_line or [''])[0][:200]}")
+            out.append(probe)
+            continue
         if (second.get("status"), (second.get("error") or {}).get("type")) != \
                 (probe.get("status"), (probe.get("error") or {}).get("type")):
             first = f"{probe.get('status')}" + (f" ({probe['error'].get('type')})" if probe.get("error") else "")

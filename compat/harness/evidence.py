@@ -39,7 +39,7 @@ from compat.shared.manifest import (
 )
 from compat.shared.probe_catalog import ids_where
 from compat.shared.profiles import profile_for
-from compat.shared.records import SCHEMA_VERSION, finite, origin
+from compat.shared.records import RERUN_BLOCKED, SCHEMA_VERSION, finite, origin
 from compat.shared.results import NOT_SELECTED, probe_key
 
 # Probes whose ok must carry figures: marked @pytest.mark.probe(..., data=True).
@@ -517,7 +517,7 @@ def _rerun_flip(probe: dict[str, Any]) -> Optional[str]:
     rerun = probe.get("rerun")
     if not isinstance(rerun, dict) or probe.get("status") == "flaky":
         return None
-    if str(rerun.get("reason") or "").startswith("the second run did not report it"):
+    if str(rerun.get("reason") or "").startswith(("the second run did not report it", RERUN_BLOCKED)):
         return None  # not a second outcome: the first stands, unconfirmed
     first = (probe.get("status"), (probe.get("error") or {}).get("type"))
     again = (rerun.get("status"), (rerun.get("error") or {}).get("type") if isinstance(rerun.get("error"), dict)

@@ -165,6 +165,11 @@ class ProbeRecord:
     rerun: Optional[dict[str, Any]] = None  # the outcome of running it again alone (NEW or environment)
 
 
+# How a `rerun` begins its reason when the second run failed before it could ask (a cause rule's environment):
+# no second outcome, the first stands unconfirmed
+RERUN_BLOCKED = "the second run could not ask"
+
+
 @dataclass
 class Manifest:
     """What the runner expected this cell to report: every probe key (`id` or `id[case]`) of its probe

@@ -4,6 +4,7 @@ later one fails or the run is interrupted. Cells here are stand-ins written by t
 import dataclasses
 import json
 import re
+from pathlib import Path
 
 import pytest
 
@@ -191,8 +192,11 @@ def test_a_new_finding_is_run_again_alone_and_a_flip_reads_flaky(tmp_path, monke
     first = complete({**cell_run.base_record(cell), "probes": [new]})["probes"]
     calls = []
 
+    dirs = []
+
     def fake_probes(cell, env, work_dir, **kw):
         calls.append(kw.get("select"))
+        dirs.append(Path(kw["spec"].work_dir).relative_to(work_dir).as_posix())
         if kw.get("select"):
             return {"probes": [dict(new, status="ok", with_compat="ok", error=None)], "error": None, "token": "t"}
         return {"probes": first, "error": None, "token": "t"}
@@ -204,6 +208,7 @@ def test_a_new_finding_is_run_again_alone_and_a_flip_reads_flaky(tmp_path, monke
     record = cell_run.run_cell(cell, None, tmp_path, model_dir=tmp_path, python=tmp_path / "python",
                                echo=lambda _: None)
     assert calls == [None, ["compat/cell/probes/in_process/test_x.py::test_kv"]]
+    assert dirs == [".", "rerun"]  # the second run's servers never write over the first run's logs and files
     probe = next(p for p in record["probes"] if p["id"] == "kv_cache_config_api")
     assert probe["status"] == "flaky" and probe["rerun"]["status"] == "ok", probe
     assert decide(record).gate == UNTESTED and record["verdict"] == "error"
@@ -402,3 +407,34 @@ def test_the_costliest_lanes_start_first_counted_in_engine_starts_not_cells():
     three_short = [Cell(v, "0.9.0", variants=()) for v in ("0.25.0", "0.25.1", "0.26.0")]
     lanes = [[in_process], three_short, [no_variant], [every_variant]]
     assert runner.costliest_first(lanes) == [[every_variant], three_short, [in_process], [no_variant]]
+
+
+def test_a_rerun_refused_for_gpu_memory_confirms_nothing():
+    """The H200 record of 2026-12-03 (sixth session, official 0.24.0, every_layer_id_hybrid): the NEW data fault
+    was run again alone while an earlier server still held the GPU's memory, and vLLM refused to start. The same
+    status and exception type as the first run, but not a second outcome: the first stands, unconfirmed and not
+    flaky, and the rerun says why."""
+    from compat.harness.evidence import _rerun_flip
+
+    data_fault = {"id": "every_layer_id_hybrid", "case": "hybrid", "status": "broken", "with_compat": "broken",
+                  "error": {"type": "ContractViolation", "where": None,
+                            "message": "[batch] sequence 0 layer 1: max abs error 0.468 (reference index 1, scale "
+                                       "1.03); layer ids not their own reference index: 1 -> [None]"}}
+    refused = dict(data_fault, error={"type": "ContractViolation", "where": "vllm/v1/worker/utils.py:415",
+                                      "message": "vllm serve exited 1 before it was ready: ValueError: Free memory on "
+                                                 "device cuda:0 (26.94/139.8 GiB) on startup is less than desired GPU "
+                                                 "memory utilization (0.8, 111.84 GiB). Decrease GPU memory "
+                                                 "utilization or reduce GPU memory used by other processes."})
+    key = "every_layer_id_hybrid[hybrid]"
+    [merged] = cell_run.merge_rerun([data_fault], [refused], [key], None)
+    assert merged["status"] == "broken" and merged["rerun"]["status"] == "error", merged
+    assert merged["rerun"]["cause"] == "environment" and merged["rerun"]["reason"].startswith(
+        "the second run could not ask (environment): vllm serve exited 1"), merged["rerun"]
+    assert _rerun_flip(merged) is None
+    [again] = cell_run.merge_rerun([data_fault], [data_fault], [key], None)  # the same fault twice: confirmed
+    assert again["rerun"]["status"] == "broken" and "cause" not in again["rerun"]
+    [flipped] = cell_run.merge_rerun([data_fault], [dict(data_fault, status="ok", error=None)], [key], None)
+    assert flipped["status"] == "flaky"
+    both_refused = dict(refused)  # a first run refused the same way is no data fault: the second compares as before
+    [same] = cell_run.merge_rerun([both_refused], [refused], [key], None)
+    assert same["rerun"]["status"] == "broken"

@@ -57,3 +57,46 @@ def test_chosen_flags_are_added_once():
                       extra_flags=[NO_CHUNKED_PREFILL, "--no-enable-prefix-caching"])
     assert args.count(NO_CHUNKED_PREFILL) == 1 and args.count("--no-enable-prefix-caching") == 1
     assert "--no-enable-prefix-caching" not in serve_args("0.8.1", [1, 3, 5, 6], Path("/tmp/hs"))
+
+
+def test_a_variant_never_starts_beside_a_main_server_started_early(tmp_path, monkeypatch):
+    """One server at a time (official 0.24.0 on an H200, sixth session: a variant's probe run again alone started
+    its server while the main raw server, started early, was still up, and vLLM refused for GPU memory). A variant's
+    run first serves and stops the main runs already started; nothing else of the main is started for it."""
+    from compat.cell import server_mode_runs
+    from compat.cell.server_mode_runs import Extraction, Launch, ModeRun
+    from compat.shared.cell_spec import CellSpec
+
+    events: list[str] = []
+
+    class Server:
+        def __init__(self, name):
+            self.name, self.ready_seconds, self.process = name, 0.0, None
+
+        def start(self):
+            events.append(f"{self.name} up")
+
+        def stop(self):
+            events.append(f"{self.name} down")
+
+        def log_text(self):
+            return ""
+
+        def alive(self):
+            return False
+
+    def launch(self, mode):
+        run = ModeRun(mode, [], tmp_path / f"{self.name or 'main'}-{mode}.log")
+        return Launch(run, Server(f"{self.name or 'main'} {mode}"), tmp_path, mode)
+
+    monkeypatch.setattr(Extraction, "_launch", launch)
+    monkeypatch.setattr(server_mode_runs, "model_runner", lambda text: {})
+    spec = CellSpec(cell_id="c", vllm="0.24.0", speculators="0.9.0", backend="gpu", model_dir=str(tmp_path),
+                    work_dir=str(tmp_path / "cell"), dtype="float32")
+    main = Extraction(str(tmp_path), "0.9.0", [1], spec, cases=())
+    variant = Extraction(str(tmp_path), "0.9.0", [0, 1], spec, variant=type("V", (), {"name": "hybrid"})(),
+                         follows=main, cases=())
+    main.start("raw")
+    variant.get("raw")
+    assert events == ["main raw up", "main raw down", "hybrid raw up", "hybrid raw down"], events
+    assert set(main.runs) == {"raw"}  # no other main run was started for the variant's raw run
