@@ -96,6 +96,9 @@ def test_newest_pair_serves_every_variant_and_each_layer_id_matches_its_referenc
     assert hybrid["status"] == "ok", hybrid.get("error")
     assert all(int(k) == v for k, v in layer_table(hybrid).items()), layer_table(hybrid)
     assert hybrid["detail"]["tolerance"]["atol"] == 0.05  # vLLM's CPU Gated DeltaNet takes bfloat16 only
+    every_hybrid = probes[("every_layer_id_hybrid", "hybrid")]  # every id at once, 0 to the last (issue 32)
+    assert every_hybrid["status"] == "ok", every_hybrid.get("error")
+    assert layer_table(every_hybrid) == {str(k): k for k in range(7)}, layer_table(every_hybrid)
     bf16 = probes[("bfloat16_reference", None)]
     assert bf16["status"] == "ok", bf16.get("error")
     margins = bf16["detail"]["wrong_row_margins"]
@@ -180,6 +183,12 @@ def test_022_refuses_the_hybrid_model_and_the_registry_says_why(cell):
     assert "Model does not support EAGLE3 interface" in adapted["error"]["message"]
     cls = classify_probe(probe, "0.22.1", "0.8.1")
     assert cls.kind == "known" and not cls.adapter_regression, (cls.kind, cls.adapter_regression)
+    every = probes_by_key(cell("0.22.1", "0.8.1"))[("every_layer_id_hybrid", "hybrid")]  # the same model, every id
+    assert every["status"] == "broken" and "does not support chunked prefill" in every["error"]["message"]
+    assert "Model does not support EAGLE3 interface" in every["detail"]["with_compat"]["error"]["message"]
+    cls = classify_probe(every, "0.22.1", "0.8.1")
+    assert cls.kind == "known" and cls.with_compat_known is not None, (cls.kind, cls.note)
+    assert cls.with_compat_known.id == "hybrid_no_eagle3_interface"  # what the report names beside "with compat"
 
 
 def test_022_deepseek_loses_the_final_layer(cell):
