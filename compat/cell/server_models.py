@@ -147,10 +147,7 @@ def _variant(name: str, llama: str, backend: str, cache_root: Path | None) -> Va
                        notes={"why": "speculators' launch leaves --dtype to the model's config: bfloat16 for real "
                                      "checkpoints; compared with the float32 reference at the bfloat16 tolerance"})
     if name == "llama-every_layer_id":
-        layers = num_layers(llama)
-        return Variant(name, llama, layers, layer_ids=list(range(layers + 1)),
-                       notes={"why": "every aux layer id at once, 0 (the embeddings) to the last layer (pre-norm): "
-                                     "each must come back as its own layer, whatever the others asked for"})
+        return every_layer_id(Variant("llama", llama, num_layers(llama)), "the tiny Llama's (the last one pre-norm)")
     if name == "llama-fp8_kv":
         return Variant(name, llama, num_layers(llama), serve_flags=["--kv-cache-dtype", "fp8"],
                        flags={"--kv-cache-dtype fp8": "a quantized KV cache, as users serve large targets: the hidden "
@@ -160,19 +157,20 @@ def _variant(name: str, llama: str, backend: str, cache_root: Path | None) -> Va
     if name == "qwen3_moe":
         return qwen3_moe(backend, cache_root)
     if name == "deepseek_v3-every_layer_id":
-        base = deepseek_v3(backend, cache_root)
-        return replace(base, name=name, layer_ids=list(range(base.num_layers + 1)),
-                       notes={**base.notes, "why": "every aux layer id at once, 0 (the embeddings) to the last layer, "
-                                                   "on Kimi's layer structure: each must come back as its own layer"})
+        return every_layer_id(deepseek_v3(backend, cache_root), "Kimi's layer structure")
     if name == "hybrid-every_layer_id":
-        base = hybrid(backend, cache_root)
-        return replace(base, name=name, layer_ids=list(range(base.num_layers + 1)),
-                       notes={**base.notes, "why": "every aux layer id at once, 0 (the embeddings) to the last layer, "
-                                                   "on attention and Gated DeltaNet layers: each must come back as its "
-                                                   "own layer"})
+        return every_layer_id(hybrid(backend, cache_root), "attention and Gated DeltaNet layers")
     if name == "qwen2_5_vl":
         return qwen2_5_vl(cache_root)
     raise ValueError(f"unknown server-era variant {name!r}; expected one of {VARIANTS}")
+
+
+def every_layer_id(base: Variant, layers: str) -> Variant:
+    """`base` asked for every aux layer id at once, 0 (the embeddings) to its last layer (issue 32)."""
+    return replace(base, name=f"{base.name}-every_layer_id", layer_ids=list(range(base.num_layers + 1)),
+                   notes={**base.notes, "why": f"every aux layer id at once, 0 (the embeddings) to the last layer, on "
+                                               f"{layers}: each must come back as its own layer, whatever the others "
+                                               "asked for"})
 
 
 def _fixture_name(recipe: dict) -> str:
