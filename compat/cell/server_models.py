@@ -147,7 +147,7 @@ def _variant(name: str, llama: str, backend: str, cache_root: Path | None) -> Va
                        notes={"why": "speculators' launch leaves --dtype to the model's config: bfloat16 for real "
                                      "checkpoints; compared with the float32 reference at the bfloat16 tolerance"})
     if name == "llama-every_layer_id":
-        return every_layer_id(Variant("llama", llama, num_layers(llama)), "the tiny Llama's (the last one pre-norm)")
+        return every_layer_id(Variant("llama", llama, num_layers(llama)), "the tiny Llama (its last layer pre-norm)")
     if name == "llama-fp8_kv":
         return Variant(name, llama, num_layers(llama), serve_flags=["--kv-cache-dtype", "fp8"],
                        flags={"--kv-cache-dtype fp8": "a quantized KV cache, as users serve large targets: the hidden "
@@ -167,10 +167,11 @@ def _variant(name: str, llama: str, backend: str, cache_root: Path | None) -> Va
 
 def every_layer_id(base: Variant, layers: str) -> Variant:
     """`base` asked for every aux layer id at once, 0 (the embeddings) to its last layer (issue 32)."""
-    return replace(base, name=f"{base.name}-every_layer_id", layer_ids=list(range(base.num_layers + 1)),
-                   notes={**base.notes, "why": f"every aux layer id at once, 0 (the embeddings) to the last layer, on "
-                                               f"{layers}: each must come back as its own layer, whatever the others "
-                                               "asked for"})
+    notes = {**base.notes, "why": f"every aux layer id at once, 0 (the embeddings) to the last layer, on {layers}: "
+                                  "each must come back as its own layer, whatever the others asked for"}
+    if "why" in base.notes:
+        notes["base_why"] = base.notes["why"]
+    return replace(base, name=f"{base.name}-every_layer_id", layer_ids=list(range(base.num_layers + 1)), notes=notes)
 
 
 def _fixture_name(recipe: dict) -> str:

@@ -73,7 +73,7 @@ RULES = (
               "free GPU memory or lower --gpu-memory-utilization"),
     # vLLM's start-up check (vllm/v1/worker/utils.py): another process holds the memory the server was told to take
     CauseRule("environment", ("ValueError", "ContractViolation"),
-              r"Free memory on device \S+ \([\d.]+/[\d.]+ GiB\) on startup is less than desired GPU memory "
+              r"Free memory on device (?:\S+ )?\([\d.]+/[\d.]+ GiB\) on startup is less than desired GPU memory "
               r"utilization",
               "another process holds GPU memory (an earlier server still exiting, or another job): wait for it to "
               "exit, or lower --gpu-memory-utilization"),
@@ -123,6 +123,13 @@ def cause_of_error(probe: dict[str, Any]) -> Optional[str]:
     if reason.startswith("timeout") or "did not run: " in reason:
         return "environment"
     return None
+
+
+def rerun_blocked(first: dict[str, Any], second: dict[str, Any]) -> bool:
+    """Whether a probe's second run (run again alone) failed for the environment before it could ask, where the
+    first did not: then it gave no second outcome (a fixture or precision cause is an answer, and compares)."""
+    blocked = cause_of(second.get("error"))
+    return blocked is not None and blocked.cause == "environment" and cause_of(first.get("error")) is None
 
 
 def as_not_contract(probe: dict[str, Any], rule: CauseRule) -> dict[str, Any]:

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import IO, Any, Callable
 
 from compat.harness import executed
-from compat.harness.causes import cause_of
+from compat.harness.causes import rerun_blocked
 from compat.harness.cell_envs import (
     REPO_ROOT,
     CellEnv,
@@ -230,12 +230,11 @@ def merge_rerun(probes: list[dict[str, Any]], again: list[dict[str, Any]], keys:
             out.append(probe)
             continue
         probe["rerun"] = {k: second.get(k) for k in ("status", "with_compat", "error", "reason", "seconds")}
-        blocked = cause_of(second.get("error"))
-        if blocked is not None and cause_of(probe.get("error")) is None:
+        if rerun_blocked(probe, second):
             # the second run failed before it could ask (GPU memory still held, a port): no second outcome
             first_line = str((second.get("error") or {}).get("message") or "").strip().splitlines()[:1]
-            probe["rerun"].update(status="error", cause=blocked.cause,
-                                  reason=f"{RERUN_BLOCKED} ({blocked.cause}): {(first_line or [''])[0][:200]}")
+            probe["rerun"].update(status="error", cause="environment",
+                                  reason=f"{RERUN_BLOCKED} (environment): {(first_line or [''])[0][:200]}")
             out.append(probe)
             continue
         if (second.get("status"), (second.get("error") or {}).get("type")) != \

@@ -27,6 +27,7 @@ import dataclasses
 import re
 from typing import Any, Iterable, Optional
 
+from compat.harness.causes import rerun_blocked
 from compat.harness.matrix import DEFAULT_DTYPE, Cell
 from compat.shared import tolerances
 from compat.shared.manifest import (
@@ -517,8 +518,11 @@ def _rerun_flip(probe: dict[str, Any]) -> Optional[str]:
     rerun = probe.get("rerun")
     if not isinstance(rerun, dict) or probe.get("status") == "flaky":
         return None
-    if str(rerun.get("reason") or "").startswith(("the second run did not report it", RERUN_BLOCKED)):
+    if str(rerun.get("reason") or "").startswith("the second run did not report it"):
         return None  # not a second outcome: the first stands, unconfirmed
+    if str(rerun.get("reason") or "").startswith(RERUN_BLOCKED) and rerun.get("status") == "error" \
+            and rerun_blocked(probe, rerun):
+        return None  # refused by the environment before it asked (its own error says so): no second outcome
     first = (probe.get("status"), (probe.get("error") or {}).get("type"))
     again = (rerun.get("status"), (rerun.get("error") or {}).get("type") if isinstance(rerun.get("error"), dict)
              else None)

@@ -196,6 +196,21 @@ def test_a_rerun_that_did_not_report_is_no_flip(tmp_path):
     assert (d.verdict, d.gate) == ("compatible", PASS), d.reasons
 
 
+def test_a_rerun_said_blocked_without_an_environment_refusal_is_a_flip(tmp_path):
+    """A rerun reads "could not ask" only with the environment's own words in its error: the reason alone is a
+    claim, and a second outcome that differs stays a flip."""
+    cell = load(CPU_S2)
+    probe = first_ok(cell)
+    probe["rerun"] = {"status": "error", "reason": "the second run could not ask (environment): said, not shown",
+                      "error": {"type": "RuntimeError", "message": "boom"}}
+    d = rendered(tmp_path, cell)
+    assert d.verdict == "error" and any("run again alone" in r for r in d.reasons), d.reasons
+    probe["rerun"]["error"] = {"type": "ValueError", "message": "Free memory on device cuda:0 (26.94/139.8 GiB) on "
+                               "startup is less than desired GPU memory utilization (0.8, 111.84 GiB)."}
+    d = rendered(tmp_path, cell)
+    assert (d.verdict, d.gate) == ("compatible", PASS), d.reasons
+
+
 # --------------------------------------------------------------------------- figures no comparison gives
 
 FIGURES = {

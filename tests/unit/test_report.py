@@ -246,3 +246,4 @@ def test_a_with_compat_runs_own_known_failure_is_named_in_both_styles():
     report = build_report([cell("0.22.1", "0.8.1", "incompatible", [broken])])
     assert "with compat: broken (known `aux_layer_id_zero_deepseek`)" in render_markdown(report)
     assert "(known <code>aux_layer_id_zero_deepseek</code>)" in render_html(report)
+    assert {"connector_chunked_prefill", "aux_layer_id_zero_deepseek"} <= {b["id"] for b in report["breakages"]}

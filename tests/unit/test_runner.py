@@ -438,3 +438,11 @@ def test_a_rerun_refused_for_gpu_memory_confirms_nothing():
     both_refused = dict(refused)  # a first run refused the same way is no data fault: the second compares as before
     [same] = cell_run.merge_rerun([both_refused], [refused], [key], None)
     assert same["rerun"]["status"] == "broken"
+    older = dict(refused, error={"type": "ValueError", "where": None, "message": "Free memory on device (61.05/119.7 "
+                                 "GiB) on startup is less than desired GPU memory utilization (0.9, 107.73 GiB)."})
+    assert cell_run.merge_rerun([data_fault], [older], [key], None)[0]["rerun"]["status"] == "error"  # no device named
+    drift = dict(data_fault, error={"type": "ContractViolation", "where": None,  # a precision cause is an answer
+                                    "message": "40 of 200 token rows set aside as 16-bit drift, more than 5%: not "
+                                               "batch noise"})
+    [answered] = cell_run.merge_rerun([data_fault], [drift], [key], None)
+    assert answered["rerun"]["status"] == "broken" and "cause" not in answered["rerun"], answered["rerun"]

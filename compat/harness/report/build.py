@@ -99,6 +99,8 @@ def breakages_section(d: Decided) -> dict[str, Any]:
     used = {cls.breakage.id for x in d.decisions for _p, cls in x.classes if cls.breakage is not None}
     used |= {cls.behind.breakage.id for x in d.decisions for _p, cls in x.classes
              if cls.behind is not None and cls.behind.breakage is not None}
+    used |= {cls.with_compat_known.id for x in d.decisions for _p, cls in x.classes
+             if cls.with_compat_known is not None}
     return {"breakages": [BY_ID[b].as_dict() for b in sorted(used) if b in BY_ID]}
 
 
