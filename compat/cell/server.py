@@ -218,6 +218,16 @@ def _group_gone(pgid: int, leader: subprocess.Popen, wait: float) -> bool:
     return False
 
 
+# a model's load_weights that meets a checkpoint tensor it has no parameter for (official vLLM 0.24.0's Qwen3-Next
+# loader on transformers 5's fused expert names): a warning, and the parameter keeps its uninitialised memory
+_SKIPPED_WEIGHT = re.compile(r"Parameter (\S+) not found in params_dict, skip loading")
+
+
+def skipped_weights(log_text: str) -> list[str]:
+    """The checkpoint tensors vLLM said it skipped at load, each once, in order."""
+    return list(dict.fromkeys(_SKIPPED_WEIGHT.findall(log_text)))
+
+
 _V2_USED = re.compile(r"Using V2 Model Runner")
 _V1_FALLBACK = re.compile(r"(Model Runner V2 [^;\n]*; using the V1 model runner instead\.?)")
 

@@ -321,7 +321,8 @@ def fixture_of(cell: dict[str, Any], probe: dict[str, Any]) -> Optional[str]:
     the cell's settings name another model."""
     if probe.get("id") == "layer_ids_by_model":
         return str(probe.get("case"))
-    family = variant_deciding(probe_key(probe))
+    variant = variant_deciding(probe_key(probe))
+    family = variant.split("-")[0] if variant else None  # a variant is named <fixture>[-what it changes]
     if family in tolerances.REFERENCE_SCALES:
         return family
     settings: dict[str, Any] = cell["settings"] if isinstance(cell.get("settings"), dict) else {}

@@ -193,3 +193,18 @@ def test_a_model_inspection_that_failed_for_a_missing_dependency_is_the_environm
                  + INSPECTION_LOG.replace("No module named 'compressed_tensors'",
                                           "No module named 'vllm.model_executor.layers.mamba'"))
     assert environment_fault(failure_line(elsewhere), alive=False, exc=exc, log_text=elsewhere) is None
+
+
+def test_the_weights_vllm_skipped_at_load_are_read_from_its_log():
+    """Official vLLM 0.24.0 on an H200 (reports/gpu-h200/server-variants/, the tiny Qwen3-Next of builder 4, whose
+    experts were saved under transformers 5's fused names): the loader warned and served uninitialised experts."""
+    from compat.cell.server import skipped_weights
+
+    log = ("(EngineCore pid=1496) WARNING 12-01 08:21:47 [qwen3_next.py:709] Parameter layers.0.mlp.experts.down_proj "
+           "not found in params_dict, skip loading\n"
+           "(EngineCore pid=1496) WARNING 12-01 08:21:47 [qwen3_next.py:709] Parameter "
+           "layers.0.mlp.experts.gate_up_proj not found in params_dict, skip loading\n"
+           "(EngineCore pid=1497) WARNING 12-01 08:21:47 [qwen3_next.py:709] Parameter layers.0.mlp.experts.down_proj "
+           "not found in params_dict, skip loading\n(APIServer pid=1) INFO Started server process\n")
+    assert skipped_weights(log) == ["layers.0.mlp.experts.down_proj", "layers.0.mlp.experts.gate_up_proj"]
+    assert skipped_weights("(EngineCore pid=1) INFO Loading weights took 0.1 seconds\n") == []

@@ -42,6 +42,7 @@ from compat.cell.reference import (
     tolerance_for,
     wrong_row_margins,
 )
+from compat.cell.server import skipped_weights
 from compat.cell.server_mode_runs import CASES, IMAGE_CASE, VARIANT_CASES, Extraction, ModeRun, vllm_backend
 from compat.shared.cell_spec import CellSpec
 from compat.shared.observe import ContractViolation, speculators_call
@@ -167,9 +168,15 @@ def check_layer_ids(run: ModeRun, ids: list[int], model: str, probe_detail: dict
         raise PrecisionDrift(f"{too_many}; every one within relative {rule.relative:g} and still nearest its own row "
                              f"(separation < {rule.separation:g}): 16-bit drift beyond the measured share, not shown "
                              "to be the contract (re-run in float32, or on a larger model)")
+    skipped = skipped_weights(run.server_log.read_text(errors="replace")) if run.server_log.is_file() else []
+    if skipped:
+        probe_detail["skipped_weights"] = skipped
     with speculators_call():
         if problems or wrong:
-            raise ContractViolation("; ".join(problems[:4] + ([wrong] if wrong else [])))
+            # a load that skipped weights explains rows that match nothing: said first, the rows' words after it
+            lead = [f"vLLM skipped loading {len(skipped)} checkpoint tensor(s) ({', '.join(skipped[:2])}"
+                    f"{', ...' if len(skipped) > 2 else ''}): those weights were never loaded"] if skipped else []
+            raise ContractViolation("; ".join(lead + problems[:4] + ([wrong] if wrong else [])))
     if tolerance.atol > 1e-3:  # a 16-bit tolerance: prove on this data that it still sees a wrong row
         probe_detail["wrong_row_margins"] = margins
         blind = blind_spots(margins)
