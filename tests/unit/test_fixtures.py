@@ -92,7 +92,7 @@ def test_the_new_family_recipes_keep_their_digests():
 def test_fused_experts_are_written_one_per_expert_as_released_checkpoints_name_them():
     import numpy as np
 
-    from compat.fixtures.tiny_qwen3_moe import per_expert
+    from compat.fixtures.initialised import per_expert
 
     gate_up = np.arange(2 * 6 * 3, dtype=np.float32).reshape(2, 6, 3)  # 2 experts, 2I = 6, H = 3
     down = np.arange(2 * 3 * 3, dtype=np.float32).reshape(2, 3, 3)  # [E, H, I]
@@ -105,6 +105,19 @@ def test_fused_experts_are_written_one_per_expert_as_released_checkpoints_name_t
     assert (out["model.layers.1.mlp.experts.1.up_proj.weight"] == gate_up[1, 3:]).all()
     assert (out["model.layers.1.mlp.experts.0.down_proj.weight"] == down[0]).all()
     assert per_expert({"model.layers.0.mlp.gate_proj.weight": dense}).keys() == {"model.layers.0.mlp.gate_proj.weight"}
+
+
+def test_both_moe_fixtures_save_their_experts_under_released_names(monkeypatch, tmp_path):
+    """Official vLLM 0.24.0's Qwen3-Next loader skipped fused expert tensors and served uninitialised experts
+    (reports/gpu-h200/s6-hybrid-every-id-v024/): the hybrid, like the Qwen3-MoE, writes one tensor per expert."""
+    from compat.fixtures import initialised, tiny_hybrid, tiny_qwen3_moe
+
+    named = {}
+    monkeypatch.setattr(initialised, "ensure_initialised",
+                        lambda name, folder, recipe, cache_root=None, hub_names=None: named.setdefault(name, hub_names))
+    tiny_hybrid.ensure(tmp_path)
+    tiny_qwen3_moe.ensure(tmp_path)
+    assert named == {"tiny_hybrid": initialised.per_expert, "tiny_qwen3_moe": initialised.per_expert}
 
 
 def test_the_vision_language_fixture_writes_released_names_and_its_processors(tmp_path):
