@@ -384,9 +384,15 @@ def test_an_interrupted_side_by_side_run_stops_every_running_cell_and_keeps_the_
 
     monkeypatch.setattr(runner, "derive_recipe", lambda cell, index: RECIPE)
     monkeypatch.setattr(cell_run, "run_cell", run)
+    # Ctrl-C as an interactive run gets it: a process started in the background by a shell inherits SIGINT ignored
+    # (POSIX), and then the signal below would never arrive (a clean-clone .ci/run started with `&`, 2026-12-03)
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
     kept: list = []
-    with pytest.raises(KeyboardInterrupt):
-        runner.run_matrix(CELLS, None, jobs_options(tmp_path, 3), tmp_path, prior=kept)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            runner.run_matrix(CELLS, None, jobs_options(tmp_path, 3), tmp_path, prior=kept)
+    finally:
+        signal.signal(signal.SIGINT, previous)
     assert sorted(stopped) == sorted(c.id for c in CELLS[1:])
     assert [r["id"] for r in kept] == [CELLS[0].id]
     assert [p.name for p in (tmp_path / "results").glob("*.json")] == [f"{CELLS[0].id}.json"]
