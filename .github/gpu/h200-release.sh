@@ -179,15 +179,19 @@ idbench() {  # family ids label: bench/layer_id_zero.py once, eager, the engine 
     --json "$res/id-v$release-$3.json" > "$res/id-v$release-$3.log" 2>&1
   echo "id-v$release-$3 exit $? in $(( $(date +%s) - start ))s" >> "$res/timings.txt"
 }
+each_alone() {  # each FAMILY:ID of ID_EACH asked alone (a bare ID: the tiny Llama's)
+  local one family
+  for one in ${ID_EACH:-}; do
+    family=llama; [[ $one == *:* ]] && family=${one%%:*}
+    idbench "$family" "${one##*:}" "$family-${one##*:}-alone"
+  done
+}
 case $phase in
   id-families) for family in ${ID_FAMILIES:-deepseek_v3 qwen3_moe}; do idbench "$family" all "$family-all"; done
-               for one in ${ID_EACH:-}; do idbench llama "$one" "llama-$one-alone"; done ;;
+               each_alone ;;
   cell-ids) : "${NEW_VARIANTS:?cell-ids: set NEW_VARIANTS (comma-separated variants), else the cell serves them all}"
             cell v$release-s090-$(echo "$NEW_VARIANTS" | tr , +) "$base" $(( $(left) - ${IDS_SECONDS:-0} )) "$NEW_VARIANTS"
-            for one in ${ID_EACH:-}; do  # FAMILY:ID, a bare ID the tiny Llama's
-              family=llama; [[ $one == *:* ]] && family=${one%%:*}; id=${one##*:}
-              idbench "$family" "$id" "$family-$id-alone"
-            done ;;
+            each_alone ;;
   mla) cell v$release-s090-mla-bf16 "$base" "$(left)" deepseek_v3,llama-bfloat16 ;;
   rest) cell v$release-s090-v2-hybrid "$base" 350 hybrid,llama-runner_v2
         cell v$release-s0401-inprocess "$s0401:$site" "$(left)" ;;

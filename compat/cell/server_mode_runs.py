@@ -25,7 +25,15 @@ from pathlib import Path
 from typing import Any
 
 from compat.cell import extraction
-from compat.cell.server import ServerFailed, VllmServer, environment_fault, failure_line, model_runner, vllm_frame
+from compat.cell.server import (
+    ServerFailed,
+    VllmServer,
+    environment_fault,
+    failure_line,
+    model_runner,
+    skipped_weights,
+    vllm_frame,
+)
 from compat.cell.steps import timed
 from compat.fixtures.data import prompts
 from compat.shared.cell_spec import CellSpec
@@ -110,6 +118,7 @@ class ModeRun:
     env_shims: list[dict[str, str]] = field(default_factory=list)
     flags: dict[str, str] = field(default_factory=dict)  # launch flags added, each with why
     model_runner: dict[str, str] | None = None  # which runner served (the server's log), None: never ready
+    skipped_weights: list[str] = field(default_factory=list)  # checkpoint tensors the server said it skipped at load
     variant: dict[str, Any] | None = None  # a variant run's model and additions (compat.cell.server_models)
     client: str | None = None  # which speculators client drove the server
     model_inputs: dict[str, list[dict[str, Any]]] = field(default_factory=dict)  # case -> the reference's extra inputs
@@ -267,7 +276,8 @@ class Extraction:
             self._judge(run, server, launch.failed)
             return run
         run.seconds["server_start"] = server.ready_seconds
-        run.model_runner = model_runner(server.log_text())
+        log = server.log_text()
+        run.model_runner, run.skipped_weights = model_runner(log), skipped_weights(log)
         try:
             for case in self.cases:
                 try:

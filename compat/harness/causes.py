@@ -125,6 +125,12 @@ def cause_of_error(probe: dict[str, Any]) -> Optional[str]:
     return None
 
 
+def first_line(error: Optional[dict[str, Any]]) -> str:
+    """The first line of a failure's message ('' where it has none)."""
+    lines = str((error or {}).get("message") or "").strip().splitlines()
+    return lines[0] if lines else ""
+
+
 def rerun_blocked(first: dict[str, Any], second: dict[str, Any]) -> bool:
     """Whether a probe's second run (run again alone) failed for the environment before it could ask, where the
     first did not: then it gave no second outcome (a fixture or precision cause is an answer, and compares)."""
@@ -135,9 +141,9 @@ def rerun_blocked(first: dict[str, Any], second: dict[str, Any]) -> bool:
 def as_not_contract(probe: dict[str, Any], rule: CauseRule) -> dict[str, Any]:
     """The probe record as `error` with its cause, what it stated kept."""
     out = dict(probe)
-    first = str((probe.get("error") or {}).get("message") or "").strip().splitlines()[:1]
     out.update(status="error", cause=rule.cause, stated={"status": probe.get("status"),
                                                         "with_compat": probe.get("with_compat")},
                with_compat="error" if probe.get("with_compat") == "broken" else probe.get("with_compat"),
-               reason=f"{rule.cause}, not the contract: {(first or [''])[0][:200]}; what to do: {rule.todo}")
+               reason=f"{rule.cause}, not the contract: {first_line(probe.get('error'))[:200]}; "
+                      f"what to do: {rule.todo}")
     return out

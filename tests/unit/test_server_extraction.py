@@ -79,8 +79,8 @@ def test_a_variant_never_starts_beside_a_main_server_started_early(tmp_path, mon
         def stop(self):
             events.append(f"{self.name} down")
 
-        def log_text(self):
-            return ""
+        def log_text(self):  # what the run keeps of its server's log: the weights it skipped at load
+            return f"WARNING Parameter {self.name.replace(' ', '_')}.w not found in params_dict, skip loading\n"
 
         def alive(self):
             return False
@@ -100,3 +100,4 @@ def test_a_variant_never_starts_beside_a_main_server_started_early(tmp_path, mon
     variant.get("raw")
     assert events == ["main raw up", "main raw down", "hybrid raw up", "hybrid raw down"], events
     assert set(main.runs) == {"raw"}  # no other main run was started for the variant's raw run
+    assert main.runs["raw"].skipped_weights == ["main_raw.w"]

@@ -42,7 +42,6 @@ from compat.cell.reference import (
     tolerance_for,
     wrong_row_margins,
 )
-from compat.cell.server import skipped_weights
 from compat.cell.server_mode_runs import CASES, IMAGE_CASE, VARIANT_CASES, Extraction, ModeRun, vllm_backend
 from compat.shared.cell_spec import CellSpec
 from compat.shared.observe import ContractViolation, speculators_call
@@ -168,7 +167,7 @@ def check_layer_ids(run: ModeRun, ids: list[int], model: str, probe_detail: dict
         raise PrecisionDrift(f"{too_many}; every one within relative {rule.relative:g} and still nearest its own row "
                              f"(separation < {rule.separation:g}): 16-bit drift beyond the measured share, not shown "
                              "to be the contract (re-run in float32, or on a larger model)")
-    skipped = skipped_weights(run.server_log.read_text(errors="replace")) if run.server_log.is_file() else []
+    skipped = run.skipped_weights
     if skipped:
         probe_detail["skipped_weights"] = skipped
     with speculators_call():
