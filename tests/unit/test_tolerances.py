@@ -90,6 +90,69 @@ def test_the_writer_and_the_checker_read_one_home_of_tolerances_and_drift_rules(
     assert tolerances.tolerance_for("float16") == (0.05, 0.02) and "float16" in tolerances.DRIFT
 
 
+# --------------------------------------------------------------------------- a fixture's own 16-bit allowance
+
+OWN_ERROR = ROOT / "bench" / "bf16_own_error.json"  # bench/bf16_own_error.py: transformers' bfloat16 forward
+
+
+def test_each_fixtures_16bit_allowance_covers_its_own_bfloat16_forward():
+    """transformers' bfloat16 forward of each tiny fixture (the committed measurement), judged as a served run
+    is: every row within 1 / OWN_ERROR_COVER of the allowance held for that fixture, with no token set aside as
+    drift. The hybrid failed this under the Llama's budget (0.118 at index 6 against 0.090)."""
+    measured = {r["fixture"]: r for r in load(OWN_ERROR)["results"]}
+    assert {"llama", "hybrid", "qwen3_moe"} <= set(measured)
+    for fixture in ("llama", "hybrid", "qwen3_moe"):
+        held = tolerances.tolerance_for("bfloat16", fixture)
+        rows = measured[fixture]["held"]["rows"]
+        assert len(rows) == len(measured[fixture]["sequences"]) * len(measured[fixture]["held"]["layers"])
+        short = [r for r in rows if r["drifted"] or r["max_abs_error"] * tolerances.OWN_ERROR_COVER
+                 > held.allowed(r["scale"])]
+        assert not short, (fixture, held, short[:2])
+
+
+def test_deepseek_v3_has_no_16bit_floor_in_the_measurement():
+    """What the comment on FIXTURE_SIXTEEN_BIT says of DeepseekV3 is the committed measurement: its own bfloat16
+    forward fails the probes' check from the first MoE layer on, drift set aside, so no allowance is set for it."""
+    deepseek = next(r for r in load(OWN_ERROR)["results"] if r["fixture"] == "deepseek_v3")
+    assert not deepseek["held"]["passes"] and "deepseek_v3" not in tolerances.FIXTURE_SIXTEEN_BIT
+    first_moe = 1 + load(ROOT / "fixtures" / "tiny_deepseek.json")["recipe"]["first_k_dense_replace"]
+    assert all(x["used"] <= 1 for x in deepseek["held"]["layers"] if x["index"] < first_moe)
+    assert all(x["used"] > 1 for x in deepseek["held"]["layers"] if x["index"] >= first_moe)
+
+
+def test_a_fixture_allowance_is_16bit_only_and_the_harness_holds_rows_to_it():
+    hybrid = tolerances.tolerance_for("bfloat16", "hybrid")
+    assert hybrid == tolerances.FIXTURE_SIXTEEN_BIT["hybrid"] == tolerances.tolerance_for("float16", "hybrid")
+    assert tolerances.tolerance_for("float32", "hybrid") == tolerances.TOLERANCES["float32"]
+    assert tolerances.tolerance_for("bfloat16", "llama") == tolerances.tolerance_for("bfloat16")
+    budget = tolerances.tolerance_for("bfloat16")
+    row = {"sequence": 0, "layer": 6, "reference_index": 6, "matches_index": 6, "scale": 2.0,
+           "max_abs_error": (budget.allowed(2.0) + hybrid.allowed(2.0)) / 2}  # past the budget, within the hybrid's
+
+    def figures(stated: Tolerance) -> dict:
+        return {"dtype": "bfloat16", "rows_expected": 1, "rows": [{**row, "allowed": stated.allowed(2.0)}],
+                "tolerance": {"atol": stated.atol, "rtol": stated.rtol, "rule": tolerances.RULE}}
+
+    assert evidence.figures_pass(figures(hybrid), "hybrid")[0] is True
+    assert evidence.figures_pass(figures(budget), "hybrid")[0] is True  # made before the hybrid's was measured
+    assert evidence.figures_pass(figures(budget), "llama")[0] is False
+    assert evidence.figures_pass(figures(budget), None)[0] is False
+    for other in (Tolerance(hybrid.atol, hybrid.rtol * 2), Tolerance(0.0, budget.rtol)):  # looser, or another
+        passed, why = evidence.figures_pass(figures(other), "hybrid")
+        assert passed is None and why.endswith("the harness holds 'bfloat16' to (0.05, 0.07) (hybrid's own)"), why
+    assert evidence.figures_pass(figures(hybrid), "llama")[0] is None  # the hybrid's allowance claimed by another
+
+
+def test_a_variant_names_its_fixture_for_the_writer_and_the_checker():
+    from compat.cell.server_models import Variant
+
+    for name, fixture in (("hybrid", "hybrid"), ("hybrid-every_layer_id", "hybrid"), ("llama-bfloat16", "llama"),
+                          ("deepseek_v3-every_layer_id", "deepseek_v3"), ("qwen3_moe", "qwen3_moe")):
+        assert Variant(name, "m", 1).fixture == tolerances.variant_fixture(name) == fixture
+    probe = {"id": "every_layer_id_hybrid", "case": "hybrid"}
+    assert evidence.fixture_of({"settings": {}}, probe) == "hybrid"
+
+
 def test_a_summary_is_what_its_rows_give():
     held = Tolerance(0.05, 0.02)
     rows = [{"max_abs_error": 0.02, "scale": 4.0}, {"max_abs_error": 0.03, "scale": 2.0},

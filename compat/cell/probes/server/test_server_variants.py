@@ -29,7 +29,6 @@ import pytest
 from compat.cell import extraction, server_models
 from compat.cell.probes.server.test_server_probes import load, returned_layers, settle
 from compat.cell.reference import (
-    Tolerance,
     blind_spots,
     compare,
     drift_rule_for,
@@ -46,6 +45,7 @@ from compat.cell.server_mode_runs import CASES, IMAGE_CASE, VARIANT_CASES, Extra
 from compat.shared.cell_spec import CellSpec
 from compat.shared.observe import ContractViolation, speculators_call
 from compat.shared.results import NOT_SELECTED
+from compat.shared.tolerances import variant_fixture
 
 pytestmark = pytest.mark.timeout(900)
 
@@ -93,16 +93,16 @@ def token_ids_problem(case: str, prompt, path, saved) -> list[str]:
 
 
 def check_layer_ids(run: ModeRun, ids: list[int], model: str, probe_detail: dict,
-                    dtype: str, tolerance: Tolerance | None = None, cases: tuple[str, ...] = CASES) -> None:
+                    dtype: str, fixture: str, cases: tuple[str, ...] = CASES) -> None:
     """Every file of every case (of `cases`): token ids equal the prompt, dtype as served, and each layer id
-    equal to its reference index (within the tolerance); per id, the index it matched."""
+    equal to its reference index (within the tolerance of `dtype` for `fixture`); per id, the index it matched."""
     import torch
 
     settle(run, probe_detail, cases)
     if not run.files:
         raise RuntimeError("the run wrote no files to check")
     reference = reference_for(model)
-    tolerance = tolerance or tolerance_for(dtype)
+    tolerance = tolerance_for(dtype, fixture)
     rule = drift_rule_for(dtype)  # 16-bit MoE drift (row_consistency.DRIFT); None in float32
     per_id: dict[int, dict] = {k: {"reference_index": k, "matches": set()} for k in ids}
     problems, margins = [], {}  # each row outside the rule (`files`: what the files themselves got wrong)
@@ -217,7 +217,7 @@ def variant_run(variants: VariantRuns, name: str, mode: str, probe_detail: dict)
 def variant_layer_ids(variants: VariantRuns, name: str, mode: str, probe_detail: dict) -> None:
     """A variant's run of `mode`, every file of it against the reference, layer id by layer id, in its own dtype."""
     chosen, runs, run = variant_run(variants, name, mode, probe_detail)
-    check_layer_ids(run, runs.ids, chosen.model, probe_detail, dtype=chosen.dtype)
+    check_layer_ids(run, runs.ids, chosen.model, probe_detail, dtype=chosen.dtype, fixture=chosen.fixture)
 
 
 # -- the probes, raw then with_compat --------------------------------------------------------
@@ -241,7 +241,8 @@ def layer_ids_by_model(extraction_runs, variants, model_dir, model, mode, probe_
     else:
         chosen, runs, run = variant_run(variants, model, mode, probe_detail)
         ids, path = runs.ids, chosen.model
-    check_layer_ids(run, ids, path, probe_detail, dtype=_served_dtype(run, variants.spec))
+    check_layer_ids(run, ids, path, probe_detail, dtype=_served_dtype(run, variants.spec),
+                    fixture=variant_fixture(model))
 
 
 @pytest.mark.probe("model_runner_v2", composite=True, variant="llama-runner_v2")
@@ -266,7 +267,7 @@ def bfloat16_applies(extraction_runs) -> None:
 def test_bfloat16_reference(extraction_runs, variants, probe_detail):
     bfloat16_applies(extraction_runs)
     chosen, runs, run = variant_run(variants, "llama-bfloat16", "raw", probe_detail)
-    check_layer_ids(run, runs.ids, chosen.model, probe_detail, tolerance=tolerance_for("bfloat16"), dtype="bfloat16")
+    check_layer_ids(run, runs.ids, chosen.model, probe_detail, dtype="bfloat16", fixture=chosen.fixture)
 
 
 @pytest.mark.probe("bfloat16_reference", data=True, composite=True, variant="llama-bfloat16")
@@ -274,7 +275,7 @@ def test_bfloat16_reference(extraction_runs, variants, probe_detail):
 def test_bfloat16_reference_with_compat(extraction_runs, variants, probe_detail):
     bfloat16_applies(extraction_runs)
     chosen, runs, run = variant_run(variants, "llama-bfloat16", "with_compat", probe_detail)
-    check_layer_ids(run, runs.ids, chosen.model, probe_detail, tolerance=tolerance_for("bfloat16"), dtype="bfloat16")
+    check_layer_ids(run, runs.ids, chosen.model, probe_detail, dtype="bfloat16", fixture=chosen.fixture)
 
 
 @pytest.mark.probe("every_layer_id", data=True, composite=True, variant="llama-every_layer_id", since=1)
@@ -415,7 +416,8 @@ def vlm_image_layer_ids(variants: VariantRuns, mode: str, probe_detail: dict) ->
         raise RuntimeError(why or "the image case wrote no file")
     probe_detail["image_prompt"] = {"tokens": len(run.files[IMAGE_CASE][0][0]),
                                     "image_tokens": run.files[IMAGE_CASE][0][0].count(chosen.notes["image_token_id"])}
-    check_layer_ids(run, runs.ids, chosen.model, probe_detail, dtype=chosen.dtype, cases=(IMAGE_CASE,))
+    check_layer_ids(run, runs.ids, chosen.model, probe_detail, dtype=chosen.dtype, fixture=chosen.fixture,
+                    cases=(IMAGE_CASE,))
 
 
 @pytest.mark.probe("vlm_text_layer_ids", data=True, composite=True, variant="qwen2_5_vl", since=2)
