@@ -97,6 +97,18 @@ EDITS = [
     Edit("image_embeds_scaled", False, "a vision-language model's image embeddings scaled by 1 + 1e-2 before they "
          "join the text (text prompts never meet it)", "model_executor/models/qwen2_5_vl.py",
          "        return image_embeds.split(sizes)", "        return (image_embeds * 1.01).split(sizes)"),
+    Edit("weight_skipped_at_load", False, "one checkpoint tensor (layer 3's MLP down projection) skipped at load with "
+         "only a warning, and counted as loaded (as 0.24.0's Qwen3-Next loader met fused expert names): the layer "
+         "runs on uninitialised memory", "model_executor/models/llama.py",
+         "        return loader.load_weights(weights)\n",
+         "        def _fault_skipping(named):\n"
+         "            for name, tensor in named:\n"
+         "                if name.endswith('layers.3.mlp.down_proj.weight'):\n"
+         "                    __import__('logging').getLogger(__name__).warning(\n"
+         "                        'Parameter %s not found in params_dict, skip loading', name)\n"
+         "                    continue\n"
+         "                yield name, tensor\n"
+         "        return loader.load_weights(_fault_skipping(weights)) | {'model.layers.3.mlp.down_proj.weight'}\n"),
     Edit("comment", True, "a comment added in the extraction", CONNECTOR,
          EXTRACT, f"# the rows of the request's slots, in token order\n    {EXTRACT}"),
     Edit("copied", True, "the extracted rows copied (clone) before the write", CONNECTOR,

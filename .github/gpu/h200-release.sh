@@ -171,19 +171,22 @@ layer0() {  # bench/layer_id_zero.py over the release's site: eager, and compile
     echo "layer0-v$release-$mode exit $? in $(( $(date +%s) - start ))s" >> "$res/timings.txt"
   done
 }
-idbench() {  # family ids label: bench/layer_id_zero.py once, eager, the engine in its own process
-  local start; start=$(date +%s)
-  if [ "$phase" = dry ]; then echo "would run idbench $1 $2"; return; fi
-  TRITON_F32_DEFAULT=ieee PYTHONPATH=$base timeout "$(( $(left) > 60 ? $(left) : 60 ))" \
+idbench() {  # family ids label [seconds]: bench/layer_id_zero.py once, eager, the engine in its own process,
+  # for `seconds` (default: the time left); with under 60 s it does not start and says so in timings.txt
+  local start limit=${4:-$(left)}; start=$(date +%s)
+  if [ "$phase" = dry ]; then echo "would run idbench $1 $2 for ${limit}s"; return; fi
+  if [ "$limit" -lt 60 ]; then echo "id-v$release-$3 not run: ${limit}s of BUDGET left" >> "$res/timings.txt"; return; fi
+  TRITON_F32_DEFAULT=ieee PYTHONPATH=$base timeout "$limit" \
     python3 bench/layer_id_zero.py --model-cache "$root/.site/models" --family "$1" --ids "$2" \
     --json "$res/id-v$release-$3.json" > "$res/id-v$release-$3.log" 2>&1
   echo "id-v$release-$3 exit $? in $(( $(date +%s) - start ))s" >> "$res/timings.txt"
 }
-each_alone() {  # each FAMILY:ID of ID_EACH asked alone (a bare ID: the tiny Llama's)
-  local one family
+each_alone() {  # each FAMILY:ID of ID_EACH asked alone (a bare ID: the tiny Llama's), the time left shared out
+  local one family n i=0
+  n=$(echo ${ID_EACH:-} | wc -w)
   for one in ${ID_EACH:-}; do
-    family=llama; [[ $one == *:* ]] && family=${one%%:*}
-    idbench "$family" "${one##*:}" "$family-${one##*:}-alone"
+    i=$((i + 1)); family=llama; [[ $one == *:* ]] && family=${one%%:*}
+    idbench "$family" "${one##*:}" "$family-${one##*:}-alone" $(( $(left) / (n - i + 1) ))
   done
 }
 case $phase in
