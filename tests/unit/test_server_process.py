@@ -208,3 +208,19 @@ def test_the_weights_vllm_skipped_at_load_are_read_from_its_log():
            "not found in params_dict, skip loading\n(APIServer pid=1) INFO Started server process\n")
     assert skipped_weights(log) == ["layers.0.mlp.experts.down_proj", "layers.0.mlp.experts.gate_up_proj"]
     assert skipped_weights("(EngineCore pid=1) INFO Loading weights took 0.1 seconds\n") == []
+
+
+def test_every_data_probe_leads_its_failure_with_the_weights_its_server_skipped(tmp_path):
+    """The reference probe (match_reference) and the layer-id probes (check_layer_ids) share skipped_lead: the
+    skipped tensors first, kept in the probe's detail; nothing where the load skipped none."""
+    from compat.cell.probes.server import test_server_probes, test_server_variants
+    from compat.cell.server_mode_runs import ModeRun
+
+    assert test_server_variants.skipped_lead is test_server_probes.skipped_lead
+    run = ModeRun("raw", [], tmp_path / "server.log", skipped_weights=["a.w", "b.w", "c.w"])
+    detail: dict = {}
+    lead = test_server_probes.skipped_lead(run, detail)
+    assert lead == ["vLLM skipped loading 3 checkpoint tensor(s) (a.w, b.w, ...): those weights were never loaded"]
+    assert detail == {"skipped_weights": ["a.w", "b.w", "c.w"]}
+    clean: dict = {}
+    assert test_server_probes.skipped_lead(ModeRun("raw", [], tmp_path / "server.log"), clean) == [] and clean == {}

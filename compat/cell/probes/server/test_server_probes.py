@@ -206,10 +206,22 @@ def match_reference(run: ModeRun, ids: list[int], model, case: str, dtype: str, 
     probe_detail.update({k: result[k] for k in (*SUMMARY_KEYS, "tolerance", "problems")},
                         layer_ids=ids, sequences=[len(p) for p, _ in items])
     probe_detail["figures"] = figures(result, result["tolerance"], dtype, len(items) * len(ids), layers=ids)
+    lead = skipped_lead(run, probe_detail)
     with speculators_call():
         if not result["ok"]:
-            raise ContractViolation(f"hidden states differ from the transformers reference ({case}): "
-                                    + "; ".join(result["problems"][:3]))
+            raise ContractViolation("; ".join(lead + [f"hidden states differ from the transformers reference ({case}): "
+                                                      + "; ".join(result["problems"][:3])]))
+
+
+def skipped_lead(run: ModeRun, probe_detail: dict) -> list[str]:
+    """The checkpoint tensors the run's server skipped at load (kept in the detail), as a data probe's failure's
+    first words: a load that skipped weights explains rows that match nothing, so it is said before them."""
+    skipped = run.skipped_weights
+    if not skipped:
+        return []
+    probe_detail["skipped_weights"] = skipped
+    return [f"vLLM skipped loading {len(skipped)} checkpoint tensor(s) ({', '.join(skipped[:2])}"
+            f"{', ...' if len(skipped) > 2 else ''}): those weights were never loaded"]
 
 
 # -- the probes, raw then with_compat ----------------------------------------------------------

@@ -27,7 +27,7 @@ from __future__ import annotations
 import pytest
 
 from compat.cell import extraction, server_models
-from compat.cell.probes.server.test_server_probes import load, returned_layers, settle
+from compat.cell.probes.server.test_server_probes import load, returned_layers, settle, skipped_lead
 from compat.cell.reference import (
     blind_spots,
     compare,
@@ -167,14 +167,9 @@ def check_layer_ids(run: ModeRun, ids: list[int], model: str, probe_detail: dict
         raise PrecisionDrift(f"{too_many}; every one within relative {rule.relative:g} and still nearest its own row "
                              f"(separation < {rule.separation:g}): 16-bit drift beyond the measured share, not shown "
                              "to be the contract (re-run in float32, or on a larger model)")
-    skipped = run.skipped_weights
-    if skipped:
-        probe_detail["skipped_weights"] = skipped
+    lead = skipped_lead(run, probe_detail)
     with speculators_call():
         if problems or wrong:
-            # a load that skipped weights explains rows that match nothing: said first, the rows' words after it
-            lead = [f"vLLM skipped loading {len(skipped)} checkpoint tensor(s) ({', '.join(skipped[:2])}"
-                    f"{', ...' if len(skipped) > 2 else ''}): those weights were never loaded"] if skipped else []
             raise ContractViolation("; ".join(lead + problems[:4] + ([wrong] if wrong else [])))
     if tolerance.atol > 1e-3:  # a 16-bit tolerance: prove on this data that it still sees a wrong row
         probe_detail["wrong_row_margins"] = margins
