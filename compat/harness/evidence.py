@@ -64,9 +64,10 @@ def row_within(row: dict[str, Any], atol: float, rtol: float) -> bool:
 
 def figures_pass(figures: Any, fixture: Optional[str] = None) -> tuple[Optional[bool], str]:
     """(True, why) when the figures prove a pass, (False, why) when they show a failure, (None,
-    why) when they cannot say (missing, NaN, no tolerance, no rows). The rows are judged by the
-    tolerance the harness holds the dtype (and, in 16 bits, the `fixture`) to; a record may state a
-    tighter one, never a looser one."""
+    why) when they cannot say (missing, NaN, no tolerance, no rows). A record states the tolerance the
+    harness holds the dtype (in 16 bits, the `fixture`) to, or one it accepts (tolerances.accepted: a
+    record made before the fixture's own allowance states the dtype's budget), and its rows are judged
+    by the one it states; a fixture's own allowance covers rows of that fixture's scales only."""
     if not isinstance(figures, dict):
         return None, "no figures recorded"
     tolerance: dict[str, Any] = figures["tolerance"] if isinstance(figures.get("tolerance"), dict) else {}
@@ -79,7 +80,6 @@ def figures_pass(figures: Any, fixture: Optional[str] = None) -> tuple[Optional[
         own = f" ({fixture}'s own)" if held is not None and held != TOLERANCES[dtype] else ""
         return None, (f"tolerance atol {atol:g}, rtol {rtol:g} for dtype {figures.get('dtype')!r}; the harness holds "
                       f"{figures.get('dtype')!r} to {tuple(held) if held else 'nothing (unknown dtype)'}{own}")
-    atol, rtol = held
     if tolerance.get("rule") != RULE:
         return None, f"the tolerance rule {tolerance.get('rule')!r} is not the one the harness recomputes ({RULE!r})"
     rows: list[Any] = figures["rows"] if isinstance(figures.get("rows"), list) else []
@@ -95,6 +95,13 @@ def figures_pass(figures: Any, fixture: Optional[str] = None) -> tuple[Optional[
            and not (finite(r.get("max_abs_error")) and finite(r.get("scale")))]
     if bad:
         return None, f"{len(bad)} row(s) with non-finite figures (e.g. {_row(bad[0])})"
+    if (atol, rtol) != TOLERANCES[dtype]:  # a fixture's own allowance: its rows must be that fixture's
+        lo, hi = tolerances.REFERENCE_SCALES.get(str(fixture), tolerances.ANY_FIXTURE)
+        alien = [r for r in rows if isinstance(r, dict) and finite(r.get("scale")) and not lo <= r["scale"] <= hi]
+        if alien:
+            return None, (f"{len(alien)} row(s) at a scale the {fixture} fixture never gives ({lo:g} - {hi:g}; e.g. "
+                          f"{_row(alien[0])}: scale {alien[0]['scale']:.3g}), under the {fixture} fixture's own "
+                          f"tolerance (atol {atol:g}, rtol {rtol:g})")
     outside = [r for r in rows if not (isinstance(r, dict) and row_within(r, atol, rtol))]
     expected = figures.get("rows_expected")
     drift_why = drift_check(figures, rows)

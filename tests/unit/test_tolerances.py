@@ -134,9 +134,15 @@ def test_a_fixture_allowance_is_16bit_only_and_the_harness_holds_rows_to_it():
                 "tolerance": {"atol": stated.atol, "rtol": stated.rtol, "rule": tolerances.RULE}}
 
     assert evidence.figures_pass(figures(hybrid), "hybrid")[0] is True
-    assert evidence.figures_pass(figures(budget), "hybrid")[0] is True  # made before the hybrid's was measured
+    # a record made before the hybrid's was measured states the budget and is judged by it: this row is past it
+    assert evidence.figures_pass(figures(budget), "hybrid")[0] is False
+    assert evidence.figures_pass({**figures(budget), "rows": [{**row, "max_abs_error": 0.05, "allowed": 0.09}]},
+                                 "hybrid")[0] is True
     assert evidence.figures_pass(figures(budget), "llama")[0] is False
     assert evidence.figures_pass(figures(budget), None)[0] is False
+    passed, why = evidence.figures_pass({**figures(hybrid), "rows": [{**row, "scale": 5.3,
+                                                                       "allowed": hybrid.allowed(5.3)}]}, "hybrid")
+    assert passed is None and "at a scale the hybrid fixture never gives" in why, why  # a Llama row relabelled
     for other in (Tolerance(hybrid.atol, hybrid.rtol * 2), Tolerance(0.0, budget.rtol)):  # looser, or another
         passed, why = evidence.figures_pass(figures(other), "hybrid")
         assert passed is None and why.endswith("the harness holds 'bfloat16' to (0.05, 0.07) (hybrid's own)"), why
@@ -144,13 +150,21 @@ def test_a_fixture_allowance_is_16bit_only_and_the_harness_holds_rows_to_it():
 
 
 def test_a_variant_names_its_fixture_for_the_writer_and_the_checker():
+    """Every data probe key that decides a variant: the checker's fixture (fixture_of) is the one the writer holds
+    it to (the variant's, Variant.fixture); the main probes, deciding none, are the Llama's on both sides."""
     from compat.cell.server_models import Variant
+    from compat.shared.manifest import VARIANT_OF_KEY
 
     for name, fixture in (("hybrid", "hybrid"), ("hybrid-every_layer_id", "hybrid"), ("llama-bfloat16", "llama"),
                           ("deepseek_v3-every_layer_id", "deepseek_v3"), ("qwen3_moe", "qwen3_moe")):
         assert Variant(name, "m", 1).fixture == tolerances.variant_fixture(name) == fixture
-    probe = {"id": "every_layer_id_hybrid", "case": "hybrid"}
-    assert evidence.fixture_of({"settings": {}}, probe) == "hybrid"
+    data_keys = [(key, variant) for key, variant in VARIANT_OF_KEY.items() if key.split("[")[0] in DATA_PROBES]
+    assert {"every_layer_id_hybrid[hybrid]", "layer_ids_by_model[hybrid]"} <= {k for k, _ in data_keys}
+    for key, variant in data_keys:
+        pid, _, case = key.partition("[")
+        probe = {"id": pid, "case": case.rstrip("]") or None}
+        assert evidence.fixture_of({"settings": {}}, probe) == Variant(variant, "m", 1).fixture, key
+    assert evidence.fixture_of({"settings": {}}, {"id": REF, "case": "batch"}) == "llama"
 
 
 def test_a_summary_is_what_its_rows_give():
