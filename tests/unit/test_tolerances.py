@@ -110,6 +110,24 @@ def test_each_fixtures_16bit_allowance_covers_its_own_bfloat16_forward():
         assert not short, (fixture, held, short[:2])
 
 
+def test_the_hybrids_own_allowance_still_fails_a_zeroed_or_shifted_row_in_every_committed_hybrid_record():
+    """The margins a 16-bit layer-id probe records (`wrong_row_margins`: how far a zeroed row and the neighbouring
+    layer's row sit from the reference) against the hybrid's own allowance: it must stay below every one."""
+    held = tolerances.tolerance_for("bfloat16", "hybrid")
+    seen = 0
+    for path in genuine_files():
+        for probe in load(path).get("probes") or []:
+            detail = probe.get("detail") or {}
+            if probe.get("case") != "hybrid" or not isinstance(detail.get("wrong_row_margins"), dict):
+                continue
+            stated = Tolerance(detail["tolerance"]["atol"], detail["tolerance"]["rtol"])
+            for where, margin in detail["wrong_row_margins"].items():
+                scale = (margin["allowed"] - stated.atol) / stated.rtol
+                assert min(margin["zero_row"], margin["shifted_row"]) > held.allowed(scale), (path.name, where)
+                seen += 1
+    assert seen >= 42  # the H200's 0.24.0 (builder 5), 0.25.1 and 0.26.0 records: 21 rows each
+
+
 def test_deepseek_v3_has_no_16bit_floor_in_the_measurement():
     """What the comment on FIXTURE_SIXTEEN_BIT says of DeepseekV3 is the committed measurement: its own bfloat16
     forward fails the probes' check from the first MoE layer on, drift set aside, so no allowance is set for it."""
