@@ -92,8 +92,8 @@ def variant_fixture(variant: str) -> str:
 
 def accepted(dtype: str, fixture: Optional[str] = None) -> tuple[Tolerance, ...]:
     """The tolerances a record of `dtype` for `fixture` may state: the one held, and where the fixture holds its
-    own 16-bit allowance also the dtype's budget (records made before it was measured). Either way the harness
-    judges the rows by the one held."""
+    own 16-bit allowance also the dtype's budget (records made before it was measured). The harness judges the
+    rows by the one the record states (compat.harness.evidence.figures_pass)."""
     held = tolerance_for(dtype, fixture)
     return (held,) if held == TOLERANCES[dtype] else (held, TOLERANCES[dtype])
 
