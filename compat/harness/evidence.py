@@ -62,12 +62,14 @@ def row_within(row: dict[str, Any], atol: float, rtol: float) -> bool:
             and row["max_abs_error"] <= atol + rtol * abs(row["scale"]))
 
 
-def figures_pass(figures: Any, fixture: Optional[str] = None) -> tuple[Optional[bool], str]:
+def figures_pass(figures: Any, fixture: Optional[str]) -> tuple[Optional[bool], str]:
     """(True, why) when the figures prove a pass, (False, why) when they show a failure, (None,
     why) when they cannot say (missing, NaN, no tolerance, no rows). A record states the tolerance the
     harness holds the dtype (in 16 bits, the `fixture`) to, or one it accepts (tolerances.accepted: a
     record made before the fixture's own allowance states the dtype's budget), and its rows are judged
-    by the one it states; a fixture's own allowance covers rows of that fixture's scales only."""
+    by the one it states; a fixture's own allowance covers rows of that fixture's scales only. `fixture`
+    has no default: None (not known, e.g. a cell whose settings name another model) holds the dtype's
+    budget, and a caller that forgot the fixture would judge a hybrid record by the Llama's."""
     if not isinstance(figures, dict):
         return None, "no figures recorded"
     tolerance: dict[str, Any] = figures["tolerance"] if isinstance(figures.get("tolerance"), dict) else {}
