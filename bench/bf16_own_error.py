@@ -21,9 +21,11 @@ import importlib
 import json
 import platform
 import sys
+from pathlib import Path
 
 FIXTURES = {"llama": "compat.fixtures.tiny_llama", "hybrid": "compat.fixtures.tiny_hybrid",
-            "qwen3_moe": "compat.fixtures.tiny_qwen3_moe", "deepseek_v3": "compat.fixtures.tiny_deepseek"}
+            "qwen3_moe": "compat.fixtures.tiny_qwen3_moe", "deepseek_v3": "compat.fixtures.tiny_deepseek",
+            "qwen2_5_vl": "compat.fixtures.tiny_vlm"}
 
 
 def own_error(name: str, case: str) -> dict:
@@ -39,9 +41,13 @@ def own_error(name: str, case: str) -> dict:
 
     model_dir = str(importlib.import_module(FIXTURES[name]).ensure())
     sequences = prompts("server")[case]
+    # the vision-language fixture as its reference loads it (load_reference_model): the image-text-to-text model,
+    # whose states are its language model's; text prompts only
+    vision = "vision_config" in json.loads(Path(model_dir, "config.json").read_text())
+    auto = transformers.AutoModelForImageTextToText if vision else transformers.AutoModelForCausalLM
     tables = {}
     for dtype in (torch.float32, torch.bfloat16):
-        model = transformers.AutoModelForCausalLM.from_pretrained(model_dir, dtype=dtype).eval()
+        model = auto.from_pretrained(model_dir, dtype=dtype).eval()
         tables[dtype] = _reference_states(model, sequences, [{}] * len(sequences))
     want, got = tables[torch.float32], tables[torch.bfloat16]
     indexes = list(range(len(want[0])))

@@ -100,8 +100,9 @@ def test_each_fixtures_16bit_allowance_covers_its_own_bfloat16_forward():
     is: every row within 1 / OWN_ERROR_COVER of the allowance held for that fixture, with no token set aside as
     drift. The hybrid failed this under the Llama's budget (0.118 at index 6 against 0.090)."""
     measured = {r["fixture"]: r for r in load(OWN_ERROR)["results"]}
-    assert {"llama", "hybrid", "qwen3_moe"} <= set(measured)
-    for fixture in ("llama", "hybrid", "qwen3_moe"):
+    covered = ("llama", "hybrid", "qwen3_moe", "qwen2_5_vl")  # deepseek_v3 has no 16-bit floor (bench/RESULTS.md)
+    assert set(covered) <= set(measured)
+    for fixture in covered:
         held = tolerances.tolerance_for("bfloat16", fixture)
         rows = measured[fixture]["held"]["rows"]
         assert len(rows) == len(measured[fixture]["sequences"]) * len(measured[fixture]["held"]["layers"])
