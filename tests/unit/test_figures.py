@@ -158,5 +158,5 @@ def test_the_harness_reads_the_figures_as_the_probe_decided():
     short = figures([ROWS[0]], Tolerance(), "float32", rows_expected=2, layers=[1, 3])
     for made in (passing, failing, short):
         parse(Figures, json.loads(json.dumps(made)))
-    assert figures_pass(passing)[0] is True
-    assert figures_pass(failing)[0] is False and figures_pass(short)[0] is False
+    assert figures_pass(passing, "llama")[0] is True
+    assert figures_pass(failing, "llama")[0] is False and figures_pass(short, "llama")[0] is False

@@ -125,27 +125,27 @@ def test_a_tolerance_that_is_not_the_harness_one_says_which_rule_it_breaks(toler
 def test_a_dtype_the_harness_does_not_know_has_no_tolerance():
     figures = passing_figures()
     figures["dtype"] = "int8"
-    assert figures_pass(figures) == (None, "tolerance atol 0.0001, rtol 0.0001 for dtype 'int8'; the harness "
+    assert figures_pass(figures, "llama") == (None, "tolerance atol 0.0001, rtol 0.0001 for dtype 'int8'; the harness "
                                            "holds 'int8' to nothing (unknown dtype)")
 
 
 def test_rows_that_are_not_a_list_compare_nothing():
     figures = passing_figures()
     figures["rows"] = {"0": figures["rows"][0]}
-    assert figures_pass(figures) == (None, "no rows compared")
+    assert figures_pass(figures, "llama") == (None, "no rows compared")
 
 
 def test_a_row_is_one_place_by_case_sequence_and_layer():
     figures = passing_figures(rows=2)
     figures["rows"] = [dict(r, case=case) for case in ("batch", "repeated") for r in figures["rows"]]
     figures["rows_expected"] = 4
-    assert figures_pass(figures)[0] is True  # the same (sequence, layer) in two cases
+    assert figures_pass(figures, "llama")[0] is True  # the same (sequence, layer) in two cases
     figures = passing_figures(rows=2)
     figures["rows"] += [dict(r, sequence=1) for r in figures["rows"]]
     figures["rows_expected"] = 4
-    assert figures_pass(figures)[0] is True  # the same layer of two sequences
+    assert figures_pass(figures, "llama")[0] is True  # the same layer of two sequences
     figures["rows"][3] = dict(figures["rows"][1])
-    assert figures_pass(figures) == (None, "a (sequence, layer) row is listed twice")
+    assert figures_pass(figures, "llama") == (None, "a (sequence, layer) row is listed twice")
 
 
 def test_the_failing_row_is_named():
@@ -178,26 +178,26 @@ def drifted(drifted=2, relative=0.3, separation=0.6, tokens=40, rule=None, other
 
 
 def test_drift_at_each_bound_of_its_rule():
-    assert figures_pass(drifted(relative=0.5))[0] is True  # max_relative <= relative
-    assert figures_pass(drifted(separation=0.9))[0] is False  # separation must stay below the bound
+    assert figures_pass(drifted(relative=0.5), "llama")[0] is True  # max_relative <= relative
+    assert figures_pass(drifted(separation=0.9), "llama")[0] is False  # separation must stay below the bound
     # 2 of 40 tokens is 5 %: at the fraction, allowed; rows without a drift entry count no tokens
-    assert figures_pass(drifted(others=False))[0] is True
-    assert figures_pass(drifted(drifted=3, others=False))[0] is False
+    assert figures_pass(drifted(others=False), "llama")[0] is True
+    assert figures_pass(drifted(drifted=3, others=False), "llama")[0] is False
 
 
 def test_drift_without_a_token_count_is_not_believed():
     rule = {"relative": 0.5, "separation": 0.9, "fraction": 0.5}
-    passed, why = figures_pass(drifted(drifted=1, tokens=None, rule=rule))
+    passed, why = figures_pass(drifted(drifted=1, tokens=None, rule=rule), "llama")
     assert passed is False and why.endswith("1 of None tokens drifted, which no check counts")
 
 
 def test_a_drift_rule_that_is_not_a_mapping_is_no_rule():
-    passed, why = figures_pass(drifted(rule="relative 0.5"))
+    passed, why = figures_pass(drifted(rule="relative 0.5"), "llama")
     assert passed is False and "drift is a 16-bit rule with a stated bound (dtype bfloat16, drift_rule None)" in why
 
 
 def test_drift_beyond_its_rule_names_the_row_and_its_figures():
-    passed, why = figures_pass(drifted(relative=0.8, separation=0.6))
+    passed, why = figures_pass(drifted(relative=0.8, separation=0.6), "llama")
     assert passed is False
     assert why.startswith("sequence 0 layer 1: max abs 2e-06, scale 3.0: drifted tokens off by 0.8 relative, "
                           "separation 0.6: beyond the drift rule")
