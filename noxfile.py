@@ -99,8 +99,10 @@ def tests(session):
     session.run("python", "-m", "compat", "run", success_codes=[0, 1, 2])
     session.run("python", "-m", "compat.kimi")  # no GPU here: every test skipped, with the reason
     session.run("python", "-m", "compat.kimi", "--scale-model")  # replaces that results/kimi.json
-    # The Kimi-shaped builder's tests need torch and transformers: in the cell interpreter just used.
+    # The Kimi-shaped builder's tests and the cell-side checks' need torch and transformers: in the cell interpreter
+    # just used.
     cell_python = session.run("python", "-c", "from compat.harness.kimi import default_cell_python; "
                               "print(default_cell_python())", silent=True).strip().splitlines()[-1]
-    session.run(cell_python, "-m", "pytest", "-p", "no:cacheprovider", "tests/builder", external=True)
+    session.run(cell_python, "-m", "pytest", "-p", "no:cacheprovider", "--strict-markers", "tests/builder",
+                "tests/cell", external=True)
     session.run("pytest", "tests/integration", "tests/browser", env={"COMPAT_REPORT_RESULTS": "results"})

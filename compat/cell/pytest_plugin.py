@@ -59,13 +59,19 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--compat-label", default="", help="cell label for progress lines")
 
 
+MARKERS = ("probe(id, data=False, advisory=False, composite=False, variant=None, contract=None, since=0): the stable "
+           "probe id this test reports as, and what the harness holds about it (compat.shared.probe_catalog)",
+           "tp(n): tensor-parallel size the probe case needs",
+           "compat_mode(mode): 'with_compat' runs fill the raw record's with_compat")
+
+
+def register_markers(config: pytest.Config) -> None:
+    for line in MARKERS:
+        config.addinivalue_line("markers", line)
+
+
 def pytest_configure(config: pytest.Config) -> None:
-    config.addinivalue_line("markers",
-                            "probe(id, data=False, advisory=False, composite=False, variant=None, contract=None, "
-                            "since=0): the stable probe id this test reports as, and what the harness holds about it "
-                            "(compat.shared.probe_catalog)")
-    config.addinivalue_line("markers", "tp(n): tensor-parallel size the probe case needs")
-    config.addinivalue_line("markers", "compat_mode(mode): 'with_compat' runs fill the raw record's with_compat")
+    register_markers(config)
     config.stash[CELL_PROBES_KEY] = CellProbes()
 
 

@@ -40,7 +40,7 @@ from compat.shared.manifest import (
 )
 from compat.shared.probe_catalog import ids_where
 from compat.shared.profiles import profile_for
-from compat.shared.records import RERUN_BLOCKED, SCHEMA_VERSION, finite, origin
+from compat.shared.records import RERUN_BLOCKED, SCHEMA_VERSION, ProbeStatus, finite, origin
 from compat.shared.results import NOT_SELECTED, probe_key
 
 # Probes whose ok must carry figures: marked @pytest.mark.probe(..., data=True).
@@ -565,6 +565,10 @@ def recheck(cell: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
             told, compat_told = _data_contradiction(probe, migrated, fixture)
             why, compat_why = why or told, compat_why or compat_told
         why = why or _record_contradiction(probe, migrated)
+        statuses = {s.value for s in ProbeStatus}
+        if probe.get("status") not in statuses or probe.get("with_compat") not in statuses | {None}:
+            why = (f"status {probe.get('status')!r}, with compat {probe.get('with_compat')!r}: not a probe status "
+                   f"(expected one of {', '.join(sorted(statuses))}; with compat also null)")
         if key in seen:
             why = f"{key} is recorded twice"
         seen.add(key)

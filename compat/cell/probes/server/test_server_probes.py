@@ -184,6 +184,11 @@ def layer_numbering(run: ModeRun, ids: list[int], model, dtype: str, probe_detai
         matches.setdefault(ids[row["layer"]], set()).add(row["matches_index"])
     probe_detail["id_to_reference_index"] = {str(k): sorted(v, key=str) for k, v in matches.items()}
     last = len(tables[0]) - 1  # == num_layers: the last layer's output before the final norm
+    # a sequence whose file holds another number of layers than ids gives no rows (compare() skips it): not a pass
+    if len(result["rows"]) != len(prompts) * len(ids):
+        with speculators_call():
+            raise ContractViolation(f"{len(result['rows'])} of {len(prompts) * len(ids)} (sequence, layer id) rows "
+                                    f"compared: {'; '.join(result['problems'][:3])}")
     if last in ids:
         with torch.no_grad():
             post_norm = model.model.norm(tables[0][last])
