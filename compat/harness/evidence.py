@@ -55,6 +55,7 @@ RULE = tolerances.RULE
 # tolerance, a record's own looser rule is never believed.
 DRIFT_RULES = {dtype: dataclasses.asdict(rule) for dtype, rule in tolerances.DRIFT.items()}
 CONTRADICTS = "the record contradicts itself: "
+STATUSES = frozenset(status.value for status in ProbeStatus)
 
 
 def row_within(row: dict[str, Any], atol: float, rtol: float) -> bool:
@@ -565,10 +566,9 @@ def recheck(cell: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
             told, compat_told = _data_contradiction(probe, migrated, fixture)
             why, compat_why = why or told, compat_why or compat_told
         why = why or _record_contradiction(probe, migrated)
-        statuses = {s.value for s in ProbeStatus}
-        if probe.get("status") not in statuses or probe.get("with_compat") not in statuses | {None}:
+        if probe.get("status") not in STATUSES or probe.get("with_compat") not in STATUSES | {None}:
             why = (f"status {probe.get('status')!r}, with compat {probe.get('with_compat')!r}: not a probe status "
-                   f"(expected one of {', '.join(sorted(statuses))}; with compat also null)")
+                   f"(expected one of {', '.join(sorted(STATUSES))}; with compat also null)")
         if key in seen:
             why = f"{key} is recorded twice"
         seen.add(key)
