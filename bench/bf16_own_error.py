@@ -21,7 +21,6 @@ import importlib
 import json
 import platform
 import sys
-from pathlib import Path
 
 FIXTURES = {"llama": "compat.fixtures.tiny_llama", "hybrid": "compat.fixtures.tiny_hybrid",
             "qwen3_moe": "compat.fixtures.tiny_qwen3_moe", "deepseek_v3": "compat.fixtures.tiny_deepseek",
@@ -33,21 +32,23 @@ def own_error(name: str, case: str) -> dict:
     compare() against the float32 tables, 16-bit drift set aside (set_aside_drift, drift_total), under
     the dtype's budget and under the tolerance held for the fixture."""
     import torch
-    import transformers
 
-    from compat.cell.reference import _reference_states, compare, drift_rule_for, drift_total, set_aside_drift
+    from compat.cell.reference import (
+        _reference_states,
+        compare,
+        drift_rule_for,
+        drift_total,
+        load_reference_model,
+        set_aside_drift,
+    )
     from compat.fixtures.data import prompts
     from compat.shared.tolerances import tolerance_for
 
     model_dir = str(importlib.import_module(FIXTURES[name]).ensure())
     sequences = prompts("server")[case]
-    # the vision-language fixture as its reference loads it (load_reference_model): the image-text-to-text model,
-    # whose states are its language model's; text prompts only
-    vision = "vision_config" in json.loads(Path(model_dir, "config.json").read_text())
-    auto = transformers.AutoModelForImageTextToText if vision else transformers.AutoModelForCausalLM
     tables = {}
-    for dtype in (torch.float32, torch.bfloat16):
-        model = auto.from_pretrained(model_dir, dtype=dtype).eval()
+    for dtype in (torch.float32, torch.bfloat16):  # the VLM as its reference loads it: text prompts only
+        model = load_reference_model(model_dir, dtype)
         tables[dtype] = _reference_states(model, sequences, [{}] * len(sequences))
     want, got = tables[torch.float32], tables[torch.bfloat16]
     indexes = list(range(len(want[0])))

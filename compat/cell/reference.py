@@ -34,17 +34,19 @@ from compat.shared.tolerances import (  # noqa: F401 - ATOL, RTOL, SUMMARY_KEYS:
 BF16_ATOL, BF16_RTOL = TOLERANCES["bfloat16"]
 
 
-def load_reference_model(model_dir: str):
-    """The transformers model of a tiny fixture in float32: a causal LM, or for a vision-language config
-    (one with a `vision_config`) the image-text-to-text model, whose hidden states are its language model's."""
+def load_reference_model(model_dir: str, dtype: Any = None):
+    """The transformers model of a tiny fixture in float32 (or `dtype`, a torch dtype: bench/bf16_own_error.py
+    loads it in bfloat16 too): a causal LM, or for a vision-language config (one with a `vision_config`) the
+    image-text-to-text model, whose hidden states are its language model's."""
     import torch
     import transformers
 
+    dtype = dtype or torch.float32
     vision = "vision_config" in json.loads(Path(model_dir, "config.json").read_text())
     auto = transformers.AutoModelForImageTextToText if vision else transformers.AutoModelForCausalLM
     with timed(StepKind.REFERENCE, "load the transformers model"):
-        model = auto.from_pretrained(model_dir, dtype=torch.float32) if _takes_dtype() else \
-            auto.from_pretrained(model_dir, torch_dtype=torch.float32)
+        model = auto.from_pretrained(model_dir, dtype=dtype) if _takes_dtype() else \
+            auto.from_pretrained(model_dir, torch_dtype=dtype)
     return model.eval()
 
 

@@ -125,8 +125,8 @@ def test_a_tolerance_that_is_not_the_harness_one_says_which_rule_it_breaks(toler
 def test_a_dtype_the_harness_does_not_know_has_no_tolerance():
     figures = passing_figures()
     figures["dtype"] = "int8"
-    assert figures_pass(figures, "llama") == (None, "tolerance atol 0.0001, rtol 0.0001 for dtype 'int8'; the harness "
-                                           "holds 'int8' to nothing (unknown dtype)")
+    assert figures_pass(figures, "llama") == (None, "tolerance atol 0.0001, rtol 0.0001 for dtype 'int8'; the "
+                                                    "harness holds 'int8' to nothing (unknown dtype)")
 
 
 def test_rows_that_are_not_a_list_compare_nothing():
