@@ -195,6 +195,13 @@ def test_a_summary_is_what_its_rows_give():
     assert summarize([], held)["max_abs_error"] is None and summarize([], held)["rows_compared"] == 0
 
 
+def test_one_value_is_equal_or_within_a_json_round_trip_and_nothing_looser():
+    assert tolerances.same(0.1 + 0.2, 0.3) and tolerances.same(None, None) and tolerances.same(4.29e-06, 4.29e-06)
+    assert not tolerances.same(1.0, 1.0 + 1e-6) and not tolerances.same(2e-6, 2e-6 * (1 + 1e-7))
+    assert not tolerances.same(math.nan, math.nan) and not tolerances.same(None, 0.0)
+    assert not tolerances.same(0.0, 1e-300)
+
+
 def test_what_the_reference_check_writes_agrees_with_what_the_harness_checks():
     """compat.cell.reference.figures and the summary compare() adds (summarize), pure: no torch."""
     rows = [{"sequence": 0, "layer": 0, "expected_index": 2, "max_abs_error": 2.5e-6, "scale": 3.1,
@@ -316,6 +323,10 @@ EDITS_3 = {
     "summary rows_compared": (lambda p: p["detail"].update(rows_compared=9), "detail.rows_compared 9, but it "
                                                                               "summarizes 4 row(s)"),
     "summary max abs": (lambda p: p["detail"].update(max_abs_error=0.37), "detail.max_abs_error 0.37, but"),
+    "summary max abs, one part in a million": (
+        lambda p: p["detail"].update(max_abs_error=p["detail"]["max_abs_error"] * (1 + 1e-6)), "detail.max_abs_error"),
+    "row allowed, one part in a million": (lambda p: p["figures"]["rows"][1].update(
+        allowed=p["figures"]["rows"][1]["allowed"] * (1 + 1e-6)), "figures.rows[1] (sequence 0 layer 2"),
     "summary max rel": (lambda p: p["detail"].update(max_rel_error=1e-9), "detail.max_rel_error 1e-09, but"),
     "summary scale lost": (lambda p: p["detail"].pop("scale"), "detail lacks scale"),
     "with-compat summary": (lambda p: p["detail"]["with_compat"]["detail"].update(max_abs_error=0.37),
