@@ -138,6 +138,24 @@ def rerun_blocked(first: dict[str, Any], second: dict[str, Any]) -> bool:
     return blocked is not None and blocked.cause == "environment" and cause_of(first.get("error")) is None
 
 
+def with_compat_error(probe: dict[str, Any]) -> Optional[dict[str, Any]]:
+    """The exception the probe's with-compat run recorded, if any."""
+    adapted = (probe.get("detail") or {}).get("with_compat")
+    error = adapted.get("error") if isinstance(adapted, dict) else None
+    return error if isinstance(error, dict) else None
+
+
+def with_compat_not_contract(probe: dict[str, Any], rule: CauseRule) -> dict[str, Any]:
+    """The probe record with its with-compat run as `error` with the cause (the raw status stands, what it stated
+    kept): a with-compat run the environment or our fixture stopped says nothing about the adapters."""
+    error = with_compat_error(probe) or {}
+    out = dict(probe)
+    out.update(with_compat="error", stated={"status": probe.get("status"), "with_compat": probe.get("with_compat")},
+               reason=f"with compat adapters: {rule.cause}, not the contract: "
+                      f"{str(error.get('root_cause') or first_line(error))[:200]}; what to do: {rule.todo}")
+    return out
+
+
 def as_not_contract(probe: dict[str, Any], rule: CauseRule) -> dict[str, Any]:
     """The probe record as `error` with its cause, what it stated kept."""
     out = dict(probe)

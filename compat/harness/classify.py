@@ -274,8 +274,8 @@ def _with_compat_known(probe: dict[str, Any], pid: str, case: str | None,
 
 def _adapter_regression(probe: dict[str, Any], cls: ProbeClass | None, behind_repair: Breakage | None = None) -> str:
     compat = probe.get("with_compat")
-    if compat in (None, "ok", "n/a", "unsupported-on-cpu", "skipped"):
-        return ""  # refused by the CPU build or not run: nothing said about the adapters (the gate says untested)
+    if compat in (None, "ok", "n/a", "unsupported-on-cpu", "skipped") or (compat == "error" and probe.get("stated")):
+        return ""  # refused, not run, or set aside (the machine stopped it): nothing said about the adapters
     if probe.get("status") == "broken" and behind_repair is not None \
             and (cls is None or behind_repair is not cls.breakage):
         return ""  # the repair worked; what fails now is another known breakage (the verdict still says incompatible)

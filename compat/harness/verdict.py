@@ -34,7 +34,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
-from compat.harness.causes import as_not_contract, cause_of, cause_of_error
+from compat.harness.causes import as_not_contract, cause_of, cause_of_error, with_compat_error, with_compat_not_contract
 from compat.harness.classify import ProbeClass, classify_cell, classify_probe, new_findings
 from compat.harness.evidence import recheck
 from compat.shared.axes import BACKENDS
@@ -78,7 +78,7 @@ def cell_verdict(cell: dict[str, Any], classes: list[tuple[dict[str, Any], Probe
     # its with-compat run may never have reported, which says nothing either way: an open question below.
     unreported = [p for p in probes if cell.get("error") and p["status"] == "broken" and p.get("with_compat") is None]
     unrepaired = [p for p in probes if p["status"] == "broken" and p.get("with_compat") != "ok"
-                  and not any(p is q for q in unreported)]
+                  and not any(p is q for q in unreported) and not _set_aside(p)]
     adapter_broke = [p for p, cls in classes if not cls.advisory and p.get("status") != "broken"
                      and p.get("with_compat") == "broken"]  # n/a included: the adapters broke something
     if unrepaired or adapter_broke:
@@ -114,6 +114,12 @@ def cell_verdict(cell: dict[str, Any], classes: list[tuple[dict[str, Any], Probe
     if not reference:
         return "error", ["every contract probe passed, but the hidden states were never checked against the reference"]
     return "compatible", []
+
+
+def _set_aside(probe: dict[str, Any]) -> bool:
+    """Its with-compat run reads `error` because what it stated was set aside (the environment or our fixture
+    stopped it, or the record contradicts it): no answer about the adapters, an open question."""
+    return probe.get("with_compat") == "error" and bool(probe.get("stated"))
 
 
 def _why(probe: dict[str, Any]) -> str:
@@ -156,6 +162,11 @@ def decide(cell: dict[str, Any], registry: tuple[Breakage, ...] = REGISTRY) -> D
     checked, classes = _replaced(checked, classes, registry, {
         id(p): as_not_contract(p, rule) for p, cls in classes if p.get("status") == "broken" and cls.kind == "new"
         for rule in [cause_of(p.get("error"))] if rule is not None})
+    # the same for a with-compat run alone (a known raw failure, its repair stopped by the machine): with_compat error
+    checked, classes = _replaced(checked, classes, registry, {
+        id(p): with_compat_not_contract(p, rule) for p, cls in classes
+        if p.get("status") in ("ok", "broken") and p.get("with_compat") == "broken" and cls.with_compat_known is None
+        for rule in [cause_of(with_compat_error(p))] if rule is not None})
     checked, classes = _replaced(checked, classes, registry, {
         id(p): dict(p, cause=cause) for p, _cls in classes if p.get("status") == "error" and not p.get("cause")
         for cause in [cause_of_error(p)] if cause})

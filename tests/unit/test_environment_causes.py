@@ -325,3 +325,49 @@ def test_the_same_failure_raised_again_keeps_its_root_cause():
     assert again["root_cause"] == first["root_cause"] and "CXXABI_1.3.15" in again["root_cause"]
     other = _with_root_cause(dict(relay), SimpleNamespace(sections=[]), Exception(message))
     assert "root_cause" not in other
+
+
+NO_TCMALLOC = Path(__file__).parents[2] / "reports" / "cpu-no-tcmalloc" / "results" / \
+    "vllm-0.18.0__speculators-0.3.0__cpu.json"
+
+
+def test_a_with_compat_run_the_machine_stopped_reads_error_not_an_adapter_regression():
+    """A genuine record (a machine without tcmalloc): the raw failure known, every with-compat engine refused by the
+    build's preload check. Not `incompatible`, no adapter regression: `error`, untested, what to install named."""
+    from compat.harness.verdict import UNTESTED, decide
+    from compat.shared.results import load_cell
+
+    d = decide(load_cell(NO_TCMALLOC))
+    assert (d.verdict, d.gate) == ("error", UNTESTED), d.reasons
+    assert not any("regression" in r for r in d.reasons), d.reasons
+    references = [p for p in d.checked["probes"] if p["id"] == "hidden_states_match_reference"]
+    assert len(references) == 5 and all(p["status"] == "broken" and p["with_compat"] == "error"
+                                        and p["stated"]["with_compat"] == "broken" for p in references)
+    assert all("libtcmalloc is not found in LD_PRELOAD" in p["reason"] and "libtcmalloc-minimal4" in p["reason"]
+               for p in references)
+    assert not any(cls.adapter_regression for _p, cls in d.classes)
+
+
+def test_a_with_compat_run_that_fails_on_the_contract_is_still_an_adapter_regression():
+    """The same record, each with-compat root cause a contract fault instead: incompatible, the regression found."""
+    import json
+
+    from compat.harness.verdict import FINDING, decide
+    from compat.shared.results import load_cell
+
+    record = json.loads(NO_TCMALLOC.read_text())
+    edited = 0
+    for probe in record["probes"]:
+        adapted = (probe.get("detail") or {}).get("with_compat") or {}
+        if probe.get("with_compat") == "broken" and "root_cause" in (adapted.get("error") or {}):
+            adapted["error"]["root_cause"] = "AttributeError: 'Scheduler' object has no attribute 'kv_cache_manager'"
+            edited += 1
+    assert edited == 5
+    path = NO_TCMALLOC.parent.parent / "edited.json"
+    try:
+        path.write_text(json.dumps(record))
+        d = decide(load_cell(path))
+    finally:
+        path.unlink()
+    assert (d.verdict, d.gate) == ("incompatible", FINDING), d.reasons
+    assert any("adapter regression" in r for r in d.reasons), d.reasons
