@@ -32,6 +32,9 @@ sys.path.insert(0, str(ROOT))
 from compat.harness import code_key, executed  # noqa: E402
 from compat.harness.static.sources import SourceCache  # noqa: E402
 from compat.harness.support import outcome_of  # noqa: E402
+from compat.harness.verdict import decide  # noqa: E402
+
+PUBLISHED = ROOT / "published" / "results" / "support"
 
 RUNNABLE = ("runtime", "inferred")  # plan kinds a CPU build serves (not the resolver's, not static only)
 
@@ -39,7 +42,7 @@ RUNNABLE = ("runtime", "inferred")  # plan kinds a CPU build serves (not the res
 def row_file(results: Path, speculators: str, given: Path | None) -> dict[str, Any]:
     """The row's plan: `--row FILE`, else the run's own row file, else the published one."""
     candidates = [given] if given else [results / "support" / f"speculators-{speculators}.json",
-                                        ROOT / "published" / "results" / "support" / f"speculators-{speculators}.json"]
+                                        PUBLISHED / f"speculators-{speculators}.json"]
     path = next(p for p in candidates if p is not None and p.is_file())
     loaded: dict[str, Any] = json.loads(path.read_text())
     return loaded
@@ -66,9 +69,12 @@ def main() -> None:
     row = row_file(args.results, args.speculators, args.row)
     plan = {p["vllm"]: p for p in row["plan"]}
     cells = recorded(args.results)
-    # the outcomes the recorded cells themselves read (the key pairs them), beside the published ones
-    outcomes = {v: outcome_of(c["record"]["verdict"]) for v, c in cells.items()}
-    published = {c["vllm"]: outcome_of(c["verdict"]) for c in row["cells"] if c.get("provenance") == "measured"}
+    # the outcomes the recorded cells read as the harness decides them now (the key pairs them), beside the
+    # published row's measured ones (published/, not the run's own row file)
+    outcomes = {v: outcome_of(decide(c["record"]).verdict) for v, c in cells.items()}
+    published_row = json.loads((PUBLISHED / f"speculators-{args.speculators}.json").read_text())
+    published = {c["vllm"]: outcome_of(c["verdict"]) for c in published_row["cells"]
+                 if c.get("provenance") == "measured"}
     releases = sorted((v for v, p in plan.items() if p["kind"] in RUNNABLE and v in cells), key=Version)
     cache = SourceCache()
     keys: dict[tuple[str, str], dict[str, str | None]] = {}
