@@ -125,6 +125,18 @@ def cause_of_error(probe: dict[str, Any]) -> Optional[str]:
     return None
 
 
+def harness_fault_explained(probe: dict[str, Any]) -> dict[str, str]:
+    """{"reason": ...} where the cell called an untagged exception a harness fault but its root cause fits a rule
+    (the machine's or our fixture's, e.g. a worker refused for want of tcmalloc): the cause and what to do, in place
+    of "harness fault"; {} otherwise."""
+    rule = cause_of(probe.get("error"))
+    if rule is None or not str(probe.get("reason") or "").startswith("harness fault"):
+        return {}
+    error = probe.get("error") or {}
+    return {"reason": f"{rule.cause}, not the contract (the cell read a harness fault): "
+                      f"{str(error.get('root_cause') or first_line(error))[:200]}; what to do: {rule.todo}"}
+
+
 def first_line(error: Optional[dict[str, Any]]) -> str:
     """The first line of a failure's message ('' where it has none)."""
     lines = str((error or {}).get("message") or "").strip().splitlines()

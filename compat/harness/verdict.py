@@ -34,7 +34,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
-from compat.harness.causes import as_not_contract, cause_of, cause_of_error, with_compat_error, with_compat_not_contract
+from compat.harness.causes import (
+    as_not_contract,
+    cause_of,
+    cause_of_error,
+    harness_fault_explained,
+    with_compat_error,
+    with_compat_not_contract,
+)
 from compat.harness.classify import ProbeClass, classify_cell, classify_probe, new_findings
 from compat.harness.evidence import recheck
 from compat.shared.axes import BACKENDS
@@ -168,8 +175,8 @@ def decide(cell: dict[str, Any], registry: tuple[Breakage, ...] = REGISTRY) -> D
         if p.get("status") in ("ok", "broken") and p.get("with_compat") == "broken" and cls.with_compat_known is None
         for rule in [cause_of(with_compat_error(p))] if rule is not None})
     checked, classes = _replaced(checked, classes, registry, {
-        id(p): dict(p, cause=cause) for p, _cls in classes if p.get("status") == "error" and not p.get("cause")
-        for cause in [cause_of_error(p)] if cause})
+        id(p): dict(p, cause=cause, **harness_fault_explained(p)) for p, _cls in classes
+        if p.get("status") == "error" and not p.get("cause") for cause in [cause_of_error(p)] if cause})
     verdict, reasons = cell_verdict(checked, classes)
     gate, gate_reasons = cell_gate(verdict, classes)
     if problems and verdict not in ("install-error", "untested-at-runtime"):

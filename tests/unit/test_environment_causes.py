@@ -346,6 +346,9 @@ def test_a_with_compat_run_the_machine_stopped_reads_error_not_an_adapter_regres
     assert all("libtcmalloc is not found in LD_PRELOAD" in p["reason"] and "libtcmalloc-minimal4" in p["reason"]
                for p in references)
     assert not any(cls.adapter_regression for _p, cls in d.classes)
+    tp2 = next(p for p in d.checked["probes"] if (p["id"], p["case"]) == ("collective_rpc_unique_reply_rank", "tp2"))
+    assert tp2["cause"] == "environment" and tp2["reason"].startswith("environment, not the contract (the cell read "
+                                                                       "a harness fault): RuntimeError: libtcmalloc")
 
 
 def test_a_with_compat_run_that_fails_on_the_contract_is_still_an_adapter_regression():
