@@ -132,9 +132,17 @@ def harness_fault_explained(probe: dict[str, Any]) -> dict[str, str]:
     rule = cause_of(probe.get("error"))
     if rule is None or not str(probe.get("reason") or "").startswith("harness fault"):
         return {}
-    error = probe.get("error") or {}
-    return {"reason": f"{rule.cause}, not the contract (the cell read a harness fault): "
-                      f"{str(error.get('root_cause') or first_line(error))[:200]}; what to do: {rule.todo}"}
+    return {"reason": _not_contract(rule, _root_or_first(probe.get("error")), " (the cell read a harness fault)")}
+
+
+def _not_contract(rule: CauseRule, shown: str, aside: str = "") -> str:
+    """The reason a failure set aside by `rule` reads: its cause, what it said, what to do."""
+    return f"{rule.cause}, not the contract{aside}: {shown[:200]}; what to do: {rule.todo}"
+
+
+def _root_or_first(error: Optional[dict[str, Any]]) -> str:
+    """The root cause a vLLM process printed where one was kept, else the first line of the exception's message."""
+    return str((error or {}).get("root_cause") or first_line(error))
 
 
 def first_line(error: Optional[dict[str, Any]]) -> str:
@@ -160,12 +168,16 @@ def with_compat_error(probe: dict[str, Any]) -> Optional[dict[str, Any]]:
 def with_compat_not_contract(probe: dict[str, Any], rule: CauseRule) -> dict[str, Any]:
     """The probe record with its with-compat run as `error` with the cause (the raw status stands, what it stated
     kept): a with-compat run the environment or our fixture stopped says nothing about the adapters."""
-    error = with_compat_error(probe) or {}
     out = dict(probe)
     out.update(with_compat="error", stated={"status": probe.get("status"), "with_compat": probe.get("with_compat")},
-               reason=f"with compat adapters: {rule.cause}, not the contract: "
-                      f"{str(error.get('root_cause') or first_line(error))[:200]}; what to do: {rule.todo}")
+               reason="with compat adapters: " + _not_contract(rule, _root_or_first(with_compat_error(probe))))
     return out
+
+
+def with_compat_set_aside(probe: dict[str, Any]) -> bool:
+    """Its with-compat run reads `error` because what it stated was set aside (the environment or our fixture
+    stopped it, or the record contradicts it): no answer about the adapters."""
+    return probe.get("with_compat") == "error" and bool(probe.get("stated"))
 
 
 def as_not_contract(probe: dict[str, Any], rule: CauseRule) -> dict[str, Any]:
@@ -174,6 +186,5 @@ def as_not_contract(probe: dict[str, Any], rule: CauseRule) -> dict[str, Any]:
     out.update(status="error", cause=rule.cause, stated={"status": probe.get("status"),
                                                         "with_compat": probe.get("with_compat")},
                with_compat="error" if probe.get("with_compat") == "broken" else probe.get("with_compat"),
-               reason=f"{rule.cause}, not the contract: {first_line(probe.get('error'))[:200]}; "
-                      f"what to do: {rule.todo}")
+               reason=_not_contract(rule, first_line(probe.get("error"))))
     return out

@@ -24,6 +24,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, Iterable
 
+from compat.harness.causes import with_compat_set_aside
 from compat.shared.breakages import REGISTRY, Breakage, data_symptoms
 from compat.shared.probe_catalog import ids_where
 from compat.shared.results import ADVISORY_PROBES, NOT_SELECTED
@@ -274,7 +275,7 @@ def _with_compat_known(probe: dict[str, Any], pid: str, case: str | None,
 
 def _adapter_regression(probe: dict[str, Any], cls: ProbeClass | None, behind_repair: Breakage | None = None) -> str:
     compat = probe.get("with_compat")
-    if compat in (None, "ok", "n/a", "unsupported-on-cpu", "skipped") or (compat == "error" and probe.get("stated")):
+    if compat in (None, "ok", "n/a", "unsupported-on-cpu", "skipped") or with_compat_set_aside(probe):
         return ""  # refused, not run, or set aside (the machine stopped it): nothing said about the adapters
     if probe.get("status") == "broken" and behind_repair is not None \
             and (cls is None or behind_repair is not cls.breakage):

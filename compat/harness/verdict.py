@@ -41,6 +41,7 @@ from compat.harness.causes import (
     harness_fault_explained,
     with_compat_error,
     with_compat_not_contract,
+    with_compat_set_aside,
 )
 from compat.harness.classify import ProbeClass, classify_cell, classify_probe, new_findings
 from compat.harness.evidence import recheck
@@ -85,7 +86,7 @@ def cell_verdict(cell: dict[str, Any], classes: list[tuple[dict[str, Any], Probe
     # its with-compat run may never have reported, which says nothing either way: an open question below.
     unreported = [p for p in probes if cell.get("error") and p["status"] == "broken" and p.get("with_compat") is None]
     unrepaired = [p for p in probes if p["status"] == "broken" and p.get("with_compat") != "ok"
-                  and not any(p is q for q in unreported) and not _set_aside(p)]
+                  and not any(p is q for q in unreported) and not with_compat_set_aside(p)]
     adapter_broke = [p for p, cls in classes if not cls.advisory and p.get("status") != "broken"
                      and p.get("with_compat") == "broken"]  # n/a included: the adapters broke something
     if unrepaired or adapter_broke:
@@ -121,12 +122,6 @@ def cell_verdict(cell: dict[str, Any], classes: list[tuple[dict[str, Any], Probe
     if not reference:
         return "error", ["every contract probe passed, but the hidden states were never checked against the reference"]
     return "compatible", []
-
-
-def _set_aside(probe: dict[str, Any]) -> bool:
-    """Its with-compat run reads `error` because what it stated was set aside (the environment or our fixture
-    stopped it, or the record contradicts it): no answer about the adapters, an open question."""
-    return probe.get("with_compat") == "error" and bool(probe.get("stated"))
 
 
 def _why(probe: dict[str, Any]) -> str:

@@ -351,7 +351,7 @@ def test_a_with_compat_run_the_machine_stopped_reads_error_not_an_adapter_regres
                                                                        "a harness fault): RuntimeError: libtcmalloc")
 
 
-def test_a_with_compat_run_that_fails_on_the_contract_is_still_an_adapter_regression():
+def test_a_with_compat_run_that_fails_on_the_contract_is_still_an_adapter_regression(tmp_path):
     """The same record, each with-compat root cause a contract fault instead: incompatible, the regression found."""
     import json
 
@@ -366,11 +366,8 @@ def test_a_with_compat_run_that_fails_on_the_contract_is_still_an_adapter_regres
             adapted["error"]["root_cause"] = "AttributeError: 'Scheduler' object has no attribute 'kv_cache_manager'"
             edited += 1
     assert edited == 5
-    path = NO_TCMALLOC.parent.parent / "edited.json"
-    try:
-        path.write_text(json.dumps(record))
-        d = decide(load_cell(path))
-    finally:
-        path.unlink()
+    path = tmp_path / NO_TCMALLOC.name
+    path.write_text(json.dumps(record))
+    d = decide(load_cell(path))
     assert (d.verdict, d.gate) == ("incompatible", FINDING), d.reasons
     assert any("adapter regression" in r for r in d.reasons), d.reasons
