@@ -46,17 +46,19 @@ def launch_flags_of(speculators: str) -> tuple[str, ...]:
 
 
 def serve_args(speculators: str, ids: Sequence[int], storage: Path, *, shim: bool = False,
-               extra_flags: Sequence[str] = (), dtype: str | None = None,
+               connector_module: str | None = None, extra_flags: Sequence[str] = (), dtype: str | None = None,
                gpu_memory_utilization: float | None = None, environment_args: Sequence[str] = ()) -> list[str]:
     """`vllm serve` arguments as the release's launch script builds them, plus `extra_flags`
     (chosen by the harness from what a run observed, or a variant's own), the cell's GPU memory
     fraction and `environment_args` (the cell spec's serve_args) where given, and our fixed
-    dtype/length flags (`dtype`: the cell's or a variant's; float32 when None)."""
+    dtype/length flags (`dtype`: the cell's or a variant's; float32 when None; a variant's --max-model-len wins).
+    `connector_module`: the kv_connector_module_path that replaces the CPU shim's (the workload's observer, whose
+    class is the shim's)."""
     speculative = {"method": "extract_hidden_states", "num_speculative_tokens": 1,
                    "draft_model_config": {"hf_config": {"eagle_aux_hidden_state_layer_ids": list(ids)}}}
     transfer = dict(launch_transfer_config(speculators, storage)[0])
-    if shim:
-        transfer["kv_connector_module_path"] = SHIM_MODULE
+    if shim or connector_module:
+        transfer["kv_connector_module_path"] = connector_module or SHIM_MODULE
     flags = list(launch_flags_of(speculators))
     flags += [flag for flag in extra_flags if flag not in flags]
     if gpu_memory_utilization is not None:  # the runner's --gpu-memory-utilization
@@ -66,6 +68,9 @@ def serve_args(speculators: str, ids: Sequence[int], storage: Path, *, shim: boo
     fixed = list(SERVE_FLAGS)
     if dtype:
         fixed[fixed.index("--dtype") + 1] = dtype
+    if "--max-model-len" in flags:  # a variant's own context replaces ours (argparse keeps the last one given)
+        at = fixed.index("--max-model-len")
+        del fixed[at:at + 2]
     return ["--speculative_config", json.dumps(speculative), "--kv_transfer_config", json.dumps(transfer),
             *flags, *fixed]
 

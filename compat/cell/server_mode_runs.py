@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from compat.cell import extraction
+from compat.cell import extraction, workload_drive
 from compat.cell.server import (
     ServerFailed,
     VllmServer,
@@ -123,6 +123,9 @@ class ModeRun:
     client: str | None = None  # which speculators client drove the server
     model_inputs: dict[str, list[dict[str, Any]]] = field(default_factory=dict)  # case -> the reference's extra inputs
     cases_not_run: dict[str, str] = field(default_factory=dict)  # case -> why it was not sent (n/a:, error:)
+    workload: Any = None  # the drawn workload (compat.cell.workload.Workload) of a workload run
+    schedule_log: Path | None = None  # what its scheduler did (compat.worker.schedule_observer)
+    shrunk: dict[str, Any] | None = None  # where its rows were wrong: the smallest failing set (workload_drive.shrink)
 
     def summary(self) -> dict[str, Any]:
         out = {"mode": self.mode, "serve_args": self.serve_args, "flags": self.flags,
@@ -245,8 +248,17 @@ class Extraction:
         storage = base / "storage"
         shim = not torch.cuda.is_available()
         variant = self.variant
+        observed = bool(variant and variant.workload)
+        serve_flags = list(variant.serve_flags if variant else [])
+        if observed and extraction.NO_CHUNKED_PREFILL in [*flags, *extraction.launch_flags_of(self.speculators)]:
+            # without chunked prefill vLLM wants the token budget to hold a whole context, and chunks nothing
+            at = serve_flags.index("--max-num-batched-tokens")
+            serve_flags[at + 1] = serve_flags[serve_flags.index("--max-model-len") + 1]
+            at = serve_flags.index("--long-prefill-token-threshold")
+            del serve_flags[at:at + 2]
         args = extraction.serve_args(self.speculators, self.ids, storage, shim=shim,
-                                     extra_flags=[*flags, *(variant.serve_flags if variant else [])],
+                                     connector_module=workload_drive.OBSERVER_MODULE if observed else None,
+                                     extra_flags=[*flags, *serve_flags],
                                      dtype=variant.dtype if variant else self.spec.dtype,
                                      gpu_memory_utilization=self.spec.gpu_memory_utilization,
                                      environment_args=self.spec.serve_args)
@@ -256,6 +268,10 @@ class Extraction:
         self._start_preparing()
         env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": os.environ.get("VLLM_CPU_KVCACHE_SPACE", "1"),
                **(variant.env if variant else {})}
+        if observed:
+            base.mkdir(parents=True, exist_ok=True)
+            run.schedule_log = base / workload_drive.SCHEDULE_LOG
+            env[workload_drive.LOG_ENV] = str(run.schedule_log)
         server = VllmServer(sys.executable, self.model, args, run.server_log, env=env)
         return Launch(run, server, base, f"{self.name} {mode}" if self.name else mode)
 
@@ -345,6 +361,15 @@ class Extraction:
         if case == IMAGE_CASE:
             self._drive_image(run, endpoint, out)
             return
+        if case == workload_drive.CASE:
+            run.client = ("speculators CLI: prepare-data + generate-offline-data"
+                          if extraction.has_cli(self.speculators)
+                          else "speculators.data_generation.vllm_client (0.5-0.7: no CLI), requests sent at once")
+            workload_drive.drive(self, run, endpoint, base, workload_drive.vocab_size(self.model))
+            self._shrink(run, endpoint, base)
+            if not server.alive():
+                raise extraction.ClientFailed("the client finished the workload, then the server died")
+            return
         if extraction.has_cli(self.speculators):
             run.client = "speculators CLI: prepare-data + generate-offline-data"
             dataset = "shared_prefix" if case == "shared_prefix" else "batch"
@@ -364,6 +389,20 @@ class Extraction:
         if not server.alive():
             raise extraction.ClientFailed(f"the client finished the {case} case, then the server died")
 
+
+    def _shrink(self, run: ModeRun, endpoint: str, base: Path) -> None:
+        """The workload's wrong rows, if any, narrowed while the server runs; a failure here is recorded, and the
+        probe still judges every file the workload wrote."""
+        from compat.cell.reference import load_reference_model, tolerance_for
+        from compat.shared.tolerances import variant_fixture
+
+        dtype = self.variant.dtype if self.variant and self.variant.dtype else self.spec.dtype
+        try:
+            with timed(StepKind.REFERENCE, "workload: the failing prompts narrowed"):
+                workload_drive.shrink(self, run, endpoint, base, load_reference_model(self.model), self.ids,
+                                      tolerance_for(dtype, variant_fixture(self.name or "llama")))
+        except Exception as exc:  # noqa: BLE001 - our side: the probe says it could not narrow
+            run.shrunk = {"error": f"{type(exc).__name__}: {exc}"}
 
     def _drive_image(self, run: ModeRun, endpoint: str, out: Path) -> None:
         """The image prompt through the release's chat path (`ClientItem.messages`, the call generate-offline-data

@@ -117,6 +117,8 @@ class Variant:
     not_applicable: str | None = None  # why this build cannot serve the variant at all (the probe says n/a)
     layer_ids: list[int] | None = None  # the aux layer ids it asks for (None: the cell's, or the model's defaults)
     extra_cases: tuple[str, ...] = ()  # cases it sends beside the batch (compat.cell.server_mode_runs)
+    cases: tuple[str, ...] | None = None  # the cases it sends instead of the batch and extra_cases
+    workload: bool = False  # the drawn workload's run (compat.cell.workload): its scheduler observed
 
     @property
     def fixture(self) -> str:
@@ -167,6 +169,8 @@ def _variant(name: str, llama: str, backend: str, cache_root: Path | None) -> Va
         return every_layer_id(hybrid(backend, cache_root), "attention and Gated DeltaNet layers")
     if name == "qwen2_5_vl":
         return qwen2_5_vl(cache_root)
+    if name == "llama-workload":
+        return workload_variant(backend, cache_root)
     raise ValueError(f"unknown server-era variant {name!r}; expected one of {VARIANTS}")
 
 
@@ -294,6 +298,35 @@ def qwen2_5_vl(cache_root: Path | None = None) -> Variant:
                                  "served as released; text-only prompts, then one with an image made from a seed "
                                  "through the client's chat path, compared with the transformers model's "
                                  "language-model hidden states"})
+
+
+def workload_variant(backend: str, cache_root: Path | None = None) -> Variant:
+    """The tiny Llama with a context of MAX_MODEL_LEN (the same weights, its rotary table longer), served with a
+    small token budget, a small sequence limit and a small KV cache, for the drawn workload (compat.cell.workload)."""
+    from compat.cell import workload
+    from compat.fixtures import tiny_llama
+    from compat.fixtures.checkpoint import cached_build
+
+    recipe = {**tiny_llama.RECIPE, "max_position_embeddings": 2 * workload.MAX_MODEL_LEN}
+    model = str(cached_build("tiny-llama", recipe, lambda d: tiny_llama.build(d, recipe), cache_root))
+    blocks, assumed = workload.kv_blocks(backend)
+    flags = {"--max-model-len": str(workload.MAX_MODEL_LEN),
+             "--max-num-batched-tokens": str(workload.MAX_NUM_BATCHED_TOKENS),
+             "--max-num-seqs": str(workload.MAX_NUM_SEQS), "--num-gpu-blocks-override": str(blocks),
+             "--long-prefill-token-threshold": str(workload.LONG_PREFILL_THRESHOLD)}
+    why = {f"{flag} {value}": reason for (flag, value), reason in zip(flags.items(), (
+        f"a context past {workload.CONTEXT} tokens (the fixture's rotary table made longer: same weights)",
+        "a small token budget, so long prompts are prefilled in several chunks",
+        "fewer sequences at once than requests in flight, so requests wait",
+        f"about {workload.KV_CONTEXTS} contexts of KV cache (sized for {assumed}-token blocks, this backend's "
+        "default), so the long prompts at once preempt each other",
+        "a long prefill's chunk at most this, so long prompts prefill side by side (their KV grows together)"))}
+    return Variant("llama-workload", model, num_layers(model), serve_flags=[x for kv in flags.items() for x in kv],
+                   flags=why, cases=("workload",), workload=True,
+                   notes={"why": "the shapes users run (issue 42): block-multiple lengths, a 1-token prompt, chunked "
+                                 "prefill, prefix hits mid-block and at a boundary, waiting requests, preemption, "
+                                 f"a {workload.CONTEXT}-token context; each shown to occur by the scheduler's own "
+                                 "outputs (compat.worker.schedule_observer)"})
 
 
 def _has_engine_arg(name: str) -> bool:

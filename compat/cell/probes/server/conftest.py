@@ -34,6 +34,14 @@ def raw_run_started_early(request, profile) -> None:
 
 
 @pytest.fixture(scope="session")
+def variants(extraction_runs, model_dir, speculators_version, cell_spec):
+    """The cell's server-era variants (test_server_variants.VariantRuns), shared by every module that serves one."""
+    from compat.cell.probes.server.test_server_variants import VariantRuns
+
+    return VariantRuns(extraction_runs, model_dir, speculators_version, cell_spec)
+
+
+@pytest.fixture(scope="session")
 def reference_model(model_dir):
     from compat.cell.reference import load_reference_model
 

@@ -68,13 +68,9 @@ class VariantRuns:
             ids = chosen.layer_ids or (self.main.ids if chosen.model == self.model_dir
                                        else extraction.layer_ids(chosen.num_layers))
             self.made[name] = (chosen, Extraction(chosen.model, self.speculators, ids, self.spec, variant=chosen,
-                                                  follows=self.main, cases=VARIANT_CASES + chosen.extra_cases))
+                                                  follows=self.main,
+                                                  cases=chosen.cases or VARIANT_CASES + chosen.extra_cases))
         return self.made[name]
-
-
-@pytest.fixture(scope="session")
-def variants(extraction_runs, model_dir, speculators_version, cell_spec) -> VariantRuns:
-    return VariantRuns(extraction_runs, model_dir, speculators_version, cell_spec)
 
 
 _reference_models: dict = {}

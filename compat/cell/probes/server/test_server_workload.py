@@ -1,0 +1,84 @@
+"""The shapes users run (issue 42): the `workload_shapes` probe.
+
+One more `vllm serve` of the tiny Llama (a longer context, same weights) with a small token budget, sequence limit and
+KV cache; the release's own client sends the workload drawn for that engine (compat.cell.workload: block-multiple
+lengths, a 1-token prompt, chunked prefill, prefix hits mid-block and at a boundary, more requests than the engine
+runs at once, preemption, a 4096-token context). Every row of every request is compared with the transformers
+reference. The detail records the seed and digest of the prompts and what the scheduler itself did with them
+(compat.worker.schedule_observer); a shape the workload was built for that did not occur makes the probe `error`
+(it cannot pass as having covered it), one the launch rules out is listed as n/a with why. Wrong rows are described
+by the failing prompts' measured shape, and the smallest set that still fails when sent again is recorded.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from compat.cell import workload
+from compat.cell.probes.server.test_server_probes import settle
+from compat.cell.probes.server.test_server_variants import check_layer_ids, reference_for, variant_run
+from compat.cell.reference import tolerance_for
+from compat.cell.workload_drive import CASE, names_of, wrong_tokens
+from compat.shared.observe import ContractViolation, speculators_call
+
+pytestmark = pytest.mark.timeout(1200)
+
+VARIANT = "llama-workload"
+
+
+def workload_shapes(variants, mode: str, probe_detail: dict) -> None:
+    chosen, runs, run = variant_run(variants, VARIANT, mode, probe_detail)
+    settle(run, probe_detail, (CASE,))
+    drawn = run.workload
+    if drawn is None or run.schedule_log is None:
+        raise RuntimeError("the workload was never drawn: the run did not reach its client")
+    observed = workload.observe(workload.read_lines(run.schedule_log), drawn)
+    not_applicable, not_shown = workload.coverage(observed, drawn.engine)
+    per_prompt = observed.pop("per_prompt")
+    probe_detail["workload"] = {**drawn.record(), "observed": observed, "per_prompt": per_prompt,
+                                "not_applicable": not_applicable, "not_shown": not_shown, "narrowed": run.shrunk}
+    try:
+        check_layer_ids(run, runs.ids, chosen.model, probe_detail, dtype=chosen.dtype, fixture=chosen.fixture,
+                        cases=(CASE,))
+    except ContractViolation as exc:
+        shapes = failing_shapes(run, runs.ids, chosen, drawn, per_prompt)
+        probe_detail["failure_by_shape"] = shapes
+        with speculators_call():
+            raise ContractViolation(f"{exc}; by shape: {' | '.join(shapes[:4]) or 'no single prompt shows it'}"
+                                    f"{narrowed_words(run.shrunk)}", where=exc.where) from None
+    if not_shown:
+        raise RuntimeError("the workload did not make the engine show "
+                           + "; ".join(f"{s} ({workload.SHAPES[s]})" for s in not_shown)
+                           + " (read from its scheduler's outputs): not covered, so not a pass")
+
+
+def failing_shapes(run, ids, chosen, drawn, per_prompt) -> list[str]:
+    """Each failing prompt in its measured features (compat.cell.workload.describe), fewest wrong rows first."""
+    items = run.files[CASE]
+    bad = wrong_tokens(reference_for(chosen.model), items, ids, tolerance_for(chosen.dtype, chosen.fixture))
+    names = names_of(drawn, items)
+    ordered = sorted(bad, key=lambda i: (len(bad[i]), len(items[i][0])))
+    return [workload.describe(names[i], per_prompt.get(names[i]), drawn.engine.block_size, bad[i]) for i in ordered]
+
+
+def narrowed_words(shrunk: dict | None) -> str:
+    if not shrunk:
+        return ""
+    if "error" in shrunk:
+        return f"; could not narrow it: {shrunk['error']}"
+    if shrunk["reproduced_alone"]:
+        return f"; sent again alone, {shrunk['smallest'][0]} still fails"
+    if shrunk["smallest"]:
+        return f"; sent again, fails only together: {', '.join(shrunk['smallest'][:6])}"
+    return "; sent again without the rest of the workload, it did not fail: it needs the workload's company"
+
+
+@pytest.mark.probe("workload_shapes", data=True, composite=True, variant=VARIANT, since=6)
+def test_workload_shapes(variants, probe_detail):
+    workload_shapes(variants, "raw", probe_detail)
+
+
+@pytest.mark.probe("workload_shapes", data=True, composite=True, variant=VARIANT, since=6)
+@pytest.mark.compat_mode("with_compat")
+def test_workload_shapes_with_compat(variants, probe_detail):
+    workload_shapes(variants, "with_compat", probe_detail)

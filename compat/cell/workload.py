@@ -1,0 +1,285 @@
+"""The workload of the `workload_shapes` probe: prompts drawn from a seed for the engine that serves them, and what
+the engine shows it did with them.
+
+`draw(seed, engine)` builds the prompts from the block size, token budget and sequence limit the running engine
+reports (compat.worker.schedule_observer's first line), never from constants: lengths at k*B - 1, k*B and k*B + 1, a
+1-token prompt, prompts of three or more chunks of the token budget, a context of at least 4096 tokens, prefix-cache
+hits whose shared part ends on a block boundary and mid-block, and more prompts at once than the engine runs (with a
+KV cache small enough that some are preempted and recomputed). The record keeps the seed and a digest of the token
+ids, so the prompts can be drawn again and checked.
+
+`observe(lines, workload)` reads the observer's lines (the scheduler's own outputs, step by step) and says which
+shapes occurred, per request and in all; `coverage` says which wanted shape did not occur, or could not (a launch
+flag rules it out: n/a with why). `describe` words a failing request by its measured features.
+Imports nothing from vLLM.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import random
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Sequence
+
+SEED = 20261205
+FIRST_TOKEN = 4  # ids below are the fixture tokenizer's specials (unk, bos, eos, pad)
+CONTEXT = 4096  # the long prompt reaches past this many tokens
+# The served context and budget of the workload run; its KV cache holds about KV_CONTEXTS such contexts, so the
+# long prompts at once need more than it has (preemption), while one still fits (vLLM refuses to start otherwise).
+MAX_MODEL_LEN = 4352
+MAX_NUM_BATCHED_TOKENS = 512
+MAX_NUM_SEQS = 8
+LONG_PREFILL_THRESHOLD = 128  # a prefill's chunk at most this: long prompts prefill side by side, each growing its KV
+KV_CONTEXTS = 1.25
+EXPECTED_BLOCK = {"cpu": 128, "gpu": 16}  # only to size the KV cache before the engine says its own
+
+# phases, sent in order, each through one client run: bases first, so that the hits find their blocks cached
+PHASES = ("prefix_bases", "prefix_hits", "stress")
+
+SHAPES = {
+    "block_multiple_minus_one": "a prompt of k*B - 1 tokens (B: the engine's block size)",
+    "block_multiple_end": "a prompt that ends exactly on a block boundary (k*B tokens)",
+    "block_multiple_plus_one": "a prompt of k*B + 1 tokens",
+    "one_token": "a 1-token prompt",
+    "chunked_3": "a prompt prefilled in three or more scheduler steps (chunked prefill)",
+    "context_4096": f"a prompt of at least {CONTEXT} tokens",
+    "prefix_hit_boundary": "a prefix-cache hit whose shared prefix ends on a block boundary",
+    "prefix_hit_mid_block": "a prefix-cache hit whose shared prefix ends mid-block",
+    "waiting_beyond_max_num_seqs": "more requests in the engine at once (its waiting and running queues) than "
+                                   "max_num_seqs",
+    "preempted_recomputed": "a request preempted and recomputed",
+}
+
+
+def prompt_digest(token_ids: Iterable[int]) -> str:
+    """compat.worker.schedule_observer.prompt_digest (the observer cannot import the cell's modules)."""
+    return hashlib.sha256(",".join(str(int(t)) for t in token_ids).encode()).hexdigest()[:16]
+
+
+def digest_of(prompts: Sequence[Sequence[int]]) -> str:
+    return hashlib.sha256(json.dumps([list(map(int, p)) for p in prompts]).encode()).hexdigest()[:16]
+
+
+@dataclass(frozen=True)
+class Engine:
+    """What the running engine reports (the observer's `engine` line)."""
+
+    block_size: int
+    max_num_batched_tokens: int
+    max_num_seqs: int
+    max_model_len: int
+    chunked_prefill: bool | None = None
+    prefix_caching: bool | None = None
+    num_blocks: int | None = None
+
+    @classmethod
+    def from_line(cls, line: dict[str, Any]) -> "Engine":
+        missing = [k for k in ("block_size", "max_num_batched_tokens", "max_num_seqs", "max_model_len")
+                   if not line.get(k)]
+        if missing:
+            raise ValueError(f"the engine did not report {', '.join(missing)}: {line}")
+        return cls(int(line["block_size"]), int(line["max_num_batched_tokens"]), int(line["max_num_seqs"]),
+                   int(line["max_model_len"]), line.get("chunked_prefill"), line.get("prefix_caching"),
+                   line.get("num_blocks"))
+
+
+@dataclass(frozen=True)
+class Prompt:
+    name: str
+    phase: str
+    ids: tuple[int, ...]
+    shares: int = 0  # tokens it shares with an earlier phase's prompt (a prefix-cache hit's most)
+
+
+@dataclass
+class Workload:
+    seed: int
+    engine: Engine
+    vocab_size: int
+    prompts: list[Prompt] = field(default_factory=list)
+
+    def phase(self, name: str) -> list[Prompt]:
+        return [p for p in self.prompts if p.phase == name]
+
+    def record(self) -> dict[str, Any]:
+        return {"seed": self.seed, "vocab_size": self.vocab_size, "engine": asdict(self.engine),
+                "prompts": len(self.prompts), "digest": digest_of([p.ids for p in self.prompts]),
+                "lengths": {p.name: len(p.ids) for p in self.prompts}}
+
+
+def draw(seed: int, engine: Engine, vocab_size: int) -> Workload:
+    """The prompts for this engine, drawn from `seed` (the same seed and engine give the same prompts)."""
+    rng = random.Random(seed)
+    b, budget, limit = engine.block_size, engine.max_num_batched_tokens, engine.max_model_len - 1
+
+    def tokens(n: int) -> tuple[int, ...]:
+        return tuple(rng.randrange(FIRST_TOKEN, vocab_size) for _ in range(n))
+
+    out = Workload(seed, engine, vocab_size)
+    base = tokens(3 * b + 7)
+    out.prompts.append(Prompt("prefix_base", "prefix_bases", base))
+    out.prompts += [
+        Prompt("prefix_hit_boundary", "prefix_hits", base[:2 * b] + tokens(b // 2 + 3), shares=2 * b),
+        Prompt("prefix_hit_mid_block", "prefix_hits", base[:2 * b + b // 2] + tokens(11), shares=2 * b + b // 2),
+        Prompt("prefix_repeat_to_boundary", "prefix_hits", base[:2 * b], shares=2 * b),
+    ]
+    for k in (1, 2):
+        for delta, label in ((-1, "minus_one"), (0, "end"), (1, "plus_one")):
+            out.prompts.append(Prompt(f"block_{k}x{b}_{label}", "stress", tokens(k * b + delta)))
+    out.prompts.append(Prompt("one_token", "stress", tokens(1)))
+    longs = sorted({min(limit, CONTEXT + 9), min(limit, 3 * budget + 5), min(limit, 3 * CONTEXT // 4),
+                    min(limit, 5 * CONTEXT // 8)}, reverse=True)
+    out.prompts += [Prompt(f"long_{n}", "stress", tokens(n)) for n in longs]
+    out.prompts += [Prompt(f"short_{i}", "stress", tokens(rng.randrange(16, 2 * b)))
+                    for i in range(engine.max_num_seqs + 4)]
+    return out
+
+
+def kv_blocks(backend: str) -> tuple[int, int]:
+    """(blocks, the block size they assume): about KV_CONTEXTS contexts of MAX_MODEL_LEN tokens."""
+    block = EXPECTED_BLOCK.get(backend, 16)
+    return -(-int(KV_CONTEXTS * MAX_MODEL_LEN) // block), block
+
+
+def read_lines(path: Path) -> list[dict[str, Any]]:
+    if not path.is_file():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def engine_of(lines: Sequence[dict[str, Any]]) -> Engine:
+    found = next((line for line in lines if line.get("kind") == "engine"), None)
+    if found is None:
+        raise ValueError("the observer wrote no engine line: the scheduler never built the connector")
+    return Engine.from_line(found)
+
+
+def observe(lines: Sequence[dict[str, Any]], workload: Workload) -> dict[str, Any]:
+    """Per request of the workload (by prompt digest) and in all, what the scheduler's steps show."""
+    b = workload.engine.block_size
+    by_digest = {prompt_digest(p.ids): p for p in workload.prompts}
+    reqs: dict[str, dict[str, Any]] = {}
+    largest_batch = most_waiting = most_running = steps = 0
+    crowded = 0  # steps with more requests in the engine (waiting + running) than max_num_seqs
+    for step_no, line in enumerate(x for x in lines if x.get("kind") == "step"):
+        steps += 1
+        largest_batch = max(largest_batch, int(line.get("batch") or 0))
+        waiting, running = line.get("waiting"), line.get("running")
+        most_waiting = max(most_waiting, int(waiting or 0))
+        most_running = max(most_running, int(running or 0))
+        if waiting is not None and running is not None and waiting + running > workload.engine.max_num_seqs:
+            crowded += 1
+        preempted_now = set(line.get("preempted") or ())
+        for position, item in enumerate(line.get("requests") or []):
+            req = reqs.setdefault(item["req"], {"digest": item.get("digest"), "prompt_len": item.get("prompt_len"),
+                                                "first_computed": None, "prefill_steps": 0, "chunk_starts": [],
+                                                "reached": 0, "recomputed": 0, "resumed": 0, "preempted": 0,
+                                                "first_step": step_no, "batch_position": position})
+            computed, scheduled = item.get("computed"), int(item.get("scheduled") or 0)
+            if req["digest"] is None and item.get("digest"):
+                req.update(digest=item["digest"], prompt_len=item.get("prompt_len"))
+            if computed is None:
+                continue
+            if req["first_computed"] is None:
+                req["first_computed"] = computed
+            elif computed < req["reached"]:
+                req["recomputed"] += 1  # its computed tokens went back: its KV was dropped and is computed again
+            if item.get("resumed"):
+                req["resumed"] += 1
+            if req["prompt_len"] and computed < req["prompt_len"] and scheduled:
+                req["prefill_steps"] += 1
+                req["chunk_starts"].append(computed)
+            req["reached"] = max(req["reached"], computed + scheduled)
+        for req_id in preempted_now:
+            if req_id in reqs:
+                reqs[req_id]["preempted"] += 1
+    for line in lines:
+        if line.get("kind") == "finished" and line.get("req") in reqs and line.get("num_preemptions"):
+            reqs[line["req"]]["preempted"] = max(reqs[line["req"]]["preempted"], int(line["num_preemptions"]))
+    per_prompt: dict[str, dict[str, Any]] = {}
+    for req in reqs.values():
+        prompt = by_digest.get(req["digest"])
+        if prompt is None:
+            continue
+        n = len(prompt.ids)
+        cached = req["first_computed"] or 0
+        per_prompt[prompt.name] = {
+            "length": n, "length_mod_block": n % b, "prefill_steps": req["prefill_steps"],
+            "chunk_starts": req["chunk_starts"][:12], "cached_prefix": cached, "shared_prefix": prompt.shares,
+            "preempted": max(req["preempted"], req["resumed"], req["recomputed"]),
+            "first_step": req["first_step"], "batch_position": req["batch_position"]}
+    happened: dict[str, list[str]] = {shape: [] for shape in SHAPES}
+    for name, seen in per_prompt.items():
+        n, mod = seen["length"], seen["length_mod_block"]
+        if n > b and mod == b - 1:
+            happened["block_multiple_minus_one"].append(name)
+        if mod == 0:
+            happened["block_multiple_end"].append(name)
+        if n > b and mod == 1:
+            happened["block_multiple_plus_one"].append(name)
+        if n == 1:
+            happened["one_token"].append(name)
+        if seen["prefill_steps"] >= 3:
+            happened["chunked_3"].append(name)
+        if n >= CONTEXT:
+            happened["context_4096"].append(name)
+        if seen["cached_prefix"] > 0 and seen["shared_prefix"]:
+            happened["prefix_hit_boundary" if seen["shared_prefix"] % b == 0 else "prefix_hit_mid_block"].append(name)
+        if seen["preempted"]:
+            happened["preempted_recomputed"].append(name)
+    if crowded:
+        happened["waiting_beyond_max_num_seqs"].append(f"{crowded} steps with more than "
+                                                       f"{workload.engine.max_num_seqs} requests waiting or running")
+    return {"steps": steps, "requests_seen": len(per_prompt), "requests_sent": len(workload.prompts),
+            "largest_batch": largest_batch, "most_waiting": most_waiting, "most_running": most_running,
+            "longest_prompt": max((s["length"] for s in per_prompt.values()), default=0),
+            "chunked_steps": sum(max(0, s["prefill_steps"] - 1) for s in per_prompt.values()),
+            "preemptions": sum(s["preempted"] for s in per_prompt.values()),
+            "prefix_hits": sum(1 for s in per_prompt.values() if s["cached_prefix"] > 0),
+            "block_multiple_ends": len(happened["block_multiple_end"]),
+            "observer_errors": [x for x in lines if x.get("kind") == "observer_error"][:3],
+            "shapes": {shape: names[:6] for shape, names in happened.items()},
+            "per_prompt": per_prompt}
+
+
+def ruled_out(engine: Engine) -> dict[str, str]:
+    """Shapes the launch itself rules out, each with why (the probe says n/a for them, never passes them)."""
+    out = {}
+    if engine.chunked_prefill is False:
+        out["chunked_3"] = ("the launch turns chunked prefill off (--no-enable-chunked-prefill: speculators 0.6/0.7's "
+                            "launch, or a flag this release needs), so no prompt is prefilled in chunks")
+    if engine.prefix_caching is False:
+        why = "the launch turns prefix caching off (--no-enable-prefix-caching), so no prompt hits the prefix cache"
+        out["prefix_hit_boundary"] = out["prefix_hit_mid_block"] = why
+    return out
+
+
+def coverage(observed: dict[str, Any], engine: Engine) -> tuple[dict[str, str], list[str]]:
+    """(n/a shape -> why, wanted shapes that did not occur)."""
+    not_applicable = ruled_out(engine)
+    missing = [shape for shape in SHAPES if shape not in not_applicable and not observed["shapes"].get(shape)]
+    return not_applicable, missing
+
+
+def describe(name: str, seen: dict[str, Any] | None, block: int, bad_positions: Sequence[int]) -> str:
+    """A failing prompt in its measured features: length and its place against the block size, the chunks, the
+    cached prefix, preemption, its place in the batch, and where its wrong rows are."""
+    if seen is None:
+        return f"{name}: the scheduler never showed this prompt"
+    n = seen["length"]
+    k, mod = divmod(n, block)
+    where = (f"{k}*B" if mod == 0 else f"{k}*B + {mod}" if mod <= block // 2 else f"{k + 1}*B - {block - mod}")
+    parts = [f"{name}: length {n} = {where} (B = {block})",
+             f"prefilled in {seen['prefill_steps']} step(s)" + (f" starting at {seen['chunk_starts']}"
+                                                               if seen["prefill_steps"] > 1 else ""),
+             f"cached prefix {seen['cached_prefix']} of shared {seen['shared_prefix']}",
+             f"preempted {seen['preempted']} time(s)" if seen["preempted"] else "not preempted",
+             f"batch position {seen['batch_position']} at step {seen['first_step']}"]
+    if bad_positions:
+        first, last = bad_positions[0], bad_positions[-1]
+        rel = [f"token {p}" + (" (last)" if p == n - 1 else "") + (f", {p % block} into its block") for p in
+               (first,) + ((last,) if last != first else ())]
+        parts.append(f"{len(bad_positions)} wrong row(s), {'; '.join(rel)}")
+    return "; ".join(parts)

@@ -1,0 +1,102 @@
+"""The drawn workload (compat.cell.workload): its shapes by construction for the engine that reports them, and
+what the scheduler's lines show (lines written here, in the observer's format)."""
+
+from __future__ import annotations
+
+import pytest
+
+from compat.cell import workload
+from compat.cell.workload import Engine, coverage, describe, draw, observe, prompt_digest
+
+CPU = Engine(block_size=128, max_num_batched_tokens=512, max_num_seqs=8, max_model_len=4352, chunked_prefill=True,
+             prefix_caching=True)
+GPU = Engine(block_size=16, max_num_batched_tokens=512, max_num_seqs=8, max_model_len=4352, chunked_prefill=True,
+             prefix_caching=True)
+
+
+@pytest.mark.parametrize("engine", [CPU, GPU], ids=["B128", "B16"])
+def test_drawn_for_the_engine_block_size(engine):
+    drawn = draw(workload.SEED, engine, 512)
+    b, lengths = engine.block_size, [len(p.ids) for p in drawn.prompts]
+    for k in (1, 2):
+        assert {k * b - 1, k * b, k * b + 1} <= set(lengths)
+    assert 1 in lengths
+    assert max(lengths) >= workload.CONTEXT and max(lengths) < engine.max_model_len
+    assert sum(n >= 3 * engine.max_num_batched_tokens for n in lengths) >= 2
+    assert len(drawn.phase("stress")) > engine.max_num_seqs
+    hits = {p.name: p for p in drawn.phase("prefix_hits")}
+    assert hits["prefix_hit_boundary"].shares % b == 0 and hits["prefix_hit_mid_block"].shares % b != 0
+    base = drawn.phase("prefix_bases")[0].ids
+    for hit in hits.values():
+        assert hit.ids[:hit.shares] == base[:hit.shares]
+    assert all(4 <= t < 512 for p in drawn.prompts for t in p.ids)
+    assert len({p.ids for p in drawn.prompts}) == len(drawn.prompts)  # distinct: the digest names one prompt
+
+
+def test_same_seed_same_prompts_other_seed_other():
+    one, two = draw(7, CPU, 512).record(), draw(7, CPU, 512).record()
+    assert one == two
+    assert draw(8, CPU, 512).record()["digest"] != one["digest"]
+
+
+def step(*requests, waiting=0, running=0, preempted=()):
+    return {"kind": "step", "requests": list(requests), "batch": len(requests), "waiting": waiting,
+            "running": running, "preempted": list(preempted)}
+
+
+def req(name, prompt, computed, scheduled, new=False, resumed=False):
+    return {"req": name, "new": new, "prompt_len": len(prompt), "digest": prompt_digest(prompt), "computed": computed,
+            "scheduled": scheduled, "resumed": resumed}
+
+
+def test_observe_reads_shapes_from_the_steps():
+    drawn = draw(1, CPU, 512)
+    by = {p.name: p.ids for p in drawn.prompts}
+    long, hit, end = by["long_4105"], by["prefix_hit_mid_block"], by["block_2x128_end"]
+    lines = [{"kind": "engine", "block_size": 128},
+             step(req("a", long, 0, 512, new=True), req("h", hit, 256, len(hit) - 256, new=True),
+                  req("e", end, 0, 256, new=True), waiting=5, running=4),
+             step(req("a", long, 512, 512), waiting=3, running=8),
+             step(req("a", long, 0, 512, resumed=True), preempted=["a"]),  # preempted: back to 0
+             step(req("a", long, 512, 512)),
+             {"kind": "finished", "req": "a", "num_preemptions": 1}]
+    seen = observe(lines, drawn)
+    assert seen["shapes"]["chunked_3"] == ["long_4105"]
+    assert seen["shapes"]["preempted_recomputed"] == ["long_4105"]
+    assert seen["shapes"]["prefix_hit_mid_block"] == ["prefix_hit_mid_block"]
+    assert seen["shapes"]["prefix_hit_boundary"] == []
+    assert seen["shapes"]["block_multiple_end"] == ["block_2x128_end"]
+    assert seen["shapes"]["context_4096"] == ["long_4105"]
+    assert seen["shapes"]["waiting_beyond_max_num_seqs"]
+    assert seen["per_prompt"]["prefix_hit_mid_block"]["cached_prefix"] == 256
+    assert seen["largest_batch"] == 3
+    _, missing = coverage(seen, CPU)
+    assert "one_token" in missing and "prefix_hit_boundary" in missing and "chunked_3" not in missing
+
+
+def test_asked_is_not_shown():
+    """Prompts sent but never seen scheduled in several steps, never preempted, nothing waiting: every such shape
+    is missing, whatever the workload was built for."""
+    drawn = draw(1, CPU, 512)
+    lines = [step(req(p.name, p.ids, 0, len(p.ids), new=True), running=1) for p in drawn.prompts]
+    _, missing = coverage(observe(lines, drawn), CPU)
+    assert {"chunked_3", "preempted_recomputed", "waiting_beyond_max_num_seqs", "prefix_hit_boundary",
+            "prefix_hit_mid_block"} <= set(missing)
+    assert "block_multiple_end" not in missing and "one_token" not in missing
+
+
+def test_a_launch_that_rules_a_shape_out_says_so():
+    engine = Engine(128, 4352, 8, 4352, chunked_prefill=False, prefix_caching=False)
+    not_applicable, missing = coverage(observe([], draw(1, engine, 512)), engine)
+    assert set(not_applicable) == {"chunked_3", "prefix_hit_boundary", "prefix_hit_mid_block"}
+    assert "chunked-prefill" in not_applicable["chunked_3"]
+    assert not set(not_applicable) & set(missing)
+
+
+def test_describe_names_the_length_and_the_block():
+    seen = {"length": 256, "length_mod_block": 0, "prefill_steps": 1, "chunk_starts": [0], "cached_prefix": 0,
+            "shared_prefix": 0, "preempted": 0, "first_step": 3, "batch_position": 2}
+    words = describe("block_2x128_end", seen, 128, [255])
+    assert "length 256 = 2*B (B = 128)" in words and "token 255 (last)" in words and "127 into its block" in words
+    assert "129 = 1*B + 1" in describe("x", {**seen, "length": 129}, 128, [])
+    assert "255 = 2*B - 1" in describe("x", {**seen, "length": 255}, 128, [])
