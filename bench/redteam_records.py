@@ -21,6 +21,13 @@ numbers go, empty lists, unicode), writes it to a file, reads it back with the r
 
 Whether an edit undermines the claim is stated by the edit (with why for a harmless one), or
 worked out from the figures where it depends on them (a figure scaled that stays inside the rule).
+
+The documents kept beside the cells are edited the same way (DOCUMENT_EDITS): every genuine
+kimi.json (reports/) and support row (published/results/support/), each in a folder of its own with
+the cell records its row names, reported as `nox -s report -- --results DIR` reports it
+(compat.harness.report.publish, on an empty store). A document edit is caught when the report no
+longer shows the claim the edit made (a Kimi status ok or skipped, a support cell that works) and its
+gate does not pass; MISSED when the claim is shown as stored.
 Exit status: 1 when anything is MISSED or crashed, else 0.
 """
 
@@ -927,6 +934,208 @@ def run(verbose: bool = False) -> tuple[list[tuple[str, str, str, str, str, str]
     return rows, counts
 
 
+# ---- the documents: kimi.json and the support rows, each edited one way ----------------------------
+
+DocumentEdit = Callable[[dict], Optional[tuple[str, str]]]
+DOCUMENT_EDITS: dict[str, tuple[str, str, DocumentEdit]] = {}  # name -> (kind, field, edit)
+PASSING_KIMI = ("ok", "skipped")  # what `nox -s kimi` exits 0 on
+WORKING = ("works", "adapters")
+
+
+def document_edit(name: str, kind: str, field: str):
+    def register(fn: DocumentEdit) -> DocumentEdit:
+        DOCUMENT_EDITS[name] = (kind, field, fn)
+        return fn
+    return register
+
+
+def genuine_documents() -> list[tuple[str, Path]]:
+    kimi = sorted(Path(f) for f in glob.glob(str(ROOT / "reports/**/kimi*.json"), recursive=True))
+    rows = sorted((ROOT / "published/results/support").glob("*.json"))
+    return [("kimi", p) for p in kimi] + [("support", p) for p in rows]
+
+
+def _failing_kimi(doc: dict) -> bool:
+    return doc.get("status") not in PASSING_KIMI and any(p.get("status") not in ("ok", "n/a")
+                                                         for p in doc.get("probes") or [])
+
+
+@document_edit("kimi status ok beside a failing check", "kimi", "status")
+def _kimi_ok(doc):
+    if not _failing_kimi(doc):
+        return None
+    doc.update(status="ok", reason=None)
+    return HARMFUL, "status"
+
+
+@document_edit("kimi status skipped beside checks that ran", "kimi", "status")
+def _kimi_skipped(doc):
+    if not _failing_kimi(doc):
+        return None
+    doc.update(status="skipped", reason="gate not set")
+    return HARMFUL, "status"
+
+
+@document_edit("kimi status ok, its checks removed", "kimi", "probes")
+def _kimi_no_checks(doc):
+    if not doc.get("probes"):
+        return None
+    doc.update(status="ok", reason=None)
+    del doc["probes"]
+    return HARMFUL, "probes"
+
+
+@document_edit("kimi check status 'passed'", "kimi", "probes[].status")
+def _kimi_passed(doc):
+    check = next((p for p in doc.get("probes") or [] if p.get("status") not in ("ok", "n/a")), None)
+    if check is None:
+        return None
+    check["status"] = "passed"
+    doc.update(status="ok", reason=None)
+    return HARMFUL, str(check.get("id"))
+
+
+@document_edit("kimi reason text", "kimi", "reason")
+def _kimi_reason(doc):
+    doc["reason"] = str(doc.get("reason") or "") + " (edited)"
+    return HARMLESS, "reason"
+
+
+def _support_cell(doc: dict, test: Callable[[dict], bool]) -> Optional[dict]:
+    return next((c for c in doc.get("cells") or [] if test(c)), None)
+
+
+@document_edit("support measured cell: works, verdict compatible", "support", "cells[].outcome+verdict")
+def _measured_works(doc):
+    cell = _support_cell(doc, lambda c: c.get("provenance") == "measured" and c.get("outcome") not in WORKING)
+    if cell is None:
+        return None
+    cell.update(outcome="works", verdict="compatible", fix="", nearest="")
+    return HARMFUL, f"vllm {cell['vllm']} x {cell['speculators']}"
+
+
+@document_edit("support measured cell: outcome works, verdict kept", "support", "cells[].outcome")
+def _measured_outcome(doc):
+    cell = _support_cell(doc, lambda c: c.get("provenance") == "measured" and c.get("outcome") not in WORKING)
+    if cell is None:
+        return None
+    cell["outcome"] = "works"
+    return HARMFUL, f"vllm {cell['vllm']} x {cell['speculators']}"
+
+
+@document_edit("support inferred cell: works, verdict compatible", "support", "cells[].outcome+verdict")
+def _inferred_works(doc):
+    cell = _support_cell(doc, lambda c: c.get("provenance") == "inferred" and c.get("outcome") != "works"
+                         and c.get("source"))
+    if cell is None:
+        return None
+    cell.update(outcome="works", verdict="compatible")
+    return HARMFUL, f"vllm {cell['vllm']} x {cell['speculators']}"
+
+
+@document_edit("support resolver cell: works", "support", "cells[].outcome")
+def _resolver_works(doc):
+    cell = _support_cell(doc, lambda c: c.get("provenance") == "resolver")
+    if cell is None:
+        return None
+    cell["outcome"] = "works"
+    return HARMFUL, f"vllm {cell['vllm']} x {cell['speculators']}"
+
+
+@document_edit("support cell notes text", "support", "cells[].notes")
+def _support_notes(doc):
+    cell = _support_cell(doc, lambda c: c.get("provenance") == "measured")
+    if cell is None:
+        return None
+    cell["notes"] = ["edited"]
+    return HARMLESS, f"vllm {cell['vllm']} x {cell['speculators']}"
+
+
+def report_document(kind: str, doc: dict, tmp: Path, target: str = "") -> tuple[str, Any]:
+    """('refused', message) | ('shown', (claims, gate, what is shown)) | ('crash', traceback): the folder
+    of the document (and, for a support row, the records its cells name) reported on an empty store."""
+    from compat.harness.report.publish import publish
+    from compat.harness.store import Store
+
+    folder = Path(tempfile.mkdtemp(dir=tmp))
+    try:
+        if kind == "kimi":
+            (folder / "kimi.json").write_text(json.dumps(doc), encoding="utf-8")
+        else:
+            (folder / "support").mkdir()
+            (folder / "support" / f"speculators-{doc.get('fixed')}.json").write_text(json.dumps(doc), encoding="utf-8")
+            for cell in doc.get("cells") or []:  # the records its cells name: their own, and an inference's source
+                named = [ROOT / "published/results" / f"{cell['cell_id']}.json"] if cell.get("cell_id") else []
+                if cell.get("source"):
+                    named += glob.glob(str(ROOT / "published/results" / (f"vllm-{cell['source'][0]}__speculators-"
+                                                                         f"{cell['source'][1]}__{doc.get('backend')}*.json")))
+                for record in map(Path, named):
+                    if record.is_file():
+                        (folder / record.name).write_bytes(record.read_bytes())
+        store = Store(folder / "store.sqlite")
+        try:
+            published = publish(folder / "out", store, [folder])
+        finally:
+            store.close()
+        if published.problems and not any("no cell" in p for p in published.problems):
+            return "refused", published.problems[0]
+        gate = published.gate()
+        if kind == "kimi":
+            kimi = published.report.get("kimi")
+            if kimi is None:
+                return "refused", "not shown"
+            return "shown", (kimi["status"] in PASSING_KIMI, gate, str(kimi["status"]))  # what the edits claim
+        rows = published.report.get("support") or []
+        if not rows:
+            return "refused", "not shown"
+        vllm = target.split(" ")[1] if target.startswith("vllm ") else ""
+        cell = next((c for c in rows[0]["cells"] if c["vllm"] == vllm), rows[0]["cells"][0])
+        return "shown", (cell["outcome"] == "works", gate, f"{cell['outcome']} ({cell['verdict']})")  # the edits' claim
+    except Exception:  # noqa: BLE001 - a traceback is what this bench reports
+        return "crash", traceback.format_exc(limit=3)
+
+
+def document_outcome(expect: str, base: tuple, kind: str, result) -> tuple[str, str]:
+    if kind == "crash":
+        return "crash", result.strip().splitlines()[-1]
+    if kind == "refused":
+        return ("false alarm" if expect == HARMLESS else "caught"), str(result)[-160:]
+    claims_before, gate_before, shown_before = base
+    claims_after, gate_after, shown_after = result
+    what = f"{shown_before}/{gate_before} -> {shown_after}/{gate_after}"
+    if expect == HARMLESS:
+        return ("harmless" if (claims_after, gate_after) == (claims_before, gate_before) else "false alarm"), what
+    if claims_after or gate_after == PASS:
+        return "MISSED", what
+    return "caught", what
+
+
+def run_documents() -> list[tuple[str, str, str, str, str, str]]:
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp_name:
+        tmp = Path(tmp_name)
+        for kind, path in genuine_documents():
+            original = json.loads(path.read_text())
+            name = str(path.relative_to(ROOT))
+            for edit_name, (edit_kind, field, fn) in DOCUMENT_EDITS.items():
+                if edit_kind != kind:
+                    continue
+                doc = copy.deepcopy(original)
+                applied = fn(doc)
+                if applied is None:
+                    continue
+                expect, target = applied
+                base_kind, base = report_document(kind, original, tmp, target)
+                if base_kind != "shown":
+                    rows.append((name, "(unedited)", "-", "-", "crash" if base_kind == "crash" else "caught",
+                                 str(base)[:200]))
+                    continue
+                result_kind, result = report_document(kind, doc, tmp, target)
+                label, why = document_outcome(expect, base, result_kind, result)
+                rows.append((name, edit_name, field, target, label, why))
+    return rows
+
+
 def main(argv: Optional[list[str]] = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--verbose", action="store_true",
@@ -937,7 +1146,11 @@ def main(argv: Optional[list[str]] = None) -> int:
     if args.only:
         for name in [n for n in EDITS if args.only not in n]:
             del EDITS[name]
+        for name in [n for n in DOCUMENT_EDITS if args.only not in n]:
+            del DOCUMENT_EDITS[name]
     rows, counts = run()
+    rows += run_documents()
+    counts = collections.Counter(r[4] for r in rows)
     by_edit: dict[str, collections.Counter] = collections.defaultdict(collections.Counter)
     for r in rows:
         by_edit[(r[2], r[1])][r[4]] += 1
@@ -950,7 +1163,7 @@ def main(argv: Optional[list[str]] = None) -> int:
         if args.verbose or r[4] in ("MISSED", "crash", "false alarm"):
             print(f"{r[4]:11} {r[1]} | {r[0]} | {r[3]} | {r[5]}")
     files = len({r[0] for r in rows})
-    print(f"\n{len(rows)} edits of {files} genuine records in {len(by_edit)} edit classes: "
+    print(f"\n{len(rows)} edits of {files} genuine records and documents in {len(by_edit)} edit classes: "
           + ", ".join(f"{counts[lab]} {lab}" for lab in labels))
     if args.markdown:
         print(markdown(rows, counts, by_edit, files))

@@ -300,16 +300,14 @@ def suite_environment(mla: MlaChoice | None) -> dict[str, str]:
 
 
 def suite_status(probes: list[dict[str, Any]], error: str | None) -> tuple[str, str | None]:
-    """ok when every test passed; skipped when all skipped (with their reason); else failed."""
-    statuses = {p["status"] for p in probes}
-    if error or not probes:
-        return "error", error or "the suite reported no tests"
-    if statuses <= {"skipped", "n/a"}:
-        return "skipped", probes[0].get("reason")
-    bad = [p for p in probes if p["status"] not in ("ok", "n/a")]
-    if bad:
-        return "failed", "; ".join(f"{p['id']}: {p['status']}" for p in bad)
-    return "ok", None
+    """ok when every test passed; skipped when all skipped (with their reason); else failed: the one rule
+    (compat.harness.documents.suite_status), by which the report decides a kept kimi.json again."""
+    from compat.harness.documents import suite_status as rule
+    from compat.shared.records import ProbeRecord, ProbeStatus
+
+    checks = [ProbeRecord(id=str(p["id"]), status=ProbeStatus(p["status"]), reason=p.get("reason")) for p in probes]
+    status, reason = rule(checks, error)
+    return status.value, reason
 
 
 def figures(probes: list[dict[str, Any]]) -> dict[str, Any]:

@@ -9,7 +9,8 @@ per-user one, else $COMPAT_STORE, else .compat/results.sqlite beside results/), 
 <out>/compat.json, compat.html, compat.md and junit/<cell-id>.xml from exactly the runs those folders
 hold (a newer run of the same cell id kept from another folder or machine is not shown; earlier
 runs are, as flips with both dates), their Kimi record (kimi*.json) and bisect tables
-(<folder>/bisect/speculators-*.json). With no folder named, or with `--history`, it reports every run the
+(<folder>/bisect/speculators-*.json), those folders' own copies (never a newer one kept from elsewhere
+under the same name). With no folder named, or with `--history`, it reports every run the
 store keeps (results/ imported first where it exists): every cell id, the newest run of each.
 An identical file imported again is not a new run. `--export DIR` writes the newest run of every
 cell back as <cell-id>.json (and kimi.json, bisect/).
@@ -17,11 +18,14 @@ The support tables of `nox -s compat -- --all-vllm` / `--all-speculators` (resul
 are kept likewise and open the report.
 
 Every cell's verdict is derived again from its probe records (compat.harness.verdict); where the stored
-verdict disagrees, the report says so.
+verdict disagrees, the report says so. The Kimi record's status is derived again from its checks and
+each support cell from its cell record in the report (compat.harness.documents); a document its
+evidence contradicts is shown as the evidence reads, named (`contradiction:`), and never passes.
 
 Exit status: the gate of compat.harness.verdict over every cell of the report (0 pass, 1 NEW
 breakage or adapter regression, 2 something could not be tested; also two result files of one
-folder with one cell id: both are reported, the second renamed `<id>@<file>`) unless --no-gate
+folder with one cell id: both are reported, the second renamed `<id>@<file>`; also a document its
+evidence contradicts) unless --no-gate
 (then 0); 3 when an input could not be read or fails the record schema (docs/record.schema.json;
 the message names the file and the field; the reports are still written from everything else), or
 when there is no cell at all.
@@ -101,6 +105,8 @@ def main(argv: list[str] | None = None) -> int:
         if cell.get("stored_verdict"):
             print(f"note: {cell.get('id') or cell['vllm'] + ' x ' + cell['speculators']}: the result file says "
                   f"{cell['stored_verdict']}, its probes give {cell['verdict']}", file=sys.stderr)
+    for contradiction in published.contradictions:
+        print(f"contradiction: {contradiction}", file=sys.stderr)
     for flip in report.get("flips") or []:
         print(f"flip: {flip['cell']}: {flip['old']} ({flip['old_at']}) -> {flip['new']} ({flip['new_at']})")
     for problem in problems + list(published.duplicates.values()):

@@ -148,6 +148,22 @@ def stamp(record: dict[str, Any]) -> dict[str, Any]:
     return record
 
 
+def document_hash(kind: str, name: str, data: Any) -> str:
+    """What identifies a kept document: its kind, name and content."""
+    return content_hash([kind, name, data])
+
+
+@dataclass(frozen=True)
+class Document:
+    """One kept document (a Kimi record, a bisect or support table) and where it was read from."""
+    kind: str
+    name: str
+    content_hash: str
+    ran_at: str
+    source: str
+    data: Any
+
+
 @dataclass(frozen=True)
 class Run:
     """One stored run of a cell."""
@@ -163,12 +179,14 @@ class Run:
 @dataclass
 class Imported:
     """What one import of a results folder did: cell runs added, cell runs already kept, files refused
-    (why), and what the folder held: each cell id's run (by content hash) and each document (kind, name)."""
+    (why), and what the folder held: each cell id's run (by content hash) and each document (kind, name;
+    its content by hash in `document_hashes`)."""
     added: int = 0
     known: int = 0
     problems: list[str] = field(default_factory=list)
     runs: dict[str, set[str]] = field(default_factory=dict)
     documents: set[tuple[str, str]] = field(default_factory=set)
+    document_hashes: set[str] = field(default_factory=set)  # the content of each document it held
 
     def merge(self, other: "Imported") -> "Imported":
         self.added += other.added
@@ -177,6 +195,7 @@ class Imported:
         for cell_id, hashes in other.runs.items():
             self.runs.setdefault(cell_id, set()).update(hashes)
         self.documents |= other.documents
+        self.document_hashes |= other.document_hashes
         return self
 
 
@@ -231,7 +250,7 @@ class Store:
             cursor = self.db.execute(
                 "INSERT OR IGNORE INTO documents (kind, name, content_hash, ran_at, source, data) "
                 "VALUES (?, ?, ?, ?, ?, ?)",
-                (kind, name, content_hash([kind, name, data]), ran_at or now(), source, json.dumps(data)))
+                (kind, name, document_hash(kind, name, data), ran_at or now(), source, json.dumps(data)))
         return cursor.rowcount == 1
 
     def import_dir(self, folder: Path) -> Imported:
@@ -249,8 +268,10 @@ class Store:
         for path in sorted(p for p in folder.glob("*.json") if not p.name.startswith(".")):
             try:
                 if path.name.startswith("kimi"):
-                    self.add_document(KIMI, path.stem, read_json(path, "kimi result"), _file_time(path), str(path))
+                    data = read_json(path, "kimi result")
+                    self.add_document(KIMI, path.stem, data, _file_time(path), str(path))
                     out.documents.add((KIMI, path.stem))
+                    out.document_hashes.add(document_hash(KIMI, path.stem, data))
                     continue
                 cell = load_cell(path)
             except ResultFileError as exc:
@@ -274,6 +295,7 @@ class Store:
                     continue
                 self.add_document(kind, path.stem, data, _file_time(path), str(path))
                 out.documents.add((kind, path.stem))
+                out.document_hashes.add(document_hash(kind, path.stem, data))
         return out
 
     # ------------------------------------------------------------------ reading
@@ -308,15 +330,23 @@ class Store:
     def newest(self) -> list[Run]:
         return [runs[-1] for runs in self.history().values()]
 
-    def documents(self, kind: str, names: set[str] | None = None) -> dict[str, Any]:
-        """The newest content of each document of a kind (only `names`, where given), by name, the most
-        recent last."""
-        out: dict[str, Any] = {}
-        rows = self.db.execute("SELECT name, data FROM documents WHERE kind = ? ORDER BY ran_at, seq", (kind,))
-        for name, data in rows:
-            if names is None or name in names:
+    def documents(self, kind: str, names: set[str] | None = None, hashes: set[str] | None = None) -> dict[str, Any]:
+        """The newest content of each document of a kind (only `names`, and only the contents `hashes`,
+        where given), by name, the most recent last."""
+        return {name: kept.data for name, kept in self.kept_documents(kind, names, hashes).items()}
+
+    def kept_documents(self, kind: str, names: set[str] | None = None,
+                       hashes: set[str] | None = None) -> dict[str, Document]:
+        """As `documents`, each with where it was read from. `hashes` (`Imported.document_hashes`): only
+        the contents a folder held, so a report of that folder never shows a newer copy kept from
+        elsewhere under the same name."""
+        out: dict[str, Document] = {}
+        rows = self.db.execute("SELECT name, content_hash, ran_at, source, data FROM documents WHERE kind = ? "
+                               "ORDER BY ran_at, seq", (kind,))
+        for name, digest, ran_at, source, data in rows:
+            if (names is None or name in names) and (hashes is None or digest in hashes):
                 out.pop(name, None)
-                out[name] = json.loads(data)
+                out[name] = Document(kind, name, digest, ran_at, source, json.loads(data))
         return out
 
     def export_dir(self, folder: Path) -> list[Path]:

@@ -7,10 +7,14 @@
 Imports the given results folders into the store first (a file that cannot be read or fails the
 record schema is named in `problems`; the others are still kept and reported), then builds the
 report from the runs the selection names: by default exactly the runs and documents (Kimi record,
-bisect and support tables) the imported folders hold, never a newer run of the same cell id that the
-store keeps from another folder or machine; each cell with its earlier runs (flips between them; a
-support row's cells also name the same pair's runs on the other backend). Writes compat.json,
-compat.html, compat.md and junit/.
+bisect and support tables) the imported folders hold, never a newer run of the same cell id, nor a
+newer copy of a document of the same name, that the store keeps from another folder or machine; each
+cell with its earlier runs (flips between them; a support row's cells also name the same pair's runs
+on the other backend). The Kimi record and the
+support tables are typed and decided again from their evidence (compat.harness.documents: a Kimi
+status from its checks, a support cell from its cell record in this report); a document that fails
+its shape is a problem (exit 3), one its evidence contradicts is shown as the evidence reads and named
+in `contradictions` (gate at least 2). Writes compat.json, compat.html, compat.md and junit/.
 """
 
 from __future__ import annotations
@@ -19,9 +23,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
 
+from compat.harness.documents import DocumentError, decide_kimi, kimi_shown, load_kimi, load_support, rederive_support
 from compat.harness.report.build import build_report
 from compat.harness.report.render import write_reports
-from compat.harness.store import BISECT, KIMI, SUPPORT, Imported, Store
+from compat.harness.store import BISECT, KIMI, SUPPORT, Document, Imported, Store
 from compat.harness.support import with_other_backends
 from compat.harness.verdict import UNTESTED, worst_gate
 
@@ -32,14 +37,17 @@ class Published:
     paths: dict[str, Any]
     problems: list[str] = field(default_factory=list)  # inputs that could not be read (exit 3)
     duplicates: dict[str, str] = field(default_factory=dict)  # cell id -> why two files hold it (gate at least 2)
+    contradictions: list[str] = field(default_factory=list)  # documents their evidence contradicts (gate at least 2)
 
     def gate(self, cell_ids: Iterable[str] | None = None) -> int:
         """The gate over the report's cells (or only the given ones: a command's own cells; one the
-        report lacks tested nothing); a cell id two files hold never passes."""
+        report lacks tested nothing); a cell id two files hold never passes, nor does a report showing
+        a document that its evidence contradicts (compat.harness.documents)."""
         gates = {c["id"]: c["gate"] for c in self.report.get("cells") or []}
         wanted = list(gates) if cell_ids is None else list(cell_ids)
         doubled = any(i in self.duplicates for i in wanted)
-        return worst_gate([gates.get(i, UNTESTED) for i in wanted] + [UNTESTED] * doubled)
+        return worst_gate([gates.get(i, UNTESTED) for i in wanted]
+                          + [UNTESTED] * (doubled or bool(self.contradictions)))
 
 
 @dataclass(frozen=True)
@@ -71,6 +79,11 @@ class Selection:
         wanted = imported.documents if self.documents is None else self.documents
         return {name for k, name in wanted if k == kind}
 
+    def chosen_contents(self, imported: Imported) -> set[str] | None:
+        """The documents' contents the folders held (by hash): a newer copy kept from elsewhere under a
+        name they hold is not theirs."""
+        return None if self.everything else set(imported.document_hashes)
+
 
 def publish(out_dir: Path, store: Store, imports: Iterable[Path] = (), selection: Selection = Selection(),
             baseline: dict[str, Any] | None = None, generated_at: str | None = None) -> Published:
@@ -83,13 +96,40 @@ def publish(out_dir: Path, store: Store, imports: Iterable[Path] = (), selection
     duplicates = {c["id"].split("@")[0]: f"two result files hold cell {c['id'].split('@')[0]}: {c['duplicate_of']} "
                                          f"and another; both are reported, the second as {c['id']}"
                   for c in cells if c.get("duplicate_of")}
-    kimi = list(store.documents(KIMI, selection.chosen_documents(imported, KIMI)).values())
-    bisect = [table for _name, table in
-              sorted(store.documents(BISECT, selection.chosen_documents(imported, BISECT)).items())]
-    report = build_report(cells, kimi=kimi[-1] if kimi else None, baseline=baseline, generated_at=generated_at,
+    contents = selection.chosen_contents(imported)
+    kept = {kind: store.kept_documents(kind, selection.chosen_documents(imported, kind), contents)
+            for kind in (KIMI, BISECT, SUPPORT)}
+    kimi, kimi_contradictions = _kimi(list(kept[KIMI].values())[-1:], problems)
+    bisect = [table.data for _name, table in sorted(kept[BISECT].items())]
+    report = build_report(cells, kimi=kimi, baseline=baseline, generated_at=generated_at,
                           bisect=bisect or None, runs=history)
-    support = [table for _name, table in
-               sorted(store.documents(SUPPORT, selection.chosen_documents(imported, SUPPORT)).items())]
+    support, support_contradictions = _support(sorted(kept[SUPPORT].items()), report.get("cells") or [], problems)
     if support:  # the rows and columns of `nox -s compat -- --all-vllm / --all-speculators`: the report's first section
         report["support"] = [with_other_backends(table, report.get("cells") or []) for table in support]
-    return Published(report, write_reports(report, out_dir), problems, duplicates)
+    return Published(report, write_reports(report, out_dir), problems, duplicates,
+                     kimi_contradictions + support_contradictions)
+
+
+def _kimi(kept: list[Document], problems: list[str]) -> tuple[dict[str, Any] | None, list[str]]:
+    """The newest Kimi record, typed, its status decided from its checks (compat.harness.documents)."""
+    for document in kept:
+        try:
+            decision = decide_kimi(load_kimi(document.data, document.source))
+        except DocumentError as exc:
+            problems.append(str(exc))
+            return None, []
+        said = [f"kimi result {document.source}: {decision.contradiction}"] if decision.contradiction else []
+        return kimi_shown(document.data, decision), said
+    return None, []
+
+
+def _support(kept: list[tuple[str, Document]], cells: list[dict[str, Any]],
+             problems: list[str]) -> tuple[list[dict[str, Any]], list[str]]:
+    """The support tables, typed, each cell decided again from the cell records this report holds."""
+    typed = []
+    for _name, document in kept:
+        try:
+            typed.append((load_support(document.data, document.source), document.data))
+        except DocumentError as exc:
+            problems.append(str(exc))
+    return rederive_support(typed, cells)
