@@ -21,6 +21,13 @@ numbers go, empty lists, unicode), writes it to a file, reads it back with the r
 
 Whether an edit undermines the claim is stated by the edit (with why for a harmless one), or
 worked out from the figures where it depends on them (a figure scaled that stays inside the rule).
+The input itself is edited too (INPUT_EDITS), on genuine records each in a folder of its own, reported
+as `nox -s report -- --results DIR` reports it (`python -m compat.report_cli`, in a child process
+under a memory and a time limit): a result name that is no record (a link to /dev/zero, a FIFO, a
+valid record past compat.shared.results.MAX_INPUT_BYTES) is caught when the report exits 3 naming it
+and still reports the genuine record; a right-to-left override (and an escape sequence) in an
+exception message is caught when compat.html, compat.md and the JUnit XML hold none of it and show it
+as an escape.
 
 The documents kept beside the cells are edited the same way (DOCUMENT_EDITS): every genuine
 kimi.json (reports/) and support row (published/results/support/), each in a folder of its own with
@@ -40,6 +47,9 @@ import datetime
 import glob
 import json
 import math
+import os
+import resource
+import subprocess
 import sys
 import tempfile
 import traceback
@@ -1136,6 +1146,111 @@ def run_documents() -> list[tuple[str, str, str, str, str, str]]:
     return rows
 
 
+# ---- the input itself: names that are no record, text that would mislead a reader ----------------
+
+InputEdit = Callable[[Path, dict], Optional[str]]  # (folder, a genuine record) -> the file it wrote, or None
+INPUT_EDITS: dict[str, tuple[str, InputEdit]] = {}  # name -> (field, edit)
+BIDI = "\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069\u200e\u200f\u061c"
+
+
+def input_edit(name: str, field: str):
+    def register(fn: InputEdit) -> InputEdit:
+        INPUT_EDITS[name] = (field, fn)
+        return fn
+    return register
+
+
+@input_edit("a result name that is a link to /dev/zero", "file")
+def _dev_zero(folder, cell):
+    (folder / "zero.json").symlink_to("/dev/zero")
+    return "zero.json"
+
+
+@input_edit("a result name that is a FIFO", "file")
+def _fifo(folder, cell):
+    os.mkfifo(folder / "pipe.json")
+    return "pipe.json"
+
+
+@input_edit("a valid record padded past MAX_INPUT_BYTES", "file")
+def _oversized(folder, cell):
+    from compat.shared.results import MAX_INPUT_BYTES
+
+    text = json.dumps(dict(cell, id=f"{cell['id']}__padded"))
+    (folder / "big.json").write_text(text + " " * (MAX_INPUT_BYTES + 1 - len(text.encode())))
+    return "big.json"
+
+
+@input_edit("error.message: a right-to-left override and an escape sequence", "probes[].error.message")
+def _rlo(folder, cell):
+    probe = next((p for p in cell.get("probes") or [] if (p.get("error") or {}).get("message")), None)
+    if probe is None:
+        return None
+    probe["error"]["message"] = f"\u202e{probe['error']['message']}\u2066 \x1b[2K\rall fine"
+    return None  # the record is written with the genuine one's name
+
+
+def _limited() -> None:  # enough to report a folder, not enough to read /dev/zero whole
+    resource.setrlimit(resource.RLIMIT_AS, (3 << 30, 3 << 30))
+
+
+def report_folder(folder: Path, out: Path) -> tuple[str, Any]:
+    """('reported', CompletedProcess) | ('crash', why): `python -m compat.report_cli --results folder`."""
+    try:
+        done = subprocess.run([sys.executable, "-m", "compat.report_cli", "--results", str(folder), "--out", str(out)],
+                              cwd=ROOT, capture_output=True, text=True, timeout=120, preexec_fn=_limited,
+                              env=dict(os.environ, COMPAT_STORE=str(out / "store.sqlite")))
+    except subprocess.TimeoutExpired:
+        return "crash", "the report did not finish in 120 s: an input read without end"
+    return "reported", done
+
+
+def input_outcome(cell_id: str, written: Optional[str], out: Path, done: Any) -> tuple[str, str]:
+    if done.returncode not in (0, 1, 2, 3) or "Traceback" in done.stderr:
+        return "crash", done.stderr.strip().splitlines()[-1][:160] if done.stderr.strip() else f"exit {done.returncode}"
+    shown = [c["id"] for c in json.loads((out / "compat.json").read_text())["cells"]]
+    if written is not None:  # a name that is no record: refused by name, the genuine record still reported
+        refused = next((line for line in done.stderr.splitlines() if written in line and "not read" in line), "")
+        if done.returncode == 3 and refused and shown == [cell_id]:
+            return "caught", refused[-160:]
+        return "MISSED", f"exit {done.returncode}, cells {shown}: {done.stderr.strip()[-160:]}"
+    texts = {"compat.html": (out / "compat.html").read_text(encoding="utf-8"),
+             "compat.md": (out / "compat.md").read_text(encoding="utf-8"),
+             **{f"junit/{p.name}": p.read_text(encoding="utf-8") for p in (out / "junit").glob("*.xml")}}
+    raw = [name for name, text in texts.items() if set(text) & set(BIDI + "\x1b\r")]
+    escaped = [name for name, text in texts.items() if "\\u202e" in text]
+    if raw:
+        return "MISSED", f"the characters themselves in {', '.join(raw)}"
+    if "compat.html" not in escaped:  # every message is in the page's details: shown nowhere is no test
+        return "moot", "the message is not shown"
+    return "caught", f"shown as escapes in {', '.join(escaped)}"
+
+
+def run_inputs(limit: int = 3) -> list[tuple[str, str, str, str, str, str]]:
+    """Each input edit on the first `limit` genuine records it fits (the class is the input's kind, not
+    the record's content: a few records say as much as all of them, in seconds)."""
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp_name:
+        tmp = Path(tmp_name)
+        for edit_name, (field, fn) in INPUT_EDITS.items():
+            done_for = 0
+            for path in genuine_files():
+                if done_for == limit:
+                    break
+                cell = load_cell(path)  # the record as the report reads it (migrated, with its id)
+                folder, out = tmp / f"{len(rows)}" / "results", tmp / f"{len(rows)}" / "out"
+                folder.mkdir(parents=True)
+                written = fn(folder, cell)
+                if written is None and cell == load_cell(path):
+                    continue  # the edit does not fit this record
+                (folder / f"{cell['id']}.json").write_text(json.dumps(cell, ensure_ascii=False), encoding="utf-8")
+                done_for += 1
+                kind, done = report_folder(folder, out)
+                label, why = ("crash", done) if kind == "crash" else input_outcome(cell["id"], written, out, done)
+                rows.append((str(path.relative_to(ROOT)), edit_name, field, written or "message", label, why))
+    return rows
+
+
 def main(argv: Optional[list[str]] = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--verbose", action="store_true",
@@ -1146,9 +1261,13 @@ def main(argv: Optional[list[str]] = None) -> int:
     if args.only:
         for name in [n for n in EDITS if args.only not in n]:
             del EDITS[name]
+        for name in [n for n in INPUT_EDITS if args.only not in n]:
+            del INPUT_EDITS[name]
         for name in [n for n in DOCUMENT_EDITS if args.only not in n]:
             del DOCUMENT_EDITS[name]
     rows, counts = run()
+    rows += run_inputs()
+    counts = collections.Counter(r[4] for r in rows)
     rows += run_documents()
     counts = collections.Counter(r[4] for r in rows)
     by_edit: dict[str, collections.Counter] = collections.defaultdict(collections.Counter)

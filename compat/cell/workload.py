@@ -21,7 +21,9 @@ import json
 import random
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any, Callable, Sequence
+
+from compat.shared.schedule_steps import crowded_steps, prompt_digest, requests_seen
 
 SEED = 20261205
 FIRST_TOKEN = 4  # ids below are the fixture tokenizer's specials (unk, bos, eos, pad)
@@ -51,11 +53,6 @@ SHAPES = {
                                    "max_num_seqs",
     "preempted_recomputed": "a request preempted and recomputed",
 }
-
-
-def prompt_digest(token_ids: Iterable[int]) -> str:
-    """compat.worker.schedule_observer.prompt_digest (the observer cannot import the cell's modules)."""
-    return hashlib.sha256(",".join(str(int(t)) for t in token_ids).encode()).hexdigest()[:16]
 
 
 def digest_of(prompts: Sequence[Sequence[int]]) -> str:
@@ -157,59 +154,21 @@ def engine_of(lines: Sequence[dict[str, Any]]) -> Engine:
 
 
 def observe(lines: Sequence[dict[str, Any]], workload: Workload) -> dict[str, Any]:
-    """Per request of the workload (by prompt digest) and in all, what the scheduler's steps show."""
+    """Per prompt of the workload (by digest) and in all, what the scheduler's steps show."""
     b = workload.engine.block_size
     by_digest = {prompt_digest(p.ids): p for p in workload.prompts}
-    reqs: dict[str, dict[str, Any]] = {}
-    largest_batch = most_waiting = most_running = steps = 0
-    crowded = 0  # steps with more requests in the engine (waiting + running) than max_num_seqs
-    for step_no, line in enumerate(x for x in lines if x.get("kind") == "step"):
-        steps += 1
-        largest_batch = max(largest_batch, int(line.get("batch") or 0))
-        waiting, running = line.get("waiting"), line.get("running")
-        most_waiting = max(most_waiting, int(waiting or 0))
-        most_running = max(most_running, int(running or 0))
-        if waiting is not None and running is not None and waiting + running > workload.engine.max_num_seqs:
-            crowded += 1
-        preempted_now = set(line.get("preempted") or ())
-        for position, item in enumerate(line.get("requests") or []):
-            req = reqs.setdefault(item["req"], {"digest": item.get("digest"), "prompt_len": item.get("prompt_len"),
-                                                "first_computed": None, "prefill_steps": 0, "chunk_starts": [],
-                                                "reached": 0, "recomputed": 0, "resumed": 0, "preempted": 0,
-                                                "first_step": step_no, "batch_position": position})
-            computed, scheduled = item.get("computed"), int(item.get("scheduled") or 0)
-            if req["digest"] is None and item.get("digest"):
-                req.update(digest=item["digest"], prompt_len=item.get("prompt_len"))
-            if computed is None:
-                continue
-            if req["first_computed"] is None:
-                req["first_computed"] = computed
-            elif computed < req["reached"]:
-                req["recomputed"] += 1  # its computed tokens went back: its KV was dropped and is computed again
-            if item.get("resumed"):
-                req["resumed"] += 1
-            if req["prompt_len"] and computed < req["prompt_len"] and scheduled:
-                req["prefill_steps"] += 1
-                req["chunk_starts"].append(computed)
-            req["reached"] = max(req["reached"], computed + scheduled)
-        for req_id in preempted_now:
-            if req_id in reqs:
-                reqs[req_id]["preempted"] += 1
-    for line in lines:
-        if line.get("kind") == "finished" and line.get("req") in reqs and line.get("num_preemptions"):
-            reqs[line["req"]]["preempted"] = max(reqs[line["req"]]["preempted"], int(line["num_preemptions"]))
+    reqs, totals = requests_seen(lines)
     per_prompt: dict[str, dict[str, Any]] = {}
     for req in reqs.values():
         prompt = by_digest.get(req["digest"])
         if prompt is None:
             continue
         n = len(prompt.ids)
-        cached = req["first_computed"] or 0
         per_prompt[prompt.name] = {
             "length": n, "length_mod_block": n % b, "prefill_steps": req["prefill_steps"],
-            "chunk_starts": req["chunk_starts"][:12], "cached_prefix": cached, "shared_prefix": prompt.shares,
-            "preempted": max(req["preempted"], req["resumed"], req["recomputed"]),
-            "first_step": req["first_step"], "batch_position": req["batch_position"]}
+            "chunk_starts": req["chunk_starts"][:12], "cached_prefix": req["first_computed"] or 0,
+            "shared_prefix": prompt.shares, "preempted": req["preempted"], "first_step": req["first_step"],
+            "batch_position": req["batch_position"]}
     happened: dict[str, list[str]] = {shape: [] for shape in SHAPES}
     for name, seen in per_prompt.items():
         n, mod = seen["length"], seen["length_mod_block"]
@@ -229,16 +188,16 @@ def observe(lines: Sequence[dict[str, Any]], workload: Workload) -> dict[str, An
             happened["prefix_hit_boundary" if seen["shared_prefix"] % b == 0 else "prefix_hit_mid_block"].append(name)
         if seen["preempted"]:
             happened["preempted_recomputed"].append(name)
+    crowded = crowded_steps(lines, workload.engine.max_num_seqs)
     if crowded:
         happened["waiting_beyond_max_num_seqs"].append(f"{crowded} steps with more than "
                                                        f"{workload.engine.max_num_seqs} requests waiting or running")
-    return {"steps": steps, "requests_seen": len(per_prompt), "requests_sent": len(workload.prompts),
-            "largest_batch": largest_batch, "most_waiting": most_waiting, "most_running": most_running,
+    return {**totals, "requests_seen": len(per_prompt), "requests_sent": len(workload.prompts),
             "longest_prompt": max((s["length"] for s in per_prompt.values()), default=0),
             "chunked_steps": sum(max(0, s["prefill_steps"] - 1) for s in per_prompt.values()),
             "preemptions": sum(s["preempted"] for s in per_prompt.values()),
             "prefix_hits": sum(1 for s in per_prompt.values() if s["cached_prefix"] > 0),
-            "block_multiple_ends": len(happened["block_multiple_end"]),
+            "block_multiple_ends": len(happened["block_multiple_end"]), "crowded_steps": crowded,
             "observer_errors": [x for x in lines if x.get("kind") == "observer_error"][:3],
             "shapes": {shape: names[:6] for shape, names in happened.items()},
             "per_prompt": per_prompt}
@@ -248,8 +207,13 @@ def ruled_out(engine: Engine) -> dict[str, str]:
     """Shapes the launch itself rules out, each with why (the probe says n/a for them, never passes them)."""
     out = {}
     if engine.chunked_prefill is False:
-        out["chunked_3"] = ("the launch turns chunked prefill off (--no-enable-chunked-prefill: speculators 0.6/0.7's "
-                            "launch, or a flag this release needs), so no prompt is prefilled in chunks")
+        off = ("the launch turns chunked prefill off (--no-enable-chunked-prefill: speculators 0.6/0.7's launch, or a "
+               "flag this release needs)")
+        out["chunked_3"] = f"{off}, so no prompt is prefilled in chunks"
+        # unchunked, a request's whole prompt gets its blocks when it is admitted; the client asks one output token,
+        # so nothing running grows afterwards, and only growth preempts
+        out["preempted_recomputed"] = (f"{off}: each prompt is allocated whole when admitted and the client asks one "
+                                       "output token, so no running request grows and none is preempted")
     if engine.prefix_caching is False:
         why = "the launch turns prefix caching off (--no-enable-prefix-caching), so no prompt hits the prefix cache"
         out["prefix_hit_boundary"] = out["prefix_hit_mid_block"] = why
@@ -283,3 +247,40 @@ def describe(name: str, seen: dict[str, Any] | None, block: int, bad_positions: 
                (first,) + ((last,) if last != first else ())]
         parts.append(f"{len(bad_positions)} wrong row(s), {'; '.join(rel)}")
     return "; ".join(parts)
+
+
+# What every failing prompt may have in common: measured features of the prompt (said with whether passing prompts
+# have them too), and where its wrong rows are.
+PROMPT_FEATURES: dict[str, Callable[[dict[str, Any], int], bool]] = {
+    "ends on a block boundary (length % B = 0)": lambda seen, b: seen["length"] % b == 0,
+    "is one token past a block multiple": lambda seen, b: seen["length"] > b and seen["length"] % b == 1,
+    "is one token short of a block multiple": lambda seen, b: seen["length"] % b == b - 1,
+    "was prefilled in more than one step (chunked)": lambda seen, b: seen["prefill_steps"] > 1,
+    "was preempted and recomputed": lambda seen, b: seen["preempted"] > 0,
+    "began with a prefix-cache hit": lambda seen, b: seen["cached_prefix"] > 0,
+    "is a single token": lambda seen, b: seen["length"] == 1,
+}
+ROW_FEATURES: dict[str, Callable[[dict[str, Any], int, Sequence[int]], bool]] = {
+    "only its last row wrong": lambda seen, b, bad: list(bad) == [seen["length"] - 1],
+    "a wrong row where a prefill chunk began": lambda seen, b, bad: bool(set(bad) & set(seen["chunk_starts"][1:])),
+    "its wrong rows all in its first block": lambda seen, b, bad: bool(bad) and max(bad) < b,
+    "its wrong rows all past its cached prefix": lambda seen, b, bad: bool(bad) and min(bad) >= seen["cached_prefix"],
+}
+
+
+def shared_features(per_prompt: dict[str, dict[str, Any]], bad: dict[str, Sequence[int]], block: int) -> list[str]:
+    """What every failing prompt has in common, measured: a feature of the prompt, with how many passing prompts
+    have it too (one no passing prompt has is the fault's likely key), or where its wrong rows are."""
+    failing = {name: seen for name, seen in per_prompt.items() if name in bad}
+    passing = [seen for name, seen in per_prompt.items() if name not in bad]
+    if not failing:
+        return []
+    out = []
+    for words, test in PROMPT_FEATURES.items():
+        if all(test(seen, block) for seen in failing.values()):
+            also = sum(1 for seen in passing if test(seen, block))
+            out.append(f"every failing prompt {words}" + (f" (so do {also} passing)" if also
+                                                          else ", and no passing prompt does"))
+    out += [f"every failing prompt has {words}" for words, test in ROW_FEATURES.items()
+            if all(test(seen, block, bad[name]) for name, seen in failing.items())]
+    return out

@@ -28,6 +28,7 @@ from compat.harness.cell_envs import REPO_ROOT
 from compat.harness.static.contract_history import SINCE, bisect
 from compat.harness.static.layers import PROBE_CONTRACTS
 from compat.harness.static.sources import SourceCache, StaticError, local_wheel
+from compat.shared.neutral import neutral_terminal
 from compat.shared.results import write_json_atomic
 
 
@@ -87,6 +88,7 @@ def confirm_cells(result: dict[str, Any], args: argparse.Namespace) -> int:
     return len(wanted)
 
 
+@neutral_terminal()  # what it prints from a log or a record: compat.shared.neutral
 def main(argv: list[str] | None = None) -> int:
     args = options(list(sys.argv[1:] if argv is None else argv))
     for flag, value in (("--since", args.since), ("--until", args.until)):

@@ -38,6 +38,7 @@ import json
 import re
 import sys
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Optional, Sequence, TextIO
 
 from compat.harness.causes import CauseRule, cause_of
@@ -45,6 +46,8 @@ from compat.harness.explain_context import contexts
 from compat.harness.explain_prose import Described, described_faults
 from compat.harness.paste_setting import FLAG_BACKENDS, Setting, backend_caveat, platform_of, read_setting, scope_check  # noqa: F401
 from compat.shared.breakages import REGISTRY, Breakage, Symptom
+from compat.shared.neutral import neutral_terminal
+from compat.shared.results import MAX_INPUT_BYTES, ResultFileError, read_bounded
 from compat.shared.tracebacks import (  # noqa: F401
     Found,
     behind_missing_op,
@@ -292,12 +295,15 @@ def explain_found(found: list[Found], text: str, versions: Setting, about_vllm: 
 
 
 def read_input(path: str | None, stdin: TextIO) -> str:
+    """The paste: standard input (its first MAX_INPUT_BYTES characters), or a regular file within
+    compat.shared.results.MAX_INPUT_BYTES (a device, a FIFO or a larger file is refused by name:
+    ResultFileError)."""
     if path in (None, "-"):
-        return stdin.read()
-    with open(path, encoding="utf-8", errors="replace") as handle:
-        return handle.read()
+        return stdin.read(MAX_INPUT_BYTES)
+    return read_bounded(Path(path), "input").decode("utf-8", errors="replace")
 
 
+@neutral_terminal()  # what it prints from a log or a record: compat.shared.neutral
 def main(argv: Sequence[str] | None = None, stdin: TextIO = sys.stdin) -> int:
     parser = argparse.ArgumentParser(prog="nox -s explain --", description=__doc__.split("\n\n")[0])
     parser.add_argument("file", nargs="?", default=None, help="log, traceback or cell result (default: stdin)")
@@ -311,9 +317,9 @@ def main(argv: Sequence[str] | None = None, stdin: TextIO = sys.stdin) -> int:
     source = args.file if args.file not in (None, "-") else "standard input"
     try:
         text = read_input(args.file, stdin)
-    except OSError as exc:
-        print(f"explain: cannot read {args.file}: {exc.strerror or exc}; expected a log, a traceback "
-              "or a results/<cell>.json file (or '-' for standard input)", file=sys.stderr)
+    except ResultFileError as exc:
+        print(f"explain: {exc} (expected a log, a traceback or a results/<cell>.json file, or '-': stdin)",
+              file=sys.stderr)
         return 2
     try:
         data = json.loads(text)

@@ -14,13 +14,16 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from compat.shared.breakages import get as get_breakage
+from compat.shared.neutral import neutral
 from compat.shared.results import probe_key
 
 _NOT_XML = re.compile("[^\u0009\u000a\u000d\u0020-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
 
 
 def _clean(text: Any) -> str:
-    return _NOT_XML.sub("\ufffd", "" if text is None else str(text))
+    """Every text of the XML: control and bidirectional characters as visible escapes (compat.shared.neutral;
+    newlines and tabs kept), then anything else XML 1.0 cannot hold (lone surrogates) U+FFFD."""
+    return _NOT_XML.sub("\ufffd", neutral(text))
 
 
 def cell_id(cell: dict[str, Any]) -> str:

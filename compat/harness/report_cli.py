@@ -39,9 +39,11 @@ from pathlib import Path
 
 from compat.harness.report.publish import Selection, publish
 from compat.harness.store import Store, StoreError
+from compat.shared.neutral import neutral_terminal
 from compat.shared.results import ResultFileError, load_report
 
 
+@neutral_terminal()  # what it prints from a log or a record: compat.shared.neutral
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m compat.report_cli", description=__doc__.split("\n\n")[0])
     parser.add_argument("--results", type=Path, default=None,

@@ -13,6 +13,7 @@ from typing import Sequence
 from compat.harness import runner, settings
 from compat.harness.matrix import MatrixError
 from compat.harness.support_run import run_support
+from compat.shared.neutral import neutral_terminal
 
 USAGE = ("usage: python -m compat run [--vllm V ... --speculators S ...] [--list-cells] [--reinstall]\n"
          "       python -m compat check --speculators S --vllm V [--backend cpu|gpu] [--json]\n"
@@ -20,6 +21,7 @@ USAGE = ("usage: python -m compat run [--vllm V ... --speculators S ...] [--list
          "       python -m compat refresh [--json]")
 
 
+@neutral_terminal()  # what it prints from a log or a record: compat.shared.neutral
 def command(argv: Sequence[str]) -> int:
     """`python -m compat COMMAND ...`: run (the matrix or a support row), check (one pair from the
     published table), publish (the published table's generated files), refresh (what it lacks)."""

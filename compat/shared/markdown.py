@@ -9,7 +9,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
-_MD_CONTROL = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]")
+from compat.shared.neutral import neutral
+
 _MD_SPECIAL = re.compile(r"[\\`*_\[\]<>&|~$#!]")
 _MD_ENTITIES = {"&": "&amp;", "<": "&lt;", ">": "&gt;"}
 
@@ -19,8 +20,9 @@ class Md(str):
 
 
 def _md_line(text: Any, limit: int | None) -> str:
-    """One line: whitespace runs (newlines too) one space, control characters U+FFFD, at most limit long."""
-    s = _MD_CONTROL.sub("\ufffd", " ".join(str(text if text is not None else "").split()))
+    """One line: whitespace runs (newlines too) one space, control and bidirectional characters as visible
+    escapes (compat.shared.neutral), at most limit long."""
+    s = neutral(" ".join(str(text if text is not None else "").split()))
     if limit is not None and len(s) > limit:
         s = s[: limit - 1] + "…"
     return s

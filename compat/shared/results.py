@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -28,8 +29,50 @@ ADVISORY_PROBES = ids_where("advisory")
 NOT_SELECTED = "not selected:"
 
 
+# The most bytes a result file, a document or a merged report may hold. The largest any run has written is
+# under 1 MiB (a merged compat.json of many GPU cells, 0.4 MiB; one cell record, 0.3 MiB), so 64 MiB is
+# generous for every genuine input, and a bound all the same: a result name that is a link to an endless
+# stream, or a file grown without end, is refused by name instead of read until memory runs out.
+MAX_INPUT_BYTES = 64 * 1024 * 1024
+_NOT_REGULAR = ((stat.S_ISDIR, "a directory"), (stat.S_ISCHR, "a character device"),
+                (stat.S_ISBLK, "a block device"), (stat.S_ISFIFO, "a FIFO (named pipe)"),
+                (stat.S_ISSOCK, "a socket"))
+
+
 class ResultFileError(ValueError):
     """A result file that cannot be read or does not have the expected shape."""
+
+
+def read_bounded(path: Path, what: str, limit: int | None = None) -> bytes:
+    """The bytes of a regular file (a link to one is followed) of at most `limit` bytes (MAX_INPUT_BYTES
+    unless given). Anything else (a device such as /dev/zero, a FIFO, a directory, a larger file) is
+    refused without being read: ResultFileError names the file, why, and what would be accepted."""
+    path, limit = Path(path), MAX_INPUT_BYTES if limit is None else limit
+    bound = f"{limit >> 20} MiB" if limit and limit % (1 << 20) == 0 else f"{limit} bytes"
+    accepted = f"expected a regular file of at most {bound}"
+    try:  # O_NONBLOCK: a FIFO opens at once (to be refused below) instead of waiting for a writer
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    except OSError as exc:
+        raise ResultFileError(f"cannot read {what} {path}: {exc.strerror or exc}") from exc
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            kind = next((name for test, name in _NOT_REGULAR if test(info.st_mode)), "not a regular file")
+            link = f", a link to {os.readlink(path)}" if path.is_symlink() else ""
+            raise ResultFileError(f"{what} {path} is {kind}{link}, not read; {accepted}")
+        if info.st_size <= limit:
+            try:
+                with open(fd, "rb", closefd=False) as handle:
+                    data = handle.read(limit + 1)  # one byte more: a file that grew since fstat is refused too
+            except OSError as exc:
+                raise ResultFileError(f"cannot read {what} {path}: {exc.strerror or exc}") from exc
+            if len(data) <= limit:
+                return data
+    finally:
+        os.close(fd)
+    held = f"more than {limit}" if info.st_size <= limit else str(info.st_size)
+    raise ResultFileError(f"{what} {path} holds {held} bytes, over the bound of {limit} "
+                          f"(compat.shared.results.MAX_INPUT_BYTES), not read; {accepted}")
 
 
 def write_json_atomic(path: Path, data: Any) -> None:
@@ -50,12 +93,10 @@ def write_json_atomic(path: Path, data: Any) -> None:
 
 
 def read_json(path: Path, what: str) -> Any:
-    """Read a JSON file, naming the file and what was expected when it cannot be read."""
+    """Read a JSON file (read_bounded: a regular file within the size bound), naming the file and what was
+    expected when it cannot be read."""
     path = Path(path)
-    try:
-        data = path.read_bytes()
-    except OSError as exc:
-        raise ResultFileError(f"cannot read {what} {path}: {exc.strerror or exc}") from exc
+    data = read_bounded(path, what)
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:

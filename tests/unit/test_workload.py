@@ -88,7 +88,7 @@ def test_asked_is_not_shown():
 def test_a_launch_that_rules_a_shape_out_says_so():
     engine = Engine(128, 4352, 8, 4352, chunked_prefill=False, prefix_caching=False)
     not_applicable, missing = coverage(observe([], draw(1, engine, 512)), engine)
-    assert set(not_applicable) == {"chunked_3", "prefix_hit_boundary", "prefix_hit_mid_block"}
+    assert set(not_applicable) == {"chunked_3", "preempted_recomputed", "prefix_hit_boundary", "prefix_hit_mid_block"}
     assert "chunked-prefill" in not_applicable["chunked_3"]
     assert not set(not_applicable) & set(missing)
 
@@ -100,3 +100,41 @@ def test_describe_names_the_length_and_the_block():
     assert "length 256 = 2*B (B = 128)" in words and "token 255 (last)" in words and "127 into its block" in words
     assert "129 = 1*B + 1" in describe("x", {**seen, "length": 129}, 128, [])
     assert "255 = 2*B - 1" in describe("x", {**seen, "length": 255}, 128, [])
+
+
+def test_what_every_failing_prompt_shares_and_no_passing_one_does():
+    drawn = draw(1, CPU, 512)
+    lengths = {p.name: len(p.ids) for p in drawn.prompts}
+    per_prompt = {name: {"length": n, "prefill_steps": 1, "chunk_starts": [0], "cached_prefix": 0, "preempted": 0}
+                  for name, n in lengths.items()}
+    bad = {name: [n - 1] for name, n in lengths.items() if n % 128 == 0}
+    shared = workload.shared_features(per_prompt, bad, 128)
+    assert "every failing prompt ends on a block boundary (length % B = 0), and no passing prompt does" in shared
+    assert "every failing prompt has only its last row wrong" in shared
+    assert not any("chunked" in words for words in shared)
+    one = {"block_1x128_minus_one": [3]}
+    assert any(words.startswith("every failing prompt is one token short of a block multiple (so do")
+               for words in workload.shared_features(per_prompt, one, 128))
+
+
+def test_the_scheduler_outputs_read_by_attribute():
+    """compat.shared.schedule_steps reads any release's SchedulerOutput by attribute: a new request's prompt is
+    remembered by id, a resumed one counted, the queues kept."""
+    from types import SimpleNamespace as NS
+
+    from compat.shared.schedule_steps import StepReader, requests_seen, shapes_summary
+
+    reader = StepReader()
+    first = NS(scheduled_new_reqs=[NS(req_id="r", prompt_token_ids=list(range(300)), num_computed_tokens=128)],
+               scheduled_cached_reqs=NS(req_ids=[], num_computed_tokens=[]), num_scheduled_tokens={"r": 100},
+               total_num_scheduled_tokens=100)
+    later = NS(scheduled_new_reqs=[], scheduled_cached_reqs=NS(req_ids=["r"], num_computed_tokens=[228],
+                                                               resumed_from_preemption=[False]),
+               num_scheduled_tokens={"r": 72}, total_num_scheduled_tokens=72, preempted_req_ids=None)
+    lines = [reader.step_line(first, {"waiting": 3, "running": 1}), reader.step_line(later)]
+    assert lines[1]["requests"][0]["digest"] == prompt_digest(range(300))
+    reqs, totals = requests_seen(lines)
+    assert reqs["r"]["first_computed"] == 128 and reqs["r"]["prefill_steps"] == 2
+    assert reqs["r"]["chunk_starts"] == [128, 228] and totals["most_waiting"] == 3
+    summary = shapes_summary(lines, 128)
+    assert summary["prefix_hits"] == 1 and summary["chunked_prompts"] == 1 and summary["block_multiple_ends"] == 0

@@ -25,6 +25,7 @@ from compat.harness.report.server_era import server_era_view
 from compat.harness.verdict import GATE_WORDS
 from compat.shared.breakages import get as get_breakage
 from compat.shared.markdown import Md, md_code, md_escape
+from compat.shared.neutral import neutral
 from compat.shared.presentation import reference_url, symptom_text
 from compat.shared.results import probe_key, write_json_atomic
 
@@ -309,12 +310,16 @@ def _env(autoescape: bool) -> jinja2.Environment:
     return env
 
 
+# Both documents pass whole through compat.shared.neutral as they are rendered: every text a record or a log
+# gave them (escaped by the template, by markupsafe's Markup.format, by the support table's own escape) comes
+# out with its control and bidirectional characters as visible escapes, newlines and tabs kept. The templates
+# hold none of those characters, so the pass changes nothing of ours (the page's script embeds no data).
 def render_html(report: dict[str, Any]) -> str:
-    return _env(True).get_template("compat.html.j2").render(**view_model(report))
+    return neutral(_env(True).get_template("compat.html.j2").render(**view_model(report)))
 
 
 def render_markdown(report: dict[str, Any]) -> str:
-    return _env(False).get_template("compat.md.j2").render(**view_model(report))
+    return neutral(_env(False).get_template("compat.md.j2").render(**view_model(report)))
 
 
 def write_reports(report: dict[str, Any], out_dir: Path) -> dict[str, Any]:

@@ -10,12 +10,14 @@ float32); tolerance per dtype in compat.cell.reference. Each run that compared r
 """
 
 import random
+from contextlib import contextmanager
 
 import pytest
 
 from compat.cell import datagen, reference
 from compat.shared.cell_spec import CellSpec
 from compat.shared.observe import CONTRACT_TAG, WrongHiddenStates, speculators_call
+from compat.shared.schedule_steps import StepReader, queues_of, shapes_summary
 
 LAYER_IDS = [1, 3, 5]  # distinct; 5 is the last of the tiny model's 6 layers
 SILENT_BREAKAGE = {"repeated": "prefix_caching_default", "shared_prefix": "prefix_caching_default",
@@ -37,6 +39,57 @@ def _inputs():
 
 INPUTS = _inputs()
 CASES = ["batch", "repeated", "shared_prefix", "multi_step", "tp2"]
+# block_multiple_lengths' case: k*B - 1, k*B and k*B + 1 tokens for the block size B the generator's engine uses
+BLOCK_CASE = "block_multiple"
+ASSUMED_BLOCK = 16  # speculators 0.3/0.4 build CacheConfig(block_size=16); used only where no engine was built
+
+
+def block_size_of(instance) -> int | None:
+    """The generator's engine's block size, read from what it built (its config, else its scheduler's)."""
+    for path in (("vllm_config", "cache_config", "block_size"), ("scheduler", "cache_config", "block_size"),
+                 ("scheduler", "block_size")):
+        found = instance
+        for name in path:
+            found = getattr(found, name, None)
+        if isinstance(found, int) and found > 0:
+            return found
+    return None
+
+
+def block_prompts(block: int, max_len: int = 511) -> list[list[int]]:
+    rng = random.Random(20261205 + block)
+    return [_tokens(rng, n) for k in (1, 2) for n in (k * block - 1, k * block, k * block + 1) if n <= max_len]
+
+
+@contextmanager
+def scheduler_steps(instance):
+    """The generator's Scheduler (in this process) read at every step while the block runs: its outputs as
+    compat.shared.schedule_steps lines, what it did whatever it was asked."""
+    lines: list[dict] = []
+    scheduler = getattr(instance, "scheduler", None)
+    original = getattr(scheduler, "schedule", None)
+    if original is None:
+        yield lines
+        return
+    reader = StepReader()
+
+    def schedule(*args, **kwargs):
+        out = original(*args, **kwargs)
+        try:
+            lines.append(reader.step_line(out, queues_of(scheduler)))
+        except Exception as exc:  # noqa: BLE001 - reading never changes what the generator gets
+            lines.append({"kind": "observer_error", "error": f"{type(exc).__name__}: {exc}"})
+        return out
+
+    had_own = "schedule" in vars(scheduler)
+    scheduler.schedule = schedule
+    try:
+        yield lines
+    finally:
+        if had_own:
+            scheduler.schedule = original
+        else:
+            del scheduler.schedule
 
 
 class DatagenSession:
@@ -58,12 +111,22 @@ class DatagenSession:
                 gpu_memory_utilization=self.spec.gpu_memory_utilization, omp_bind_tp1=self.spec.omp_bind_tp1)
         return self.generators[(mode, tp)]
 
-    def reference(self, case: str) -> list:
-        if case not in self._tables:
+    def inputs(self, case: str, generator: datagen.Generator | None = None) -> list[list[int]]:
+        if case != BLOCK_CASE:
+            return INPUTS[case]
+        return block_prompts(self.block_size(generator))
+
+    def block_size(self, generator: datagen.Generator | None) -> int:
+        found = block_size_of(generator.instance) if generator is not None else None
+        return found or ASSUMED_BLOCK
+
+    def reference(self, case: str, inputs: list[list[int]]) -> list:
+        key = f"{case}:{len(inputs)}:{sum(map(len, inputs))}"
+        if key not in self._tables:
             if self._reference_model is None:
                 self._reference_model = reference.load_reference_model(self.model_dir)
-            self._tables[case] = reference.reference_states(self._reference_model, INPUTS[case])
-        return self._tables[case]
+            self._tables[key] = reference.reference_states(self._reference_model, inputs)
+        return self._tables[key]
 
     def shutdown(self) -> None:
         for gen in self.generators.values():
@@ -91,15 +154,20 @@ def extract_and_compare(session: DatagenSession, mode: str, case: str, applied: 
     if case in ("repeated", "tp2") and (mode, tp, "batch") not in session.seen:
         generator.generate(INPUTS["batch"])  # the first call; the checked one is the call after
         session.seen.add((mode, tp, "batch"))
-    returned = generator.generate(INPUTS[case])
+    inputs = session.inputs(case, generator)
+    applied["block_size"] = session.block_size(generator)
+    with scheduler_steps(generator.instance) as steps:
+        returned = generator.generate(inputs)
+    # what the generator's scheduler did with this call (chunked steps, prefix hits, block-multiple ends)
+    applied["engine_steps"] = shapes_summary(steps, applied["block_size"]) if steps else None
     if case == "batch":
         session.seen.add((mode, tp, "batch"))
     started = time.monotonic()
-    result = reference.compare(returned, session.reference(case), [i + 1 for i in LAYER_IDS],
+    result = reference.compare(returned, session.reference(case, inputs), [i + 1 for i in LAYER_IDS],
                                reference.tolerance_for(session.spec.dtype))
     result["reference_seconds"] = round(time.monotonic() - started, 3)
     result["rows_returned"] = [int(layers[0].shape[0]) if layers else 0 for layers in returned]
-    result["rows_expected"] = [len(s) for s in INPUTS[case]]
+    result["rows_expected"] = [len(s) for s in inputs]
     result["adapters"] = [a["id"] for a in generator.adapters]
     result["env_shims"] = generator.env_shims
     return result
@@ -113,7 +181,7 @@ def _summary(result: dict) -> dict:
 
 def _figures(result: dict, case: str, dtype: str) -> dict:
     """What the harness recomputes pass/fail from: every (sequence, captured layer) row of this run."""
-    return reference.figures(result, result["tolerance"], dtype, len(INPUTS[case]) * len(LAYER_IDS),
+    return reference.figures(result, result["tolerance"], dtype, len(result["rows_expected"]) * len(LAYER_IDS),
                              layers=LAYER_IDS)
 
 
@@ -185,3 +253,28 @@ def test_reference_with_compat(datagen_session, case, probe_detail, require_gpus
     if case == "tp2":
         require_gpus(2)
     run_case(datagen_session, "with_compat", case, probe_detail)
+
+
+def block_multiple_case(session: DatagenSession, mode: str, probe_detail: dict) -> None:
+    """The batch of k*B - 1, k*B and k*B + 1 tokens (B: the engine's block size), every row against the reference;
+    its block-multiple ends shown by the generator's own scheduler, else it cannot pass as having covered them."""
+    run_case(session, mode, BLOCK_CASE, probe_detail)
+    steps, block = probe_detail.get("engine_steps"), probe_detail.get("block_size")
+    wanted = sum(1 for n in probe_detail.get("rows_expected", []) if block and n % block == 0)
+    if not steps:
+        raise RuntimeError("the generator's scheduler could not be read (no `scheduler.schedule` on the generator): "
+                           "the block-multiple ends are not shown to have been scheduled")
+    if steps["block_multiple_ends"] < wanted:
+        raise RuntimeError(f"the generator's scheduler showed {steps['block_multiple_ends']} prompt(s) ending on a "
+                           f"block boundary (B = {block}), {wanted} sent: not covered, so not a pass")
+
+
+@pytest.mark.probe("block_multiple_lengths", data=True, composite=True, since=6)
+def test_block_multiple_raw(datagen_session, probe_detail):
+    block_multiple_case(datagen_session, "raw", probe_detail)
+
+
+@pytest.mark.probe("block_multiple_lengths", data=True, composite=True, since=6)
+@pytest.mark.compat_mode("with_compat")
+def test_block_multiple_with_compat(datagen_session, probe_detail):
+    block_multiple_case(datagen_session, "with_compat", probe_detail)

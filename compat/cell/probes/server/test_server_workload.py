@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import pytest
 
-from compat.cell import workload
+from compat.cell import workload, workload_drive
 from compat.cell.probes.server.test_server_probes import settle
 from compat.cell.probes.server.test_server_variants import check_layer_ids, reference_for, variant_run
 from compat.cell.reference import tolerance_for
@@ -34,31 +34,43 @@ def workload_shapes(variants, mode: str, probe_detail: dict) -> None:
         raise RuntimeError("the workload was never drawn: the run did not reach its client")
     observed = workload.observe(workload.read_lines(run.schedule_log), drawn)
     not_applicable, not_shown = workload.coverage(observed, drawn.engine)
-    per_prompt = observed.pop("per_prompt")
-    probe_detail["workload"] = {**drawn.record(), "observed": observed, "per_prompt": per_prompt,
-                                "not_applicable": not_applicable, "not_shown": not_shown, "narrowed": run.shrunk}
+    per_prompt, shapes = observed.pop("per_prompt"), observed.pop("shapes")
+    # the report draws numeric dicts as tables: the engine's counts, per shape how many it showed, per prompt its
+    # measured features; the rest as text
+    probe_detail.update(
+        workload=drawn.record(), shown_by=workload_drive.OBSERVER_MODULE,
+        engine_counts={k: v for k, v in observed.items() if isinstance(v, int)},
+        shapes_shown={shape: len(names) for shape, names in shapes.items()}, shape_examples=shapes,
+        shapes_not_shown=not_shown, shapes_n_a=not_applicable, observer_errors=observed["observer_errors"],
+        per_prompt={name: {k: v for k, v in seen.items() if isinstance(v, int)} for name, seen in per_prompt.items()},
+        narrowed=run.shrunk)
     try:
         check_layer_ids(run, runs.ids, chosen.model, probe_detail, dtype=chosen.dtype, fixture=chosen.fixture,
                         cases=(CASE,))
     except ContractViolation as exc:
-        shapes = failing_shapes(run, runs.ids, chosen, drawn, per_prompt)
-        probe_detail["failure_by_shape"] = shapes
+        lead = by_shape(run, runs.ids, chosen, drawn, per_prompt, probe_detail)
         with speculators_call():
-            raise ContractViolation(f"{exc}; by shape: {' | '.join(shapes[:4]) or 'no single prompt shows it'}"
-                                    f"{narrowed_words(run.shrunk)}", where=exc.where) from None
+            raise ContractViolation(f"{lead}{narrowed_words(run.shrunk)}; {exc}", where=exc.where) from None
     if not_shown:
         raise RuntimeError("the workload did not make the engine show "
                            + "; ".join(f"{s} ({workload.SHAPES[s]})" for s in not_shown)
                            + " (read from its scheduler's outputs): not covered, so not a pass")
 
 
-def failing_shapes(run, ids, chosen, drawn, per_prompt) -> list[str]:
-    """Each failing prompt in its measured features (compat.cell.workload.describe), fewest wrong rows first."""
+def by_shape(run, ids, chosen, drawn, per_prompt, probe_detail: dict) -> str:
+    """The failure in the failing prompts' measured features: what all of them share (compat.cell.workload.
+    shared_features), then each prompt (describe), fewest wrong rows first; kept in the detail too."""
     items = run.files[CASE]
-    bad = wrong_tokens(reference_for(chosen.model), items, ids, tolerance_for(chosen.dtype, chosen.fixture))
+    wrong = wrong_tokens(reference_for(chosen.model), items, ids, tolerance_for(chosen.dtype, chosen.fixture))
     names = names_of(drawn, items)
-    ordered = sorted(bad, key=lambda i: (len(bad[i]), len(items[i][0])))
-    return [workload.describe(names[i], per_prompt.get(names[i]), drawn.engine.block_size, bad[i]) for i in ordered]
+    bad = {names[i]: positions for i, positions in wrong.items()}
+    block = drawn.engine.block_size
+    shared = workload.shared_features(per_prompt, bad, block)
+    each = [workload.describe(name, per_prompt.get(name), block, bad[name])
+            for name in sorted(bad, key=lambda n: (len(bad[n]), per_prompt.get(n, {}).get("length", 0)))]
+    probe_detail.update(failure_shared=shared, failure_by_prompt=each)
+    return (f"wrong rows in {len(bad)} of {len(items)} workload prompts; {'; '.join(shared) or 'nothing in common'}"
+            f"; by prompt: {' | '.join(each[:3])}{' | ...' if len(each) > 3 else ''}")
 
 
 def narrowed_words(shrunk: dict | None) -> str:
