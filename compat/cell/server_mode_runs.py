@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from compat.cell import extraction, workload_drive
+from compat.cell import extraction, workload, workload_drive
 from compat.cell.server import (
     ServerFailed,
     VllmServer,
@@ -44,7 +44,10 @@ from compat.shared.records import StepKind
 # hits); the shared-prefix rows share 140 tokens, more than one 128-token CPU KV block.
 PROMPTS = prompts("server")
 CASES = ("batch", "repeated", "shared_prefix")
-VARIANT_CASES = ("batch",)  # 3 prompts (8, 40, 200 tokens) sent at once; 200 spans two KV blocks
+# 3 prompts (8, 40, 200 tokens) sent at once; 200 spans two KV blocks; then the shapes case, drawn for the block size
+# the variant's engine reports (compat.cell.workload.variant_prompts): block-multiple lengths and one chunked prompt
+SHAPES_CASE = "shapes"
+VARIANT_CASES = ("batch", SHAPES_CASE)
 # a vision-language variant's one prompt with an image, through the client's chat path (compat.cell.image_prompt)
 IMAGE_CASE = "image"
 IMAGE_DEADLINE = 90.0  # seconds for its one request, one attempt: the probe's own time limit stays out of reach
@@ -248,12 +251,15 @@ class Extraction:
         storage = base / "storage"
         shim = not torch.cuda.is_available()
         variant = self.variant
-        observed = bool(variant and variant.workload)
+        observed = variant is not None  # every variant run's scheduler is read (compat.worker.schedule_observer)
         serve_flags = list(variant.serve_flags if variant else [])
+        if variant is not None and "--long-prefill-token-threshold" not in serve_flags:
+            serve_flags += ["--long-prefill-token-threshold", str(workload.VARIANT_CHUNK)]  # its long prompt chunked
         if observed and extraction.NO_CHUNKED_PREFILL in [*flags, *extraction.launch_flags_of(self.speculators)]:
             # without chunked prefill vLLM wants the token budget to hold a whole context, and chunks nothing
-            at = serve_flags.index("--max-num-batched-tokens")
-            serve_flags[at + 1] = serve_flags[serve_flags.index("--max-model-len") + 1]
+            if "--max-num-batched-tokens" in serve_flags:
+                at = serve_flags.index("--max-num-batched-tokens")
+                serve_flags[at + 1] = serve_flags[serve_flags.index("--max-model-len") + 1]
             at = serve_flags.index("--long-prefill-token-threshold")
             del serve_flags[at:at + 2]
         args = extraction.serve_args(self.speculators, self.ids, storage, shim=shim,
@@ -360,6 +366,15 @@ class Extraction:
         endpoint = f"{server.url}/v1"
         if case == IMAGE_CASE:
             self._drive_image(run, endpoint, out)
+            return
+        if case == SHAPES_CASE:
+            lines = workload.read_lines(run.schedule_log) if run.schedule_log else []
+            try:
+                engine = workload.engine_of(lines)
+            except ValueError as exc:
+                raise RuntimeError(f"could not read the engine's block size: {exc}") from exc
+            prompts = workload.variant_prompts(engine, workload_drive.vocab_size(self.model))
+            run.files[case] = workload_drive.send(self, endpoint, prompts, base / case, len(prompts))
             return
         if case == workload_drive.CASE:
             run.client = ("speculators CLI: prepare-data + generate-offline-data"

@@ -134,6 +134,21 @@ def draw(seed: int, engine: Engine, vocab_size: int) -> Workload:
     return out
 
 
+VARIANT_CHUNK = 64  # a variant run's prefill chunk at most this (--long-prefill-token-threshold): its longest prompt
+VARIANT_VOCAB = 500  # ids below the fixed prompts' wrap: no model's special or image token among them
+
+
+def variant_prompts(engine: Engine, vocab_size: int, seed: int = SEED) -> list[tuple[int, ...]]:
+    """A variant run's shapes case: k*B - 1, k*B and k*B + 1 tokens for the engine's block size B (as many k as its
+    context holds, at most two), and one prompt of the longest length it serves, prefilled in several chunks where
+    chunked prefill is on."""
+    rng = random.Random(seed + engine.block_size)
+    b, limit, vocab = engine.block_size, engine.max_model_len - 1, min(vocab_size, VARIANT_VOCAB)
+    lengths = [n for k in (1, 2) for n in (k * b - 1, k * b, k * b + 1) if n <= limit]
+    lengths.append(limit)
+    return [tuple(rng.randrange(FIRST_TOKEN, vocab) for _ in range(n)) for n in dict.fromkeys(lengths)]
+
+
 def kv_blocks(backend: str) -> tuple[int, int]:
     """(blocks, the block size they assume): about KV_CONTEXTS contexts of MAX_MODEL_LEN tokens."""
     block = EXPECTED_BLOCK.get(backend, 16)

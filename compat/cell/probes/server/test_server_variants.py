@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import pytest
 
-from compat.cell import extraction, server_models
+from compat.cell import extraction, server_models, workload
 from compat.cell.probes.server.test_server_probes import load, returned_layers, settle, skipped_lead
 from compat.cell.reference import (
     blind_spots,
@@ -41,10 +41,19 @@ from compat.cell.reference import (
     tolerance_for,
     wrong_row_margins,
 )
-from compat.cell.server_mode_runs import CASES, IMAGE_CASE, VARIANT_CASES, Extraction, ModeRun, vllm_backend
+from compat.cell.server_mode_runs import (
+    CASES,
+    IMAGE_CASE,
+    SHAPES_CASE,
+    VARIANT_CASES,
+    Extraction,
+    ModeRun,
+    vllm_backend,
+)
 from compat.shared.cell_spec import CellSpec
 from compat.shared.observe import ContractViolation, speculators_call
 from compat.shared.results import NOT_SELECTED
+from compat.shared.schedule_steps import shapes_summary
 from compat.shared.tolerances import variant_fixture
 
 pytestmark = pytest.mark.timeout(900)
@@ -89,7 +98,7 @@ def token_ids_problem(case: str, prompt, path, saved) -> list[str]:
 
 
 def check_layer_ids(run: ModeRun, ids: list[int], model: str, probe_detail: dict,
-                    dtype: str, fixture: str, cases: tuple[str, ...] = CASES) -> None:
+                    dtype: str, fixture: str, cases: tuple[str, ...] = CASES + (SHAPES_CASE,)) -> None:
     """Every file of every case (of `cases`): token ids equal the prompt, dtype as served, and each layer id
     equal to its reference index (within the tolerance of `dtype` for `fixture`); per id, the index it matched."""
     import torch
@@ -167,11 +176,31 @@ def check_layer_ids(run: ModeRun, ids: list[int], model: str, probe_detail: dict
     with speculators_call():
         if problems or wrong:
             raise ContractViolation("; ".join(lead + problems[:4] + ([wrong] if wrong else [])))
+    shapes_shown(run, probe_detail)
     if tolerance.atol > 1e-3:  # a 16-bit tolerance: prove on this data that it still sees a wrong row
         probe_detail["wrong_row_margins"] = margins
         blind = blind_spots(margins)
         if blind:
             raise RuntimeError(f"the tolerance cannot see a wrong row here: {'; '.join(blind[:3])}")
+
+
+def shapes_shown(run: ModeRun, probe_detail: dict) -> None:
+    """Where the run sent the shapes case: its scheduler (compat.worker.schedule_observer) must show a prompt ending on
+    a block boundary and, where chunked prefill is on, one prefilled in chunks; else it cannot pass as covering them."""
+    if SHAPES_CASE not in run.files or run.schedule_log is None:
+        return
+    lines = workload.read_lines(run.schedule_log)
+    engine = workload.engine_of(lines)
+    seen = shapes_summary(lines, engine.block_size)
+    probe_detail["engine_steps"] = {"block_size": engine.block_size, **seen}
+    missing = [] if seen["block_multiple_ends"] else [f"a prompt ending on a block boundary (B = {engine.block_size})"]
+    if engine.chunked_prefill is False:
+        probe_detail["shapes_n_a"] = {"chunked_prefill": "the launch turns chunked prefill off: no prompt is chunked"}
+    elif not seen["chunked_prompts"]:
+        missing.append("a prompt prefilled in chunks")
+    if missing:
+        raise RuntimeError(f"the {SHAPES_CASE} case's scheduler never showed {' nor '.join(missing)}: not covered, so "
+                           "not a pass")
 
 
 class PrecisionDrift(RuntimeError):
