@@ -276,6 +276,7 @@ PROMPT_FEATURES: dict[str, Callable[[dict[str, Any], int], bool]] = {
     "is a single token": lambda seen, b: seen["length"] == 1,
 }
 ROW_FEATURES: dict[str, Callable[[dict[str, Any], int, Sequence[int]], bool]] = {
+    "every row wrong": lambda seen, b, bad: len(bad) == seen["length"],
     "only its last row wrong": lambda seen, b, bad: list(bad) == [seen["length"] - 1],
     "a wrong row where a prefill chunk began": lambda seen, b, bad: bool(set(bad) & set(seen["chunk_starts"][1:])),
     "its wrong rows all in its first block": lambda seen, b, bad: bool(bad) and max(bad) < b,
@@ -296,6 +297,8 @@ def shared_features(per_prompt: dict[str, dict[str, Any]], bad: dict[str, Sequen
             also = sum(1 for seen in passing if test(seen, block))
             out.append(f"every failing prompt {words}" + (f" (so do {also} passing)" if also
                                                           else ", and no passing prompt does"))
+    whole = all(len(bad[name]) == seen["length"] for name, seen in failing.items())
     out += [f"every failing prompt has {words}" for words, test in ROW_FEATURES.items()
-            if all(test(seen, block, bad[name]) for name, seen in failing.items())]
+            if (words == "every row wrong" or not whole)  # where every row is wrong, where they are says nothing
+            and all(test(seen, block, bad[name]) for name, seen in failing.items())]
     return out
