@@ -26,8 +26,13 @@ RELEASES_ENV = "COMPAT_RELEASES"
 VLLM_SINCE, SPECULATORS_SINCE = "0.11.0", "0.3.0"
 
 
-def stale_rows(rows: dict[str, dict[str, Any]], vllm: list[str], speculators: list[str]) -> dict[str, str]:
-    """speculators release -> why its row must be measured or planned again (in release order)."""
+def stale_rows(rows: dict[str, dict[str, Any]], vllm: list[str], speculators: list[str],
+               probe_sets: dict[str, int | None] | None = None) -> dict[str, str]:
+    """speculators release -> why its row must be measured or planned again (in release order). `probe_sets`: the
+    probe set each published record's runner had (cell id -> set); a row whose measured cells ran an older one than
+    this harness's is run again with the probes added since."""
+    from compat.shared.manifest import PROBE_SET
+
     out = {}
     for spec in sorted(speculators, key=Version):
         doc = rows.get(spec)
@@ -38,7 +43,22 @@ def stale_rows(rows: dict[str, dict[str, Any]], vllm: list[str], speculators: li
         new = [v for v in vllm if Version(v) not in covered]
         if new:
             out[spec] = f"its row lacks vLLM {', '.join(new)}"
+            continue
+        older = sorted({held for c in doc.get("cells") or [] if c.get("provenance") == "measured"
+                        for held in [(probe_sets or {}).get(str(c.get("cell_id")))]
+                        if held is not None and held < PROBE_SET})
+        if older:
+            out[spec] = (f"its measured cells ran probe set {', '.join(map(str, older))}; this harness's is "
+                         f"{PROBE_SET} (probes added since: docs/probes.md)")
     return out
+
+
+def record_probe_sets(results: Path) -> dict[str, int | None]:
+    """cell id -> the probe set its published record's runner had."""
+    from compat.harness.evidence import record_probe_set
+    from compat.harness.published import load_records
+
+    return {cell_id: record_probe_set(record) for cell_id, record in load_records(results).items()}
 
 
 def listed_releases() -> dict[str, list[str]]:
@@ -63,7 +83,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--json", action="store_true", help="print the stale rows as JSON (the workflow reads it)")
     args = parser.parse_args(argv)
     releases = listed_releases()
-    stale = stale_rows(load_rows(RESULTS), releases["vllm"], releases["speculators"])
+    stale = stale_rows(load_rows(RESULTS), releases["vllm"], releases["speculators"], record_probe_sets(RESULTS))
     if args.json:
         print(json.dumps({"rows": stale, **releases}))
     else:

@@ -181,6 +181,15 @@ def _kept(cells: list[Cell], results: Path) -> dict[str, dict[str, Any]]:
     return {**stored_records(cells, PUBLISHED_RESULTS), **stored_records(cells, results)}
 
 
+def older_probe_set(record: dict[str, Any]) -> bool:
+    """Whether the record's runner had an older probe set than this harness (probes were added since)."""
+    from compat.harness.evidence import record_probe_set
+    from compat.shared.manifest import PROBE_SET
+
+    held = record_probe_set(record)
+    return held is not None and held < PROBE_SET
+
+
 def stored_records(cells: list[Cell], results: Path) -> dict[str, dict[str, Any]]:
     from compat.shared.results import ResultFileError, load_cell
 
@@ -278,9 +287,10 @@ def run_support(settings: Settings) -> int:
         return 2
     results = settings.output.results
     cells = {pair: settings.cell.apply(Cell(pair[0], pair[1], backend)) for pair in support.runtime_pairs(planned)}
-    if selection.list_cells:  # the cells still to run: none kept here or published (every one with --rerun)
+    if selection.list_cells:  # the cells still to run: none kept here or published (every one with --rerun), or
+        # kept from an older probe set (the scheduled refresh runs them again with the probes added since)
         kept = {} if request.rerun else _kept(list(cells.values()), results)
-        ids = [c.id for c in cells.values() if c.id not in kept]
+        ids = [c.id for c in cells.values() if c.id not in kept or older_probe_set(kept[c.id])]
         print(json.dumps(ids) if selection.json else "\n".join(ids))
         return 0
     name = f"speculators-{fixed}" if axis == ROW else f"vllm-{fixed}"

@@ -27,6 +27,24 @@ def test_a_row_is_stale_without_a_row_or_where_it_lacks_a_listed_vllm_release():
     assert stale_rows(rows, ["0.32.0", "0.33.0"], ["0.9.0"]) == {}
 
 
+def test_a_row_whose_measured_cells_ran_an_older_probe_set_is_stale():
+    from compat.shared.manifest import PROBE_SET
+
+    rows = {"0.9.0": {"cells": [{"vllm": "0.32.0", "provenance": "measured", "cell_id": "a"},
+                                {"vllm": "0.31.0", "provenance": "inferred", "cell_id": "b"}]}}
+    assert stale_rows(rows, ["0.32.0"], ["0.9.0"], {"a": PROBE_SET, "b": 0}) == {}
+    assert "probe set 1" in stale_rows(rows, ["0.32.0"], ["0.9.0"], {"a": 1})["0.9.0"]
+
+
+def test_list_cells_names_a_kept_cell_of_an_older_probe_set():
+    from compat.harness.support_run import older_probe_set
+    from compat.shared.manifest import PROBE_SET
+
+    assert older_probe_set({"manifest": {"probe_set": PROBE_SET - 1}})
+    assert older_probe_set({"manifest": {}})  # written before probe sets: set 0
+    assert not older_probe_set({"manifest": {"probe_set": PROBE_SET}})
+
+
 def _run_step(step_id: str, releases: Path, tmp_path: Path) -> dict[str, str]:
     """The workflow's step, its own `run:` text, in bash with `python` this interpreter."""
     steps = yaml.safe_load(WORKFLOW.read_text())["jobs"]["plan"]["steps"]
