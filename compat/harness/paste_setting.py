@@ -79,7 +79,7 @@ def registry_backend(platform: str | None) -> str | None:
 
 # -- versions ---------------------------------------------------------------------------------------------
 
-_V = r"v?(?P<v>\d+\.\d+(?:\.\d+)?(?:(?:\.|-)?(?:post|rc|dev|a|b)\d+)*(?:\.dev\d+)?(?:\+[\w.]+)?)"
+_V = r"v?(?P<v>\d+\.\d+(?:\.\d+){0,2}(?:(?:\.|-)?(?:post|rc|dev|a|b)\d+)*(?:\.dev\d+)?(?:\+[\w.]+)?)"
 _AFTER = r"(?![\w.]*/)"  # not a folder: `vllm 0.9/...`
 _SET = r"\s*(?:version)?\s*(?:==|>=|<=|~=|=|>|:|：)\s*"  # `vllm==0.9.2`, `vllm : 0.9.2`, `torch  ：2.0.1`
 VERSION_PATTERNS: list[tuple[str, re.Pattern[str]]] = [

@@ -40,6 +40,11 @@ VERSIONS = [
     ("torch", "/usr/lib/python3/dist-packages/torch-2.5.1.dist-info", "2.5.1"),
     ("speculators", "Downloading speculators-0.3.0-py3-none-any.whl", "0.3.0"),
     ("speculators", "speculators==0.8.1", "0.8.1"),
+    # four-part releases (issue 44): 0.4.0.1 is not 0.4.0, so the registry's ranges apply to the release given
+    ("speculators", "speculators==0.4.0.1", "0.4.0.1"),
+    ("speculators", "speculators 0.6.0.2", "0.6.0.2"),
+    ("speculators", "/venv/lib/python3.11/site-packages/speculators-0.7.0.2.dist-info", "0.7.0.2"),
+    ("vllm", "vllm==0.6.3.post1", "0.6.3.post1"),
 ]
 
 
