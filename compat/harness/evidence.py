@@ -28,6 +28,7 @@ import re
 from typing import Any, Iterable, Optional
 
 from compat.harness.causes import rerun_blocked
+from compat.harness.invariants import cell_invariants, probe_invariants
 from compat.harness.matrix import DEFAULT_DTYPE, Cell
 from compat.shared import tolerances
 from compat.shared.manifest import (
@@ -106,7 +107,7 @@ def figures_pass(figures: Any, fixture: Optional[str]) -> tuple[Optional[bool], 
                           f"{_row(alien[0])}: scale {alien[0]['scale']:.3g}), under the {fixture} fixture's own "
                           f"tolerance (atol {atol:g}, rtol {rtol:g})")
     outside = [r for r in rows if not (isinstance(r, dict) and row_within(r, atol, rtol))]
-    expected = figures.get("rows_expected")
+    expected = figures.get("rows_expected")  # a stated count the rows fall short of; the count itself is derived
     drift_why = drift_check(figures, rows)
     if drift_why:
         return False, drift_why
@@ -565,6 +566,9 @@ def recheck(cell: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
             why, compat_why = figures_disagree(probe, came_from, fixture)
             told, compat_told = _data_contradiction(probe, migrated, fixture)
             why, compat_why = why or told, compat_why or compat_told
+        held, compat_held = probe_invariants(cell, probe, fixture_of(cell, probe) if probe.get("id") in DATA_PROBES
+                                             else None)
+        why, compat_why = why or held, compat_why or compat_held
         why = why or _record_contradiction(probe, migrated)
         if probe.get("status") not in STATUSES or probe.get("with_compat") not in STATUSES | {None}:
             why = (f"status {probe.get('status')!r}, with compat {probe.get('with_compat')!r}: not a probe status "
@@ -586,7 +590,7 @@ def recheck(cell: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
         probes.append({"id": pid, "case": case.rstrip("]") or None, "status": "error", "with_compat": None,
                        "advisory": False, "error": None, "cause": "record", "seconds": 0.0, "detail": {},
                        "reason": f"{CONTRADICTS}{key} is expected (manifest) but absent from the record"})
-    problems += env_problems(cell) + identity_problems(cell)
+    problems += env_problems(cell) + identity_problems(cell) + cell_invariants(cell)
     out = dict(cell)
     out["probes"] = probes
     return out, problems

@@ -12,20 +12,24 @@ from __future__ import annotations
 import copy
 
 from compat.harness.evidence import DATA_PROBES
+from compat.harness.invariants import asked_ids, sequences_sent
 from compat.shared.manifest import expected_manifest
+from compat.shared.probe_catalog import probes
+from compat.shared.profiles import profile_for
 from compat.shared.records import SCHEMA_VERSION
 from compat.shared.results import probe_key
 from compat.shared.tolerances import RULE, summarize, tolerance_for
 
 
-def passing_figures(dtype: str = "float32", rows: int = 4, layers=None) -> dict:
-    """Figures of `rows` rows (one sequence, layers 1..rows, or `layers`) well within the dtype's tolerance."""
+def passing_figures(dtype: str = "float32", rows: int = 4, layers=None, sequences: int = 1) -> dict:
+    """Figures of `rows` rows (`sequences` sequences x layers 1..rows, or `layers`) well within the dtype's
+    tolerance."""
     held = tolerance_for(dtype)
     layers = list(layers) if layers else [i + 1 for i in range(rows)]
     return {"dtype": dtype, "tolerance": {"atol": held.atol, "rtol": held.rtol, "rule": RULE},
-            "rows_expected": len(layers),
-            "rows": [{"sequence": 0, "layer": k, "reference_index": k, "max_abs_error": 2e-6, "scale": 3.0,
-                      "allowed": held.allowed(3.0), "matches_index": k} for k in layers]}
+            "rows_expected": len(layers) * sequences,
+            "rows": [{"sequence": s, "layer": k, "reference_index": k, "max_abs_error": 2e-6, "scale": 3.0,
+                      "allowed": held.allowed(3.0), "matches_index": k} for s in range(sequences) for k in layers]}
 
 
 def agreeing(detail: dict, figures: dict) -> dict:
@@ -40,8 +44,29 @@ def agreeing(detail: dict, figures: dict) -> dict:
 
 
 def _layers(detail: dict):
-    ids = detail.get("layer_ids")
-    return [int(k) for k in ids] if isinstance(ids, dict) and ids else None
+    """The ids the run asked for, as compat.harness.invariants reads them (None: the factory's own)."""
+    return asked_ids(detail)[0]
+
+
+def _sequences(probe: dict, detail: dict) -> int:
+    """The prompts the probe's case sends (compat.harness.invariants), one where the fixture does not say."""
+    in_process = not (isinstance(detail.get("run"), dict) and detail["run"].get("serve_args"))
+    return sequences_sent(probe.get("case"), in_process) or 1
+
+
+def _not_applicable(cell: dict, pid: str) -> str:
+    """The n/a reason a filler probe gives: the era's (compat.harness.invariants.not_applicable) for a probe of
+    the other era, else this file's own."""
+    suite = next((p.suite for p in probes() if p.id == pid), None)
+    try:
+        in_process = profile_for(str(cell["speculators"])).in_process
+    except ValueError:
+        return "n/a: not what this test is about"
+    if suite == "in_process" and not in_process:
+        return f"n/a: speculators {cell['speculators']} does not use this contract (not what this test is about)"
+    if suite == "server" and in_process:
+        return f"n/a: speculators {cell['speculators']} drives vLLM in-process (not what this test is about)"
+    return "n/a: not what this test is about"
 
 
 def complete(cell: dict, *, figures: bool = True, variants=None) -> dict:
@@ -63,7 +88,7 @@ def complete(cell: dict, *, figures: bool = True, variants=None) -> dict:
             pid, _, case = key.partition("[")
             out["probes"].append({"id": pid, "case": case.rstrip("]") or None, "status": "n/a", "with_compat": "n/a",
                                   "advisory": pid == "worker_logging", "error": None,
-                                  "reason": "n/a: not what this test is about", "seconds": 0.0, "detail": {}})
+                                  "reason": _not_applicable(out, pid), "seconds": 0.0, "detail": {}})
     for p in out["probes"]:
         if p.get("with_compat") is not None and "with_compat" not in (p.get("detail") or {}):
             p.setdefault("detail", {})["with_compat"] = {"status": p["with_compat"], "error": None, "reason": None,
@@ -74,10 +99,11 @@ def complete(cell: dict, *, figures: bool = True, variants=None) -> dict:
                 detail = p.setdefault("detail", {})
                 adapted = (detail.get("with_compat") or {}).get("detail")
                 if p.get("status") == "ok" and "figures" not in p:
-                    p["figures"] = passing_figures(layers=_layers(detail))
+                    p["figures"] = passing_figures(layers=_layers(detail), sequences=_sequences(p, detail))
                     agreeing(detail, p["figures"])
                 if p.get("with_compat") == "ok" and "with_compat_figures" not in p:
-                    p["with_compat_figures"] = passing_figures(layers=_layers(adapted or {}))
+                    p["with_compat_figures"] = passing_figures(layers=_layers(adapted or {}),
+                                                               sequences=_sequences(p, adapted or {}))
                     if isinstance(adapted, dict):
                         agreeing(adapted, p["with_compat_figures"])
     return out

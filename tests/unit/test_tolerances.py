@@ -321,7 +321,7 @@ EDITS_3 = {
                                                                        "largest error (2e-06) has scale 3"),
     "summary allowed loosened": (lambda p: p["detail"].update(allowed=0.5), "detail.allowed 0.5, but atol 0.0001"),
     "summary rows_compared": (lambda p: p["detail"].update(rows_compared=9), "detail.rows_compared 9, but it "
-                                                                              "summarizes 4 row(s)"),
+                                                                              "summarizes 12 row(s)"),
     "summary max abs": (lambda p: p["detail"].update(max_abs_error=0.37), "detail.max_abs_error 0.37, but"),
     "summary max abs, one part in a million": (
         lambda p: p["detail"].update(max_abs_error=p["detail"]["max_abs_error"] * (1 + 1e-6)), "detail.max_abs_error"),

