@@ -414,7 +414,7 @@ class Extraction:
         dtype = self.variant.dtype if self.variant and self.variant.dtype else self.spec.dtype
         try:
             with timed(StepKind.REFERENCE, "workload: the failing prompts narrowed"):
-                workload_drive.shrink(self, run, endpoint, base, load_reference_model(self.model), self.ids,
+                workload_drive.shrink(self, run, endpoint, base, load_reference_model(self.model), sorted(self.ids),
                                       tolerance_for(dtype, variant_fixture(self.name or "llama")))
         except Exception as exc:  # noqa: BLE001 - our side: the probe says it could not narrow
             run.shrunk = {"error": f"{type(exc).__name__}: {exc}"}

@@ -321,8 +321,12 @@ def workload_variant(backend: str, cache_root: Path | None = None) -> Variant:
         f"about {workload.KV_CONTEXTS} contexts of KV cache (sized for {assumed}-token blocks, this backend's "
         "default), so the long prompts at once preempt each other",
         "a long prefill's chunk at most this, so long prompts prefill side by side (their KV grows together)"))}
+    from compat.cell.extraction import layer_ids
+
+    asked = layer_ids(num_layers(model))
     return Variant("llama-workload", model, num_layers(model), serve_flags=[x for kv in flags.items() for x in kv],
                    flags=why, cases=("workload",), workload=True,
+                   layer_ids=asked[1::2][::-1] + asked[0::2],  # out of order, as vLLM's own test asks them
                    notes={"why": "the shapes users run (issue 42): block-multiple lengths, a 1-token prompt, chunked "
                                  "prefill, prefix hits mid-block and at a boundary, waiting requests, preemption, "
                                  f"a {workload.CONTEXT}-token context; each shown to occur by the scheduler's own "

@@ -183,7 +183,8 @@ def observe(lines: Sequence[dict[str, Any]], workload: Workload) -> dict[str, An
             "length": n, "length_mod_block": n % b, "prefill_steps": req["prefill_steps"],
             "chunk_starts": req["chunk_starts"][:12], "cached_prefix": req["first_computed"] or 0,
             "shared_prefix": prompt.shares, "preempted": req["preempted"], "first_step": req["first_step"],
-            "batch_position": req["batch_position"]}
+            "batch_position": req["batch_position"], "finished_with": req.get("finished_with", 0),
+            "finished_last": int(req.get("finished_last", False))}
     happened: dict[str, list[str]] = {shape: [] for shape in SHAPES}
     for name, seen in per_prompt.items():
         n, mod = seen["length"], seen["length_mod_block"]
@@ -255,7 +256,9 @@ def describe(name: str, seen: dict[str, Any] | None, block: int, bad_positions: 
                                                                if seen["prefill_steps"] > 1 else ""),
              f"cached prefix {seen['cached_prefix']} of shared {seen['shared_prefix']}",
              f"preempted {seen['preempted']} time(s)" if seen["preempted"] else "not preempted",
-             f"batch position {seen['batch_position']} at step {seen['first_step']}"]
+             f"batch position {seen['batch_position']} at step {seen['first_step']}",
+             f"finished with {seen.get('finished_with', 0)} other(s) in its step"
+             + (", the last of them" if seen.get("finished_last") and seen.get("finished_with") else "")]
     if bad_positions:
         first, last = bad_positions[0], bad_positions[-1]
         rel = [f"token {p}" + (" (last)" if p == n - 1 else "") + (f", {p % block} into its block") for p in
@@ -274,6 +277,9 @@ PROMPT_FEATURES: dict[str, Callable[[dict[str, Any], int], bool]] = {
     "was preempted and recomputed": lambda seen, b: seen["preempted"] > 0,
     "began with a prefix-cache hit": lambda seen, b: seen["cached_prefix"] > 0,
     "is a single token": lambda seen, b: seen["length"] == 1,
+    "finished in one step with two or more others": lambda seen, b: seen.get("finished_with", 0) >= 2,
+    "was the last of two or more to finish in its step": lambda seen, b: (seen.get("finished_with", 0) >= 1
+                                                                          and bool(seen.get("finished_last"))),
 }
 ROW_FEATURES: dict[str, Callable[[dict[str, Any], int, Sequence[int]], bool]] = {
     "every row wrong": lambda seen, b, bad: len(bad) == seen["length"],

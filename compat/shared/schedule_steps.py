@@ -115,9 +115,17 @@ def requests_seen(lines: Sequence[dict[str, Any]]) -> tuple[dict[str, dict[str, 
         for req_id in preempted_now:
             if req_id in reqs:
                 reqs[req_id]["preempted"] += 1
+    groups: list[list[str]] = [[]]  # the requests that finished between two steps, in the order they finished
     for line in lines:
-        if line.get("kind") == "finished" and line.get("req") in reqs and line.get("num_preemptions"):
-            reqs[line["req"]]["preempted"] = max(reqs[line["req"]]["preempted"], int(line["num_preemptions"]))
+        if line.get("kind") == "step" and groups[-1]:
+            groups.append([])
+        if line.get("kind") == "finished" and line.get("req") in reqs:
+            groups[-1].append(line["req"])
+            if line.get("num_preemptions"):
+                reqs[line["req"]]["preempted"] = max(reqs[line["req"]]["preempted"], int(line["num_preemptions"]))
+    for group in groups:
+        for rank, req_id in enumerate(group):
+            reqs[req_id].update(finished_with=len(group) - 1, finished_last=rank == len(group) - 1)
     for req in reqs.values():
         req["preempted"] = max(req["preempted"], req["resumed"], req["recomputed"])
     return reqs, totals

@@ -138,3 +138,16 @@ def test_the_scheduler_outputs_read_by_attribute():
     assert reqs["r"]["chunk_starts"] == [128, 228] and totals["most_waiting"] == 3
     summary = shapes_summary(lines, 128)
     assert summary["prefix_hits"] == 1 and summary["chunked_prompts"] == 1 and summary["block_multiple_ends"] == 0
+
+
+def test_requests_that_finish_together_are_grouped_in_order():
+    from compat.shared.schedule_steps import requests_seen
+
+    def one(name):
+        return {"req": name, "prompt_len": 4, "digest": name, "computed": 0, "scheduled": 4}
+
+    lines = [step(one("a"), one("b"), one("c")), {"kind": "finished", "req": "b"}, {"kind": "finished", "req": "a"},
+             {"kind": "finished", "req": "c"}, step(one("d")), {"kind": "finished", "req": "d"}]
+    reqs, _ = requests_seen(lines)
+    assert reqs["c"]["finished_with"] == 2 and reqs["c"]["finished_last"]
+    assert not reqs["a"]["finished_last"] and reqs["d"]["finished_with"] == 0
