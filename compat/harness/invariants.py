@@ -202,7 +202,7 @@ def _rows_expected(cell: dict[str, Any], probe: dict[str, Any], where: str, deta
     for case in cases:
         mine = [r for r in rows if (r.get("case") if any("case" in x for x in rows) else probe.get("case")) == case]
         sent = sequences_sent(case, in_process)
-        if case == "shapes" and "workload" in detail:  # the drawn workload's prompts (checked by _workload)
+        if case == "workload" and "workload" in detail:  # the drawn workload's prompts (checked by _workload)
             again, _ = redrawn(detail["workload"])
             sent = again["prompts"] if again else None
         seen = len({r.get("sequence") for r in mine})

@@ -24,4 +24,4 @@ REFERENCE_DTYPE = "float32"
 SERVER_VARIANTS: tuple[str, ...] = ("deepseek_v3", "hybrid", "llama-runner_v2", "llama-bfloat16",
                                     "llama-every_layer_id", "llama-fp8_kv", "qwen3_moe",
                                     "deepseek_v3-every_layer_id", "hybrid-every_layer_id",
-                                    "qwen2_5_vl", "llama-workload")
+                                    "qwen2_5_vl")

@@ -1,6 +1,7 @@
 """The shapes users run (issue 42): the `workload_shapes` probe.
 
-One more `vllm serve` of the tiny Llama (a longer context, same weights) with a small token budget, sequence limit and
+One of the Llama's data probes in every server-era cell (whatever `--variants` selects): one more `vllm serve` of
+the tiny Llama (a longer context, same weights) with a small token budget, sequence limit and
 KV cache; the release's own client sends the workload drawn for that engine (compat.cell.workload: block-multiple
 lengths, a 1-token prompt, chunked prefill, prefix hits mid-block and at a boundary, more requests than the engine
 runs at once, preemption, a 4096-token context). Every row of every request is compared with the transformers
@@ -16,7 +17,7 @@ import pytest
 
 from compat.cell import workload, workload_drive
 from compat.cell.probes.server.test_server_probes import settle
-from compat.cell.probes.server.test_server_variants import check_layer_ids, reference_for, variant_run
+from compat.cell.probes.server.test_server_variants import check_layer_ids, reference_for
 from compat.cell.reference import tolerance_for
 from compat.cell.workload_drive import CASE, names_of, wrong_tokens
 from compat.shared.observe import ContractViolation, speculators_call
@@ -27,7 +28,10 @@ VARIANT = "llama-workload"
 
 
 def workload_shapes(variants, mode: str, probe_detail: dict) -> None:
-    chosen, runs, run = variant_run(variants, VARIANT, mode, probe_detail)
+    # one of the Llama's data probes, not a variant to select: every server-era cell sends the workload
+    chosen, runs = variants(VARIANT)
+    probe_detail["variant"] = {"name": VARIANT, **chosen.record()}
+    run = runs.get(mode)
     settle(run, probe_detail, (CASE,))
     drawn = run.workload
     if drawn is None or run.schedule_log is None:
@@ -89,12 +93,12 @@ def narrowed_words(shrunk: dict | None) -> str:
     return "; sent again without the rest of the workload, it did not fail: it needs the workload's company"
 
 
-@pytest.mark.probe("workload_shapes", data=True, composite=True, variant=VARIANT, since=6)
+@pytest.mark.probe("workload_shapes", data=True, composite=True, since=6)
 def test_workload_shapes(variants, probe_detail):
     workload_shapes(variants, "raw", probe_detail)
 
 
-@pytest.mark.probe("workload_shapes", data=True, composite=True, variant=VARIANT, since=6)
+@pytest.mark.probe("workload_shapes", data=True, composite=True, since=6)
 @pytest.mark.compat_mode("with_compat")
 def test_workload_shapes_with_compat(variants, probe_detail):
     workload_shapes(variants, "with_compat", probe_detail)
