@@ -24,7 +24,8 @@ def install_harness(session, *extras):
 
 
 def run_gated(session, *command):
-    """`python -m COMMAND POSARGS`; nox exits with its status unchanged (README, "Exit status").
+    """`python -m compat SUBCOMMAND POSARGS` (the installed `vllm-spec-compat SUBCOMMAND`); nox exits with its
+    status unchanged (README, "Exit status"), 64 (a bad command line) included.
 
     Left alone, nox turns any failing command into its own exit 1. A SystemExit raised in a
     session passes through nox's runner (it catches Exception), so nox stops there with the code;
@@ -56,14 +57,14 @@ def report(session):
     """Rebuild reports/ from the results store (results/ imported first) without running anything:
     `-- --baseline OLD.json`, `-- --import DIR`, `-- --export DIR`, `-- --store PATH`."""
     install_harness(session)
-    run_gated(session, "compat.report_cli")
+    run_gated(session, "compat", "report")
 
 
 @nox.session(python=PYTHON)
 def explain(session):
     """Which known breakage is this? `nox -s explain -- FILE` (a traceback, a log, a result file) or stdin."""
     install_harness(session)
-    run_gated(session, "compat.explain")
+    run_gated(session, "compat", "explain")
 
 
 @nox.session(python=PYTHON)
@@ -71,14 +72,14 @@ def bisect(session):
     """Each contract of a speculators release over every vLLM release (static layer), its flips and
     the support table: `nox -s bisect -- --speculators 0.3.0 [--probe request_signature] [--confirm]`."""
     install_harness(session)
-    run_gated(session, "compat.bisect")
+    run_gated(session, "compat", "bisect")
 
 
 @nox.session(python=PYTHON)
 def kimi(session):
     """The gated Kimi-K2.5 suite: `nox -s kimi -- --model PATH --tp 8`; `-- --scale-model` on CPU."""
     install_harness(session, "test")
-    run_gated(session, "compat.kimi")
+    run_gated(session, "compat", "kimi")
 
 
 @nox.session(python=PYTHON)

@@ -1,8 +1,8 @@
-"""Command line: `python -m compat run|check|publish|refresh ...` (compat.harness.run_command.command)."""
+"""`python -m compat COMMAND ...`: the same command as the installed `vllm-spec-compat` (compat.harness.cli)."""
 
 import sys
 
-from compat.harness.run_command import command
+from compat.harness.cli import main
 
 if __name__ == "__main__":
-    sys.exit(command(sys.argv[1:]))
+    sys.exit(main(sys.argv[1:]))

@@ -9,8 +9,9 @@ $COMPAT_STORE, else .compat/results.sqlite beside <results>/) with <results>/ im
 compat.json under "bisect").
 
 Exit status: 0 the bisect ran and the registry and runtime agree with it; 1 the registry or a
-runtime result disagrees with a flip; 2 bad input (an unknown release, a probe id no contract has)
-or a wheel that could not be read.
+runtime result disagrees with a flip; 2 a release's wheel could not be read; 64 (exit_codes.USAGE)
+bad input (a bad command line, an unknown release, a probe id no contract has, a --vllm file that is
+not a readable wheel).
 """
 
 from __future__ import annotations
@@ -24,16 +25,17 @@ from typing import Any
 
 from packaging.version import InvalidVersion, Version
 
+from compat.harness import exit_codes
 from compat.harness.cell_envs import REPO_ROOT
 from compat.harness.static.contract_history import SINCE, bisect
 from compat.harness.static.layers import PROBE_CONTRACTS
-from compat.harness.static.sources import SourceCache, StaticError, local_wheel
+from compat.harness.static.sources import SourceCache, StaticError, UnknownRelease, local_wheel
 from compat.shared.neutral import neutral_terminal
 from compat.shared.results import write_json_atomic
 
 
-def options(argv: list[str]) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="nox -s bisect --", description=__doc__.split("\n\n")[0])
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """bisect's own options (--results and --store are shared: compat.harness.cli)."""
     parser.add_argument("--speculators", action="append", required=True, metavar="S",
                         help="speculators release (repeatable)")
     parser.add_argument("--probe", default=None, metavar="ID",
@@ -43,15 +45,15 @@ def options(argv: list[str]) -> argparse.Namespace:
                         help="a local or nightly vLLM wheel to place among the releases (repeatable)")
     parser.add_argument("--since", default=SINCE, help=f"first vLLM release (default {SINCE})")
     parser.add_argument("--until", default=None, help="last vLLM release (default: the newest)")
-    parser.add_argument("--results", type=Path, default=REPO_ROOT / "results",
-                        help="stored cell results to confirm flips with; bisect/ is written there")
     parser.add_argument("--reports", type=Path, default=REPO_ROOT / "reports")
-    parser.add_argument("--store", default=None, metavar="PATH|user",
-                        help="the results store (SQLite; default $COMPAT_STORE, else .compat/results.sqlite beside "
-                             "the results folder; `user`: the per-user store)")
     parser.add_argument("--confirm", action="store_true",
                         help="run the runtime cells a flip of a probed contract lacks (one at a time, ~3 min each)")
-    return parser.parse_args(argv)
+
+
+def options(argv: list[str]) -> argparse.Namespace:
+    from compat.harness.cli import command_parser
+
+    return command_parser("bisect").parse_args(argv)
 
 
 def print_table(result: dict[str, Any]) -> None:
@@ -88,35 +90,45 @@ def confirm_cells(result: dict[str, Any], args: argparse.Namespace) -> int:
     return len(wanted)
 
 
-@neutral_terminal()  # what it prints from a log or a record: compat.shared.neutral
 def main(argv: list[str] | None = None) -> int:
-    args = options(list(sys.argv[1:] if argv is None else argv))
+    """`python -m compat.bisect ARGS`: `vllm-spec-compat bisect ARGS`."""
+    from compat.harness.cli import run_command
+
+    return run_command("bisect", list(sys.argv[1:] if argv is None else argv))
+
+
+@neutral_terminal()  # what it prints from a log or a record: compat.shared.neutral
+def run_args(args: argparse.Namespace, parser: argparse.ArgumentParser | None = None) -> int:
+    """Bisect each --speculators release (module docstring); the exit status."""
     for flag, value in (("--since", args.since), ("--until", args.until)):
         try:
             Version(value) if value else None
         except InvalidVersion:
             print(f"bisect: {flag} {value!r} is not a version; expected a vLLM release like 0.16.0", file=sys.stderr)
-            return 2
+            return exit_codes.USAGE
     probes = set(PROBE_CONTRACTS)
     cache = SourceCache()
     try:
         wheels = [local_wheel(Path(p)) for p in args.vllm]
     except StaticError as exc:
         print(f"bisect: {exc}", file=sys.stderr)
-        return 2
+        return exit_codes.USAGE
     code = 0
     for speculators in args.speculators:
         try:
             result = bisect(speculators, cache, args.since, args.until, args.probe, args.results, wheels)
             if args.confirm and confirm_cells(result, args):
                 result = bisect(speculators, cache, args.since, args.until, args.probe, args.results, wheels)
+        except UnknownRelease as exc:
+            print(f"bisect: {exc}", file=sys.stderr)
+            return exit_codes.USAGE
         except StaticError as exc:
             print(f"bisect: {exc}", file=sys.stderr)
             return 2
         if args.probe and not result["contracts"]:
             print(f"bisect: --probe {args.probe}: no contract of speculators {speculators} matches; "
                   f"probe ids: {', '.join(sorted(probes))}, or text of a contract id", file=sys.stderr)
-            return 2
+            return exit_codes.USAGE
         print_table(result)
         # a filtered table keeps the full one
         suffix = f"--{re.sub(r'[^A-Za-z0-9_.-]', '_', args.probe)}" if args.probe else ""

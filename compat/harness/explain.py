@@ -27,8 +27,8 @@ whose words describe a silent (data) fault of the registry lists those entries a
 Exit status: 0 when an exception found is known and every other one is known or only relays it
 (EngineDeadError, "Engine core initialization failed", "Worker failed with error"); 1 when not (a
 candidate is not known), or when the paste shows a crash in compiled code and no exception; 2 when the input
-holds no exception (a report in words included, whatever it describes), or cannot be read (why on
-standard error).
+holds no exception (a report in words included, whatever it describes); 64 (exit_codes.USAGE) when it
+cannot be read (why on standard error) or the command line is bad.
 """
 
 from __future__ import annotations
@@ -41,6 +41,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional, Sequence, TextIO
 
+from compat.harness import exit_codes
 from compat.harness.causes import CauseRule, cause_of
 from compat.harness.explain_context import contexts
 from compat.harness.explain_prose import Described, described_faults
@@ -303,24 +304,34 @@ def read_input(path: str | None, stdin: TextIO) -> str:
     return read_bounded(Path(path), "input").decode("utf-8", errors="replace")
 
 
-@neutral_terminal()  # what it prints from a log or a record: compat.shared.neutral
-def main(argv: Sequence[str] | None = None, stdin: TextIO = sys.stdin) -> int:
-    parser = argparse.ArgumentParser(prog="nox -s explain --", description=__doc__.split("\n\n")[0])
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """explain's own options (--backend is shared: compat.harness.cli)."""
     parser.add_argument("file", nargs="?", default=None, help="log, traceback or cell result (default: stdin)")
     parser.add_argument("--vllm", help="the vLLM version (default: what the paste says)")
     parser.add_argument("--speculators", help="the speculators version (default: what the paste says)")
-    parser.add_argument("--backend", choices=FLAG_BACKENDS,
-                        help="the backend: gpu is the registry's (a CUDA GPU, as cuda); default: what the paste says")
     parser.add_argument("--format", choices=("text", "json", "github"), default="text")
     parser.add_argument("--json", action="store_const", const="json", dest="format", help="same as --format json")
-    args = parser.parse_args(argv)
+
+
+def main(argv: Sequence[str] | None = None, stdin: TextIO | None = None) -> int:
+    """`python -m compat.explain ARGS`: `vllm-spec-compat explain ARGS`."""
+    from compat.harness.cli import run_command
+
+    return run_command("explain", sys.argv[1:] if argv is None else argv, stdin=stdin)
+
+
+@neutral_terminal()  # what it prints from a log or a record: compat.shared.neutral
+def run_args(args: argparse.Namespace, parser: argparse.ArgumentParser | None = None,
+             stdin: TextIO | None = None) -> int:
+    """Read the paste, find its exceptions and explain each (module docstring); the exit status."""
+    stdin = sys.stdin if stdin is None else stdin
     source = args.file if args.file not in (None, "-") else "standard input"
     try:
         text = read_input(args.file, stdin)
     except ResultFileError as exc:
         print(f"explain: {exc} (expected a log, a traceback or a results/<cell>.json file, or '-': stdin)",
               file=sys.stderr)
-        return 2
+        return exit_codes.USAGE
     try:
         data = json.loads(text)
     except ValueError:

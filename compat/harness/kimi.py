@@ -48,9 +48,9 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Sequence
 
-from compat.harness import kimi_shaped_plan
+from compat.harness import exit_codes, kimi_shaped_plan
 from compat.harness.cell_envs import REPO_ROOT, checkout_on_path
-from compat.shared.axes import BACKENDS, DTYPES
+from compat.shared.axes import DTYPES
 from compat.shared.cell_spec import KimiSuiteSpec
 from compat.shared.gpus import host_gpu_count
 from compat.shared.kimi_config import text_config
@@ -76,6 +76,10 @@ class KimiError(ValueError):
     """A bad option or model folder; the message names it and what was expected."""
 
 
+class KimiUsageError(KimiError):
+    """Bad input: a model path that is not a model folder, an interpreter without the packages (USAGE)."""
+
+
 @dataclass(frozen=True)
 class ModelInfo:
     path: Path
@@ -84,17 +88,17 @@ class ModelInfo:
     layers: tuple[int, ...]
 
 
-def parse_options(argv: Sequence[str]) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="nox -s kimi --", description=__doc__.split("\n\n")[0])
+SHAPED_DEFAULTS = {"experts": 384, "width_divisor": 1, "quantization": "none"}  # --kimi-shaped's, applied after
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """kimi's own options (--backend, --results and --store are shared: compat.harness.cli)."""
     parser.add_argument("--vllm", default=None, help=f"vLLM version (default {DEFAULT_VLLM})")
     parser.add_argument("--speculators", default=None,
                         help=f"speculators version (default {DEFAULT_SPECULATORS})")
     parser.add_argument("--python", type=Path, default=None,
                         help="run in this existing interpreter (its vLLM and speculators name the cell); "
                              "nothing is installed. It needs pytest and pytest-timeout")
-    parser.add_argument("--backend", choices=BACKENDS, default=None,
-                        help="default: gpu when nvidia-smi lists GPUs, else cpu (with --scale-model and --kimi-shaped "
-                             "too)")
     parser.add_argument("--model", type=Path, default=None,
                         help=f"Kimi-K2.5 model folder (default: ${MODEL_VARIABLE})")
     parser.add_argument("--tp", type=int, default=None,
@@ -112,31 +116,37 @@ def parse_options(argv: Sequence[str]) -> argparse.Namespace:
                              "and run the suite on it")
     parser.add_argument("--layers", type=int, default=None,
                         help="with --kimi-shaped: decoder layers, 2-61 (layer 0 dense, the rest MoE)")
-    parser.add_argument("--experts", type=int, default=384,
+    parser.add_argument("--experts", type=int, default=None,
                         help="with --kimi-shaped: routed experts per MoE layer, 8-384 (default 384, Kimi's)")
-    parser.add_argument("--width-divisor", type=int, default=1,
+    parser.add_argument("--width-divisor", type=int, default=None,
                         help="with --kimi-shaped: divide hidden, heads, q_lora_rank and the intermediate sizes "
                              "by 1, 2, 4, ..., 64 (default 1: Kimi's width; for CPU runs)")
-    parser.add_argument("--quantization", default="none",
+    parser.add_argument("--quantization", default=None,
                         help="with --kimi-shaped: none (the only one the builder writes)")
     parser.add_argument("--seed", type=int, default=None,
                         help="with --kimi-shaped: the weights' seed (default compat.shared.kimi_config.DEFAULT_SEED)")
-    parser.add_argument("--results", type=Path, default=REPO_ROOT / "results",
-                        help="folder for kimi.json and the suite's log (default: results/)")
     parser.add_argument("--reports", type=Path, default=REPO_ROOT / "reports",
                         help="folder for compat.json/html/md (default: reports/)")
-    parser.add_argument("--store", default=None, metavar="PATH|user",
-                        help="the results store (SQLite; default $COMPAT_STORE, else .compat/results.sqlite beside "
-                             "the results folder; `user`: the per-user store)")
     parser.add_argument("--reinstall", action="store_true", help="rebuild the cell venv")
     parser.add_argument("--timeout", type=int, default=5400,
                         help="seconds for the whole suite (default 5400: Kimi loads in ~20-23 min)")
-    options = parser.parse_args(list(argv))
+
+
+def parse_options(argv: Sequence[str]) -> argparse.Namespace:
+    """kimi's command line, read and checked (a bad one: SystemExit with exit_codes.USAGE)."""
+    from compat.harness.cli import command_parser
+
+    parser = command_parser("kimi")
+    return checked_options(parser, parser.parse_args(list(argv)))
+
+
+def checked_options(parser: argparse.ArgumentParser, options: argparse.Namespace) -> argparse.Namespace:
+    """Every combination checked (parser.error names a bad one), the defaults that depend on others filled."""
     if options.tp is not None and options.tp < 1:
         parser.error(f"--tp {options.tp}: expected a positive number of GPUs")
     if options.scale_model and options.model is not None:
         parser.error("--scale-model and --model are alternatives: the scale model is built by compat/fixtures/")
-    _check_kimi_shaped(parser, options, argv)
+    _check_kimi_shaped(parser, options)
     if options.mla_fixture and not options.scale_model:
         parser.error("--mla-fixture chooses the scale model's variant: add --scale-model")
     if options.dtype and not (options.scale_model or options.kimi_shaped):
@@ -160,12 +170,16 @@ def parse_options(argv: Sequence[str]) -> argparse.Namespace:
     return options
 
 
-def _check_kimi_shaped(parser: argparse.ArgumentParser, options: argparse.Namespace, argv: Sequence[str]) -> None:
+def _check_kimi_shaped(parser: argparse.ArgumentParser, options: argparse.Namespace) -> None:
     """--kimi-shaped's options: only with it, --layers required, each value checked by compat.shared.kimi_config."""
     from compat.shared import kimi_config
 
-    shaped_only = [flag for flag in ("--layers", "--experts", "--width-divisor", "--quantization", "--seed")
-                   if any(arg == flag or arg.startswith(flag + "=") for arg in argv)]
+    given = {"--layers": options.layers, "--experts": options.experts, "--width-divisor": options.width_divisor,
+             "--quantization": options.quantization, "--seed": options.seed}
+    shaped_only = [flag for flag, value in given.items() if value is not None]
+    options.experts = SHAPED_DEFAULTS["experts"] if options.experts is None else options.experts
+    options.width_divisor = SHAPED_DEFAULTS["width_divisor"] if options.width_divisor is None else options.width_divisor
+    options.quantization = SHAPED_DEFAULTS["quantization"] if options.quantization is None else options.quantization
     if not options.kimi_shaped:
         if shaped_only:
             parser.error(f"{', '.join(shaped_only)} choose(s) the Kimi-shaped model: add --kimi-shaped")
@@ -199,22 +213,22 @@ def check_model(path: Path, every_layer_if_few: bool = False) -> ModelInfo:
                 "for Kimi-K2.5's 61 layers 2, 30, 58, 60")
     config_file = Path(path) / "config.json"
     if not Path(path).is_dir():
-        raise KimiError(f"model path {path} is not a folder; {expected}")
+        raise KimiUsageError(f"model path {path} is not a folder; {expected}")
     try:
         config = json.loads(config_file.read_text())
     except OSError:
-        raise KimiError(f"model path {path} has no readable config.json; {expected}") from None
+        raise KimiUsageError(f"model path {path} has no readable config.json; {expected}") from None
     except json.JSONDecodeError as exc:
-        raise KimiError(f"{config_file} is not valid JSON ({exc.msg}, line {exc.lineno}); {expected}") from None
+        raise KimiUsageError(f"{config_file} is not valid JSON ({exc.msg}, line {exc.lineno}); {expected}") from None
     text = text_config(config)
     layers, hidden = text.get("num_hidden_layers"), text.get("hidden_size")
     if not isinstance(layers, int) or not isinstance(hidden, int):
-        raise KimiError(f"{config_file} gives num_hidden_layers={layers!r}, hidden_size={hidden!r}; {expected}")
+        raise KimiUsageError(f"{config_file} gives num_hidden_layers={layers!r}, hidden_size={hidden!r}; {expected}")
     wanted = default_layers(layers)
     if every_layer_if_few and (len(set(wanted)) < len(wanted) or min(wanted) < 0) and layers >= 1:
         wanted = tuple(range(layers))
     if len(set(wanted)) < len(wanted) or min(wanted) < 0:
-        raise KimiError(f"{config_file}: {layers} layers give layers {list(wanted)}, not four distinct "
+        raise KimiUsageError(f"{config_file}: {layers} layers give layers {list(wanted)}, not four distinct "
                         f"layers; {expected}")
     return ModelInfo(Path(path).resolve(), layers, hidden, wanted)
 
@@ -264,12 +278,12 @@ def cell_over_interpreter(python: Path, backend: str) -> tuple[Cell, CellEnv]:
     env.info = describe_env(env)
     vllm_dist, speculators = env.info.get("vllm_dist"), env.info.get("speculators")
     if env.info.get("error") or not vllm_dist or not speculators:
-        raise KimiError(f"--python {python}: found vllm {vllm_dist!r} and speculators {speculators!r}"
+        raise KimiUsageError(f"--python {python}: found vllm {vllm_dist!r} and speculators {speculators!r}"
                         f"{' (' + env.info['error'] + ')' if env.info.get('error') else ''}; expected an "
                         "interpreter with both installed")
     missing = _missing_modules(python, ("pytest", "pytest_timeout"))
     if missing:
-        raise KimiError(f"--python {python}: {', '.join(missing)} not importable there; the suite runs under "
+        raise KimiUsageError(f"--python {python}: {', '.join(missing)} not importable there; the suite runs under "
                         "pytest with pytest-timeout in that interpreter")
     return Cell(vllm_dist.split()[-1], speculators, backend), env
 
@@ -321,10 +335,15 @@ def figures(probes: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def main(argv: Sequence[str]) -> int:
-    try:
-        options = parse_options(argv)
-    except SystemExit as exc:
-        return int(exc.code or 0)
+    """`python -m compat.kimi ARGS`: `vllm-spec-compat kimi ARGS`."""
+    from compat.harness.cli import run_command
+
+    return run_command("kimi", argv)
+
+
+def run_args(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    """The suite, from its parsed command line (a bad combination: SystemExit with exit_codes.USAGE)."""
+    options = checked_options(parser, args)
     record: dict[str, Any] = {"status": "error", "reason": None, "vllm": options.vllm,
                               "speculators": options.speculators, "scale_model": options.scale_model,
                               "kimi_shaped_model": options.kimi_shaped, "tp": options.tp, "model": None}
@@ -333,7 +352,7 @@ def main(argv: Sequence[str]) -> int:
     except KimiError as exc:
         record.update(status="error", reason=str(exc))
         print(f"kimi: {exc}", file=sys.stderr)
-        code = 2
+        code = exit_codes.USAGE if isinstance(exc, KimiUsageError) else 2
     finish(record, options)
     return code
 

@@ -16,19 +16,21 @@ without running anything.
 
 from __future__ import annotations
 
-import json
+import argparse
 import shutil
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable
 
-from packaging.version import InvalidVersion, Version
+from packaging.version import Version
 
 from compat.harness.cell_envs import REPO_ROOT
-from compat.harness.support import PROVENANCE, RUNTIME, other_backend_runs
+from compat.harness.support import RUNTIME, other_backend_runs
 from compat.shared.results import ResultFileError, load_cell, read_json, write_json_atomic
 
-PUBLISHED = REPO_ROOT / "published"
+CHECKOUT = REPO_ROOT / "published"
+# the copy a non-editable install carries (setup.py's build_py copies published/ there): what `check` reads offline
+PACKAGED = Path(__file__).resolve().parents[1] / "published"
+PUBLISHED = CHECKOUT if (CHECKOUT / "results" / "support").is_dir() else PACKAGED
 RESULTS = PUBLISHED / "results"
 SUPPORT_JSON = PUBLISHED / "support.json"
 DOCS = REPO_ROOT / "docs" / "support-table.md"
@@ -37,7 +39,6 @@ ANSWER_END = "<!-- end of the generated answer -->"
 FORMAT = 1
 OUTCOME_WORDS = {"works": "works as released", "adapters": "works with the compat adapters",
                  "untested": "untested", "broken": "broken"}
-CHECK_EXIT = {"works": 0, "adapters": 1, "broken": 1, "untested": 2}  # python -m compat check
 
 
 class PublishedError(ValueError):
@@ -194,88 +195,6 @@ def with_answer_section(text: str, section: str) -> str:
     return head + section + rest.split(ANSWER_END, 1)[1]
 
 
-@dataclass(frozen=True)
-class CellAnswer:
-    """One pair, as the published table answers it: the row's cell, its record, and the same pair's
-    decided runs on the other backend (a GPU run decides what a CPU build cannot serve)."""
-    speculators: str
-    vllm: str
-    cell: dict[str, Any]
-    record: dict[str, Any] | None
-    elsewhere: tuple[dict[str, Any], ...] = ()
-
-    @property
-    def exit_code(self) -> int:
-        return CHECK_EXIT[self.cell["outcome"]]
-
-    def line(self) -> str:
-        text = self._row_line()
-        for run in self.elsewhere:
-            text += (f"; on {run['backend']} ({run['machine']}, {run['finished_at']}): {OUTCOME_WORDS[run['outcome']]} "
-                     f"({run['verdict']})")
-        return text
-
-    def _row_line(self) -> str:
-        c = self.cell
-        how = PROVENANCE.get(str(c.get("provenance")), str(c.get("provenance")))
-        if c.get("provenance") == "inferred" and c.get("source"):
-            how += f" from vLLM {c['source'][0]}" + (f" x speculators {c['source'][1]}"
-                                                     if c["source"][1] != self.speculators else "")
-        head = (f"vLLM {self.vllm} x speculators {self.speculators}: {OUTCOME_WORDS[c['outcome']]} "
-                f"({c['verdict']}, {how}")
-        if self.record is not None:
-            head += f", {self.record.get('backend')} run {self.record.get('finished_at') or 'undated'}"
-        check = c.get("check") or {}
-        if check.get("ran"):
-            head += f"; {check.get('text')}"
-        head += ")"
-        if c["outcome"] == "adapters":
-            return head + f"; as released it breaks; the fix: {c.get('fix') or 'see the row'}"
-        if c["outcome"] == "broken":
-            return head + (f"; {c['fix'].rstrip('.')}" if c.get("fix") else "") + (
-                f"; install instead: {c['nearest']}" if c.get("nearest") else "")
-        if c["outcome"] == "untested":
-            why = "; ".join(c.get("notes") or [])[:300]
-            return head + (f"; why: {why}" if why else "") + (
-                f"; nearest working: {c['nearest']}" if c.get("nearest") else "")
-        return head
-
-
-def answer_pair(speculators: str, vllm: str, results: Path = RESULTS, backend: str | None = None) -> CellAnswer:
-    """The row's cell of the pair; with `backend` another than the row's, that backend's own run where
-    one is published."""
-    rows = load_rows(results)
-    for given, what in ((speculators, "--speculators"), (vllm, "--vllm")):
-        try:
-            Version(given)
-        except InvalidVersion:
-            raise PublishedError(f"{what} {given!r} is not a version (e.g. 0.8.1)") from None
-    doc = next((d for s, d in rows.items() if Version(s) == Version(speculators)), None)
-    if doc is None:
-        raise PublishedError(f"speculators {speculators}: no published row; published rows: {', '.join(rows)} "
-                             f"(measure it: nox -s compat -- --speculators {speculators} --all-vllm)")
-    cell = next((c for c in doc["cells"] if Version(c["vllm"]) == Version(vllm)), None)
-    if cell is None:
-        raise PublishedError(f"vLLM {vllm}: not in the published row of speculators {speculators}; its vLLM "
-                             f"releases: {doc['cells'][0]['vllm']} – {doc['cells'][-1]['vllm']}")
-    record = None
-    if cell.get("cell_id") and (results / f"{cell['cell_id']}.json").is_file():
-        record = load_cell(results / f"{cell['cell_id']}.json")
-    pair = [load_cell(p) for p in sorted(results.glob(f"vllm-{cell['vllm']}__speculators-{doc['fixed']}__*.json"))]
-    found = CellAnswer(str(doc["fixed"]), cell["vllm"], cell, record,
-                       tuple(other_backend_runs(pair, str(doc.get("backend")), _decided_verdict)))
-    if backend is None or backend == doc.get("backend"):
-        return found
-    run = next((r for r in found.elsewhere if r["backend"] == backend), None)
-    if run is None:
-        return found
-    own = {"vllm": cell["vllm"], "provenance": "measured", "outcome": run["outcome"], "verdict": run["verdict"],
-           "fix": cell.get("fix", "") if run["outcome"] != "works" else "", "nearest": "", "notes": [],
-           "cell_id": run["cell_id"]}
-    return CellAnswer(found.speculators, found.vllm, own, load_cell(results / f"{run['cell_id']}.json"),
-                      tuple(r for r in found.elsewhere if r is not run))
-
-
 def _record_path(folder: Path, cell: dict[str, Any], speculators: str, backend: str) -> Path | None:
     """The record of a row's cell in a folder: by its id, else (a checked inference names none) by its pair."""
     if cell.get("cell_id"):
@@ -353,17 +272,29 @@ def write_generated(results: Path = RESULTS, out: Path = PUBLISHED, docs: Path =
     return {"support": out / "support.json", "docs": docs, "report": out / "compat.html"}
 
 
-def main(argv: list[str]) -> int:
-    import argparse
-
-    parser = argparse.ArgumentParser(prog="python -m compat publish", description=__doc__.split("\n\n")[0])
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """publish's options."""
     parser.add_argument("--add", type=Path, action="append", default=[], metavar="DIR",
                         help="a row run's results folder (its <cell-id>.json and support/) to publish")
-    args = parser.parse_args(argv)
+
+
+def main(argv: list[str]) -> int:
+    """`vllm-spec-compat publish ARGS` from a list."""
+    from compat.harness.cli import run_command
+
+    return run_command("publish", argv)
+
+
+def run_args(args: argparse.Namespace, parser: argparse.ArgumentParser | None = None) -> int:
+    """Add the --add folders, write the generated files: 0 written, 2 a record unreadable, 64 bad input."""
+    from compat.harness import exit_codes
+
+    for folder in args.add:
+        if not folder.is_dir():
+            print(f"compat publish: --add {folder}: not a folder (expected a results folder of a row run)")
+            return exit_codes.USAGE
     try:
         for folder in args.add:
-            if not folder.is_dir():
-                raise PublishedError(f"--add {folder}: not a folder (expected a results folder of a row run)")
             print(f"published from {folder}: {len(add_folder(folder))} file(s)")
         paths = write_generated()
     except (PublishedError, ResultFileError) as exc:
@@ -371,33 +302,3 @@ def main(argv: list[str]) -> int:
         return 2
     print("wrote " + ", ".join(str(p.relative_to(REPO_ROOT)) for p in paths.values()))
     return 0
-
-
-def check_main(argv: list[str]) -> int:
-    """`python -m compat check --speculators S --vllm V [--backend gpu]`: 0 works as released, 1 broken
-    as released (the line names the fix, or what to install), 2 untested or not in the table; one
-    line on why."""
-    import argparse
-
-    parser = argparse.ArgumentParser(prog="python -m compat check", description=check_main.__doc__)
-    parser.add_argument("--speculators", required=True)
-    parser.add_argument("--vllm", required=True)
-    parser.add_argument("--backend", choices=("cpu", "gpu"), default=None,
-                        help="the backend the job runs on: a published run of the pair there decides "
-                             "(default: the row's backend, with the other backend's runs named)")
-    parser.add_argument("--json", action="store_true", help="the cell and its evidence as JSON")
-    try:
-        args = parser.parse_args(argv)
-    except SystemExit as exc:
-        return 2 if exc.code else 0
-    try:
-        found = answer_pair(args.speculators, args.vllm, backend=args.backend)
-    except (PublishedError, ResultFileError) as exc:
-        print(f"untested: {exc}")
-        return 2
-    if args.json:
-        print(json.dumps({"exit": found.exit_code, "line": found.line(), "cell": found.cell,
-                          "evidence": evidence(found.record) if found.record else None}, indent=2))
-    else:
-        print(found.line())
-    return found.exit_code

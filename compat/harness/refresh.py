@@ -78,10 +78,20 @@ def listed_releases() -> dict[str, list[str]]:
             for name, releases in listed.items()}
 
 
-def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="python -m compat refresh", description=__doc__.split("\n\n")[0])
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """refresh's options."""
     parser.add_argument("--json", action="store_true", help="print the stale rows as JSON (the workflow reads it)")
-    args = parser.parse_args(argv)
+
+
+def main(argv: list[str]) -> int:
+    """`vllm-spec-compat refresh ARGS` from a list."""
+    from compat.harness.cli import run_command
+
+    return run_command("refresh", argv)
+
+
+def run_args(args: argparse.Namespace, parser: argparse.ArgumentParser | None = None) -> int:
+    """The stale rows, printed (or as JSON)."""
     releases = listed_releases()
     stale = stale_rows(load_rows(RESULTS), releases["vllm"], releases["speculators"], record_probe_sets(RESULTS))
     if args.json:

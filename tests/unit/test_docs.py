@@ -136,13 +136,17 @@ def _options_of(main, argv=("--help",)) -> set[str]:
 def command_options() -> dict[str, set[str]]:
     """Each command of ours, keyed by the words that name it in the docs, with its parser's options."""
     from compat.harness import bisect_cli as bisect
-    from compat.harness import explain, kimi, report_cli, run_command
+    from compat.harness import check, cli, explain, kimi, report_cli, run_command
 
     run = _options_of(run_command.main)
-    return {"nox -s compat": run, "compat run": run,
-            "nox -s report": _options_of(report_cli.main), "compat.report_cli": _options_of(report_cli.main),
-            "nox -s explain": _options_of(explain.main), "nox -s bisect": _options_of(bisect.main),
-            "nox -s kimi": _options_of(kimi.main), "compat.kimi": _options_of(kimi.main)}
+    named = {"nox -s compat": run, "compat run": run,
+             "nox -s report": _options_of(report_cli.main), "compat.report_cli": _options_of(report_cli.main),
+             "nox -s explain": _options_of(explain.main), "nox -s bisect": _options_of(bisect.main),
+             "nox -s kimi": _options_of(kimi.main), "compat.kimi": _options_of(kimi.main),
+             "compat check": _options_of(check.main)}
+    for name in cli.COMMANDS:  # the installed command's subcommands (issue 44)
+        named[f"vllm-spec-compat {name}"] = _options_of(lambda argv, name=name: cli.main([name, *argv]))
+    return named
 
 
 def test_the_run_options_are_its_one_parsers(command_options):

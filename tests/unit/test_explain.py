@@ -86,7 +86,7 @@ def test_bad_input_is_named(tmp_path, capsys):
     assert "no exception found in standard input" in capsys.readouterr().err
     code, _ = run([str(tmp_path / "missing.log")])
     err = capsys.readouterr().err
-    assert code == 2 and "missing.log" in err and "expected a log" in err  # unreadable: 2, with why
+    assert code == 64 and "missing.log" in err and "expected a log" in err  # unreadable: bad input, with why
 
 
 def test_server_logs_of_the_default_server_cells_name_their_breakage():

@@ -67,18 +67,18 @@ def test_gpu_cells_get_ieee_float32_and_spawned_workers_cpu_cells_do_not(monkeyp
 
 
 def test_python_option_refuses_what_cannot_host_the_probes(tmp_path, capsys):
-    assert run_command.main(["--python", str(tmp_path / "nope")]) == 2
+    assert run_command.main(["--python", str(tmp_path / "nope")]) == 64  # usage
     assert "not an executable file" in capsys.readouterr().err
-    assert run_command.main(["--python", sys.executable, "--results", str(tmp_path)]) == 2  # no vllm here
+    assert run_command.main(["--python", sys.executable, "--results", str(tmp_path)]) == 64  # no vllm here
     err = capsys.readouterr().err
     assert "lacks vllm, speculators" in err and "nothing is installed into an existing environment" in err
-    assert run_command.main(["--python", sys.executable, "--vllm", "0.16.0"]) == 2
+    assert run_command.main(["--python", sys.executable, "--vllm", "0.16.0"]) == 64
     assert "--vllm 0.16.0 cannot be combined" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("value", ["0", "1.5", "x"])
 def test_gpu_memory_utilization_must_be_a_fraction(value, capsys):
-    assert run_command.main(["--gpu-memory-utilization", value]) == 2
+    assert run_command.main(["--gpu-memory-utilization", value]) == 64
     assert "is not a fraction in (0, 1]" in capsys.readouterr().err
 
 

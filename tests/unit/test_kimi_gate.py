@@ -37,10 +37,10 @@ def test_model_from_environment(monkeypatch, tmp_path):
 
 
 @pytest.mark.parametrize("argv", [["--tp", "0"], ["--scale-model", "--model", "/x"], ["--bogus"]])
-def test_bad_options_exit_2(argv, capsys):
+def test_bad_options_exit_64(argv, capsys):
     with pytest.raises(SystemExit) as exc:
         kimi.parse_options(argv)
-    assert exc.value.code == 2
+    assert exc.value.code == 64
 
 
 def test_kimi_layers():
@@ -141,10 +141,10 @@ def test_suite_spec_carries_the_skip_reason(tmp_path):
     assert suite.layers == (2, 30, 58, 60) and not suite.skip and suite.run_dtype == "auto"
 
 
-def test_wrong_model_path_exits_2_and_records_the_error(tmp_path, capsys):
+def test_wrong_model_path_exits_64_and_records_the_error(tmp_path, capsys):
     code = kimi.main(["--model", str(tmp_path / "nope"), "--results", str(tmp_path / "r"),
                       "--reports", str(tmp_path / "o")])
-    assert code == 2
+    assert code == 64  # bad input: the usage code (issue 44)
     record = json.loads((tmp_path / "r" / "kimi.json").read_text())
     assert record["status"] == "error" and str(tmp_path / "nope") in record["reason"]
     assert "nope" in (tmp_path / "o" / "compat.md").read_text()
@@ -216,7 +216,7 @@ def test_suite_environment_turns_mla_on_or_off_explicitly():
 def test_variant_and_interpreter_options_are_checked(argv):
     with pytest.raises(SystemExit) as exc:
         kimi.parse_options(argv)
-    assert exc.value.code == 2
+    assert exc.value.code == 64
 
 
 def test_python_option_keeps_versions_from_the_interpreter():

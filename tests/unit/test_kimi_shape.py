@@ -182,10 +182,10 @@ def test_cli_takes_the_shaped_options_and_refuses_them_alone():
     (["--kimi-shaped", "--layers", "3", "--experts", "2"], "--experts 2: expected an integer from 8 to 384"),
     (["--kimi-shaped", "--layers", "3", "--mla-fixture"], "--mla-fixture chooses the scale model's variant"),
 ])
-def test_cli_refusals_exit_2_naming_the_option(argv, says, capsys):
+def test_cli_refusals_exit_64_naming_the_option(argv, says, capsys):
     with pytest.raises(SystemExit) as exc:
         kimi.parse_options(argv)
-    assert exc.value.code == 2 and says in capsys.readouterr().err
+    assert exc.value.code == 64 and says in capsys.readouterr().err
 
 
 def test_few_layers_are_all_read_on_the_shaped_model_only(tmp_path):

@@ -68,8 +68,7 @@ def test_every_module_lives_on_a_side():
 def test_entry_modules_only_forward_to_the_harness():
     for name in ENTRY_MODULES - {"__init__.py"}:
         command = name[:-3].removesuffix("_cli")
-        assert set(imported(PACKAGE / name)) <= {"sys", "compat.harness.run_command", "compat.harness.run_command.main",
-                                                  "compat.harness.run_command.command",
+        assert set(imported(PACKAGE / name)) <= {"sys", "compat.harness.cli", "compat.harness.cli.main",
                                                   *(f"compat.harness.{module}{main}"
                                                     for module in (command, f"{command}_cli")
                                                     for main in ("", ".main"))}, name

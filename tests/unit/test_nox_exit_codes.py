@@ -53,5 +53,5 @@ def test_report_status_3_comes_out_of_nox_unchanged(tmp_path, results):
     done = nox("report", "--results", str(tmp_path / results), "--out", str(tmp_path / "reports"))
     output = done.stdout + done.stderr
     assert done.returncode == 3, output[-3000:]
-    assert "nox exits 3, the status of python -m compat.report_cli" in output, output[-3000:]
+    assert "nox exits 3, the status of python -m compat report" in output, output[-3000:]
     assert (tmp_path / "reports" / "compat.md").exists()  # the reports are still written

@@ -1,6 +1,6 @@
 """The published support table (compat.harness.published): its generated files equal what its evidence
 gives, every measured cell's verdict is its record's, a published row is answered with nothing run,
-and the one-pair check exits 0 works / 1 broken / 2 untested."""
+the one-pair check: tests/unit/test_check.py."""
 
 from __future__ import annotations
 
@@ -99,23 +99,3 @@ def test_other_settings_than_the_published_rows_are_not_answered_from_them(tmp_p
     answered = support_run.published_settings(options, "0.8.1")
     assert answered is not None and answered.cell.variants == () and options.cell.variants is None
     assert support_run.published_settings(_options(tmp_path, "0.8.1", "--variants", "none"), "0.8.1") is not None
-
-
-@pytest.mark.parametrize(("spec", "vllm", "backend", "code", "said"), [
-    ("0.8.1", "0.26.0", None, 0, "works as released"),
-    ("0.8.1", "0.22.0", None, 1, "as released it breaks; the fix: Launch vLLM with --no-enable-chunked-prefill"),
-    ("0.8.1", "0.23.0", None, 1, "on gpu (1 x NVIDIA H200"),
-    ("0.8.1", "0.23.0", "gpu", 1, "works with the compat adapters (compatible-with-compat, measured, gpu run"),
-    ("0.8.1", "0.24.0", "gpu", 0, "works as released (compatible, measured, gpu run"),
-    ("0.8.1", "0.33.0", None, 1, "install instead: vLLM 0.32.0 x speculators 0.8.1"),
-    ("0.8.1", "0.20.0", None, 2, "untested (unsupported-on-cpu"),
-    ("0.9.0", "0.25.1", None, 0, "inferred from vLLM 0.25.0"),
-    ("0.1.0", "0.26.0", None, 2, "no published row; published rows: 0.3.0"),
-    ("0.8.1", "9.9.9", None, 2, "not in the published row of speculators 0.8.1"),
-    ("0.8.1", "latest", None, 2, "--vllm 'latest' is not a version"),
-])
-def test_the_one_pair_check(spec, vllm, backend, code, said, capsys):
-    argv = ["--speculators", spec, "--vllm", vllm] + (["--backend", backend] if backend else [])
-    assert published.check_main(argv) == code
-    out = capsys.readouterr().out
-    assert said in out and out.count("\n") == 1

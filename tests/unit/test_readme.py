@@ -8,7 +8,8 @@ from pathlib import Path
 
 README = Path(__file__).resolve().parents[2] / "README.md"
 WIDTH = 120
-SET_UP = ("pip install nox uv && nox -s compat", "pip install nox uv && nox -s tests")
+SET_UP = ("pip install nox uv && nox -s compat", "pip install nox uv && nox -s tests",
+          "pip install . && vllm-spec-compat check --speculators 0.8.0 --vllm 0.24.0")  # the installed command
 
 
 def wide_lines(text: str) -> list[str]:
@@ -25,7 +26,7 @@ def test_no_readme_line_is_wider_than_120_characters():
     assert not wide, f"README.md lines over {WIDTH} characters (reflow them; a wide table becomes a list): {wide}"
 
 
-def test_the_readme_opens_with_its_two_set_up_commands():
+def test_the_readme_opens_with_its_set_up_commands_and_the_installed_one():
     commands = [line.split("#")[0].strip() for line in first_code_block(README.read_text(encoding="utf-8"))]
     assert commands == list(SET_UP), f"README.md's first code block is {commands}, not the set-up commands {SET_UP}"
 

