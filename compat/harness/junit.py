@@ -8,6 +8,7 @@ gets one testcase "cell" carrying that error.
 
 from __future__ import annotations
 
+import io
 import re
 import xml.etree.ElementTree as ET
 from pathlib import Path
@@ -15,7 +16,7 @@ from typing import Any, Iterable
 
 from compat.shared.breakages import get as get_breakage
 from compat.shared.neutral import neutral
-from compat.shared.results import probe_key
+from compat.shared.results import probe_key, write_bytes_atomic
 
 _NOT_XML = re.compile("[^\u0009\u000a\u000d\u0020-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
 
@@ -145,8 +146,8 @@ def write_junit(cells: Iterable[dict[str, Any]], out_dir: Path) -> list[Path]:
         tree = cell_xml(cell)
         ET.indent(tree)
         path = out_dir / f"{cell_id(cell)}.xml"
-        tmp = path.with_name(f".{path.name}.tmp")
-        tree.write(tmp, encoding="utf-8", xml_declaration=True)
-        tmp.replace(path)
+        buffer = io.BytesIO()
+        tree.write(buffer, encoding="utf-8", xml_declaration=True)
+        write_bytes_atomic(path, buffer.getvalue())
         paths.append(path)
     return paths

@@ -91,7 +91,7 @@ def _file_time(path: Path) -> str:
     return _iso(_dt.datetime.fromtimestamp(path.stat().st_mtime, _dt.timezone.utc))
 
 
-def _stated_time(record: dict[str, Any]) -> str | None:
+def stated_time(record: dict[str, Any]) -> str | None:
     """The record's `finished_at` where it is an ISO 8601 time (a result file is input like any other)."""
     text = record.get("finished_at")
     try:
@@ -238,7 +238,7 @@ class Store:
             cursor = self.db.execute(
                 "INSERT OR IGNORE INTO runs (cell_id, content_hash, ran_at, stored_at, harness_commit, machine, "
                 "settings, source, record) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                (str(record["id"]), digest, _stated_time(record) or ran_at or now(), now(),
+                (str(record["id"]), digest, stated_time(record) or ran_at or now(), now(),
                  record.get("harness_commit") or f"unknown (stored by {self._harness_commit()})",
                  json.dumps(record.get("machine") or {}), json.dumps(record.get("settings") or {}),
                  source, json.dumps(record)))

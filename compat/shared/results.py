@@ -75,21 +75,36 @@ def read_bounded(path: Path, what: str, limit: int | None = None) -> bytes:
                           f"(compat.shared.results.MAX_INPUT_BYTES), not read; {accepted}")
 
 
-def write_json_atomic(path: Path, data: Any) -> None:
-    """Write JSON so that a reader (or a crash) never sees half a file."""
+# The mode of every file the atomic writers leave (mkstemp's own is 0600): readable by all, as `git checkout`
+# and `cp` leave a file, so a published support.json or a record copied elsewhere reads the same for everyone.
+FILE_MODE = 0o644
+
+
+def write_bytes_atomic(path: Path, data: bytes) -> None:
+    """Write bytes so that a reader (or a crash) never sees half a file; the file is FILE_MODE."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     try:
-        with os.fdopen(fd, "w") as handle:
-            json.dump(data, handle, indent=1, sort_keys=False)
-            handle.write("\n")
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
             handle.flush()
             os.fsync(handle.fileno())
+        os.chmod(tmp, FILE_MODE)
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def write_text_atomic(path: Path, text: str) -> None:
+    """Write UTF-8 text atomically (write_bytes_atomic)."""
+    write_bytes_atomic(path, text.encode("utf-8"))
+
+
+def write_json_atomic(path: Path, data: Any) -> None:
+    """Write JSON so that a reader (or a crash) never sees half a file; the file is FILE_MODE."""
+    write_text_atomic(path, json.dumps(data, indent=1, sort_keys=False) + "\n")
 
 
 def read_json(path: Path, what: str) -> Any:

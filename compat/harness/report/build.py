@@ -23,6 +23,7 @@ from packaging.version import InvalidVersion, Version
 
 from compat.harness import baseline as _baseline
 from compat.harness.classify import annotate, tally
+from compat.harness.store import stated_time
 from compat.harness.verdict import Decision, decide, worst_gate
 from compat.shared.breakages import BY_ID
 from compat.shared.results import CELL_VERDICTS
@@ -164,10 +165,22 @@ def build_report(
         "generated_at": generated_at
         or _dt.datetime.now(_dt.timezone.utc).replace(microsecond=0).isoformat().replace("+00:00", "Z"),
         "machine": machine_info(raw),
+        "newest_record": newest_record(raw),
     }
     for section in sections:
         report.update(section(decided))
     return report
+
+
+def newest_record(cells: Iterable[dict[str, Any]]) -> dict[str, Any] | None:
+    """When the newest record finished and the harness commit it states: the date and commit a report
+    shows of its evidence, the same however often (and wherever) it is rendered."""
+    dated = [(stated_time(c), str(c.get("id") or ""), c) for c in cells]
+    found = max(((t, i, c) for t, i, c in dated if t), default=None, key=lambda x: (x[0], x[1]))
+    if found is None:
+        return None
+    at, cell_id, cell = found
+    return {"finished_at": at, "harness_commit": str(cell.get("harness_commit") or "not recorded"), "id": cell_id}
 
 
 def _decided(cell: dict[str, Any], decision: Decision) -> dict[str, Any]:

@@ -19,16 +19,19 @@ in `contradictions` (gate at least 2). Writes compat.json, compat.html, compat.m
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Iterable
 
 from compat.harness.documents import DocumentError, decide_kimi, kimi_shown, load_kimi, load_support, rederive_support
 from compat.harness.report.build import build_report
 from compat.harness.report.render import write_reports
-from compat.harness.store import BISECT, KIMI, SUPPORT, Document, Imported, Store
+from compat.harness.store import BISECT, KIMI, SUPPORT, Document, Imported, Run, Store, stated_time
 from compat.harness.support import with_other_backends
 from compat.harness.verdict import UNTESTED, worst_gate
+
+UNDATED = "undated"  # a record that states no finished_at (shown as_recorded)
+NOT_RECORDED = "not recorded"  # a record that states no harness_commit
 
 
 @dataclass
@@ -86,12 +89,19 @@ class Selection:
 
 
 def publish(out_dir: Path, store: Store, imports: Iterable[Path] = (), selection: Selection = Selection(),
-            baseline: dict[str, Any] | None = None, generated_at: str | None = None) -> Published:
+            baseline: dict[str, Any] | None = None, generated_at: str | None = None,
+            as_recorded: bool | None = None) -> Published:
+    """`as_recorded` (the default where `generated_at` is given, as `python -m compat publish` gives it):
+    the same records give the same bytes. Each run is shown with the time and harness commit its record
+    states (`undated` / `not recorded` where it states none), never the store's stand-ins for them (the
+    file's modification time, which a copy or a checkout sets; the commit that imported it)."""
     imported = Imported()
     for folder in imports:
         imported.merge(store.import_dir(folder))
     problems = list(imported.problems)
     history = store.history(selection.chosen_runs(imported, store))
+    if as_recorded if as_recorded is not None else generated_at is not None:
+        history = {cell_id: [as_stated(run) for run in runs] for cell_id, runs in history.items()}
     cells = [runs[-1].record for runs in history.values()]
     duplicates = {c["id"].split("@")[0]: f"two result files hold cell {c['id'].split('@')[0]}: {c['duplicate_of']} "
                                          f"and another; both are reported, the second as {c['id']}"
@@ -108,6 +118,12 @@ def publish(out_dir: Path, store: Store, imports: Iterable[Path] = (), selection
         report["support"] = [with_other_backends(table, report.get("cells") or []) for table in support]
     return Published(report, write_reports(report, out_dir), problems, duplicates,
                      kimi_contradictions + support_contradictions)
+
+
+def as_stated(run: Run) -> Run:
+    """The run with the time and commit its own record states, else `undated` / `not recorded`."""
+    return replace(run, ran_at=stated_time(run.record) or UNDATED,
+                   harness_commit=str(run.record.get("harness_commit") or NOT_RECORDED))
 
 
 def _kimi(kept: list[Document], problems: list[str]) -> tuple[dict[str, Any] | None, list[str]]:

@@ -27,7 +27,7 @@ from compat.shared.breakages import get as get_breakage
 from compat.shared.markdown import Md, md_code, md_escape
 from compat.shared.neutral import neutral
 from compat.shared.presentation import reference_url, symptom_text
-from compat.shared.results import probe_key, write_json_atomic
+from compat.shared.results import probe_key, write_json_atomic, write_text_atomic
 
 TEMPLATES = Path(__file__).parent / "templates"
 
@@ -330,9 +330,7 @@ def write_reports(report: dict[str, Any], out_dir: Path) -> dict[str, Any]:
     paths: dict[str, Any] = {"json": out_dir / "compat.json"}
     for name, text in (("compat.html", render_html(report)), ("compat.md", render_markdown(report))):
         path = out_dir / name
-        tmp = path.with_name(f".{name}.tmp")
-        tmp.write_text(text, encoding="utf-8")
-        tmp.replace(path)
+        write_text_atomic(path, text)
         paths[name.split(".")[1]] = path
     paths["junit"] = write_junit(report.get("cells") or [], out_dir / "junit")
     return paths
