@@ -48,8 +48,8 @@ def workload_shapes(variants, mode: str, probe_detail: dict) -> None:
         shapes_not_shown=not_shown, shapes_n_a=not_applicable, observer_errors=observed["observer_errors"],
         per_prompt={name: {k: v for k, v in seen.items() if isinstance(v, int)} for name, seen in per_prompt.items()},
         narrowed=run.shrunk)
-    # the ids are asked out of order; vLLM's connector returns them sorted (its own test,
-    # tests/v1/kv_connector/extract_hidden_states_integration/test_extraction.py, asks [5, 2, 10])
+    # the ids are asked out of order; vLLM's connector returns them sorted (its own integration test of the path asks
+    # [5, 2, 10]: https://github.com/vllm-project/vllm/blob/v0.32.0/tests/v1/kv_connector/extract_hidden_states_integration/test_extraction.py)
     returned = sorted(runs.ids)
     probe_detail["layer_ids_asked"], probe_detail["layer_ids_expected_order"] = list(runs.ids), returned
     try:
