@@ -48,7 +48,7 @@ from compat.harness.explain_prose import Described, described_faults
 from compat.harness.paste_setting import FLAG_BACKENDS, Setting, backend_caveat, platform_of, read_setting, scope_check  # noqa: F401
 from compat.shared.breakages import REGISTRY, Breakage, Symptom
 from compat.shared.neutral import neutral_terminal
-from compat.shared.results import MAX_INPUT_BYTES, ResultFileError, read_bounded
+from compat.shared.results import MAX_INPUT_BYTES, ResultFileError, read_evidence
 from compat.shared.tracebacks import (  # noqa: F401
     Found,
     behind_missing_op,
@@ -301,7 +301,7 @@ def read_input(path: str | None, stdin: TextIO) -> str:
     ResultFileError)."""
     if path in (None, "-"):
         return stdin.read(MAX_INPUT_BYTES)
-    return read_bounded(Path(path), "input").decode("utf-8", errors="replace")
+    return read_evidence(Path(path), "input").decode("utf-8", errors="replace")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -13,6 +13,7 @@ import json
 import os
 import stat
 import tempfile
+import zlib
 from pathlib import Path
 from typing import Any
 
@@ -107,11 +108,44 @@ def write_json_atomic(path: Path, data: Any) -> None:
     write_text_atomic(path, json.dumps(data, indent=1, sort_keys=False) + "\n")
 
 
-def read_json(path: Path, what: str) -> Any:
-    """Read a JSON file (read_bounded: a regular file within the size bound), naming the file and what was
-    expected when it cannot be read."""
+GZIP_SUFFIX = ".gz"  # committed evidence is kept compressed (a log as probes.log.gz): read_evidence reads either
+
+
+def evidence_path(path: Path) -> Path:
+    """The file, else its compressed copy (`<name>.gz`) where only that is kept: the one place that knows a
+    log, a record or a document named by its plain name may be committed gzip'd."""
     path = Path(path)
-    data = read_bounded(path, what)
+    if path.name.endswith(GZIP_SUFFIX) or path.exists():
+        return path
+    packed = path.with_name(path.name + GZIP_SUFFIX)
+    return packed if packed.exists() else path
+
+
+def read_evidence(path: Path, what: str, limit: int | None = None) -> bytes:
+    """The bytes of a file or of its `.gz` (evidence_path), decompressed; read_bounded's bound holds for
+    the compressed file and for what it decompresses to (a small .gz of endless zeros is refused too)."""
+    found = evidence_path(path)
+    data = read_bounded(found, what, limit)
+    if not found.name.endswith(GZIP_SUFFIX):
+        return data
+    bound = MAX_INPUT_BYTES if limit is None else limit
+    try:
+        inflate = zlib.decompressobj(16 + zlib.MAX_WBITS)  # the gzip container
+        plain = inflate.decompress(data, bound + 1)
+    except zlib.error as exc:
+        raise ResultFileError(f"{what} {found} is not a readable gzip file ({exc}); expected <name>.gz "
+                              f"as gzip writes it") from exc
+    if len(plain) > bound or inflate.unconsumed_tail:
+        raise ResultFileError(f"{what} {found} decompresses to more than {bound} bytes, over the bound "
+                              f"(compat.shared.results.MAX_INPUT_BYTES), not read")
+    return plain
+
+
+def read_json(path: Path, what: str) -> Any:
+    """Read a JSON file, or its `.gz` (read_evidence: a regular file within the size bound), naming the
+    file and what was expected when it cannot be read."""
+    path = Path(path)
+    data = read_evidence(path, what)
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:

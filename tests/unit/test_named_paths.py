@@ -47,9 +47,12 @@ UPSTREAM_FILES = frozenset({
     "entry_points.txt",
 })
 # What our code writes when it runs, never committed (.gitignore), named by where it starts: the results, the
-# reports, the cell venvs, the store, a cell's log, a built model's figures, the issue bot's comment.
-RUN_OUTPUTS = ("results/", "reports/compat.", "reports/compat-screenshot", "reports/junit/", ".venvs/", ".compat/",
-               ".nox/", ".cache/", "results.sqlite", "job.log", "build.json", "comment.md")
+# reports (a rendered report named alone, and the published one: rebuilt from the records, never kept in git,
+# compat.harness.evidence_pack), the cell venvs, the store, a cell's log, a built model's figures, the issue
+# bot's comment.
+RUN_OUTPUTS = ("results/", "reports/compat.", "reports/compat-screenshot", "reports/junit/", "compat.json",
+               "compat.html", "compat.md", "published/compat.", ".venvs/", ".compat/", ".nox/", ".cache/",
+               "results.sqlite", "job.log", "build.json", "comment.md")
 # Our commands' metavariables (`PATH.whl`, `DIR/<cell-id>.json`, `speculators-S.json`): a word that holds one is no
 # path. The argument written after an option (`--baseline old/compat.json`, `--vllm ./vllm-0.25.0...whl`) is the
 # user's, unless it starts at a folder of ours (`--results reports/cpu-support-0.8.1/results` must exist).
