@@ -7,12 +7,16 @@
 - every `*.safetensors` (the raw hidden states a server wrote) becomes `*.safetensors.json`: the file's size and
   sha256, its metadata, and per tensor its dtype, shape and the sha256 of its bytes (no test and no report reads
   the tensors themselves: the record holds the comparison's figures);
+- every JSON file a cell left in its own folder (`results/<cell-id>/`: its probes' output, the cell spec;
+  the raw material its record was made from, which the record holds) becomes `*.json.gz`; the records themselves
+  (`results/<cell-id>.json`), the support and bisect documents and kimi.json stay as they are, read as they are;
 - a report rendered from the folder's records (`compat.json`, `compat.html`, `compat.md`, `junit/`) is dropped
   (`python -m compat.report_cli --results DIR/results --out DIR` writes it again), and what it decided is kept
   in `verdicts.json`: each cell's verdict and gate, the verdict counts and the exit code, which
   tests/unit/test_committed_reports.py holds the records still give.
 
 Records, kimi.json, support and bisect documents, READMEs, notes and screenshots are kept as they are.
+tests/unit/test_evidence_size.py holds the bound on what reports/ and published/ keep in git.
 """
 
 from __future__ import annotations
@@ -70,6 +74,17 @@ def pack_tensors(path: Path) -> Path:
     return digest
 
 
+def cell_files(root: Path) -> list[Path]:
+    """The JSON files under a cell's own folder (`results/<cell-id>/...`), not a tensor digest nor a saved
+    dataset's metadata."""
+    found = []
+    for results in sorted(p for p in root.rglob("results") if p.is_dir()):
+        for folder in sorted(p for p in results.iterdir() if p.is_dir() and p.name not in ("support", "bisect")):
+            found += [p for p in sorted(folder.rglob("*.json")) if not p.name.endswith(".safetensors" + TENSOR_DIGEST)
+                      and not any(p.parent.glob("*.arrow"))]  # a saved dataset stays loadable as it is
+    return found
+
+
 def verdicts(report: dict[str, Any]) -> dict[str, Any]:
     """What a rendered report decided, per cell and in sum."""
     summary = report.get("summary") or {}
@@ -97,7 +112,7 @@ def drop_pages(folder: Path) -> list[Path]:
 def pack(root: Path) -> dict[str, list[Path]]:
     """Compact every run folder under root (root included)."""
     done: dict[str, list[Path]] = {"logs": [], "tensors": [], "pages": []}
-    for path in sorted(root.rglob("*.log")):
+    for path in sorted(root.rglob("*.log")) + cell_files(root):
         done["logs"].append(pack_log(path))
     for path in sorted(root.rglob("*.safetensors")):
         done["tensors"].append(pack_tensors(path))
@@ -112,8 +127,8 @@ def main(argv: list[str]) -> int:
         return 64
     for folder in map(Path, argv):
         done = pack(folder)
-        print(f"{folder}: {len(done['logs'])} logs gzip'd, {len(done['tensors'])} tensor files as digests, "
-              f"{len(done['pages'])} rendered pages dropped")
+        print(f"{folder}: {len(done['logs'])} logs and cell files gzip'd, {len(done['tensors'])} tensor files as "
+              f"digests, {len(done['pages'])} rendered pages dropped")
     return 0
 
 
