@@ -238,8 +238,9 @@ def ruled_out(engine: Engine) -> dict[str, str]:
 
 def coverage(observed: dict[str, Any], engine: Engine) -> tuple[dict[str, str], list[str]]:
     """(n/a shape -> why, wanted shapes that did not occur)."""
-    not_applicable = ruled_out(engine)
-    missing = [shape for shape in SHAPES if shape not in not_applicable and not observed["shapes"].get(shape)]
+    shown = {shape for shape in SHAPES if observed["shapes"].get(shape)}
+    not_applicable = {shape: why for shape, why in ruled_out(engine).items() if shape not in shown}  # shown wins
+    missing = [shape for shape in SHAPES if shape not in not_applicable and shape not in shown]
     return not_applicable, missing
 
 

