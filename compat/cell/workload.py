@@ -19,6 +19,7 @@ from __future__ import annotations
 import hashlib
 import json
 import random
+import re
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Sequence
@@ -309,3 +310,19 @@ def shared_features(per_prompt: dict[str, dict[str, Any]], bad: dict[str, Sequen
             if (words == "every row wrong" or not whole)  # where every row is wrong, where they are says nothing
             and all(test(seen, block, bad[name]) for name, seen in failing.items())]
     return out
+
+
+# speculators' --validate-outputs refusal names the prompt only by its token count
+TOKENS_NAMED = re.compile(r"num tokens (\d+)")
+
+
+def request_named(message: str, workload: Workload, per_prompt: dict[str, dict[str, Any]]) -> str | None:
+    """The workload prompt a client's refusal names by its length, said by its measured shape (None: none named)."""
+    found = TOKENS_NAMED.search(message)
+    if not found:
+        return None
+    names = [p.name for p in workload.prompts if len(p.ids) == int(found.group(1))]
+    if not names:
+        return None
+    return "the request the client refused: " + " | ".join(
+        describe(name, per_prompt.get(name), workload.engine.block_size, []) for name in names)

@@ -164,3 +164,17 @@ def test_a_shape_the_launch_rules_out_but_the_engine_shows_is_shown_not_n_a():
     not_applicable, missing = coverage(observe(lines, drawn), engine)
     assert "chunked_3" not in not_applicable and "chunked_3" not in missing
     assert "preempted_recomputed" in not_applicable
+
+
+def test_a_client_refusal_is_said_by_the_shape_of_the_prompt_it_names():
+    """official vLLM 0.24.0 on an H200 (reports/gpu-h200/workload-v024-run3): speculators refused a file of 0 rows for
+    'num tokens 1541'; the lead names that prompt by its measured shape."""
+    drawn = draw(workload.SEED, CPU, 512)
+    long = next(p for p in drawn.prompts if len(p.ids) == 1541)
+    lines = [step(req("a", long.ids, 0, 512, new=True)), step(req("a", long.ids, 0, 512, resumed=True))]
+    per_prompt = observe(lines, drawn)["per_prompt"]
+    words = workload.request_named("ValueError: Sequence length of hidden states 0 doesn't match num tokens 1541",
+                                   drawn, per_prompt)
+    assert words.startswith(f"the request the client refused: {long.name}: length 1541 = 12*B + 5")
+    assert "preempted 1 time(s)" in words
+    assert workload.request_named("no count here", drawn, per_prompt) is None

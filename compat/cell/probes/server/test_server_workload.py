@@ -32,22 +32,21 @@ def workload_shapes(variants, mode: str, probe_detail: dict) -> None:
     chosen, runs = variants(VARIANT)
     probe_detail["variant"] = {"name": VARIANT, **chosen.record()}
     run = runs.get(mode)
-    settle(run, probe_detail, (CASE,))
     drawn = run.workload
-    if drawn is None or run.schedule_log is None:
+    # what the engine did is read and recorded first, so that a client's refusal is still said by the shape of what
+    # it refused, and the record shows what the engine went through before it
+    shown = record_shapes(run, drawn, probe_detail) if drawn is not None and run.schedule_log else None
+    try:
+        settle(run, probe_detail, (CASE,))
+    except ContractViolation as exc:
+        named = workload.request_named(str(exc), drawn, shown[2]) if shown else None
+        if not named:
+            raise
+        with speculators_call():
+            raise ContractViolation(f"{named}; {exc}", where=exc.where) from None
+    if shown is None:
         raise RuntimeError("the workload was never drawn: the run did not reach its client")
-    observed = workload.observe(workload.read_lines(run.schedule_log), drawn)
-    not_applicable, not_shown = workload.coverage(observed, drawn.engine)
-    per_prompt, shapes = observed.pop("per_prompt"), observed.pop("shapes")
-    # the report draws numeric dicts as tables: the engine's counts, per shape how many it showed, per prompt its
-    # measured features; the rest as text
-    probe_detail.update(
-        workload=drawn.record(), shown_by=workload_drive.OBSERVER_MODULE,
-        engine_counts={k: v for k, v in observed.items() if isinstance(v, int)},
-        shapes_shown={shape: len(names) for shape, names in shapes.items()}, shape_examples=shapes,
-        shapes_not_shown=not_shown, shapes_n_a=not_applicable, observer_errors=observed["observer_errors"],
-        per_prompt={name: {k: v for k, v in seen.items() if isinstance(v, int)} for name, seen in per_prompt.items()},
-        narrowed=run.shrunk)
+    not_applicable, not_shown, per_prompt = shown
     # the ids are asked out of order; vLLM's connector returns them sorted (its own integration test of the path asks
     # [5, 2, 10]: https://github.com/vllm-project/vllm/blob/v0.32.0/tests/v1/kv_connector/extract_hidden_states_integration/test_extraction.py)
     returned = sorted(runs.ids)
@@ -63,6 +62,23 @@ def workload_shapes(variants, mode: str, probe_detail: dict) -> None:
         raise RuntimeError("the workload did not make the engine show "
                            + "; ".join(f"{s} ({workload.SHAPES[s]})" for s in not_shown)
                            + " (read from its scheduler's outputs): not covered, so not a pass")
+
+
+def record_shapes(run, drawn, probe_detail: dict) -> tuple[dict, list, dict]:
+    """What the scheduler's lines show of the workload, into the detail (the report draws numeric dicts as tables: the
+    engine's counts, per shape how many it showed, per prompt its measured features; the rest as text); returns
+    (n/a shape -> why, shapes not shown, per prompt its features)."""
+    observed = workload.observe(workload.read_lines(run.schedule_log), drawn)
+    not_applicable, not_shown = workload.coverage(observed, drawn.engine)
+    per_prompt, shapes = observed.pop("per_prompt"), observed.pop("shapes")
+    probe_detail.update(
+        workload=drawn.record(), shown_by=workload_drive.OBSERVER_MODULE,
+        engine_counts={k: v for k, v in observed.items() if isinstance(v, int)},
+        shapes_shown={shape: len(names) for shape, names in shapes.items()}, shape_examples=shapes,
+        shapes_not_shown=not_shown, shapes_n_a=not_applicable, observer_errors=observed["observer_errors"],
+        per_prompt={name: {k: v for k, v in seen.items() if isinstance(v, int)} for name, seen in per_prompt.items()},
+        narrowed=run.shrunk)
+    return not_applicable, not_shown, per_prompt
 
 
 def by_shape(run, ids, chosen, drawn, per_prompt, probe_detail: dict) -> str:
