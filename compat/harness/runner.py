@@ -33,6 +33,19 @@ def stop_on_sigterm() -> None:
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
 
 
+def checked_split(cells: list[Cell], index: PackageIndex) -> tuple[list[Cell], dict[Cell, str]] | int:
+    """split_static_only, or the exit code its refusal gets: an unknown release is a usage error, an index that
+    could not be read leaves the cells untested."""
+    try:
+        return split_static_only(cells, index)
+    except MatrixError as exc:
+        print(f"compat: {exc}", file=sys.stderr)
+        return exit_codes.USAGE
+    except PackageIndexError as exc:
+        print(f"compat: {exc}", file=sys.stderr)
+        return exit_codes.UNTESTED
+
+
 def run(settings: Settings) -> int:
     """The matrix: the cells settings.selection names, each run with settings.cell."""
     request = settings.selection
@@ -48,24 +61,15 @@ def run(settings: Settings) -> int:
         # the versions named on the command line must be releases, as a run refuses them (the matrix file's
         # are listed as they are, with no index asked: a CI job matrix)
         if request.vllm or request.speculators or request.wheels:
-            try:
-                split_static_only(cells, index)
-            except MatrixError as exc:
-                print(f"compat: {exc}", file=sys.stderr)
-                return exit_codes.USAGE
-            except PackageIndexError as exc:
-                print(f"compat: {exc}", file=sys.stderr)
-                return exit_codes.UNTESTED
+            split = checked_split(cells, index)
+            if isinstance(split, int):
+                return split
         print(describe_cells(cells, as_json=request.json))
         return 0
-    try:
-        cells, static_only = split_static_only(cells, index)
-    except MatrixError as exc:
-        print(f"compat: {exc}", file=sys.stderr)
-        return exit_codes.USAGE
-    except PackageIndexError as exc:
-        print(f"compat: {exc}", file=sys.stderr)
-        return exit_codes.UNTESTED
+    split = checked_split(cells, index)
+    if isinstance(split, int):
+        return split
+    cells, static_only = split
 
     def run_cells(records: list[dict[str, Any]]) -> None:
         records += run_static_only(static_only, settings.output)
