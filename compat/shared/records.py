@@ -6,11 +6,12 @@ cell's resolve. `parse` walks the type hints and names the field that is wrong
 (`probes[3].status: 'passed' is not one of ok, broken, ...`); `json_schema` writes the same hints
 as JSON Schema (committed as docs/record.schema.json, checked by tests/unit/test_evidence.py).
 
-A record and each of its probe entries hold only the keys their classes declare (CLOSED): a
-mistyped or unknown key is refused by name (`probes[3].statsu: an unknown key (did you mean
-'status'?)`), as the record schema says (`additionalProperties: false`). The objects inside them
-(figures, detail, env, settings, ...) keep keys they do not declare (extra keys are welcome there,
-from a newer writer). A record is validated here and then read as the plain dict it is.
+Every object type (a record, a probe entry, its error, figures and their rows, the manifest, a step)
+holds only the keys its class declares (CLOSED): a mistyped or unknown key is refused by name
+(`probes[3].statsu: an unknown key (did you mean 'status'?)`), as the record schema says
+(`additionalProperties: false`). The maps inside them (a probe's detail, env, settings, machine,
+static, fidelity) are maps and keep what they hold. A record is validated here and then built into
+these frozen classes (`load_record`); the harness reads the typed record, never the dict.
 
 Schema versions, each older one read by an explicit migration to the next (`migrate`):
 1 had no `schema_version` key, no per-row figures and no manifest (`migrate_v1`, 1 -> 2);
@@ -37,7 +38,17 @@ from compat.shared.tolerances import RULE
 SCHEMA_VERSION = 3
 
 
-class ProbeStatus(str, enum.Enum):
+class Word(str, enum.Enum):
+    """A word of the record: compares, prints and serialises as the string the record holds."""
+
+    def __str__(self) -> str:
+        return str(self.value)
+
+    def __format__(self, spec: str) -> str:
+        return format(str(self.value), spec)
+
+
+class ProbeStatus(Word):
     OK = "ok"
     BROKEN = "broken"
     ERROR = "error"
@@ -47,7 +58,7 @@ class ProbeStatus(str, enum.Enum):
     FLAKY = "flaky"  # run again alone, it gave another outcome: neither is believed
 
 
-class Verdict(str, enum.Enum):
+class Verdict(Word):
     COMPATIBLE = "compatible"
     COMPATIBLE_WITH_COMPAT = "compatible-with-compat"
     INCOMPATIBLE = "incompatible"
@@ -57,12 +68,12 @@ class Verdict(str, enum.Enum):
     UNTESTED_AT_RUNTIME = "untested-at-runtime"
 
 
-class Backend(str, enum.Enum):
+class Backend(Word):
     CPU = "cpu"
     GPU = "gpu"
 
 
-class StepKind(str, enum.Enum):
+class StepKind(Word):
     """Where a cell's time went: compat.cell.steps times what happens inside the probe run, compat.harness.cell_run
     the rest (install, startup, rerun, other)."""
     INSTALL = "install"            # the cell's venv built, or found and reused
@@ -76,7 +87,7 @@ class StepKind(str, enum.Enum):
     OTHER = "other"                # the probe run's time in no step above: imports, static probes, fixtures
 
 
-class Cause(str, enum.Enum):
+class Cause(Word):
     """Why a probe did not pass. Only `contract` may read `broken`; the others are `error`."""
     CONTRACT = "contract"        # the vLLM/speculators API or the data it returns
     ENVIRONMENT = "environment"  # a missing package, module, compiled kernel, attention backend, driver, OOM, port
@@ -86,7 +97,7 @@ class Cause(str, enum.Enum):
     RECORD = "record"            # the record contradicts itself or lacks what it must hold
 
 
-@dataclass
+@dataclass(frozen=True)
 class ProbeError:
     type: str
     message: str = ""
@@ -96,14 +107,14 @@ class ProbeError:
     root_cause: Optional[str] = None
 
 
-@dataclass
+@dataclass(frozen=True)
 class Tolerance:
     atol: float
     rtol: float
     rule: str = RULE
 
 
-@dataclass
+@dataclass(frozen=True)
 class RowDrift:
     """Token rows of one (sequence, layer) set aside as 16-bit drift (compat.cell.row_consistency)."""
     tokens: int
@@ -112,7 +123,7 @@ class RowDrift:
     max_separation: Optional[float] = None
 
 
-@dataclass
+@dataclass(frozen=True)
 class DriftRule:
     """The 16-bit drift rule a data check applied: a drifted token's relative error and separation
     bounds, and the share of all token rows that may drift."""
@@ -121,7 +132,7 @@ class DriftRule:
     fraction: float
 
 
-@dataclass
+@dataclass(frozen=True)
 class FigureRow:
     """One (sequence, layer) compared with the reference. null figures: the shapes differed.
     With `drift`, max_abs_error and scale are those of the tokens not set aside. `allowed` (schema
@@ -137,7 +148,7 @@ class FigureRow:
     case: Optional[str] = None
 
 
-@dataclass
+@dataclass(frozen=True)
 class Figures:
     """What a data probe compared, from which the harness recomputes pass or fail."""
     dtype: str
@@ -147,7 +158,7 @@ class Figures:
     drift_rule: Optional[DriftRule] = None
 
 
-@dataclass
+@dataclass(frozen=True)
 class ProbeRecord:
     id: str
     status: ProbeStatus
@@ -170,7 +181,7 @@ class ProbeRecord:
 RERUN_BLOCKED = "the second run could not ask"
 
 
-@dataclass
+@dataclass(frozen=True)
 class Manifest:
     """What the runner expected this cell to report: every probe key (`id` or `id[case]`) of its probe
     set, the server-era variants the cell's spec selected (None: every variant), and that probe set."""
@@ -179,7 +190,7 @@ class Manifest:
     probe_set: Optional[int] = None  # the runner's probe set (compat.shared.probe_catalog); absent: 0
 
 
-@dataclass
+@dataclass(frozen=True)
 class Step:
     """One timed step of a cell (StepKind), and what it was: `server_start` `raw`, `client` `raw batch`, ...;
     `at`: when it began, in seconds after the probe process was launched (steps may overlap: a server started in
@@ -190,7 +201,7 @@ class Step:
     at: Optional[float] = None
 
 
-@dataclass
+@dataclass(frozen=True)
 class CellRecord:
     schema_version: int
     id: str
@@ -219,8 +230,10 @@ class CellRecord:
     duplicate_of: Optional[str] = None  # a second file of one folder with this cell id (the store's import)
 
 
-# The objects that hold only the keys they declare: a record and each of its probe entries.
-CLOSED: frozenset[type] = frozenset({CellRecord, ProbeRecord})
+# The objects that hold only the keys they declare: every object type of the schema. The maps inside them
+# (a probe's detail, env, settings, machine, static, fidelity) are maps, not object types: open by design.
+CLOSED: frozenset[type] = frozenset({CellRecord, ProbeRecord, ProbeError, Tolerance, RowDrift, DriftRule, FigureRow,
+                                     Figures, Manifest, Step})
 
 
 class RecordError(ValueError):
@@ -309,9 +322,9 @@ def unknown_key(tp: type, value: dict[str, Any], path: str) -> None:
         if key not in declared:
             near = difflib.get_close_matches(str(key), declared, n=1)
             hint = f"did you mean {near[0]!r}? " if near else ""
+            what = {CellRecord: "a record", ProbeRecord: "a probe entry"}.get(tp, f"a {tp.__name__}")
             raise RecordError(f"{path}.{key}" if path else str(key),
-                              f"an unknown key ({hint}a {'record' if tp is CellRecord else 'probe entry'} holds "
-                              f"only the keys the record schema lists)")
+                              f"an unknown key ({hint}{what} holds only the keys the record schema lists)")
 
 
 def _type_name(tp: Any) -> str:
@@ -495,6 +508,51 @@ def validate_cell(record: Any, source: str = "") -> dict[str, Any]:
     migrated = migrate(record, source)
     parse(CellRecord, migrated)
     return migrated
+
+
+# ---- typed records ----------------------------------------------------------------------------
+
+def build(tp: Any, value: Any) -> Any:
+    """`value` (decoded JSON that `parse` accepted for `tp`) as the typed object: enums as their members,
+    dataclasses as instances; maps of Any stay as they are."""
+    origin, args = typing.get_origin(tp), typing.get_args(tp)
+    if tp is Any or value is None:
+        return value
+    if origin is typing.Union:
+        return build(next(a for a in args if a is not type(None)), value)
+    if isinstance(tp, type) and issubclass(tp, enum.Enum):
+        return tp(value)
+    if isinstance(tp, type) and dataclasses.is_dataclass(tp):
+        hints = _hints(tp)
+        return tp(**{f.name: build(hints[f.name], value[f.name]) for f in dataclasses.fields(tp) if f.name in value})
+    if origin is list:
+        return [build(args[0], item) for item in value]
+    if origin is dict:
+        return {key: build(args[1], item) for key, item in value.items()}
+    if tp is float and isinstance(value, int):
+        return float(value)
+    return value
+
+
+def to_json(value: Any) -> Any:
+    """A typed record (or any part of it) as the JSON it was read from: an optional field left at None is
+    left out, as the writers leave it out."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: to_json(getattr(value, f.name)) for f in dataclasses.fields(value)
+                if not (f.default is None and getattr(value, f.name) is None)}
+    if isinstance(value, enum.Enum):
+        return value.value
+    if isinstance(value, dict):
+        return {key: to_json(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [to_json(item) for item in value]
+    return value
+
+
+def load_record(record: Any, source: str = "") -> CellRecord:
+    """A decoded results/<cell>.json as the typed CellRecord (validate_cell, then build)."""
+    built: CellRecord = build(CellRecord, validate_cell(record, source))
+    return built
 
 
 # ---- JSON Schema ------------------------------------------------------------------------------

@@ -22,7 +22,7 @@ from compat.harness.report_cli import main as report_main
 from compat.harness.verdict import PASS, decide
 from compat.shared import records, tolerances
 from compat.shared.records import RecordError, migrate, migrate_v2, origin, validate_cell
-from compat.shared.results import ResultFileError, load_cell, write_json_atomic
+from compat.shared.results import ResultFileError, load_cell, read_json, write_json_atomic
 from compat.shared.tolerances import (
     REFERENCE_SCALES,
     SUMMARY_KEYS,
@@ -387,13 +387,35 @@ def test_a_mistyped_key_names_the_key_it_meant():
         validate_cell(cell)
 
 
-def test_the_schema_refuses_unknown_keys_at_the_top_and_in_probe_entries_only():
+def test_the_schema_refuses_unknown_keys_in_every_object_type():
     schema = records.json_schema()
     assert schema["x-schema-version"] == 3
     assert schema["additionalProperties"] is False
     assert schema["$defs"]["ProbeRecord"]["additionalProperties"] is False
-    assert schema["$defs"]["Figures"]["additionalProperties"] is True  # figures and details stay open
+    assert all(d["additionalProperties"] is False for d in schema["$defs"].values() if d.get("type") == "object")
     assert "allowed" in schema["$defs"]["FigureRow"]["properties"]
+
+
+@pytest.mark.parametrize("where", ["figures", "figures.rows[0]", "figures.tolerance", "error", "manifest"])
+def test_an_unknown_key_inside_a_probe_or_the_manifest_is_refused_by_its_path(where):
+    cell = load(V2_0110)
+    index = next(i for i, p in enumerate(cell["probes"]) if p.get("figures"))
+    probe = cell["probes"][index]
+    probe["error"] = probe.get("error") or {"type": "AssertionError"}
+    target = {"figures": probe["figures"], "figures.rows[0]": probe["figures"]["rows"][0],
+              "figures.tolerance": probe["figures"]["tolerance"], "error": probe["error"],
+              "manifest": cell["manifest"]}[where]
+    target["maxabs"] = 1.0
+    path = "manifest.maxabs" if where == "manifest" else rf"probes\[{index}\]\.{where}.maxabs"
+    with pytest.raises(RecordError, match=path.replace("[0]", r"\[0\]") + ": an unknown key"):
+        validate_cell(cell)
+
+
+def test_a_typed_record_writes_back_the_json_it_was_read_from():
+    for path in genuine_files():
+        cell = records.load_record(read_json(path, "cell result"))
+        assert isinstance(cell, records.CellRecord) and isinstance(cell.verdict, records.Verdict)
+        assert records.load_record(records.to_json(cell)) == cell, path
 
 
 def test_every_committed_record_loads_with_every_key_it_carries_declared():
