@@ -101,6 +101,7 @@ def _reference_figures(record: dict[str, Any]) -> dict[str, Any] | None:
 
 def evidence(record: dict[str, Any]) -> dict[str, Any]:
     """What a reader needs to trust one measured cell, without opening its record."""
+    from compat.harness.evidence import record_probe_set
     from compat.harness.verdict import decide
 
     env = record.get("env") or {}
@@ -112,7 +113,7 @@ def evidence(record: dict[str, Any]) -> dict[str, Any]:
                         if env.get(k)},
         "machine": {k: machine.get(k) for k in ("hostname", "cpu_count", "gpu") if k in machine},
         "harness_commit": record.get("harness_commit") or "unknown", "finished_at": record.get("finished_at"),
-        "seconds": record.get("seconds"),
+        "seconds": record.get("seconds"), "probe_set": record_probe_set(record),
     }
 
 
@@ -161,6 +162,26 @@ def _decided_verdict(record: dict[str, Any]) -> str:
     return decide(record).verdict
 
 
+def _probe_sets_text(doc: dict[str, Any], records: dict[str, dict[str, Any]]) -> str:
+    """Which probe sets the row's measured cells ran (docs/probes.md): ` (probe set 6)`, or ` (probe sets 5: 3, 6: 13)`
+    where a row mixes them, so a reader sees which cells predate the newest probes."""
+    from compat.harness.evidence import record_probe_set
+
+    held: dict[str, int] = {}
+    for cell in doc["cells"]:
+        record = records.get(str(cell.get("cell_id") or "")) if cell.get("provenance") == "measured" else None
+        if record is not None:
+            probe_set = record_probe_set(record)
+            key = "unknown" if probe_set is None else str(probe_set)
+            held[key] = held.get(key, 0) + 1
+    if not held:
+        return ""
+    if len(held) == 1:
+        return f" (probe set {next(iter(held))})"
+    in_order = sorted(held.items(), key=lambda kv: (not kv[0].isdigit(), int(kv[0]) if kv[0].isdigit() else 0))
+    return " (probe sets " + ", ".join(f"{k}: {n}" for k, n in in_order) + ")"
+
+
 def answer_markdown(rows: dict[str, dict[str, Any]], records: dict[str, dict[str, Any]]) -> str:
     """docs/support-table.md's answer section: one line per speculators release."""
     lines = [ANSWER_BEGIN, "",
@@ -175,7 +196,8 @@ def answer_markdown(rows: dict[str, dict[str, Any]], records: dict[str, dict[str
                                                     for c in doc["cells"]))
         inferred = [c for c in doc["cells"] if c.get("provenance") == "inferred"]
         across = sorted({c["source"][1] for c in inferred if c.get("source") and c["source"][1] != spec}, key=Version)
-        how = f"{measured} measured, {len(inferred)} inferred" + (f" (from {', '.join(across)})" if across else "")
+        how = (f"{measured} measured{_probe_sets_text(doc, records)}, {len(inferred)} inferred"
+               + (f" (from {', '.join(across)})" if across else ""))
         lines.append(f"| {spec} | " + " | ".join(_releases_text(ranges.get(o) or []) for o in OUTCOME_WORDS)
                      + f" | {how}" + (f", {missing} not run yet" if missing else "")
                      + f" | {_other_backend_marks(spec, str(doc.get('backend')), records) or 'none'} |")
@@ -183,8 +205,9 @@ def answer_markdown(rows: dict[str, dict[str, Any]], records: dict[str, dict[str
               "from the row's cells, whatever their provenance: measured, inferred, static only (a chosen runtime "
               "cell not run yet reads `untested`, or `broken` where the static layer finds a broken contract), "
               "or the resolver's pins conflict (`broken`). The last column: the same pairs on an H200 (official "
-              "wheel; ✔ as released, ◐ with the adapters, ✖ broken). Every cell with how it was found and its "
-              "evidence: `published/support.json`, `published/compat.md`.", "", ANSWER_END]
+              "wheel; ✔ as released, ◐ with the adapters, ✖ broken). Measured cells name the probe set they ran "
+              "(docs/probes.md); `refresh` re-runs a row whose cells ran an older one. Every cell with how it was "
+              "found and its evidence: `published/support.json`, `published/compat.md`.", "", ANSWER_END]
     return "\n".join(lines)
 
 
