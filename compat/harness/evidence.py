@@ -30,6 +30,7 @@ from typing import Any, Iterable, Optional
 from compat.harness.causes import rerun_blocked
 from compat.harness.invariants import cell_invariants, probe_invariants
 from compat.harness.matrix import DEFAULT_DTYPE, Cell
+from compat.harness.nearest_kernels import with_record_kernels
 from compat.shared import tolerances
 from compat.shared.manifest import (
     CORE_PROBE_KEYS,
@@ -415,10 +416,11 @@ def identity_problems(cell: dict[str, Any]) -> list[str]:
     else:
         variants = settings.get("variants")
         probe_set = record_probe_set(cell)  # an unknown set is manifest_problems' to say
-        expected = Cell(str(cell.get("vllm")), str(cell.get("speculators")), str(cell.get("backend")),
-                        variants=tuple(variants) if isinstance(variants, list) else None,
-                        dtype=str(settings.get("dtype") or DEFAULT_DTYPE), model=str(settings.get("model") or ""),
-                        probe_set=PROBE_SET if probe_set is None else probe_set).id
+        named = Cell(str(cell.get("vllm")), str(cell.get("speculators")), str(cell.get("backend")),
+                     variants=tuple(variants) if isinstance(variants, list) else None,
+                     dtype=str(settings.get("dtype") or DEFAULT_DTYPE), model=str(settings.get("model") or ""),
+                     probe_set=PROBE_SET if probe_set is None else probe_set)
+        expected = with_record_kernels(named, cell).id  # a nearest-kernel cell's id carries its kernels
     if cell.get("id") != expected:
         problems.append(f"the record's id {cell.get('id')!r} is not the one its pair, backend and settings give "
                         f"({expected!r})")

