@@ -26,7 +26,7 @@ class BuildWithPublishedTable(build_py):
         shutil.rmtree(target, ignore_errors=True)
         (target / "results" / "support").mkdir(parents=True)
         shutil.copyfile(source / "support.json", target / "support.json")
-        for path in sorted((source / "results").glob("*.json")):
+        for path in sorted((source / "results").glob("*.json*")):  # <cell-id>.json.gz (a plain .json reads too)
             shutil.copyfile(path, target / "results" / path.name)
         for path in sorted((source / "results" / "support").glob("*.json")):
             shutil.copyfile(path, target / "results" / "support" / path.name)

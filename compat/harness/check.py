@@ -32,7 +32,7 @@ from compat.harness import exit_codes, published
 from compat.harness.published import OUTCOME_WORDS, PublishedError
 from compat.harness.support import PROVENANCE, other_backend_runs
 from compat.shared.profiles import profile_for
-from compat.shared.results import ResultFileError, load_cell
+from compat.shared.results import ResultFileError, evidence_path, load_cell, record_files, record_stem
 
 SCHEMA = "docs/check.schema.json"
 SCHEMA_VERSION = 1
@@ -198,12 +198,12 @@ def _source_record(results: Path, doc: dict[str, Any], vllm: str,
     """An inference's source cell id and record (None where the table does not hold it)."""
     backend = str(doc.get("backend"))
     cell_id = f"vllm-{vllm}__speculators-{speculators}__{backend}{_row_suffix(doc, backend)}"
-    path = results / f"{cell_id}.json"
+    path = evidence_path(results / f"{cell_id}.json")
     if not path.is_file():
-        found = sorted(results.glob(f"vllm-{vllm}__speculators-{speculators}__{backend}*.json"))
+        found = record_files(results, f"vllm-{vllm}__speculators-{speculators}__{backend}*")
         if not found:
             return cell_id, None
-        path, cell_id = found[0], found[0].stem
+        path, cell_id = found[0], record_stem(found[0])
     return cell_id, load_cell(path)
 
 
@@ -218,7 +218,7 @@ def row_evidence(results: Path, doc: dict[str, Any], cell: dict[str, Any], role:
     check = cell.get("check") or {}
     if check.get("ran"):
         found.checked = str(check.get("text"))
-    if cell.get("cell_id") and (results / f"{cell['cell_id']}.json").is_file():
+    if cell.get("cell_id") and evidence_path(results / f"{cell['cell_id']}.json").is_file():
         found.record = load_cell(results / f"{cell['cell_id']}.json")
         found.cell_id = str(cell["cell_id"])
     elif cell.get("provenance") == "inferred" and cell.get("source"):
@@ -357,7 +357,7 @@ def answer(speculators: str, vllm: str, backend: str, backend_from: str, folder:
         raise PublishedError(f"vLLM {vllm}: not in the published row of speculators {speculators}; its vLLM "
                              f"releases: {doc['cells'][0]['vllm']} – {doc['cells'][-1]['vllm']}")
     spec, row_backend = str(doc["fixed"]), str(doc.get("backend"))
-    pair = [load_cell(p) for p in sorted(results.glob(f"vllm-{cell['vllm']}__speculators-{spec}__*.json"))]
+    pair = [load_cell(p) for p in record_files(results, f"vllm-{cell['vllm']}__speculators-{spec}__*")]
     runs = other_backend_runs(pair, row_backend, published._decided_verdict)
     mine = [r for r in runs if r["backend"] == backend]
     if backend != row_backend and mine:

@@ -21,7 +21,6 @@ tests/unit/test_evidence_size.py holds the bound on what reports/ and published/
 
 from __future__ import annotations
 
-import gzip
 import hashlib
 import json
 import shutil
@@ -30,16 +29,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from compat.shared.results import gzip_bytes as gzip_bytes  # re-exported: its one home is compat.shared.results
 from compat.shared.results import read_json, write_bytes_atomic, write_json_atomic
 
 PAGES = ("compat.json", "compat.html", "compat.md")
 VERDICTS = "verdicts.json"
 TENSOR_DIGEST = ".json"  # hs_0.safetensors -> hs_0.safetensors.json
-
-
-def gzip_bytes(data: bytes) -> bytes:
-    """gzip at level 9 with no file name and time 0 in the header: the same input, the same bytes."""
-    return gzip.compress(data, compresslevel=9, mtime=0)
 
 
 def pack_log(path: Path) -> Path:

@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from compat.harness.pypi import default_cache_dir
-from compat.shared.results import ResultFileError, load_cell, read_json, write_json_atomic
+from compat.shared.results import ResultFileError, load_cell, read_json, record_files, record_stem, write_json_atomic
 
 STORE_ENV = "COMPAT_STORE"
 USER_STORE = "user"  # `--store user` / COMPAT_STORE=user: the per-user store in the harness's cache folder
@@ -254,7 +254,7 @@ class Store:
         return cursor.rowcount == 1
 
     def import_dir(self, folder: Path) -> Imported:
-        """results/<cell>.json (validated as compat.shared.results.load_cell validates them),
+        """results/<cell>.json or <cell>.json.gz (validated as compat.shared.results.load_cell validates them),
         <folder>/kimi*.json, <folder>/bisect/speculators-*.json and <folder>/support/*.json. A file
         that cannot be read or fails the record
         schema is named in `problems` and the others are still kept. Two files of one folder with
@@ -265,13 +265,14 @@ class Store:
             out.problems.append(f"results directory {folder} does not exist")
             return out
         seen: dict[str, Path] = {}
-        for path in sorted(p for p in folder.glob("*.json") if not p.name.startswith(".")):
+        for path in record_files(folder):  # <cell>.json or <cell>.json.gz (published/results keeps them gzip'd)
             try:
                 if path.name.startswith("kimi"):
+                    name = record_stem(path)
                     data = read_json(path, "kimi result")
-                    self.add_document(KIMI, path.stem, data, _file_time(path), str(path))
-                    out.documents.add((KIMI, path.stem))
-                    out.document_hashes.add(document_hash(KIMI, path.stem, data))
+                    self.add_document(KIMI, name, data, _file_time(path), str(path))
+                    out.documents.add((KIMI, name))
+                    out.document_hashes.add(document_hash(KIMI, name, data))
                     continue
                 cell = load_cell(path)
             except ResultFileError as exc:

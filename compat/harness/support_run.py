@@ -38,8 +38,11 @@ def _echo(line: str) -> None:
 
 
 def gather(axis: str, fixed: str, backend: str, cache: Any = None, index: Any = None,
-           echo: Callable[[str], None] = _echo) -> dict[str, Any]:
-    """The static table, fingerprints, runtime builds and pin conflicts of the row or column."""
+           echo: Callable[[str], None] = _echo, vllm_range: tuple[str, str] | None = None,
+           candidate: str = "") -> dict[str, Any]:
+    """The static table, fingerprints, runtime builds and pin conflicts of the row or column.
+    `vllm_range`: a row's vLLM releases from A to B only; `candidate`: the wheel of a candidate build whose
+    version is `fixed` (its cells infer only from its own runs: no other release's code stands for it)."""
     from compat.harness.static.check import load_release
     from compat.harness.static.contract_history import vllm_releases
     from compat.harness.static.fingerprint import era, fingerprint, speculators_fingerprint
@@ -52,10 +55,12 @@ def gather(axis: str, fixed: str, backend: str, cache: Any = None, index: Any = 
     vllm_all = vllm_releases(cache)
     spec_all = speculators_releases(cache)
     known = vllm_all if axis == "speculators" else spec_all
-    if Version(fixed) not in {Version(r) for r in known}:
+    if candidate:
+        cache.add_local(Path(candidate))
+    elif Version(fixed) not in {Version(r) for r in known}:
         what = "vLLM" if axis == "speculators" else "speculators"
         raise MatrixError(f"{what} {fixed} is not a release the table covers; releases: {', '.join(known)}")
-    vllm = [fixed] if axis == "speculators" else vllm_all
+    vllm = [fixed] if axis == "speculators" else in_range(vllm_all, vllm_range)
     speculators = spec_all if axis == "speculators" else [fixed]
     table = static_table(cache, vllm, speculators, detail=True)
     echo(f"[support] static layer: {len(vllm)} vLLM x {len(speculators)} speculators in {table['seconds']['total']} s")
@@ -80,8 +85,9 @@ def gather(axis: str, fixed: str, backend: str, cache: Any = None, index: Any = 
             spec_fingerprints[s] = speculators_fingerprint(release.speculators, tuple(release.companions))
         except StaticError:
             spec_fingerprints[s] = ""
-    siblings = same_code_releases(fixed, spec_all, spec_fingerprints, cache) if axis == "vllm" else []
-    conflicts = pin_conflicts(vllm, speculators, backend, builds, index)
+    siblings = same_code_releases(fixed, spec_all, spec_fingerprints, cache) if axis == "vllm" and not candidate \
+        else []
+    conflicts = pin_conflicts(vllm, speculators, backend, builds, index, candidate)
     echo(f"[support] fingerprints, model runners and pins read in {time.monotonic() - started:.0f} s")
     facts = []
     for v in vllm:
@@ -111,6 +117,18 @@ def gather(axis: str, fixed: str, backend: str, cache: Any = None, index: Any = 
             "siblings": sibling_facts, "seconds": round(time.monotonic() - started, 1)}
 
 
+def in_range(releases: list[str], vllm_range: tuple[str, str] | None) -> list[str]:
+    """The releases from A to B (both included) of `--vllm-range A..B`; all of them without one."""
+    if vllm_range is None:
+        return releases
+    low, high = Version(vllm_range[0]), Version(vllm_range[1])
+    chosen = [r for r in releases if low <= Version(r) <= high]
+    if not chosen:
+        raise MatrixError(f"--vllm-range {vllm_range[0]}..{vllm_range[1]}: no vLLM release the table covers lies "
+                          f"in it; releases: {', '.join(releases)}")
+    return chosen
+
+
 def same_code_releases(fixed: str, releases: list[str], known: dict[str, str], cache: Any) -> list[str]:
     """The other speculators releases with this one's profile and extraction-code fingerprint."""
     from compat.harness.static.check import load_release
@@ -135,7 +153,7 @@ def same_code_releases(fixed: str, releases: list[str], known: dict[str, str], c
 
 
 def pin_conflicts(vllm: list[str], speculators: list[str], backend: str, builds: set[str],
-                  index: Any = None) -> dict[tuple[str, str], str]:
+                  index: Any = None, candidate: str = "") -> dict[tuple[str, str], str]:
     """{(v, s): message} where the pair's published pins cannot be installed together: the install
     recipe's own check (compat.harness.recipe), from the packages' metadata, in seconds. A release
     with no runtime build is checked as the official vllm wheel."""
@@ -150,7 +168,8 @@ def pin_conflicts(vllm: list[str], speculators: list[str], backend: str, builds:
     for v in vllm:
         for s in speculators:
             try:
-                derive_recipe(Cell(v, s, backend if v in builds else "gpu"), index, finds=finds)
+                derive_recipe(Cell(v, s, backend if v in builds else "gpu", speculators_wheel=candidate), index,
+                              finds=finds)
             except (RecipeError, PackageIndexError) as exc:
                 out[(v, s)] = str(exc).split(": ", 1)[-1] if "cannot be installed" in str(exc) else str(exc)
     return out
@@ -158,10 +177,11 @@ def pin_conflicts(vllm: list[str], speculators: list[str], backend: str, builds:
 
 def measured_from(records: list[dict[str, Any]]) -> dict[tuple[str, str], support.Measured]:
     """Decided runtime records by pair (the verdict rule, the registry's fix of each known breakage)."""
+    from compat.harness.nearest_kernels import record_label
     from compat.harness.verdict import decide
 
-    out = {}
-    for record in records:
+    out: dict[tuple[str, str], support.Measured] = {}
+    for record in sorted(records, key=lambda r: bool(record_label(r))):  # genuine builds first
         if record.get("verdict") == "untested-at-runtime":
             continue
         decision = decide(record)
@@ -169,8 +189,12 @@ def measured_from(records: list[dict[str, Any]]) -> dict[tuple[str, str], suppor
         for _, cls in decision.classes:
             if cls.breakage is not None and cls.breakage.fix not in fixes:
                 fixes.append(cls.breakage.fix)
-        out[(str(record.get("vllm")), str(record.get("speculators")))] = support.Measured(
-            decision.verdict, str(record.get("cell") or record.get("id") or ""), decision.reasons, tuple(fixes))
+        pair, label = (str(record.get("vllm")), str(record.get("speculators"))), record_label(record)
+        if label and pair in out and out[pair].provenance == support.MEASURED:
+            continue  # the release's own build ran this pair: a nearest-kernel cell of it is validation, not the answer
+        out[pair] = support.Measured(
+            decision.verdict, str(record.get("cell") or record.get("id") or ""), decision.reasons, tuple(fixes),
+            provenance=support.NEAREST_KERNELS if label else support.MEASURED, label=label)
     return out
 
 
@@ -191,11 +215,11 @@ def older_probe_set(record: dict[str, Any]) -> bool:
 
 
 def stored_records(cells: list[Cell], results: Path) -> dict[str, dict[str, Any]]:
-    from compat.shared.results import ResultFileError, load_cell
+    from compat.shared.results import ResultFileError, evidence_path, load_cell
 
     out = {}
     for cell in cells:
-        path = results / f"{cell.id}.json"
+        path = evidence_path(results / f"{cell.id}.json")  # or its .json.gz (published/results)
         if path.is_file():
             try:
                 out[cell.id] = load_cell(path)
@@ -265,11 +289,13 @@ def run_support(settings: Settings) -> int:
     axis, fixed, backend = request.axis, request.fixed, request.backend
     try:
         fresh = request.rerun or request.plan_only or selection.list_cells or selection.only or request.check_inferred
-        if axis == ROW and (as_published := published_settings(settings, fixed)) is not None:
+        # a candidate is no published row; a range is a part of one, measured (its stored cells reused)
+        if axis == ROW and not request.candidate and (as_published := published_settings(settings, fixed)) is not None:
             settings = as_published
-            if not fresh and (answered := answer_from_published(fixed, backend, settings)) is not None:
+            if not fresh and request.vllm_range is None \
+                    and (answered := answer_from_published(fixed, backend, settings)) is not None:
                 return answered
-        gathered = gather(axis, fixed, backend)
+        gathered = gather(axis, fixed, backend, vllm_range=request.vllm_range, candidate=request.candidate)
         planned = support.plan(gathered["facts"], axis)
         sibling_cells = {(f.vllm, f.speculators): settings.cell.apply(Cell(f.vllm, f.speculators, backend))
                          for f in gathered.get("siblings") or []}
@@ -286,7 +312,8 @@ def run_support(settings: Settings) -> int:
               file=sys.stderr)
         return 2
     results = settings.output.results
-    cells = {pair: settings.cell.apply(Cell(pair[0], pair[1], backend)) for pair in support.runtime_pairs(planned)}
+    cells = {pair: settings.cell.apply(Cell(pair[0], pair[1], backend, speculators_wheel=request.candidate))
+             for pair in support.runtime_pairs(planned)}
     if selection.list_cells:  # the cells still to run: none kept here or published (every one with --rerun), or
         # kept from an older probe set (the scheduled refresh runs them again with the probes added since)
         kept = {} if request.rerun else _kept(list(cells.values()), results)
@@ -294,7 +321,15 @@ def run_support(settings: Settings) -> int:
         print(json.dumps(ids) if selection.json else "\n".join(ids))
         return 0
     name = f"speculators-{fixed}" if axis == ROW else f"vllm-{fixed}"
-    print(describe_plan(planned, axis, fixed, checks, seed if request.check_inferred else None), flush=True)
+    if request.candidate:
+        from compat.harness import candidate
+
+        name = candidate.row_name(fixed)
+        print(f"[support] speculators {fixed} is a candidate ({request.candidate}): its row stands apart from the "
+              f"released rows ({settings.output.results / 'support' / name}.json), and infers only from its own "
+              "runs", flush=True)
+    print(describe_plan(planned, axis, fixed, checks, seed if request.check_inferred else None, request.vllm_range),
+          flush=True)
     stored = _kept(list(cells.values()), results)
     if request.rerun:  # measure again: every runtime cell, or only those named
         stored = {i: r for i, r in stored.items() if selection.only and i not in selection.only}
@@ -320,6 +355,12 @@ def run_support(settings: Settings) -> int:
                              {(v, s): gathered["table"]["rows"][v][s].get("broken_lines") or []
                               for v in gathered["table"]["rows"] for s in gathered["table"]["rows"][v]}, axis)
     table = support_document(axis, fixed, backend, planned, answers, gathered, seed if checks else None)
+    if request.vllm_range is not None:
+        table["vllm_range"] = list(request.vllm_range)
+    if request.candidate:
+        from compat.harness.candidate import describe
+
+        table["candidate"] = describe(request.candidate)
     write_json_atomic(results / "support" / f"{name}.json", table)
     print(summary_text(table), flush=True)
     from compat.harness.store import SUPPORT
@@ -357,8 +398,9 @@ def _outcomes_along(axis: str, fixed: str, table: dict[str, Any]) -> dict[str, d
 
 
 def describe_plan(planned: list[support.Planned], axis: str, fixed: str, checks: list[support.Planned],
-                  seed: int | None) -> str:
-    what = (f"speculators {fixed} x every vLLM release" if axis == "vllm"
+                  seed: int | None, vllm_range: tuple[str, str] | None = None) -> str:
+    releases = f"vLLM {vllm_range[0]} – {vllm_range[1]}" if vllm_range else "every vLLM release"
+    what = (f"speculators {fixed} x {releases}" if axis == "vllm"
             else f"vLLM {fixed} x every speculators release")
     lines = [f"[support] {what}: {len(planned)} cells"]
     for p in planned:

@@ -9,6 +9,7 @@ The merged report is {"harness_version", "generated_at", "machine", "cells": [..
 
 from __future__ import annotations
 
+import gzip
 import json
 import os
 import stat
@@ -119,6 +120,30 @@ def evidence_path(path: Path) -> Path:
         return path
     packed = path.with_name(path.name + GZIP_SUFFIX)
     return packed if packed.exists() else path
+
+
+# A cell record is `<cell-id>.json`, or kept compressed as `<cell-id>.json.gz` (published/results/: issue 45);
+# every reader lists a folder's records with record_files and names them with record_stem.
+RECORD_SUFFIXES = (".json.gz", ".json")
+
+
+def record_stem(path: Path) -> str:
+    """The cell id a record file is named for: `<id>.json` or `<id>.json.gz` -> `<id>`."""
+    name = Path(path).name
+    return next((name[: -len(s)] for s in RECORD_SUFFIXES if name.endswith(s)), Path(path).stem)
+
+
+def record_files(folder: Path, pattern: str = "*") -> list[Path]:
+    """The record files of a folder whose cell id matches `pattern` (a glob), plain or compressed, in id order
+    (a dotfile is no record)."""
+    found = {p for suffix in RECORD_SUFFIXES for p in Path(folder).glob(pattern + suffix)
+             if not p.name.startswith(".")}  # a device, a FIFO or a directory is listed: read_bounded refuses it
+    return sorted(found, key=lambda p: (record_stem(p), p.name))
+
+
+def gzip_bytes(data: bytes) -> bytes:
+    """gzip at level 9 with no file name and time 0 in the header: the same input, the same bytes."""
+    return gzip.compress(data, compresslevel=9, mtime=0)
 
 
 def read_evidence(path: Path, what: str, limit: int | None = None) -> bytes:

@@ -32,7 +32,7 @@ def genuine_row() -> dict:
 
 
 def record_name(vllm: str) -> str:
-    return f"vllm-{vllm}__speculators-0.8.1__cpu__variants-none.json"
+    return f"vllm-{vllm}__speculators-0.8.1__cpu__variants-none.json.gz"  # as published/results keeps it
 
 
 def folder(path: Path, kimi: dict | None = None, row: dict | None = None, records: tuple[str, ...] = ("0.28.0",),
@@ -152,8 +152,8 @@ def test_a_cell_inferred_from_another_row_reads_that_pair_s_record_in_the_folder
     cell.update(outcome="works", verdict="compatible")
     path = tmp_path / "edited"
     write_json_atomic(path / "support" / "speculators-0.4.0.json", row)
-    shutil.copyfile(PUBLISHED / "vllm-0.12.0__speculators-0.4.0.1__cpu.json",
-                    path / "vllm-0.12.0__speculators-0.4.0.1__cpu.json")
+    shutil.copyfile(PUBLISHED / "vllm-0.12.0__speculators-0.4.0.1__cpu.json.gz",
+                    path / "vllm-0.12.0__speculators-0.4.0.1__cpu.json.gz")
     code, rep = report(tmp_path / "e", path)
     shown = next(c for c in rep["support"][0]["cells"] if c["vllm"] == "0.12.0")
     assert (shown["outcome"], shown["verdict"]) == ("adapters", "compatible-with-compat") and code == 2

@@ -4,6 +4,7 @@ the one-pair check: tests/unit/test_check.py."""
 
 from __future__ import annotations
 
+import gzip
 import json
 import shutil
 from pathlib import Path
@@ -12,6 +13,7 @@ import pytest
 
 from compat.harness import published, settings, support_run
 from compat.harness.verdict import decide
+from compat.shared.results import read_json
 
 ROWS = published.load_rows()
 
@@ -47,11 +49,38 @@ def test_an_edited_record_disagrees_with_its_published_cell(tmp_path):
     """The check above can fail: a measured cell's record edited to break its reference case."""
     doc = ROWS["0.8.1"]
     cell = next(c for c in doc["cells"] if c["provenance"] == "measured" and c["verdict"] == "compatible")
-    record = json.loads((published.RESULTS / f"{cell['cell_id']}.json").read_text())
+    record = read_json(published.RESULTS / f"{cell['cell_id']}.json", "cell result")  # kept as its .json.gz
     probe = next(p for p in record["probes"] if p["status"] == "ok" and p["id"] != "worker_logging")
     probe.update(status="broken", with_compat="broken",
                  error={"type": "AssertionError", "message": "rows differ", "where": None})
     assert decide(record).verdict != cell["verdict"]
+
+
+def test_published_records_are_kept_gzipped_and_publish_add_keeps_them_so(tmp_path):
+    """Every published record is <cell-id>.json.gz (the tracked bound: tests/unit/test_evidence_size.py); a row
+    run's plain records added by `publish --add` are written compressed, their bytes exactly, the same record
+    giving the same file, and a plain copy of the same cell there is removed; a folder holding both is refused."""
+    assert not list(published.RESULTS.glob("*.json")), "a published record kept uncompressed"
+    assert len(list(published.RESULTS.glob("*.json.gz"))) >= 200
+    cell_id = next(c["cell_id"] for c in ROWS["0.8.1"]["cells"] if c["provenance"] == "measured")
+    run = tmp_path / "run"
+    (run / "support").mkdir(parents=True)
+    plain = json.dumps(read_json(published.RESULTS / f"{cell_id}.json.gz", "cell result"), indent=1).encode()
+    (run / f"{cell_id}.json").write_bytes(plain)
+    shutil.copy(published.RESULTS / "support" / "speculators-0.8.1.json", run / "support")
+    target = tmp_path / "published"
+    (target / "support").mkdir(parents=True)
+    (target / f"{cell_id}.json").write_bytes(plain)  # an older plain copy: replaced, not kept beside
+    assert published.add_folder(run, target) == [cell_id, "support/speculators-0.8.1.json"]
+    packed = target / f"{cell_id}.json.gz"
+    assert not (target / f"{cell_id}.json").exists() and gzip.decompress(packed.read_bytes()) == plain
+    first = packed.read_bytes()
+    published.add_folder(run, target)
+    assert packed.read_bytes() == first  # no time or name in the gzip header
+    assert list(published.load_records(target)) == [cell_id]
+    (target / f"{cell_id}.json").write_bytes(plain)
+    with pytest.raises(published.PublishedError, match=f"a second file of cell {cell_id}"):
+        published.load_records(target)
 
 
 def _options(tmp_path: Path, speculators: str = "0.8.1", *given: str) -> settings.Settings:
@@ -81,9 +110,9 @@ def test_a_cell_run_here_is_named_as_such_and_a_missing_one_as_missing(tmp_path,
     measured = [c for c in doc["cells"] if c["provenance"] == "measured"]
     here, gone = measured[0], measured[1]
     kept = tmp_path / "published"  # the published folder without gone's record: a cell not measured yet
-    shutil.copytree(published.RESULTS, kept, ignore=shutil.ignore_patterns(f"{gone['cell_id']}.json"))
+    shutil.copytree(published.RESULTS, kept, ignore=shutil.ignore_patterns(f"{gone['cell_id']}.json*"))
     monkeypatch.setattr(published, "RESULTS", kept)
-    shutil.copy(kept / f"{here['cell_id']}.json", (tmp_path / "results").mkdir() or tmp_path / "results")
+    shutil.copy(kept / f"{here['cell_id']}.json.gz", (tmp_path / "results").mkdir() or tmp_path / "results")
     assert support_run.run_support(_options(tmp_path, "0.9.0")) == 0
     out = capsys.readouterr().out
     assert "the published row" in out
@@ -100,17 +129,3 @@ def test_other_settings_than_the_published_rows_are_not_answered_from_them(tmp_p
     assert answered is not None and answered.cell.variants == () and options.cell.variants is None
     assert support_run.published_settings(_options(tmp_path, "0.8.1", "--variants", "none"), "0.8.1") is not None
 
-
-def test_the_answer_names_the_probe_set_each_rows_measured_cells_ran():
-    """A row whose cells predate the newest probes says so (refresh re-runs it); a row that mixes sets counts each."""
-    records = published.load_records()
-    doc = ROWS["0.8.1"]
-    measured = [c for c in doc["cells"] if c["provenance"] == "measured"]
-    sets = {published.evidence(records[c["cell_id"]])["probe_set"] for c in measured}
-    line = next(x for x in published.answer_markdown(ROWS, records).splitlines() if x.startswith("| 0.8.1 |"))
-    assert f"{len(measured)} measured (probe set" in line and all(str(s) in line for s in sets)
-    newer = json.loads(json.dumps(records[measured[0]["cell_id"]]))
-    newer["manifest"]["probe_set"] = max(s for s in sets if s is not None) + 1
-    mixed = {**records, measured[0]["cell_id"]: newer}
-    line = next(x for x in published.answer_markdown(ROWS, mixed).splitlines() if x.startswith("| 0.8.1 |"))
-    assert "(probe sets " in line and f": {len(measured) - 1}" in line and ": 1" in line

@@ -13,7 +13,7 @@ import pytest
 
 from compat.harness.report_cli import main as report_main
 from compat.harness.store import Store, StoreError
-from compat.shared.results import write_json_atomic
+from compat.shared.results import read_json, write_json_atomic
 from record_factory import complete
 
 JAN, MAR = 1767225600, 1772323200  # 2026-01-01 and 2026-03-01, 00:00 UTC
@@ -203,7 +203,7 @@ def test_genuine_records_edited_one_way_read_the_same_beside_other_runs_of_their
     from compat.harness.verdict import decide
 
     published = Path(__file__).resolve().parents[2] / "published" / "results"
-    picked = {v: json.loads((published / f"vllm-{v}__speculators-0.8.1__cpu__variants-none.json").read_text())
+    picked = {v: read_json(published / f"vllm-{v}__speculators-0.8.1__cpu__variants-none.json", "cell result")
               for v in ("0.26.0", "0.28.0", "0.23.0", "0.20.0")}
     edited = json.loads(json.dumps(picked))
     ref = next(p for p in edited["0.26.0"]["probes"] if p["id"] == "hidden_states_match_reference")

@@ -176,12 +176,12 @@ def registry_check(entry: Breakage, contract_flips: list[dict[str, Any]], releas
 
 def cell_results(results_dir: Path | None) -> dict[tuple[str, str], dict[str, Any]]:
     """Stored runtime cells by (vLLM, speculators), CPU ones first."""
-    from compat.shared.results import ResultFileError, load_cell
+    from compat.shared.results import ResultFileError, load_cell, record_files
 
     found: dict[tuple[str, str], dict[str, Any]] = {}
     if results_dir is None or not Path(results_dir).is_dir():
         return found
-    for path in sorted(Path(results_dir).glob("vllm-*.json")):
+    for path in record_files(Path(results_dir), "vllm-*"):
         try:
             cell = load_cell(path)
         except ResultFileError:
