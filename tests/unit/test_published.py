@@ -129,3 +129,17 @@ def test_other_settings_than_the_published_rows_are_not_answered_from_them(tmp_p
     assert answered is not None and answered.cell.variants == () and options.cell.variants is None
     assert support_run.published_settings(_options(tmp_path, "0.8.1", "--variants", "none"), "0.8.1") is not None
 
+
+def test_the_answer_names_the_probe_set_each_rows_measured_cells_ran():
+    """A row whose cells predate the newest probes says so (refresh re-runs it); a row that mixes sets counts each."""
+    records = published.load_records()
+    doc = ROWS["0.8.1"]
+    measured = [c for c in doc["cells"] if c["provenance"] == "measured"]
+    sets = {published.evidence(records[c["cell_id"]])["probe_set"] for c in measured}
+    line = next(x for x in published.answer_markdown(ROWS, records).splitlines() if x.startswith("| 0.8.1 |"))
+    assert f"{len(measured)} measured (probe set" in line and all(str(s) in line for s in sets)
+    newer = json.loads(json.dumps(records[measured[0]["cell_id"]]))
+    newer["manifest"]["probe_set"] = max(s for s in sets if s is not None) + 1
+    mixed = {**records, measured[0]["cell_id"]: newer}
+    line = next(x for x in published.answer_markdown(ROWS, mixed).splitlines() if x.startswith("| 0.8.1 |"))
+    assert "(probe sets " in line and f": {len(measured) - 1}" in line and ": 1" in line
