@@ -79,6 +79,10 @@ def run_settings(cell: Cell) -> dict[str, Any]:
         settings["variants"] = list(cell.variants_selected)
     if cell.model:
         settings["model"] = cell.model
+    if cell.speculators_wheel:
+        from compat.harness.candidate import describe
+
+        settings["candidate"] = describe(cell.speculators_wheel)
     return settings
 
 

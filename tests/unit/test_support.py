@@ -265,7 +265,7 @@ def test_contract_support_in_browser_compat_words():
     (["--all-vllm"], "--all-vllm takes exactly one --speculators S"),
     (["--all-vllm", "--speculators", "0.9.0", "--vllm", "0.22.1"], "--all-vllm takes exactly one --speculators S"),
     (["--all-speculators", "--speculators", "0.9.0"], "--all-speculators takes exactly one --vllm V"),
-    (["--all-vllm", "--speculators", "nine"], "not a PEP 440 version"),
+    (["--all-vllm", "--speculators", "nine"], "'nine': not a version, and no such file or folder"),
     (["--all-vllm", "--speculators", "0.9.0", "--matrix", "m.toml"], "--matrix m.toml: not accepted with --all-vllm"),
 ])
 def test_a_bad_row_or_column_request_says_what_is_accepted(argv, says, capsys):

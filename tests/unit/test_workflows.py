@@ -176,7 +176,7 @@ def _gate_script(job: str) -> str:
 
 
 def _gated_jobs():
-    for name in ("compat.yml", "gpu-cells.yml", "support-row.yml"):
+    for name in ("compat.yml", "gpu-cells.yml", "support-row.yml", "candidate.yml"):
         for job_name, job in _jobs((ROOT / ".github/workflows" / name).read_text()).items():
             runs = [c for c in _commands(job) if GATED_RUN.match(c)]
             if runs:
@@ -199,7 +199,8 @@ def test_every_gated_run_records_its_status_and_its_job_ends_with_the_gate():
         steps = job.split("\n      - ")
         assert steps[-1].startswith(GATE_STEP[2:]) and "\n        if: always()\n" in steps[-1], where
     assert seen == {"compat.yml:cell": 1, "compat.yml:report": 1, "gpu-cells.yml:install": 6,
-                    "gpu-cells.yml:image": 1, "support-row.yml:cell": 1, "support-row.yml:table": 1}
+                    "gpu-cells.yml:image": 1, "support-row.yml:cell": 1, "support-row.yml:table": 1,
+                    "candidate.yml:candidate": 1}
     scripts = {_gate_script(job) for _, job, _ in _gated_jobs()}
     assert len(scripts) == 1, "the gate steps differ"
 
@@ -212,9 +213,10 @@ def test_every_gated_run_records_its_status_and_its_job_ends_with_the_gate():
                                 "::error::exit 1: b: a NEW breakage", "::error::exit 3: c: a result file"]),
     (["2 a", "3 b"], 3, ["::error::exit 3: b: a result file could not be read"]),
     (["137 a"], 137, ["::error::exit 137: a: the command itself failed"]),
+    (["0 a", "64 b"], 64, ["::error::exit 64: b: bad usage or input (an unknown option or release"]),
     (None, 1, ["::error::no exit status recorded"]),
-], ids=["pass", "untested", "new-wins", "unreadable", "killed", "nothing-recorded"])
-def test_the_gate_fails_the_job_on_1_2_3_each_with_its_own_message(tmp_path, shell, statuses, code, says):
+], ids=["pass", "untested", "new-wins", "unreadable", "killed", "usage", "nothing-recorded"])
+def test_the_gate_fails_the_job_on_1_2_3_64_each_with_its_own_message(tmp_path, shell, statuses, code, says):
     if not shutil.which(shell):
         pytest.skip(f"no {shell}")
     _, job, _ = next(_gated_jobs())

@@ -156,15 +156,19 @@ def _pair_symbols(pair: str) -> str:
     return f"vLLM {m['vllm']} {HOW_SYMBOLS[m['how']]}{PROVENANCE_SYMBOLS[symbol]}"
 
 
-def answer_lines(rows: dict[str, list[dict[str, Any]]], elsewhere: bool) -> list[tuple[list[str], list[str]]]:
+def answer_lines(rows: dict[str, list[dict[str, Any]]], elsewhere: bool,
+                 candidates: Iterable[str] = ()) -> list[tuple[list[str], list[str]]]:
     """The answer's lines: per speculators release its outcome texts (and the other backend's). Neighbouring
     releases whose outcomes cover the same vLLM ranges share one line (0.6.0, 0.6.0.1, 0.6.0.2), so the
     answer stays in one screen as releases come: a range's symbols are the union of how their cells were
-    found, what to install instead the newest pair any of them names (measured first)."""
+    found, what to install instead the newest pair any of them names (measured first). A candidate build
+    (`candidates`) shares no line: it stands apart from the released rows."""
     groups: list[tuple[tuple[Any, ...], list[str]]] = []
     for spec, cells in rows.items():
         ranges = outcome_ranges(cells)
-        key = tuple((o, r["version_added"], r["version_last"]) for o in OUTCOME_SYMBOLS for r in ranges[o])
+        key: tuple[Any, ...] = tuple((o, r["version_added"], r["version_last"]) for o in OUTCOME_SYMBOLS
+                                     for r in ranges[o])
+        key += ((CANDIDATE_WORD, spec),) if spec in candidates else ()
         if groups and groups[-1][0] == key:
             groups[-1][1].append(spec)
         else:
@@ -214,6 +218,34 @@ def _bcd(ranges: dict[str, list[dict[str, Any]]]) -> str:
     return '{"vllm": [' + ", ".join(entries) + "]}"
 
 
+CANDIDATE_WORD = "candidate"
+
+
+def _candidates(docs: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """The rows of candidate builds (compat.harness.candidate): version -> its wheel and sha256."""
+    return {str(d["fixed"]): d["candidate"] for d in docs if d.get("axis") == "vllm" and d.get("candidate")}
+
+
+def spec_label(spec: str, candidates: dict[str, dict[str, Any]]) -> str:
+    return f"{spec} ({CANDIDATE_WORD})" if spec in candidates else spec
+
+
+def candidate_lines(docs: list[dict[str, Any]]) -> list[str]:
+    """What the answer says first of each candidate row: a build, not a release, apart from the table."""
+    out = []
+    for doc in docs:
+        info = doc.get("candidate")
+        if doc.get("axis") != "vllm" or not info:
+            continue
+        span = doc.get("vllm_range")
+        out.append(f"Candidate speculators {doc['fixed']}: the build {info.get('wheel')} (sha256 "
+                   f"{str(info.get('sha256'))[:16]}…), not a release; against vLLM "
+                   + (f"{span[0]} – {span[1]}" if span else "every release")
+                   + f" on {doc.get('backend')}. Its cells are inferred only from its own runs, and it is "
+                   "reported apart from the released rows (never published).")
+    return out
+
+
 def fragments(documents: Any, markdown_type: Callable[[str], str] = str) -> dict[str, Any]:
     """The section as HTML (Markup) and Markdown (`markdown_type`: the renderer's safe-Markdown string)."""
     docs = _documents(documents)
@@ -254,8 +286,11 @@ def _html(rows: dict[str, list[dict[str, Any]]], runners: dict[str, str], docs: 
                + "".join(f'<th scope="col">{OUTCOME_SYMBOLS[o]} {e(OUTCOME_WORDS[o])}</th>' for o in OUTCOME_SYMBOLS)
                + ('<th scope="col">measured on the other backend</th>' if elsewhere else "")
                + "</tr></thead><tbody>")
-    for specs, texts in answer_lines(rows, elsewhere):
-        out.append('<tr><th scope="row">' + ", ".join(f'<a href="#support-{e(spec)}">{e(spec)}</a>' for spec in specs)
+    candidates = _candidates(docs)
+    out[3:3] = [f'<p class="candidate"><strong>{e(line)}</strong></p>' for line in candidate_lines(docs)]
+    for specs, texts in answer_lines(rows, elsewhere, candidates):
+        out.append('<tr><th scope="row">' + ", ".join(f'<a href="#support-{e(spec)}">{e(spec_label(spec, candidates))}'
+                                                      '</a>' for spec in specs)
                    + "</th>"
                    + "".join(f'<td class="o-{o}">{_unbroken(text)}</td>' for o, text in zip(OUTCOME_SYMBOLS, texts))
                    + (f'<td class="elsewhere">{_unbroken(texts[-1])}</td>' if elsewhere else "") + "</tr>")
@@ -266,7 +301,7 @@ def _html(rows: dict[str, list[dict[str, Any]]], runners: dict[str, str], docs: 
     notes: list[str] = []
     for spec, cells in rows.items():
         ranges = outcome_ranges(cells)
-        out.append(f'<h3 id="support-{e(spec)}">speculators {e(spec)}</h3>'
+        out.append(f'<h3 id="support-{e(spec)}">speculators {e(spec_label(spec, candidates))}</h3>'
                    f'<p class="foot">browser-compat-data: <code>{e(_bcd(ranges))}</code></p>')
         contracts = _contracts(docs).get(spec) or {}
         if contracts:
@@ -304,7 +339,9 @@ def _md(text: str) -> str:
 
 def _markdown(rows: dict[str, list[dict[str, Any]]], runners: dict[str, str], docs: list[dict[str, Any]]) -> str:
     elsewhere = _any_elsewhere(rows)
+    candidates = _candidates(docs)
     out = ["## Which vLLM works with my speculators?", "",
+           *[f"**{_md(line)}**\n" for line in candidate_lines(docs)],
            "✔ works as released · ◐ with the compat adapters · ? untested · ✖ broken; "
            "● measured · ≈ inferred (same extraction-path fingerprint as a measured cell) · ⊙ static only · "
            "⊘ pins conflict", "",
@@ -313,12 +350,13 @@ def _markdown(rows: dict[str, list[dict[str, Any]]], runners: dict[str, str], do
            "|---" * (1 + len(OUTCOME_SYMBOLS) + elsewhere) + "|"]
     for spec, cells in rows.items():
         ranges = outcome_ranges(cells)
-        out.append(f"| {_md(spec)} | " + " | ".join(_md("; ".join(_range_text(r, spec) for r in ranges[o]) or "none")
-                                                    for o in OUTCOME_SYMBOLS)
+        out.append(f"| {_md(spec_label(spec, candidates))} | "
+                   + " | ".join(_md("; ".join(_range_text(r, spec) for r in ranges[o]) or "none")
+                                for o in OUTCOME_SYMBOLS)
                    + (f" | {_md(elsewhere_text({spec: cells}) or 'none')}" if elsewhere else "") + " |")
     out.append("")
     for spec, cells in rows.items():
-        out.append(f"### speculators {_md(spec)}")
+        out.append(f"### speculators {_md(spec_label(spec, candidates))}")
         out.append("")
         out.append("| vLLM | cell | notes |")
         out.append("|---|---|---|")

@@ -157,14 +157,16 @@ def check_pair(release: Release, api: Api, reference: Api | None = None) -> dict
 
 
 def static_result(vllm: str, speculators: str, cache: SourceCache | None = None, vllm_wheel: str = "",
-                  reference: str | None = None) -> dict[str, Any]:
-    """`check_pair` for versions (or a local vLLM wheel); a wheel that cannot be read gives verdict
-    `error` with why. `reference`: the vLLM release that tells an override from a method of its own
-    (default: the newest release on the index)."""
+                  reference: str | None = None, speculators_wheel: str = "") -> dict[str, Any]:
+    """`check_pair` for versions (or a local vLLM wheel, a candidate speculators wheel); a wheel that cannot
+    be read gives verdict `error` with why. `reference`: the vLLM release that tells an override from a
+    method of its own (default: the newest release on the index)."""
     cache = cache or SourceCache()
     try:
         from compat.harness.static.sources import local_wheel
 
+        if speculators_wheel:
+            cache.add_local(Path(speculators_wheel))
         sources = local_wheel(Path(vllm_wheel)) if vllm_wheel else cache.get("vllm", vllm)
         api = Api(sources)
         release = load_release(speculators, cache)

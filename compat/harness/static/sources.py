@@ -22,7 +22,7 @@ import zlib
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 from packaging.utils import canonicalize_name, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
@@ -114,6 +114,12 @@ class SourceCache:
             return self.index.releases(dist)
         except PackageIndexError as exc:
             raise StaticError(str(exc)) from None
+
+    def add_local(self, path: Path) -> WheelSources:
+        """A local wheel (a candidate speculators build) that `get` answers for its name and version from now on."""
+        sources = local_wheel(path, self.root.parent.parent, dists=(parse_wheel_filename(Path(path).name)[0],))
+        self._loaded[(canonicalize_name(sources.dist), sources.version)] = sources
+        return sources
 
     def get(self, dist: str, version: str) -> WheelSources:
         key = (canonicalize_name(dist), version)
@@ -320,12 +326,14 @@ def store(path: Path, members: dict[str, bytes]) -> None:
         raise
 
 
-def local_wheel(path: Path, cache_dir: Path | None = None) -> WheelSources:
-    """`--vllm PATH.whl`: the sources of a vLLM wheel file on disk (a nightly, a local build)."""
-    from compat.harness.matrix import MatrixError, wheel_version
+def local_wheel(path: Path, cache_dir: Path | None = None, dists: Sequence[str] = ()) -> WheelSources:
+    """`--vllm PATH.whl`: the sources of a vLLM wheel file on disk (a nightly, a local build); `dists`: the
+    names accepted (default vllm's; a candidate speculators build: speculators)."""
+    from compat.harness.matrix import VLLM_DIST, MatrixError, wheel_version
 
     try:
-        version, resolved = wheel_version(str(path))  # the same checks as the command line's
+        option = "--vllm" if not dists else "--speculators"  # the same checks as the command line's
+        version, resolved = wheel_version(str(path), option, tuple(dists) or tuple(VLLM_DIST.values()))
     except MatrixError as exc:
         raise StaticError(str(exc)) from None
     path = Path(resolved)
