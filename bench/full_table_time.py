@@ -23,6 +23,8 @@ from typing import Any
 
 from packaging.version import Version
 
+from compat.shared.results import read_json, record_files
+
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "published" / "results"
 
@@ -30,8 +32,8 @@ RESULTS = ROOT / "published" / "results"
 def cell_seconds() -> dict[str, list[float]]:
     """Per speculators release, the measured seconds (install + probes) of each CPU cell it ran."""
     by_row: dict[str, list[float]] = defaultdict(list)
-    for path in sorted(RESULTS.glob("*.json")):
-        record = json.loads(path.read_text())
+    for path in record_files(RESULTS):  # <cell-id>.json.gz, as published/results keeps them
+        record = read_json(path, "cell result")
         if record.get("backend") != "cpu":
             continue
         seconds = record.get("seconds")

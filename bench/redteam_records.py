@@ -61,7 +61,7 @@ sys.path.insert(0, str(ROOT))
 
 from compat.harness.evidence import DATA_PROBES, row_within  # noqa: E402
 from compat.harness.verdict import PASS, decide  # noqa: E402
-from compat.shared.results import ResultFileError, load_cell  # noqa: E402
+from compat.shared.results import ResultFileError, load_cell, read_evidence, read_json  # noqa: E402
 
 HARMFUL, HARMLESS, EITHER = "harmful", "harmless", "either"
 CLAIMS = ("compatible", "compatible-with-compat")
@@ -71,10 +71,10 @@ def genuine_files() -> list[Path]:
     found = (glob.glob(str(ROOT / "tests/unit/corpus/schema2/vllm-*.json"))
              + glob.glob(str(ROOT / "tests/unit/corpus/real/vllm-*.json"))
              + glob.glob(str(ROOT / "reports/**/results/vllm-*.json"), recursive=True)
-             + glob.glob(str(ROOT / "published/results/vllm-*.json")))
+             + glob.glob(str(ROOT / "published/results/vllm-*.json.gz")))  # kept gzip'd (issue 45)
     unique: dict[bytes, Path] = {}  # published/results repeats some reports/gpu-h200 records byte for byte
     for path in sorted(Path(f) for f in found):
-        unique.setdefault(path.read_bytes(), path)
+        unique.setdefault(read_evidence(path, "cell result"), path)
     return sorted(unique.values())
 
 
@@ -1058,7 +1058,7 @@ def run(verbose: bool = False) -> tuple[list[tuple[str, str, str, str, str, str]
     with tempfile.TemporaryDirectory() as tmp_name:
         tmp = Path(tmp_name)
         for path in genuine_files():
-            original = json.loads(path.read_text())
+            original = read_json(path, "cell result")
             base_kind, base = render(original, tmp)
             if base_kind != "decided":
                 rows.append((path.name, "(unedited)", "-", "-", "crash" if base_kind == "crash" else "caught",
@@ -1262,7 +1262,7 @@ def run_documents() -> list[tuple[str, str, str, str, str, str]]:
     with tempfile.TemporaryDirectory() as tmp_name:
         tmp = Path(tmp_name)
         for kind, path in genuine_documents():
-            original = json.loads(path.read_text())
+            original = read_json(path, "document")
             name = str(path.relative_to(ROOT))
             for edit_name, (edit_kind, field, fn) in DOCUMENT_EDITS.items():
                 if edit_kind != kind:

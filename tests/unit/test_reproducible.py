@@ -16,7 +16,7 @@ from compat.harness.published import RESULTS, write_generated
 from compat.harness.report.publish import publish
 from compat.harness.report.render import write_reports
 from compat.harness.store import Store
-from compat.shared.results import read_json, write_bytes_atomic, write_json_atomic, write_text_atomic
+from compat.shared.results import read_json, record_files, write_bytes_atomic, write_json_atomic, write_text_atomic
 
 REPO = Path(__file__).resolve().parents[2]
 # one published row (its support document and its records): two records of it state no finished_at or
@@ -28,9 +28,9 @@ UNDATED = ("vllm-0.19.1__speculators-0.9.0__cpu__variants-none", "vllm-0.22.0__s
 def _row_results(folder: Path, mtime: int) -> Path:
     (folder / "support").mkdir(parents=True)
     shutil.copyfile(RESULTS / "support" / f"speculators-{ROW}.json", folder / "support" / f"speculators-{ROW}.json")
-    for path in sorted(RESULTS.glob(f"vllm-*__speculators-{ROW}__*.json")):
+    for path in record_files(RESULTS, f"vllm-*__speculators-{ROW}__*"):  # <cell-id>.json.gz as published
         shutil.copyfile(path, folder / path.name)
-    for path in folder.rglob("*.json"):
+    for path in folder.rglob("*.json*"):
         os.utime(path, (mtime, mtime))  # a copy, a checkout: another modification time each time
     return folder
 
@@ -69,7 +69,7 @@ def test_publish_twice_on_the_same_results_writes_the_same_bytes(tmp_path, monke
 
 def test_the_date_and_commit_shown_are_the_newest_records(tmp_path, monkeypatch):
     first, _ = _published_twice(tmp_path, monkeypatch)
-    records = [read_json(p, "cell") for p in (tmp_path / "results0").glob("*.json")]
+    records = [read_json(p, "cell") for p in record_files(tmp_path / "results0")]
     newest = max((r for r in records if r.get("finished_at")), key=lambda r: r["finished_at"])
     head = (first / "compat.md").read_text().splitlines()[2]
     assert f"from records to {newest['finished_at']} (harness `{newest['harness_commit'][:12]}`)" in head, head
