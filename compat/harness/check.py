@@ -29,8 +29,9 @@ from typing import Any
 from packaging.version import InvalidVersion, Version
 
 from compat.harness import exit_codes, published
+from compat.harness.nearest_kernels import record_label
 from compat.harness.published import OUTCOME_WORDS, PublishedError
-from compat.harness.support import PROVENANCE, other_backend_runs
+from compat.harness.support import NEAREST_KERNELS, PROVENANCE, RUNTIME_PROVENANCES, STATIC_ONLY, other_backend_runs
 from compat.shared.profiles import profile_for
 from compat.shared.results import ResultFileError, evidence_path, load_cell, record_files, record_stem
 
@@ -139,6 +140,7 @@ class Evidence:
     fix: str = ""  # broken: what breaks it; the table's words
     nearest: str = ""  # broken or untested: the nearest pair that works
     note: str = ""  # e.g. "no gpu run of this pair is published: the cpu row answers"
+    kernels: str = ""  # static only: the pair's nearest-kernel cell, where one is kept (nearest_kernels)
     record: dict[str, Any] | None = field(default=None, repr=False)
 
     def as_json(self) -> dict[str, Any]:
@@ -146,12 +148,15 @@ class Evidence:
                 "words": OUTCOME_WORDS[self.outcome], "verdict": self.verdict, "provenance": self.provenance,
                 "cell_id": self.cell_id, "source": self.source, "finished_at": self.finished_at,
                 "machine": self.machine, "checked": self.checked, "why": self.why, "fix": self.fix,
-                "nearest": self.nearest, "note": self.note}
+                "nearest": self.nearest, "note": self.note, "nearest_kernels": self.kernels}
 
     def line(self) -> str:
         what = f"{self.backend} evidence" + (f" ({self.note})" if self.note else "")
         if self.provenance == "measured":
             how = f"measured: cell {self.cell_id}, {_when(self.finished_at, self.machine)}"
+        elif self.provenance == NEAREST_KERNELS:
+            how = (f"{record_label(self.record or {}) or PROVENANCE[NEAREST_KERNELS]}: cell {self.cell_id}, "
+                   f"{_when(self.finished_at, self.machine)}")
         elif self.provenance == "inferred" and self.source:
             s = self.source
             how = (f"inferred from cell {s['cell_id']} ({s['backend']}, vLLM {s['vllm']} x speculators "
@@ -168,6 +173,8 @@ class Evidence:
         if self.nearest:
             text += f"; install instead: {self.nearest}" if self.outcome == "broken" else \
                 f"; nearest working: {self.nearest}"
+        if self.kernels:
+            text += f"; {self.kernels}"
         return text
 
 
@@ -229,9 +236,11 @@ def row_evidence(results: Path, doc: dict[str, Any], cell: dict[str, Any], role:
                         "speculators": source_spec,
                         "finished_at": (record or {}).get("finished_at"), "machine": _machine(record)}
         found.cell_id = source_id
-    if found.record is not None and found.provenance == "measured":
+    if found.record is not None and found.provenance in RUNTIME_PROVENANCES:
         found.finished_at = found.record.get("finished_at")
         found.machine = _machine(found.record)
+    if found.provenance == STATIC_ONLY and cell.get("vllm") and cell.get("speculators"):
+        found.kernels = kernel_evidence(results, str(cell["vllm"]), str(cell["speculators"]))
     return found
 
 
@@ -441,3 +450,20 @@ def main(argv: list[str] | None = None) -> int:
     from compat.harness.cli import run_command
 
     return run_command("check", sys.argv[1:] if argv is None else argv)
+
+
+# -- what `check` says of a pair the table answers static only -----------------------------------------------
+def kernel_evidence(results: Path, vllm: str, speculators: str) -> str:
+    """One line on the pair's nearest-kernel cell kept in `results` (a published results folder): its verdict
+    with its label, or `not runnable here` with why and what would run it; "" where none is kept."""
+    from compat.harness.verdict import decide
+
+    found = record_files(results, f"vllm-{vllm}__speculators-{speculators}__cpu__kernels-*")
+    if not found:
+        return ""
+    record = load_cell(found[-1])
+    if record.get("verdict") == "untested-at-runtime":
+        return f"nearest kernels: {str(record.get('runtime') or 'not run').removeprefix('not run: ')}"
+    verdict = decide(record).verdict
+    return (f"{record_label(record)}: {verdict} (cell {record.get('id')}, run {record.get('finished_at')}); "
+            "a NEW finding of it enters the registry only once a real build of the release confirms it")

