@@ -22,14 +22,18 @@ def headline(status: int, what: str) -> str:
     return f"**{what}: exit {status}, {meaning}**\n\n"
 
 
+def cut_note(limit: int, whole: str) -> str:
+    return (f"\n\n_The report was cut here to fit GitHub's job summary limit ({limit} bytes); the whole report: "
+            f"{whole}._\n")
+
+
 def fit(text: str, limit: int = LIMIT, whole: str = "the reports artifact") -> str:
     """`text` if it fits in `limit` bytes (UTF-8), else its longest run of whole lines that does (a table
     keeps its header and separator together or goes; a `<details>` left open is closed), and a line naming
     where the whole report is."""
     if len(text.encode()) <= limit:
         return text
-    note = (f"\n\n_The report was cut here to fit GitHub's job summary limit ({limit} bytes); the whole report: "
-            f"{whole}._\n")
+    note = cut_note(limit, whole)
     budget = limit - len(note.encode()) - 2 * len("</details>\n") * text.count("<details")
     kept: list[str] = []
     used = 0
