@@ -35,6 +35,7 @@ from compat.harness.cell_envs import (
 )
 from compat.harness.classify import new_findings
 from compat.harness.matrix import Cell
+from compat.harness.nearest_kernels import settings_of
 from compat.harness.recipe import Recipe
 from compat.harness.verdict import Decision, decide
 from compat.shared.cell_spec import SPEC_VARIABLE, CellSpec, KimiSuiteSpec
@@ -83,6 +84,7 @@ def run_settings(cell: Cell) -> dict[str, Any]:
         from compat.harness.candidate import describe
 
         settings["candidate"] = describe(cell.speculators_wheel)
+    settings.update(settings_of(cell))  # a nearest-kernel cell: the kernels' release and its label (issue 46)
     return settings
 
 

@@ -20,7 +20,7 @@ from typing import Any, Callable
 
 from compat.harness import exit_codes
 from compat.harness.matrix import Cell, MatrixError, cells_for, describe_cells
-from compat.harness.nearest_kernels import as_kernel_cells, kernels_of, settings_of, split_kernel_cells
+from compat.harness.nearest_kernels import as_kernel_cells, kernels_of, split_kernel_cells
 from compat.harness.nearest_kernels import derive as derive_kernel_recipe
 from compat.harness.pypi import PackageIndex, PackageIndexError
 from compat.harness.recipe import RecipeError, derive_recipe
@@ -94,7 +94,6 @@ def run_static_only(cells: dict[Cell, str], output: Output) -> list[dict[str, An
         print(f"[compat] {cell.id}: {reason}", flush=True)
         static = static_for([cell])[cell]
         record = static_only_record(base_record(cell), reason, static)
-        record["settings"].update(settings_of(cell))
         print(f"[compat] {cell.id}: {record['static']['label']}; untested at runtime", flush=True)
         for line in static.get("broken") or []:
             print(f"[compat]   {line}", flush=True)
@@ -265,7 +264,6 @@ def _run_one(cell: Cell, index: Any, settings: Settings, model_dir: Path, python
                           echo=echo, python=python,
                           gpu_memory_utilization=settings.run.gpu_memory_utilization,
                           record_executed=settings.run.record_executed, stop=stop)
-    record.setdefault("settings", {}).update(settings_of(cell))
     record = with_static(record, cell, settings.run)
     write_json_atomic(settings.output.results / f"{cell.id}.json", stamp(record))
     return record

@@ -250,3 +250,11 @@ def test_check_names_a_kept_nearest_kernel_cell_of_a_static_only_pair(tmp_path, 
     assert kernel_evidence(tmp_path, "0.33.0", "0.9.0") == ""
     shown = Evidence("cpu", "answer", "untested", "untested-at-runtime", "static-only", kernels=line)
     assert line in shown.line() and shown.as_json()["nearest_kernels"] == line
+
+
+def test_every_record_of_the_cell_carries_its_kernels_from_the_start():
+    from compat.harness.cell_run import base_record
+
+    cell = nk.KernelCell("0.33.0", "0.9.0", "cpu", variants=(), kernels="0.32.0")
+    assert base_record(cell)["settings"]["kernels"]["ops"] == "0.32.0"  # before the verdict is decided
+    assert "kernels" not in base_record(Cell("0.32.0", "0.9.0", "cpu"))["settings"]
