@@ -204,6 +204,11 @@ def _classify_ok(probe: dict[str, Any], pid: str, case: str | None, applicable: 
     for entry in applicable:
         if entry.probe != pid or not entry.symptom.expects_case(case) or entry.prevented_by:
             continue
+        if entry.intermittent:
+            return ProbeClass("as-expected-ok", None,
+                              f"{entry.id} is intermittent (a race) for vLLM {vllm} / speculators {speculators} on "
+                              f"{backend}: this run did not meet it, which does not show it fixed", advisory,
+                              adapter_regression=_adapter_regression(probe, None))
         return ProbeClass("fixed", entry,
                           f"registry expects {entry.id} for vLLM {vllm} / speculators {speculators} on {backend}",
                           advisory, adapter_regression=_adapter_regression(probe, None))

@@ -207,6 +207,9 @@ class Breakage:
     # The environment shim that keeps this failure out of every run of ours (a CPU-build limit):
     # explain still names it, but a passing probe is not "fixed".
     prevented_by: str | None = None
+    # A fault keyed on timing (a race): a run where its probe passes does not show it fixed, so a pass reads as
+    # expected, with the entry named, never `fixed`.
+    intermittent: bool = False
     # What a user sees in their own log when an entry was observed only through a probe case (a case
     # regex no user log carries) or in a message too generic to name it alone: read by explain only,
     # never by the probe classification. Which models it was observed on: the entry's findings section.
@@ -291,6 +294,7 @@ class Breakage:
             "advisory": self.advisory,
             "probe": self.probe,
             "prevented_by": self.prevented_by,
+            "intermittent": self.intermittent,
             "user_symptom": None if self.user_symptom is None else {
                 "exception": list(self.user_symptom.exception), "message": self.user_symptom.message,
                 "where": self.user_symptom.where, "context": self.user_symptom.context,

@@ -575,6 +575,29 @@ _ENTRIES: list[Breakage] = [
             "O_RDWR).",
         references=(FINDINGS + "#write_completion",),
     ),
+    Breakage(
+        id="preempted_in_final_step",
+        title="A request preempted in its final prefill step finishes with its KV blocks freed: the connector "
+              "writes its hidden-states file with 0 rows",
+        introduced_in="0.24.0",
+        removed_in="0.27.0",
+        affects=">=0.8",
+        # official 0.24.0 on one H200 (2026-12-05, reports/gpu-h200/workload-v024-run1 to -run6): 3 of 6 workload runs
+        backends=("gpu",),
+        probe="workload_shapes",
+        intermittent=True,
+        symptom=Symptom(
+            exception=("ContractViolation", "ValueError"),
+            message=r"Sequence length of hidden states 0 doesn't match num tokens \d+",
+            where=WHERE_ANY,
+            description="speculators' --validate-outputs refuses a file with no rows for a prompt the scheduler "
+                        "preempted after its last prefill chunk (async scheduling, KV cache full)",
+        ),
+        fix="vLLM >= 0.27.0 (a producer connector's requires_kv_delivery: such a request is recomputed, not "
+            "finished on freed blocks). Before it: keep --validate-outputs and re-send the prompts it refuses, or keep "
+            "the KV cache from filling (fewer requests in flight, a larger cache).",
+        references=("vllm-project/vllm#50297", FINDINGS + "#preempted_in_final_step"),
+    ),
 ]
 
 
