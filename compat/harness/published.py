@@ -5,8 +5,10 @@
     published/results/support/speculators-S.json  each row as `nox -s compat -- --speculators S --all-vllm` wrote it
     published/support.json                        generated: per row the vLLM ranges, per cell how it was
                                                   found, its verdict and the compact evidence behind it
-    published/compat.md                           generated: the one report, the answer first (its HTML twin,
-                                                  7 MB, is written beside it and not kept in git)
+    published/compat.md                           generated: the one report, the answer first (under 1 MiB: a
+                                                  job summary); its HTML twin compat.html (the answer, footnotes
+                                                  and matrix) and compat-cells/ (each speculators release's
+                                                  cells) are written beside it; none is kept in git
     docs/support-table.md                         its answer section, generated (between ANSWER_BEGIN/END)
 
 `python -m compat publish [--add DIR ...]` adds rows (a row's results folder) and writes the generated
@@ -300,6 +302,7 @@ def write_generated(results: Path = RESULTS, out: Path = PUBLISHED, docs: Path =
     import tempfile
 
     from compat.harness.report.publish import Selection, publish
+    from compat.harness.report.render import CELL_PAGES
     from compat.harness.store import Store
 
     rows = load_rows(results)
@@ -316,6 +319,9 @@ def write_generated(results: Path = RESULTS, out: Path = PUBLISHED, docs: Path =
             raise PublishedError("; ".join(published.problems))
         for name in ("compat.html", "compat.md"):  # its compat.json would repeat the records (support.json is the data)
             shutil.copyfile(Path(tmp) / "report" / name, out / name)
+        shutil.rmtree(out / CELL_PAGES, ignore_errors=True)  # each speculators release's cell details (render_pages)
+        if (Path(tmp) / "report" / CELL_PAGES).is_dir():
+            shutil.copytree(Path(tmp) / "report" / CELL_PAGES, out / CELL_PAGES)
     return {"support": out / "support.json", "docs": docs, "report": out / "compat.html"}
 
 

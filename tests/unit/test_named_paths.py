@@ -52,7 +52,9 @@ UPSTREAM_FILES = frozenset({
 # bot's comment.
 RUN_OUTPUTS = ("results/", "reports/compat.", "reports/compat-screenshot", "reports/junit/", "compat.json",
                "compat.html", "compat.md", "published/compat.", ".venvs/", ".compat/", ".nox/", ".cache/",
-               "results.sqlite", "job.log", "build.json", "comment.md")
+               "results.sqlite", "job.log", "build.json", "comment.md",
+               # a report's pages beside compat.html and its PR-comment form (compat.harness.report.render)
+               "compat-cells/", "compat-comment.md", "reports/compat-", "published/compat-")
 # Our commands' metavariables (`PATH.whl`, `DIR/<cell-id>.json`, `speculators-S.json`): a word that holds one is no
 # path. The argument written after an option (`--baseline old/compat.json`, `--vllm ./vllm-0.25.0...whl`) is the
 # user's, unless it starts at a folder of ours (`--results reports/cpu-support-0.8.1/results` must exist).

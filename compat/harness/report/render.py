@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import re
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -197,6 +199,36 @@ def _behind_view(behind: dict[str, Any] | None) -> dict[str, Any] | None:
             "note": behind.get("note") or "", "entry": _entry_view(behind.get("breakage"))}
 
 
+def _tail(p: dict[str, Any]) -> tuple[Any, ...]:
+    """What the Markdown says of a listed probe after its key: probes that would read the same share a line."""
+    entry, behind = p["entry"] or {}, p["behind"] or {}
+    return (p["kind"], p["advisory"], repr(p["error"]), p["status"], p["reason"], entry.get("id"), p["note"],
+            p["with_compat"], p["with_compat_entry"], p["adapter_regression"], repr(behind.get("kind")),
+            behind.get("note"), (behind.get("entry") or {}).get("id"))
+
+
+def listed_groups(probes: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
+    """The listed probes in order, neighbours that read the same (one start-up failure behind six probes) as
+    one group: the job-summary Markdown names each key once and says the rest once (issue 45: ≤ 1 MiB)."""
+    groups: list[list[dict[str, Any]]] = []
+    for p in (p for p in probes if p["listed"]):
+        if groups and not p["new_findings"] and not groups[-1][0]["new_findings"] and _tail(groups[-1][0]) == _tail(p):
+            groups[-1].append(p)
+        else:
+            groups.append([p])
+    return groups
+
+
+def reason_groups(reasons: list[str]) -> list[str]:
+    """A cell's reasons, those that differ only in the probe they name joined: `a error, b error: could not set
+    up: …` (the same words after the first `: `)."""
+    heads: dict[str, list[str]] = {}
+    for reason in reasons:
+        head, sep, rest = str(reason).partition(": ")
+        heads.setdefault(rest if sep else str(reason), []).append(head if sep else "")
+    return [", ".join(h for h in heads_ if h) + (": " if any(heads_) else "") + rest for rest, heads_ in heads.items()]
+
+
 def _cell_view(cell: dict[str, Any]) -> dict[str, Any]:
     cid = cell_id(cell)
     probes = [_probe_view(p, cid) for p in cell.get("probes") or []]
@@ -227,11 +259,14 @@ def _cell_view(cell: dict[str, Any]) -> dict[str, Any]:
         "install_log_tail": cell.get("install_log_tail"),
         "error": cell.get("error"),
         "probes": probes,
+        "listed_groups": listed_groups(probes),
+        "why": reason_groups(cell.get("verdict_reasons") or []),
         "tally": tally,
         "static": cell.get("static"),
         "fidelity": cell.get("fidelity"),
         "server_era": server_era_view(cell),
         "run": cell.get("run"),
+        "page": "",  # the page its details are on, relative to compat.html ("": that page itself; render_pages)
     }
 
 
@@ -315,22 +350,118 @@ def _env(autoescape: bool) -> jinja2.Environment:
 # out with its control and bidirectional characters as visible escapes, newlines and tabs kept. The templates
 # hold none of those characters, so the pass changes nothing of ours (the page's script embeds no data).
 def render_html(report: dict[str, Any]) -> str:
-    return neutral(_env(True).get_template("compat.html.j2").render(**view_model(report)))
+    """The HTML report's first page (render_pages: the whole report where it fits PAGE_BOUND)."""
+    return render_pages(report)[FIRST_PAGE]
+
+
+# The first page a reader opens (the answer, its footnotes, the matrix) holds at most this many bytes, offline
+# (issue 45: the published table's one page was 11.9 MB). A report over it keeps each speculators release's cell
+# details on a page of its own beside it (compat-cells/speculators-S.html), that the matrix links to.
+PAGE_BOUND = 2_000_000
+FIRST_PAGE = "compat.html"
+CELL_PAGES = "compat-cells"
+
+
+def cell_page(speculators: str) -> str:
+    return f"{CELL_PAGES}/speculators-{re.sub(r'[^A-Za-z0-9._-]', '_', speculators)}.html"
+
+
+def render_pages(report: dict[str, Any], bound: int = PAGE_BOUND) -> dict[str, str]:
+    """{relative path: HTML}: compat.html, the whole report in one self-contained file where it fits `bound`;
+    else compat.html without the cells' details (each cell of the matrix links to its page) and one page per
+    speculators release with its cells' details (every probe, figures, environment), each self-contained."""
+    env, view = _env(True), view_model(report)
+    template = env.get_template("compat.html.j2")
+    whole = neutral(template.render(**view, part=None, root=""))
+    if len(whole.encode("utf-8")) <= bound:
+        return {FIRST_PAGE: whole}
+    for cell in view["cells"]:
+        cell["page"] = cell_page(cell["speculators"])
+    pages = {FIRST_PAGE: neutral(template.render(**view, part=None, root=""))}
+    for spec in view["specs"]:
+        pages[cell_page(spec)] = neutral(template.render(**view, part=spec, root="../"))
+    return pages
 
 
 def render_markdown(report: dict[str, Any]) -> str:
     return neutral(_env(False).get_template("compat.md.j2").render(**view_model(report)))
 
 
+# The PR-comment form of a report (GitHub refuses a comment over 65,536 characters): the answer first, then what
+# needs attention, then the cells that are not compatible, as many as fit, and a link to the rest.
+COMMENT = "compat-comment.md"
+COMMENT_BOUND = 60_000  # characters
+
+
+def comment_link() -> str:
+    """Where the rest is: the CI run (its job summary holds compat.md, its artifact the pages) where GitHub's
+    variables say which, else the pages beside the comment's file."""
+    server, repo, run = (os.environ.get(k) for k in ("GITHUB_SERVER_URL", "GITHUB_REPOSITORY", "GITHUB_RUN_ID"))
+    if server and repo and run:
+        return f"{server}/{repo}/actions/runs/{run}"
+    return FIRST_PAGE
+
+
+def render_comment(report: dict[str, Any], link: str | None = None, bound: int = COMMENT_BOUND) -> str:
+    """The report in at most `bound` characters: the gate and the answer (a support row's or column's ranges, else
+    the verdicts), then each finding that needs attention (NEW first), then each cell that is not compatible,
+    and the link to the full report; what does not fit is counted, never cut mid-line."""
+    view = view_model(report)
+    summary, probes = view["summary"], view["summary"].get("probes") or {}
+    head = ["## vLLM × speculators: hidden-state extraction compatibility", "",
+            f"gate: **{view['gate']}** · {len(view['cells'])} cell(s)"
+            + (f" · {probes.get('known', 0)} known, {probes.get('new', 0)} NEW, {probes.get('fixed', 0)} fixed"
+               if probes else ""), ""]
+    answer = str(view["support_table"]["markdown"]).split("\n### ", 1)[0].rstrip()
+    if answer:
+        head += [answer, ""]
+    verdicts = ", ".join(f"{VERDICT_SYMBOLS.get(v, '?')} {n} {v}" for v, n in (summary.get("verdicts") or {}).items()
+                         if n)
+    head += [f"Cells: {verdicts or 'none'}", ""]
+    lines = ["### Needs attention", ""] if view["attention"] else []
+    for a in view["attention"]:
+        cell, probe = a["cell"], a["probe"]
+        error = probe["error"] or {}
+        what = (f"{md_escape(error.get('type') or 'error', 80)}: {md_escape(error.get('message') or '', 200)}"
+                if error else md_escape(probe["note"] or probe["status"], 200))
+        label = "**NEW** " if probe["new_findings"] else "**fixed?** " if probe["kind"] == "fixed" else ""
+        lines.append(f"- {label}{md_escape(cell['label'], 160)} {md_code(probe['key'])}: {what}")
+    shown = [c for c in view["cells"] if c["verdict"] != "compatible"]
+    if shown:
+        lines += ["", "### Cells not compatible as released", ""]
+    for c in shown:
+        why = c["why"][0] if c["why"] else ""
+        lines.append(f"- {md_escape(c['label'], 160)}: {c['verdict_symbol']} {c['verdict']}"
+                     + (f" — {md_escape(why, 200)}" if why else ""))
+    where = link or comment_link()
+    text = "\n".join(head)
+    tail = f"\n\nThe full report (every cell, probe, figure and footnote): {where}\n"
+    kept = 0
+    for line in lines:
+        if len(text) + 1 + len(line) + len(tail) + 80 > bound:
+            break
+        text += "\n" + line
+        kept += 1
+    if kept < len(lines):
+        text += f"\n\n… {len(lines) - kept} more line(s) not shown here"
+    if len(text) + len(tail) > bound:  # an answer alone over the bound (never yet): cut at a line, then link
+        text = text[: max(0, bound - len(tail) - 2)].rsplit("\n", 1)[0] + "\n…"
+    return neutral(text + tail)
+
+
 def write_reports(report: dict[str, Any], out_dir: Path) -> dict[str, Any]:
-    """Write compat.json, compat.html, compat.md and junit/<cell-id>.xml under out_dir."""
+    """Write compat.json, compat.html (and its cells' pages where it is over PAGE_BOUND: render_pages), compat.md
+    (a GitHub job summary), compat-comment.md (a PR comment: render_comment) and junit/<cell-id>.xml under out_dir."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     write_json_atomic(out_dir / "compat.json", report)
     paths: dict[str, Any] = {"json": out_dir / "compat.json"}
-    for name, text in (("compat.html", render_html(report)), ("compat.md", render_markdown(report))):
-        path = out_dir / name
-        write_text_atomic(path, text)
-        paths[name.split(".")[1]] = path
+    pages = render_pages(report)
+    shutil.rmtree(out_dir / CELL_PAGES, ignore_errors=True)  # a page of an earlier, larger report is not kept
+    for name, text in (*pages.items(), ("compat.md", render_markdown(report)),
+                       (COMMENT, render_comment(report))):
+        write_text_atomic(out_dir / name, text)
+    paths.update(html=out_dir / FIRST_PAGE, md=out_dir / "compat.md", comment=out_dir / COMMENT,
+                 pages=[out_dir / name for name in pages if name != FIRST_PAGE])
     paths["junit"] = write_junit(report.get("cells") or [], out_dir / "junit")
     return paths

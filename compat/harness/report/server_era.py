@@ -62,5 +62,20 @@ def server_era_view(cell: dict[str, Any]) -> dict[str, Any] | None:
     if not rows:
         return None
     env = cell.get("env") or {}
-    return {"rows": rows, "hs_connectors": env.get("hs_connectors"),
+    return {"rows": rows, "groups": grouped(rows), "hs_connectors": env.get("hs_connectors"),
             "speculators_brings": env.get("speculators_brings")}
+
+
+def grouped(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The rows as the job-summary Markdown shows them: neighbouring rows that read the same and name no layer
+    (every variant a cell did not select, every model an in-process release cannot serve: one reason) share one
+    row naming each model, so the whole published table's page stays under GitHub's 1 MiB (issue 45)."""
+    out: list[dict[str, Any]] = []
+    for row in rows:
+        key = (row["status"], row["with_compat"], row["reason"], row["runner"], row["mla"])
+        last = out[-1] if out else None
+        if last is not None and not row["layers"] and not last["layers"] and last["key"] == key:
+            last["models"].append(row["model"])
+        else:
+            out.append({**row, "key": key, "models": [row["model"]]})
+    return out

@@ -30,7 +30,10 @@ PROVENANCE_WORDS = {"measured": "measured", "inferred": "inferred", "static-only
                     "resolver": "pins conflict"}
 
 STYLE = """
-#support table.support td { text-align: center; font-size: .8rem; padding: .15rem .3rem; }
+#support ol.strip { list-style: none; display: grid; grid-template-columns: repeat(auto-fill, minmax(6.4rem, 1fr));
+  gap: 3px; padding: 0; margin: .3rem 0 .8rem; }
+#support ol.strip li { font-size: .72rem; line-height: 1.25; padding: 1px 4px; border-radius: 3px; }
+#support ol.strip .word { display: block; }
 #support .o-works { background: #dff3e0; } #support .o-adapters { background: #fff4cc; }
 #support .o-untested { background: #eeeeee; } #support .o-broken { background: #f9d6d5; }
 #support .p-inferred { border: 2px dashed #777; } #support .p-measured { border: 2px solid #333; }
@@ -206,18 +209,6 @@ def contract_text(runs: list[dict[str, Any]]) -> str:
                      for r in runs)
 
 
-def _bcd(ranges: dict[str, list[dict[str, Any]]]) -> str:
-    """browser-compat-data's support statement: works (as released, or with adapters: partial)."""
-    entries = []
-    for outcome in ("works", "adapters"):
-        for r in ranges[outcome]:
-            entry = f'{{"version_added": "{r["version_added"]}", "version_removed": ' + \
-                    (f'"{r["version_removed"]}"' if r["version_removed"] else "null")
-            entries.append(entry + (', "partial_implementation": true, "notes": "with the compat adapters"}'
-                                    if outcome == "adapters" else "}"))
-    return '{"vllm": [' + ", ".join(entries) + "]}"
-
-
 CANDIDATE_WORD = "candidate"
 
 
@@ -300,30 +291,27 @@ def _html(rows: dict[str, list[dict[str, Any]]], runners: dict[str, str], docs: 
                'extraction-path fingerprint, ⊙ static only, ⊘ pins conflict). Footnotes name sources and fixes.</p>')
     notes: list[str] = []
     for spec, cells in rows.items():
-        ranges = outcome_ranges(cells)
-        out.append(f'<h3 id="support-{e(spec)}">speculators {e(spec_label(spec, candidates))}</h3>'
-                   f'<p class="foot">browser-compat-data: <code>{e(_bcd(ranges))}</code></p>')
+        out.append(f'<h3 id="support-{e(spec)}">speculators {e(spec_label(spec, candidates))}</h3>')
         contracts = _contracts(docs).get(spec) or {}
         if contracts:
             out.append(f'<details class="foot"><summary>Per contract (static layer): {len(contracts)} that do not '
                        f'hold on every release</summary><ul>')
             out += [f"<li><code>{e(cid)}</code>: {e(contract_text(runs))}</li>" for cid, runs in contracts.items()]
             out.append("</ul></details>")
-        out.append('<div class="scroll"><table class="support"><thead><tr><th scope="col">vLLM</th>')
-        out += [f'<th scope="col">{e(c["vllm"])}</th>' for c in cells]
-        out.append('</tr></thead><tbody><tr><th scope="row">speculators ' + str(e(spec)) + "</th>")
+        # every release of the row at once, wrapping as the page narrows (caniuse's grid): no sideways scroll
+        out.append(f'<ol class="strip" aria-label="speculators {e(spec)}: one cell per vLLM release">')
         for cell in cells:
             notes.append(footnote(cell, runners.get(cell["vllm"], "")))
             n = len(notes)
-            out.append(f'<td class="o-{e(cell["outcome"])} p-{e(cell["provenance"])}" '
+            out.append(f'<li class="o-{e(cell["outcome"])} p-{e(cell["provenance"])}" '
                        f'title="{e(cell_text(cell))}" data-vllm="{e(cell["vllm"])}">'
+                       f'<b>{e(cell["vllm"])}</b> '
                        f'<span>{OUTCOME_SYMBOLS[cell["outcome"]]}{PROVENANCE_SYMBOLS[cell["provenance"]]}</span>'
-                       f'<br><span class="word">{e(cell["outcome"])}</span><br><span class="word">'
-                       f'{e(PROVENANCE_WORDS[cell["provenance"]])}</span>'
-                       + "".join(f'<br><span class="word">{e(r["backend"])} {OUTCOME_SYMBOLS[r["outcome"]]}</span>'
+                       f' <span class="word">{e(cell["outcome"])} · {e(PROVENANCE_WORDS[cell["provenance"]])}</span>'
+                       + "".join(f' <span class="word">{e(r["backend"])} {OUTCOME_SYMBOLS[r["outcome"]]}</span>'
                                  for r in cell.get("elsewhere") or [])
-                       + f'<sup><a href="#support-note-{n}">{n}</a></sup></td>')
-        out.append("</tr></tbody></table></div>")
+                       + f'<sup><a href="#support-note-{n}">{n}</a></sup></li>')
+        out.append("</ol>")
     for line in _agreements(docs):
         out.append(f"<p>{e(line)}</p>")
     out.append('<details class="foot"><summary>Footnotes (sources, fixes, model runner)</summary><ol>')
