@@ -24,9 +24,10 @@ ENV_REPORT = "compat.cell.env_report"
 
 
 class InstallError(RuntimeError):
-    def __init__(self, message: str, log_tail: str):
+    def __init__(self, message: str, log_tail: str, not_runnable: bool = False):
         super().__init__(message)
         self.log_tail = log_tail
+        self.not_runnable = not_runnable  # installed, but what it installed cannot run here: untested, never broken
 
 
 @dataclass
@@ -62,6 +63,13 @@ def ensure_env(cell: Cell, recipe: Recipe, log_path: Path, reinstall: bool = Fal
         log_path.parent.mkdir(parents=True, exist_ok=True)
         with log_path.open("w") as log:
             _build(path, recipe, log)
+    from compat.harness.nearest_kernels import kernels_of, ops_problem
+
+    problem = ops_problem(python, kernels_of(cell)) if kernels_of(cell) else None
+    if problem:  # a nearest-kernel cell whose ops do not load into its torch: checked on every use, never stamped
+        stamp.unlink(missing_ok=True)
+        raise InstallError(problem, tail(log_path), not_runnable=True)
+    if not reused:
         stamp.write_text(digest + "\n")
     env = CellEnv(path=path, python=python, seconds=0.0, reused=reused, owned=True)
     env.shims = ensure_cpu_platform_alias(env) if cell.backend == "cpu" else []

@@ -113,8 +113,10 @@ def run_cell(cell: Cell, recipe: Recipe | None, work_dir: Path, *, model_dir: Pa
             env = ensure_env(cell.environment_cell, recipe, work_dir / "install.log", reinstall=reinstall)
         except InstallError as exc:
             record.update(verdict="install-error", error=str(exc), install_log_tail=exc.log_tail)
+            if exc.not_runnable:  # it installed, and cannot run here: untested, with why (never broken)
+                record.update(verdict="untested-at-runtime", error=None, runtime=f"not run: {exc}")
             record["seconds"]["install"] = round(time.monotonic() - started, 2)
-            echo(f"[compat] {cell.id}: install-error: {exc}")
+            echo(f"[compat] {cell.id}: {record['verdict']}: {exc}")
             return record
     spec = cell_spec(cell, work_dir, model_dir, probe_timeout=probe_timeout, cell_timeout=cell_timeout,
                      gpu_memory_utilization=gpu_memory_utilization)

