@@ -31,8 +31,10 @@ Gate (exit status of `nox -s compat` and `nox -s report`), worst cell wins:
 
 from __future__ import annotations
 
+import enum
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Iterable
+from typing import Any, Iterable, NoReturn, Optional
 
 from compat.harness.causes import (
     as_not_contract,
@@ -41,124 +43,213 @@ from compat.harness.causes import (
     harness_fault_explained,
     with_compat_error,
     with_compat_not_contract,
-    with_compat_set_aside,
 )
 from compat.harness.classify import ProbeClass, classify_cell, classify_probe, new_findings
 from compat.harness.evidence import recheck
-from compat.shared.axes import BACKENDS
 from compat.shared.breakages import REFERENCE_PROBE, REGISTRY, Breakage
-from compat.shared.records import migrate
+from compat.shared.records import (
+    CellRecord,
+    ProbeRecord,
+    ProbeStatus,
+    RecordError,
+    Verdict,
+    build,
+    validate_cell,
+)
 
 PASS, FINDING, UNTESTED = 0, 1, 2
 GATE_WORDS = {PASS: "pass", FINDING: "fail: NEW or regression", UNTESTED: "fail: untested"}
-UNTESTED_VERDICTS = frozenset({"error", "install-error", "unsupported-on-cpu", "untested-at-runtime"})
+UNTESTED_VERDICTS = frozenset({Verdict.ERROR, Verdict.INSTALL_ERROR, Verdict.UNSUPPORTED_ON_CPU,
+                               Verdict.UNTESTED_AT_RUNTIME})
+
+
+@dataclass(frozen=True)
+class Stated:
+    """What a record said of a probe where its evidence, its cause or its environment set that aside."""
+    status: ProbeStatus
+    with_compat: Optional[ProbeStatus]
+
+
+@dataclass(frozen=True)
+class CheckedProbe:
+    """A probe as its evidence reads (compat.harness.evidence.recheck, compat.harness.causes): the record with its
+    status, with-compat status, cause and reason as decided, and what the record stated where that was set aside."""
+    record: ProbeRecord
+    stated: Optional[Stated] = None
+
+    @property
+    def label(self) -> str:
+        return f"{self.record.id}[{self.record.case}]" if self.record.case else self.record.id
+
+    @property
+    def why(self) -> str:
+        return str(self.record.reason or (self.record.error.message if self.record.error else "")
+                   or "no reason recorded").splitlines()[0][:200]
+
+    @property
+    def with_compat_set_aside(self) -> bool:
+        """Its with-compat run reads `error` because what it stated was set aside: no answer about the adapters."""
+        return self.record.with_compat is ProbeStatus.ERROR and self.stated is not None
+
+
+def checked_probe(probe: dict[str, Any]) -> CheckedProbe:
+    """A probe of the re-checked record (JSON, with `stated` where recheck or a cause set the record aside) typed."""
+    stated = probe.get("stated")
+    record: ProbeRecord = build(ProbeRecord, {k: v for k, v in probe.items() if k != "stated"})
+    return CheckedProbe(record, None if not isinstance(stated, dict) else Stated(
+        ProbeStatus(stated["status"]), None if stated.get("with_compat") is None
+        else ProbeStatus(stated["with_compat"])))
+
+
+class Outcome(enum.Enum):
+    """One deciding probe's part in its cell's verdict: what its status and its with-compat status say together."""
+    PASSED = "passed"                        # ok; with compat adapters ok or not run
+    REPAIRED = "repaired"                    # broken as released, ok with compat adapters
+    UNREPAIRED = "unrepaired"                # broken, and its adapters did not repair it
+    ADAPTER_BROKE = "adapter broke"          # not broken as released, broken with compat adapters
+    UNREPORTED = "unreported"                # broken, the run ended before its with-compat run could report
+    OPEN = "open"                            # it could not answer: error, skipped, flaky
+    WITH_COMPAT_OPEN = "with compat open"    # it answered; its with-compat run could not
+    REFUSED = "refused"                      # the CPU build refused it
+    NOT_APPLICABLE = "not applicable"        # n/a: decides nothing
+
+
+def _never(value: NoReturn) -> NoReturn:
+    raise AssertionError(f"an outcome not decided: {value!r}")
+
+
+def outcome(probe: CheckedProbe, run_failed: bool) -> Outcome:
+    """The one match that decides what a probe's statuses say (`run_failed`: the probe run ended early)."""
+    status, adapted = probe.record.status, probe.record.with_compat
+    if adapted is ProbeStatus.BROKEN and status is not ProbeStatus.BROKEN:
+        return Outcome.ADAPTER_BROKE  # n/a included: the adapters broke something
+    answered = adapted in (None, ProbeStatus.OK, ProbeStatus.BROKEN)
+    match status:
+        case ProbeStatus.NOT_APPLICABLE:
+            return Outcome.NOT_APPLICABLE
+        case ProbeStatus.BROKEN:
+            if run_failed and adapted is None:
+                return Outcome.UNREPORTED
+            if adapted is ProbeStatus.OK:
+                return Outcome.REPAIRED
+            return Outcome.WITH_COMPAT_OPEN if probe.with_compat_set_aside else Outcome.UNREPAIRED
+        case ProbeStatus.OK:
+            return Outcome.PASSED if answered else Outcome.WITH_COMPAT_OPEN
+        case ProbeStatus.ERROR | ProbeStatus.SKIPPED | ProbeStatus.FLAKY:
+            return Outcome.OPEN
+        case ProbeStatus.UNSUPPORTED_ON_CPU:
+            return Outcome.REFUSED
+        case _:
+            _never(status)
 
 
 @dataclass(frozen=True)
 class Decision:
     """One cell decided: the verdict, the gate, why; the record as its evidence reads
     (compat.harness.evidence.recheck) and each of its probes' classes, worked out once."""
-    verdict: str
+    verdict: Verdict
     gate: int
     reasons: tuple[str, ...] = field(default=())
     checked: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
     classes: tuple[tuple[dict[str, Any], ProbeClass], ...] = field(default=(), compare=False, repr=False)
+    probes: tuple[tuple[CheckedProbe, ProbeClass], ...] = field(default=(), compare=False, repr=False)
 
 
-def _label(probe: dict[str, Any]) -> str:
-    return f"{probe['id']}[{probe['case']}]" if probe.get("case") else str(probe.get("id"))
-
-
-def cell_verdict(cell: dict[str, Any], classes: list[tuple[dict[str, Any], ProbeClass]]) -> tuple[str, list[str]]:
-    """The verdict and why, from the probe records and their classes (for advisory-ness)."""
-    probes = [p for p, cls in classes if not cls.advisory and p.get("status") != "n/a"]
-    if not cell.get("probes") and cell.get("verdict") == "install-error":
-        return "install-error", [f"the environment could not be built: {cell.get('error') or 'see the install log'}"]
-    if not cell.get("probes") and cell.get("verdict") == "untested-at-runtime":
-        static = cell.get("static") or {}
-        return "untested-at-runtime", [str(cell.get("runtime") or "no runtime cell ran"),
-                                       f"static layer: {static.get('label') or static.get('verdict') or 'not run'} "
-                                       f"(read from the wheels; nothing was run)"]
+def cell_verdict(cell: CellRecord, classes: list[tuple[CheckedProbe, ProbeClass]]) -> tuple[Verdict, list[str]]:
+    """The verdict and why, from the re-checked probes and their classes (for advisory-ness)."""
+    if not cell.probes and cell.verdict is Verdict.INSTALL_ERROR:
+        return Verdict.INSTALL_ERROR, [f"the environment could not be built: {cell.error or 'see the install log'}"]
+    if not cell.probes and cell.verdict is Verdict.UNTESTED_AT_RUNTIME:
+        static = cell.static or {}
+        layer = static.get("label") or static.get("verdict") or "not run"
+        return Verdict.UNTESTED_AT_RUNTIME, [str(cell.runtime or "no runtime cell ran"),
+                                             f"static layer: {layer} (read from the wheels; nothing was run)"]
+    deciding = [(p, outcome(p, bool(cell.error))) for p, cls in classes if not cls.advisory]
+    by: dict[Outcome, list[CheckedProbe]] = {o: [p for p, got in deciding if got is o] for o in Outcome}
+    probes = [p for p, got in deciding if got is not Outcome.NOT_APPLICABLE]
     if not probes:
-        return "error", ["no deciding probe applied or ran"]
+        return Verdict.ERROR, ["no deciding probe applied or ran"]
 
-    # No with-compat status: no adapter ran for it; but where the probe run ended early (a crash, a timeout)
-    # its with-compat run may never have reported, which says nothing either way: an open question below.
-    unreported = [p for p in probes if cell.get("error") and p["status"] == "broken" and p.get("with_compat") is None]
-    unrepaired = [p for p in probes if p["status"] == "broken" and p.get("with_compat") != "ok"
-                  and not any(p is q for q in unreported) and not with_compat_set_aside(p)]
-    adapter_broke = [p for p, cls in classes if not cls.advisory and p.get("status") != "broken"
-                     and p.get("with_compat") == "broken"]  # n/a included: the adapters broke something
-    if unrepaired or adapter_broke:
-        return "incompatible", (
-            [f"{_label(p)} broken, with compat adapters {p.get('with_compat') or 'not run'}" for p in unrepaired]
-            + [f"{_label(p)} {p['status']}, but broken with compat adapters" for p in adapter_broke])
+    if by[Outcome.UNREPAIRED] or by[Outcome.ADAPTER_BROKE]:
+        return Verdict.INCOMPATIBLE, (
+            [f"{p.label} broken, with compat adapters {p.record.with_compat or 'not run'}"
+             for p in by[Outcome.UNREPAIRED]]
+            + [f"{p.label} {p.record.status}, but broken with compat adapters" for p in by[Outcome.ADAPTER_BROKE]])
 
-    open_questions = [f"{_label(p)} {p['status']}: {_why(p)}" for p in probes
-                      if p["status"] in ("error", "skipped", "flaky")]
-    open_questions += [f"{_label(p)} broken as released; its with-compat run did not report before the probe run "
-                       "ended" for p in unreported]
-    open_questions += [f"{_label(p)} with compat adapters: {p['with_compat']}"
-                       + (f" ({_why(p)})" if p.get("stated") else "") for p in probes
-                       if p["status"] in ("ok", "broken") and p.get("with_compat") not in (None, "ok", "broken")]
-    if cell.get("error"):
-        open_questions.append(f"the probe run failed: {str(cell['error']).splitlines()[0]}")
-    reference = [p for p in probes if p["id"] == REFERENCE_PROBE]
-    broken = [p for p in probes if p["status"] == "broken"]
+    open_questions = [f"{p.label} {p.record.status}: {p.why}" for p in by[Outcome.OPEN]]
+    open_questions += [f"{p.label} broken as released; its with-compat run did not report before the probe run "
+                       "ended" for p in by[Outcome.UNREPORTED]]
+    open_questions += [f"{p.label} with compat adapters: {p.record.with_compat}"
+                       + (f" ({p.why})" if p.stated else "") for p in by[Outcome.WITH_COMPAT_OPEN]]
+    if cell.error:
+        open_questions.append(f"the probe run failed: {str(cell.error).splitlines()[0]}")
+    reference = [p for p in probes if p.record.id == REFERENCE_PROBE]
+    broken = [p for p in probes if p.record.status is ProbeStatus.BROKEN]
     if broken and not reference:
         open_questions.append("adapters repair the exceptions, but no reference data confirmed them")
     if open_questions:
-        return "error", open_questions
+        return Verdict.ERROR, open_questions
 
-    refused = [p for p in probes if p["status"] == "unsupported-on-cpu"]
-    if refused:
-        return "unsupported-on-cpu", [f"{_label(p)}: {_why(p)}" for p in refused]
-    unconfirmed = [p for p in reference if p.get("with_compat") != "ok"]
+    if by[Outcome.REFUSED]:
+        return Verdict.UNSUPPORTED_ON_CPU, [f"{p.label}: {p.why}" for p in by[Outcome.REFUSED]]
+    unconfirmed = [p for p in reference if p.record.with_compat is not ProbeStatus.OK]
     if broken and unconfirmed:
-        return "error", [f"adapters repair the exceptions, but {_label(p)} has no with-compat data check"
-                         for p in unconfirmed]
+        return Verdict.ERROR, [f"adapters repair the exceptions, but {p.label} has no with-compat data check"
+                               for p in unconfirmed]
     if broken:
-        return "compatible-with-compat", [f"{_label(p)} broken as released, ok with compat adapters" for p in broken]
+        return Verdict.COMPATIBLE_WITH_COMPAT, [f"{p.label} broken as released, ok with compat adapters"
+                                                for p in broken]
     if not reference:
-        return "error", ["every contract probe passed, but the hidden states were never checked against the reference"]
-    return "compatible", []
+        return Verdict.ERROR, ["every contract probe passed, but the hidden states were never checked against the "
+                               "reference"]
+    return Verdict.COMPATIBLE, []
 
 
-def _why(probe: dict[str, Any]) -> str:
-    return str(probe.get("reason") or (probe.get("error") or {}).get("message")
-               or "no reason recorded").splitlines()[0][:200]
+UNTESTED_STATUSES = frozenset({ProbeStatus.ERROR, ProbeStatus.SKIPPED, ProbeStatus.UNSUPPORTED_ON_CPU,
+                               ProbeStatus.FLAKY})
+ANSWERED = frozenset({ProbeStatus.OK, ProbeStatus.BROKEN})
 
 
-def cell_gate(verdict: str, classes: list[tuple[dict[str, Any], ProbeClass]]) -> tuple[int, list[str]]:
+def cell_gate(verdict: Verdict, classes: list[tuple[CheckedProbe, ProbeClass]]) -> tuple[int, list[str]]:
     findings = []
     for probe, cls in classes:
         if cls.advisory:
             continue
         for finding in new_findings(cls):
             what = "NEW" if finding is cls else "NEW behind the exception"
-            findings.append(f"{what}: {_label(probe)}: {finding.note or 'no registry entry explains it'}")
+            findings.append(f"{what}: {probe.label}: {finding.note or 'no registry entry explains it'}")
         if cls.adapter_regression:
-            findings.append(f"adapter regression: {_label(probe)}: {cls.adapter_regression}")
+            findings.append(f"adapter regression: {probe.label}: {cls.adapter_regression}")
     if findings:
         return FINDING, findings
-    untested = [f"{_label(p)} {p['status']}" for p, cls in classes
-                if not cls.advisory and p.get("status") in ("error", "skipped", "unsupported-on-cpu", "flaky")]
-    untested += [f"{_label(p)} with compat adapters {p['with_compat']}" for p, cls in classes
-                 if not cls.advisory and p.get("status") in ("ok", "broken")
-                 and p.get("with_compat") not in (None, "ok", "broken")]
+    deciding = [p.record for p, cls in classes if not cls.advisory]
+    untested = [f"{_label(p)} {p.status}" for p in deciding if p.status in UNTESTED_STATUSES]
+    untested += [f"{_label(p)} with compat adapters {p.with_compat}" for p in deciding
+                 if p.status in ANSWERED and p.with_compat is not None and p.with_compat not in ANSWERED]
     if verdict in UNTESTED_VERDICTS or untested:
         return UNTESTED, [f"verdict {verdict}: not everything could be tested"] + untested
     return PASS, []
 
 
-def decide(cell: dict[str, Any], registry: tuple[Breakage, ...] = REGISTRY) -> Decision:
+def _label(probe: ProbeRecord) -> str:
+    return f"{probe.id}[{probe.case}]" if probe.case else probe.id
+
+
+def decide(cell: Mapping[str, Any], registry: tuple[Breakage, ...] = REGISTRY) -> Decision:
     """The verdict and the gate of one cell record, from what its evidence supports. Problems of the
-    record as a whole (manifest, installed versions, no backend) leave it `error`; a run-level
-    failure (`error` beside probes: a crash or timeout) gates at least untested."""
-    checked, problems = recheck(migrate(cell))
-    if checked.get("backend") not in BACKENDS:
-        problems.append(f"backend {checked.get('backend')!r}: expected {' or '.join(BACKENDS)} (no registry entry can "
-                        "apply)")
+    record as a whole (manifest, installed versions) leave it `error`; a run-level failure (`error`
+    beside probes: a crash or timeout) gates at least untested. The record (its JSON, as load_cell or the runner
+    holds it) is validated and migrated first (records.validate_cell): one that does not hold its schema decides
+    `error`, naming the field. The re-check and the classes still read that JSON (a typed record written back by
+    records.to_json cannot yet tell an absent key from a null one, which evidence.py tells apart); the verdict and
+    the gate are decided on the typed record and its typed, re-checked probes."""
+    try:
+        raw = validate_cell(dict(cell))
+    except RecordError as exc:
+        return Decision(Verdict.ERROR, UNTESTED, (f"the record does not hold its schema: {exc} (expected what "
+                                                  f"docs/record.schema.json lists)",))
+    record: CellRecord = build(CellRecord, raw)
+    checked, problems = recheck(raw)
     classes = classify_cell(checked, registry)
     # the environment's or our fixture's failure, no registry entry claims it: error
     checked, classes = _replaced(checked, classes, registry, {
@@ -172,14 +263,15 @@ def decide(cell: dict[str, Any], registry: tuple[Breakage, ...] = REGISTRY) -> D
     checked, classes = _replaced(checked, classes, registry, {
         id(p): dict(p, cause=cause, **harness_fault_explained(p)) for p, _cls in classes
         if p.get("status") == "error" and not p.get("cause") for cause in [cause_of_error(p)] if cause})
-    verdict, reasons = cell_verdict(checked, classes)
-    gate, gate_reasons = cell_gate(verdict, classes)
-    if problems and verdict not in ("install-error", "untested-at-runtime"):
-        verdict, reasons = "error", problems + reasons
-    if gate == PASS and (problems or (checked.get("probes") and checked.get("error"))):
+    typed = [(checked_probe(p), cls) for p, cls in classes]
+    verdict, reasons = cell_verdict(record, typed)
+    gate, gate_reasons = cell_gate(verdict, typed)
+    if problems and verdict not in (Verdict.INSTALL_ERROR, Verdict.UNTESTED_AT_RUNTIME):
+        verdict, reasons = Verdict.ERROR, problems + reasons
+    if gate == PASS and (problems or (record.probes and record.error)):
         gate = UNTESTED
-        gate_reasons = [f"the probe run failed: {str(checked['error']).splitlines()[0]}"] if not problems else []
-    return Decision(verdict, gate, tuple(reasons + gate_reasons), checked, tuple(classes))
+        gate_reasons = [f"the probe run failed: {str(record.error).splitlines()[0]}"] if not problems else []
+    return Decision(verdict, gate, tuple(reasons + gate_reasons), checked, tuple(classes), tuple(typed))
 
 
 def _replaced(checked: dict[str, Any], classes: list[tuple[dict[str, Any], ProbeClass]], registry: tuple[Breakage, ...],
@@ -194,7 +286,7 @@ def _replaced(checked: dict[str, Any], classes: list[tuple[dict[str, Any], Probe
     return dict(checked, probes=[p for p, _cls in classes]), classes
 
 
-def matrix_gate(cells: Iterable[dict[str, Any]], registry: tuple[Breakage, ...] = REGISTRY) -> int:
+def matrix_gate(cells: Iterable[Mapping[str, Any]], registry: tuple[Breakage, ...] = REGISTRY) -> int:
     """The exit status for a set of cells: the worst cell's gate; no cell at all tested nothing."""
     return worst_gate(decide(cell, registry).gate for cell in cells)
 

@@ -74,6 +74,8 @@ def complete(cell: dict, *, figures: bool = True, variants=None) -> dict:
     out.setdefault("schema_version", SCHEMA_VERSION)
     out.setdefault("backend", "cpu")
     out.setdefault("id", f"vllm-{out['vllm']}__speculators-{out['speculators']}__{out['backend']}")
+    if out.get("verdict") is None:
+        out["verdict"] = "error"  # the schema requires one; compat.harness.cell_run starts every record so
     if not out.get("probes"):
         return out
     if not out.get("env"):

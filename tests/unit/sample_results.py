@@ -77,8 +77,9 @@ def _cell(vllm: str, spec: str, probes: list[dict[str, Any]], **kw: Any) -> dict
         "probes": probes,
     }
     cell.update(kw)
+    stated = cell.get("verdict")
     cell = complete(cell)
-    cell["verdict"] = cell["verdict"] or decide(cell).verdict
+    cell["verdict"] = stated or decide(cell).verdict
     return cell
 
 
