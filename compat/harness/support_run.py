@@ -268,15 +268,39 @@ def answer_from_published(fixed: str, backend: str, settings: Settings) -> int |
           f"(--rerun measures again, --rerun --only ID one cell)", flush=True)
     print("[support] runtime cells:\n" + "\n".join(published.provenance_lines(doc, here=output.results)), flush=True)
     print(summary_text(doc), flush=True)
-    ids = frozenset(str(c["cell_id"]) for c in doc["cells"] if c.get("cell_id"))
+    ids = frozenset(str(c["cell_id"]) for c in doc["cells"] if c.get("cell_id")) | other_backend_ids(doc, backend)
     store = Store.open(output.store, output.results)
     try:
         imports = [published.RESULTS] + ([output.results] if output.results.is_dir() else [])
         report = publish(output.reports, store, imports, Selection(cells=ids, documents=frozenset({(SUPPORT, name)})))
     finally:
         store.close()
-    print(f"[support] the report: {output.reports}/compat.html (the answer first)", flush=True)
-    return 0 if not report.problems else 3
+    # the exit status is the gate the report's page states (its cells' worst: a row with untested cells is 2)
+    code = exit_codes.UNREADABLE if report.problems else report.gate()
+    print(f"[support] the report: {output.reports}/compat.html (the answer first); gate: "
+          f"{gate_words(code)} (exit {code})", flush=True)
+    return code
+
+
+def gate_words(code: int) -> str:
+    from compat.harness.verdict import GATE_WORDS
+
+    return GATE_WORDS.get(code) or exit_codes.TABLE["report"].get(code, str(code))
+
+
+def other_backend_ids(doc: dict[str, Any], backend: str) -> frozenset[str]:
+    """The published runs of the row's pairs on another backend (the H200's), so that its report keeps the
+    answer's "measured on the other backend" column as the whole table's does."""
+    from compat.harness import published
+    from compat.shared.results import record_files, record_stem
+
+    releases = {str(c["vllm"]) for c in doc["cells"]}
+    found = set()
+    for path in record_files(published.RESULTS, f"vllm-*__speculators-{doc.get('fixed')}__*"):
+        parts = record_stem(path).split("__")
+        if len(parts) >= 3 and parts[0].removeprefix("vllm-") in releases and parts[2] != backend:
+            found.add(record_stem(path))
+    return frozenset(found)
 
 
 def run_support(settings: Settings) -> int:

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from compat.harness import published, settings, support_run
-from compat.harness.verdict import decide
+from compat.harness.verdict import GATE_WORDS, decide
 from compat.shared.results import read_json
 
 ROWS = published.load_rows()
@@ -95,13 +95,20 @@ def test_a_published_row_is_answered_with_nothing_run(tmp_path, monkeypatch, cap
     monkeypatch.setattr(support_run, "gather", no_static_layer)
     code = support_run.run_support(_options(tmp_path, "0.8.1"))
     out = capsys.readouterr().out
-    assert code == 0
     assert "the published row" in out and "works: 0.25.0 – 0.32.0" in out
     assert "0.26.0: published (2026-12-02" in out and "harness 87d084fc7965" in out
     report = json.loads((tmp_path / "reports" / "compat.json").read_text())
     ids = {c["cell_id"] for c in ROWS["0.8.1"]["cells"] if c.get("cell_id")}
-    assert {c["id"] for c in report["cells"]} == ids  # the row's cells, nothing else the folder holds
+    gpu = {"vllm-0.22.1__speculators-0.8.1__gpu"} | {f"vllm-{v}__speculators-0.8.1__gpu__variants-none"
+                                                     for v in ("0.23.0", "0.24.0", "0.26.0")}
+    assert {c["id"] for c in report["cells"]} == ids | gpu  # the row's cells and its pairs' GPU runs, nothing else
     assert [d["fixed"] for d in report["support"]] == ["0.8.1"]
+    md = (tmp_path / "reports" / "compat.md").read_text()
+    # the row's report keeps the whole table's last column (issue 45), and its gate line is the exit status
+    assert "| measured on the other backend |" in md and "gpu: 0.22.1 ◐, 0.23.0 ◐, 0.24.0 ✔, 0.26.0 ✔" in md
+    gate = report["summary"]["exit_code"]
+    assert code == gate == 2  # cells of the row are untested (0.19.1 - 0.21.0, 0.24.0 on the CPU build)
+    assert f"gate: **{GATE_WORDS[code]}**" in md.splitlines()[2] and f"(exit {code})" in out
 
 
 def test_a_cell_run_here_is_named_as_such_and_a_missing_one_as_missing(tmp_path, monkeypatch, capsys):
@@ -113,7 +120,7 @@ def test_a_cell_run_here_is_named_as_such_and_a_missing_one_as_missing(tmp_path,
     shutil.copytree(published.RESULTS, kept, ignore=shutil.ignore_patterns(f"{gone['cell_id']}.json*"))
     monkeypatch.setattr(published, "RESULTS", kept)
     shutil.copy(kept / f"{here['cell_id']}.json.gz", (tmp_path / "results").mkdir() or tmp_path / "results")
-    assert support_run.run_support(_options(tmp_path, "0.9.0")) == 0
+    assert support_run.run_support(_options(tmp_path, "0.9.0")) == 2  # a missing cell is untested
     out = capsys.readouterr().out
     assert "the published row" in out
     assert f"{here['vllm']}: ran here" in out and f"{gone['vllm']}: missing" in out
