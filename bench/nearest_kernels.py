@@ -40,11 +40,14 @@ def load(path: Path) -> dict[str, Any]:
     return record
 
 
-def genuine_path(record: dict[str, Any], published: Path = PUBLISHED) -> Path | None:
+def genuine_path(record: dict[str, Any], folders: list[Path]) -> Path | None:
+    """The genuine record of the pair: the first of `folders` that holds one (results/ before published/: a newer
+    run of the genuine cell holds the newer probes)."""
     genuine_id = re.sub(r"__kernels-[^_]+", "", str(record["id"]))
-    for name in (f"{genuine_id}.json", f"{genuine_id}.json.gz"):
-        if (published / name).is_file():
-            return published / name
+    for folder in folders:
+        for name in (f"{genuine_id}.json", f"{genuine_id}.json.gz"):
+            if (folder / name).is_file():
+                return folder / name
     return None
 
 
@@ -137,7 +140,8 @@ def cost(record: dict[str, Any]) -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("records", nargs="*", type=Path)
-    parser.add_argument("--published", type=Path, default=PUBLISHED)
+    parser.add_argument("--genuine", type=Path, action="append", default=None, metavar="DIR",
+                        help="where the genuine records are, first found wins (default: results/, then published/)")
     parser.add_argument("--json", type=Path, default=None, help="write the comparison here")
     args = parser.parse_args(argv)
     paths = args.records or sorted((ROOT / "results").glob("*__kernels-*.json"))
@@ -149,8 +153,12 @@ def main(argv: list[str] | None = None) -> int:
             continue
         entry: dict[str, Any] = {"id": record["id"], "label": record_label(record),
                                  "finished_at": record.get("finished_at"), "cost": cost(record)}
-        genuine = genuine_path(record, args.published)
-        if genuine is None:
+        genuine = genuine_path(record, args.genuine or [ROOT / "results", PUBLISHED])
+        if not record.get("probes"):  # the method refused the pair (not runnable here): no claim to compare
+            entry["genuine"] = None
+            entry["result"] = {"verdict": decide(record).verdict, "agree": None,
+                               "disagreements": [str(record.get("runtime") or record.get("error"))]}
+        elif genuine is None:
             entry["genuine"] = None
             entry["result"] = {"verdict": decide(record).verdict, "agree": None,
                                "disagreements": ["no genuine cell published: nothing to validate against"]}
@@ -165,7 +173,7 @@ def main(argv: list[str] | None = None) -> int:
         worst = max((f["max_ratio"] for f in result.get("figures", {}).values()), default=None)
         print(f"{entry['label']} x speculators {record['speculators']}: {result['verdict']}"
               + (f" (genuine {result['genuine_verdict']})" if "genuine_verdict" in result else "")
-              + (f"; agree: {result['agree']}" if result['agree'] is not None else "; no genuine cell")
+              + (f"; agree: {result['agree']}" if result['agree'] is not None else "; nothing compared")
               + (f"; {result['probes_compared']} probes, {sum(f['rows'] for f in result['figures'].values())} "
                  f"figure rows, worst |difference| / allowed {worst:.3g}" if worst is not None else "")
               + f"; cost {entry['cost']}")
