@@ -42,7 +42,7 @@ from compat.shared.cell_spec import SPEC_VARIABLE, CellSpec, KimiSuiteSpec
 from compat.shared.gpus import describe_gpus, host_gpu_names
 from compat.shared.manifest import expected_manifest
 from compat.shared.profiles import profile_for
-from compat.shared.records import RERUN_BLOCKED, SCHEMA_VERSION, StepKind, probe_key
+from compat.shared.records import RERUN_BLOCKED, SCHEMA_VERSION, Cause, StepKind, probe_key
 from compat.shared.results import ResultFileError, read_json
 
 TOKEN_VARIABLE = "COMPAT_CELL_TOKEN"
@@ -215,8 +215,8 @@ RERUN_DIR = "rerun"  # beside the first run's files in the cell's work folder
 def rerun_candidates(decision: Decision) -> list[str]:
     """Probes whose outcome would make a claim worth a second look: a NEW finding, or a failure the
     environment caused (as Crater re-runs its regressions before reporting them)."""
-    return [probe_key(p) for p, cls in decision.classes if not cls.advisory and p.get("nodeids")
-            and (new_findings(cls) or p.get("cause") == "environment")]
+    return [p.record.key for p, cls in decision.probes if not cls.advisory and p.record.nodeids
+            and (new_findings(cls) or p.record.cause is Cause.ENVIRONMENT)]
 
 
 def merge_rerun(probes: list[dict[str, Any]], again: list[dict[str, Any]], keys: list[str],

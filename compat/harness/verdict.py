@@ -79,7 +79,7 @@ class CheckedProbe:
 
     @property
     def label(self) -> str:
-        return f"{self.record.id}[{self.record.case}]" if self.record.case else self.record.id
+        return self.record.key
 
     @property
     def why(self) -> str:
@@ -223,16 +223,12 @@ def cell_gate(verdict: Verdict, classes: list[tuple[CheckedProbe, ProbeClass]]) 
     if findings:
         return FINDING, findings
     deciding = [p.record for p, cls in classes if not cls.advisory]
-    untested = [f"{_label(p)} {p.status}" for p in deciding if p.status in UNTESTED_STATUSES]
-    untested += [f"{_label(p)} with compat adapters {p.with_compat}" for p in deciding
+    untested = [f"{p.key} {p.status}" for p in deciding if p.status in UNTESTED_STATUSES]
+    untested += [f"{p.key} with compat adapters {p.with_compat}" for p in deciding
                  if p.status in ANSWERED and p.with_compat is not None and p.with_compat not in ANSWERED]
     if verdict in UNTESTED_VERDICTS or untested:
         return UNTESTED, [f"verdict {verdict}: not everything could be tested"] + untested
     return PASS, []
-
-
-def _label(probe: ProbeRecord) -> str:
-    return f"{probe.id}[{probe.case}]" if probe.case else probe.id
 
 
 def decide(cell: Mapping[str, Any], registry: tuple[Breakage, ...] = REGISTRY) -> Decision:

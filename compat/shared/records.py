@@ -175,6 +175,11 @@ class ProbeRecord:
     nodeids: Optional[list[str]] = None
     rerun: Optional[dict[str, Any]] = None  # the outcome of running it again alone (NEW or environment)
 
+    @property
+    def key(self) -> str:
+        """`id` or `id[case]`: unique within a cell (probe_key, for the JSON)."""
+        return f"{self.id}[{self.case}]" if self.case else self.id
+
 
 # How a `rerun` begins its reason when the second run failed before it could ask (a cause rule's environment):
 # no second outcome, the first stands unconfirmed

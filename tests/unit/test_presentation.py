@@ -74,3 +74,14 @@ def test_new_behind_a_known_exception_counts_as_new_everywhere():
 def test_a_known_failure_alone_is_not_new():
     assert new_findings(ProbeClass("known", ENTRY)) == ()
     assert new_findings(ProbeClass("new")) != () and new_findings(ProbeClass("error", behind=ProbeClass("new"))) != ()
+
+
+@pytest.mark.parametrize("cause, nodeids, again", [("environment", True, True), ("harness", True, False),
+                                                    ("environment", False, False)])
+def test_a_failure_the_environment_caused_is_run_again_where_it_can_be_selected(cause, nodeids, again):
+    failed = probe("block_hasher", "error", None, err("OSError", "no space left on device"))
+    failed["cause"] = cause
+    if nodeids:
+        failed["nodeids"] = ["tests/probes/test_x.py::test_block_hasher"]
+    decision = decide(cell([failed] + reference()))
+    assert ("block_hasher" in rerun_candidates(decision)) is again, decision.reasons
