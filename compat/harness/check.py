@@ -31,7 +31,15 @@ from packaging.version import InvalidVersion, Version
 from compat.harness import exit_codes, published
 from compat.harness.nearest_kernels import record_label
 from compat.harness.published import OUTCOME_WORDS, PublishedError
-from compat.harness.support import NEAREST_KERNELS, PROVENANCE, RUNTIME_PROVENANCES, STATIC_ONLY, other_backend_runs
+from compat.harness.support import (
+    NEAREST_KERNELS,
+    PROVENANCE,
+    RUNTIME_PROVENANCES,
+    STATIC_ONLY,
+    newest_first,
+    other_backend_runs,
+)
+from compat.shared.breakages import Breakage, applicable
 from compat.shared.profiles import profile_for
 from compat.shared.results import ResultFileError, evidence_path, load_cell, record_files, record_stem
 
@@ -309,6 +317,8 @@ class Answer:
         head = (f"vLLM {self.vllm} x speculators {self.speculators} on {self.backend} ({self.backend_from}): "
                 f"{OUTCOME_WORDS[self.outcome]} (exit {self.exit_code})")
         out = [head] + [e.line() for e in self.evidence]
+        out += [f"  caution: {entry.id} ({entry.title}) is intermittent here, {entry.scope()}: a run that passed "
+                f"does not show it absent; {entry.fix}" for entry in self.intermittent()]
         if self.outcome == "adapters":
             first = self.evidence[0]
             if self.adapters:
@@ -323,6 +333,13 @@ class Answer:
         out.append(f"  table: {'the copy packaged with vllm-spec-compat' if about['packaged'] else 'published'} "
                    f"({about['path']}), newest run {about['newest_run'] or 'undated'}")
         return out
+
+    def intermittent(self) -> list[Breakage]:
+        """The registry's intermittent entries (races) for this pair on this backend, where the answer is not
+        broken: the run that answered may simply not have met them."""
+        if self.outcome == "broken":
+            return []
+        return [e for e in applicable(self.vllm, self.speculators, self.backend) if e.intermittent]
 
     def as_json(self) -> dict[str, Any]:
         return {"schema_version": SCHEMA_VERSION, "exit": self.exit_code, "vllm": self.vllm,
@@ -367,7 +384,7 @@ def answer(speculators: str, vllm: str, backend: str, backend_from: str, folder:
                              f"releases: {doc['cells'][0]['vllm']} – {doc['cells'][-1]['vllm']}")
     spec, row_backend = str(doc["fixed"]), str(doc.get("backend"))
     pair = [load_cell(p) for p in record_files(results, f"vllm-{cell['vllm']}__speculators-{spec}__*")]
-    runs = other_backend_runs(pair, row_backend, published._decided_verdict)
+    runs = newest_first(other_backend_runs(pair, row_backend, published._decided_verdict))
     mine = [r for r in runs if r["backend"] == backend]
     if backend != row_backend and mine:
         evidence = [run_evidence(results, r, "answer") for r in mine[:1]]

@@ -454,6 +454,12 @@ def other_backend_runs(records: Iterable[dict[str, Any]], backend: str,
     return runs
 
 
+def newest_first(runs: list[dict[str, str]]) -> list[dict[str, str]]:
+    """other_backend_runs newest first (undated last): the newest run of a pair on a backend answers for it."""
+    dated = sorted((r for r in runs if r["finished_at"] != "undated"), key=lambda r: r["finished_at"], reverse=True)
+    return dated + [r for r in runs if r["finished_at"] == "undated"]
+
+
 def with_other_backends(document: dict[str, Any], cells: Iterable[dict[str, Any]]) -> dict[str, Any]:
     """The support document with, on each of its cells, the same pair's other_backend_runs among `cells`
     (`elsewhere`: backend, verdict, outcome, cell id). The row's own outcome stays its backend's."""

@@ -130,6 +130,19 @@ def test_a_gpu_host_answers_from_the_gpu_run_first(a_gpu, capsys):
     assert lines[2].startswith("  cpu evidence: untested (unsupported-on-cpu)")  # the other backend, labelled
 
 
+def test_the_newest_run_of_a_pair_answers_and_an_intermittent_entry_is_named_where_it_passed(capsys):
+    """Two GPU runs of 0.24.0 x 0.9.0 are published: the older passed, the newer (reports/gpu-h200/workload-v024-run4)
+    met preempted_in_final_step; the newer answers. Where a pass answers, the registry's race for the pair is named."""
+    got, out, _ = run(["--speculators", "0.9.0", "--vllm", "0.24.0", "--backend", "gpu"], capsys)
+    assert got == exit_codes.BROKEN and "vllm-0.24.0__speculators-0.9.0__gpu__variants-none, run 2026-12-05" in out
+    assert "caution" not in out, out
+    got, out, _ = run(["--speculators", "0.8.0", "--vllm", "0.24.0", "--backend", "gpu"], capsys)
+    assert got == exit_codes.WORKS and "caution: preempted_in_final_step" in out and "does not show it absent" in out
+    for argv in (["--speculators", "0.8.0", "--vllm", "0.26.0", "--backend", "cpu"],
+                 ["--speculators", "0.9.0", "--vllm", "0.32.0", "--backend", "gpu"]):
+        assert "caution" not in run(argv, capsys)[1], argv
+
+
 def test_a_host_without_gpus_answers_from_the_cpu_row_and_shows_the_gpu_run(no_gpu, capsys):
     got, out, _ = run(["--speculators", "0.8.0", "--vllm", "0.24.0"], capsys)
     assert got == exit_codes.CHECK_UNTESTED
