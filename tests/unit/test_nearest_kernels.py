@@ -306,3 +306,16 @@ def test_a_cell_whose_env_cannot_run_here_reads_untested_never_broken(tmp_path, 
                                echo=lambda s: None)
     assert record["verdict"] == "untested-at-runtime" and record["runtime"].startswith("not run: not runnable here")
     assert decide(record).verdict == "untested-at-runtime"
+
+
+def test_the_evidence_rule_reads_a_kernels_id_as_the_records_own():
+    from compat.harness.evidence import identity_problems
+
+    cell = nk.KernelCell("0.33.0", "0.9.0", "cpu", variants=(), kernels="0.32.0")
+    record = {"id": cell.id, "vllm": "0.33.0", "speculators": "0.9.0", "backend": "cpu", "profile": "server",
+              "probes": [{"id": "x"}], "settings": {"dtype": "float32", "backend": "cpu", "variants": [],
+                                                     **nk.settings_of(cell)},
+              "env": {"vllm_dist": "vllm 0.33.0+ops.cpu.0.32.0"}}
+    assert not [p for p in identity_problems(record) if "id" in p]
+    unlabelled = dict(record, settings={"dtype": "float32", "backend": "cpu", "variants": []})
+    assert any("the record's id" in p for p in identity_problems(unlabelled))  # a kernels id needs its settings
