@@ -382,7 +382,8 @@ def schema2_fields(record: dict[str, Any]) -> list[str]:
     found: list[str] = [k for k in ("manifest", "migrated_from") if k in record]
     probes: list[Any] = record["probes"] if isinstance(record.get("probes"), list) else []
     found += sorted({f"probes[{i}].{k}" for i, p in enumerate(probes) if isinstance(p, dict)
-                     for k in ("figures", "with_compat_figures") if p.get(k) is not None}, key=_index)[:1]
+                     for k in ("figures", "with_compat_figures") if p.get(k) is not None},
+                    key=lambda where: (_index(where), where))[:1]
     return found
 
 
