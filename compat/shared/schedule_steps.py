@@ -33,6 +33,24 @@ def engine_line(vllm_config: Any, block_size: int | None = None) -> dict[str, An
             "prefix_caching": getattr(cache, "enable_prefix_caching", None)}
 
 
+def generator_rules_out(scheduler: Any) -> dict[str, str]:
+    """What an in-process generator's own engine turns off, read from its Scheduler's configs, each with why: the
+    shapes its calls cannot show there (n/a, never passed). speculators 0.3/0.4 build SchedulerConfig without
+    enable_chunked_prefill, so multi_step's request beyond the token budget waits for the next step whole."""
+    config, cache = getattr(scheduler, "scheduler_config", None), getattr(scheduler, "cache_config", None)
+    chunked = getattr(config, "chunked_prefill_enabled", getattr(config, "enable_chunked_prefill", "unknown"))
+    caching = getattr(cache, "enable_prefix_caching", "unknown")
+    out = {}
+    if chunked != "unknown" and not chunked:
+        budget = getattr(config, "max_num_batched_tokens", "?")
+        out["chunked_prefill"] = (f"the generator's SchedulerConfig leaves chunked prefill off (max_num_batched_tokens "
+                                  f"{budget}): a prompt beyond the budget waits for the next step, it is not prefilled "
+                                  "in chunks")
+    if caching != "unknown" and not caching:
+        out["prefix_hits"] = "the generator's CacheConfig leaves prefix caching off: no prompt hits the prefix cache"
+    return out
+
+
 def queues_of(scheduler: Any) -> dict[str, int]:
     try:
         return {"waiting": len(scheduler.waiting), "running": len(scheduler.running)}

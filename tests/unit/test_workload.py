@@ -178,3 +178,20 @@ def test_a_client_refusal_is_said_by_the_shape_of_the_prompt_it_names():
     assert words.startswith(f"the request the client refused: {long.name}: length 1541 = 12*B + 5")
     assert "preempted 1 time(s)" in words
     assert workload.request_named("no count here", drawn, per_prompt) is None
+
+
+def test_an_in_process_generator_says_what_its_engine_rules_out():
+    """speculators 0.3's generator builds SchedulerConfig without chunked prefill (vLLM 0.11: chunked_prefill_enabled
+    None) and CacheConfig without prefix caching: its multi_step cannot show chunking, its shared_prefix no hit."""
+    from types import SimpleNamespace
+
+    from compat.shared.schedule_steps import generator_rules_out
+
+    off = SimpleNamespace(scheduler_config=SimpleNamespace(chunked_prefill_enabled=None, max_num_batched_tokens=8192),
+                          cache_config=SimpleNamespace(enable_prefix_caching=None))
+    said = generator_rules_out(off)
+    assert set(said) == {"chunked_prefill", "prefix_hits"} and "8192" in said["chunked_prefill"]
+    on = SimpleNamespace(scheduler_config=SimpleNamespace(enable_chunked_prefill=True),
+                         cache_config=SimpleNamespace(enable_prefix_caching=True))
+    assert generator_rules_out(on) == {}
+    assert generator_rules_out(None) == {}  # nothing read, nothing claimed

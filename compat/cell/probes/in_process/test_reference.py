@@ -17,7 +17,7 @@ import pytest
 from compat.cell import datagen, reference
 from compat.shared.cell_spec import CellSpec
 from compat.shared.observe import CONTRACT_TAG, WrongHiddenStates, speculators_call
-from compat.shared.schedule_steps import StepReader, queues_of, shapes_summary
+from compat.shared.schedule_steps import StepReader, generator_rules_out, queues_of, shapes_summary
 
 LAYER_IDS = [1, 3, 5]  # distinct; 5 is the last of the tiny model's 6 layers
 SILENT_BREAKAGE = {"repeated": "prefix_caching_default", "shared_prefix": "prefix_caching_default",
@@ -160,6 +160,7 @@ def extract_and_compare(session: DatagenSession, mode: str, case: str, applied: 
         returned = generator.generate(inputs)
     # what the generator's scheduler did with this call (chunked steps, prefix hits, block-multiple ends)
     applied["engine_steps"] = shapes_summary(steps, applied["block_size"]) if steps else None
+    applied["shapes_n_a"] = generator_rules_out(getattr(generator.instance, "scheduler", None))
     if case == "batch":
         session.seen.add((mode, tp, "batch"))
     started = time.monotonic()
