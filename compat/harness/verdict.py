@@ -31,6 +31,7 @@ Gate (exit status of `nox -s compat` and `nox -s report`), worst cell wins:
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -41,11 +42,12 @@ from compat.harness.causes import (
     cause_of,
     cause_of_error,
     harness_fault_explained,
+    older_harness_leak,
     with_compat_error,
     with_compat_not_contract,
 )
 from compat.harness.classify import ProbeClass, classify_cell, classify_probe, new_findings
-from compat.harness.evidence import recheck
+from compat.harness.evidence import recheck, record_probe_set
 from compat.shared.breakages import REFERENCE_PROBE, REGISTRY, Breakage
 from compat.shared.records import (
     CellRecord,
@@ -251,6 +253,9 @@ def decide(cell: Mapping[str, Any], registry: tuple[Breakage, ...] = REGISTRY) -
     checked, classes = _replaced(checked, classes, registry, {
         id(p): as_not_contract(p, rule) for p, cls in classes if p.get("status") == "broken" and cls.kind == "new"
         for rule in [cause_of(p.get("error"))] if rule is not None})
+    # a record older than a probe's isolation, holding another probe's known exception under it: that breakage,
+    # labelled (causes.older_harness_leak), never a NEW finding
+    classes = _older_harness(checked, classes)
     # the same for a with-compat run alone (a known raw failure, its repair stopped by the machine): with_compat error
     checked, classes = _replaced(checked, classes, registry, {
         id(p): with_compat_not_contract(p, rule) for p, cls in classes
@@ -268,6 +273,19 @@ def decide(cell: Mapping[str, Any], registry: tuple[Breakage, ...] = REGISTRY) -
         gate = UNTESTED
         gate_reasons = [f"the probe run failed: {str(record.error).splitlines()[0]}"] if not problems else []
     return Decision(verdict, gate, tuple(reasons + gate_reasons), checked, tuple(classes), tuple(typed))
+
+
+def _older_harness(checked: dict[str, Any], classes: list[tuple[dict[str, Any], ProbeClass]],
+                   ) -> list[tuple[dict[str, Any], ProbeClass]]:
+    known = {str(p.get("id")): cls.breakage for p, cls in classes if cls.kind == "known" and cls.breakage}
+    probe_set, probes = record_probe_set(checked), checked.get("probes") or []
+    out = []
+    for p, cls in classes:
+        leak = older_harness_leak(p, probes, probe_set, checked.get("harness_commit")) if cls.kind == "new" else None
+        if leak is not None and known.get(leak[0]) is not None:
+            cls = dataclasses.replace(cls, kind="known", breakage=known[leak[0]], note=leak[1])
+        out.append((p, cls))
+    return out
 
 
 def _replaced(checked: dict[str, Any], classes: list[tuple[dict[str, Any], ProbeClass]], registry: tuple[Breakage, ...],

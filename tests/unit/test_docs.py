@@ -26,7 +26,8 @@ FENCE = re.compile(r"^```.*?^```", re.S | re.M)
 REPO_TOPS = ("compat/", "tests/", "fixtures/", "docs/", "bench/", "reports/", ".github/", ".ci/", "noxfile.py",
              "pyproject.toml")
 # What a run writes under reports/ (the committed runs live in its subfolders).
-RUN_OUTPUTS = ("reports/compat.", "reports/compat-screenshot", "reports/junit/")
+RUN_OUTPUTS = ("reports/compat.", "reports/compat-screenshot", "reports/junit/", "reports/compat-cells/",
+               "reports/compat-comment.md", "published/compat-cells/")
 NOX_SESSION = re.compile(r"nox -s ([\w-]+)")
 OPTION = re.compile(r"(?<![\w-])--[a-z][a-z0-9-]*")
 

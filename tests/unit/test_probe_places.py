@@ -43,6 +43,8 @@ PLACES: dict[str, Optional[frozenset[str]]] = {
     "compat/shared/breakage_model.py": frozenset({"hidden_states_match_reference"}),
     # fixture_of: a layer_ids_by_model case names the tiny model it compared
     "compat/harness/evidence.py": frozenset({"layer_ids_by_model"}),
+    # ISOLATED_SINCE: history, which probe a fix isolated from which (a record older than the fix is labelled)
+    "compat/harness/causes.py": frozenset({"block_hasher", "request_signature"}),
     # compat.harness.invariants: the main model's layer_ids_by_model run compares every server case
     "compat/harness/invariants.py": frozenset({"layer_ids_by_model"}),
     # vLLM's names that a probe is named after: Request(block_hasher=...), model.embed_input_ids

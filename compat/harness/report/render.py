@@ -20,6 +20,7 @@ from typing import Any
 import jinja2
 
 from compat.harness import baseline as _baseline
+from compat.harness.causes import OLDER_HARNESS
 from compat.harness.junit import cell_id, write_junit
 from compat.harness.report import support_table
 from compat.harness.report.build import version_key
@@ -182,6 +183,7 @@ def _probe_view(probe: dict[str, Any], cid: str) -> dict[str, Any]:
         "kind": cls.get("kind") or "",
         "kind_label": CLASS_LABELS.get(cls.get("kind") or "", ""),
         "note": cls.get("note") or "",
+        "older_harness": str(cls.get("note") or "").startswith(OLDER_HARNESS),  # labelled (causes.ISOLATED_SINCE)
         "error": err,
         "reason": probe.get("reason"),
         "seconds": probe.get("seconds"),
