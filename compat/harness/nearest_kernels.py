@@ -17,7 +17,7 @@ The two are put together as one local wheel, `vllm-V+ops.cpu.K` (the `cpu` in th
 platform detection reads), with a manifest of every substitution in its dist-info, installed with --no-deps
 by the ordinary recipe path (compat.harness.cell_envs). The recipe notes say each substitution; the cell id
 carries `kernels-K`; the record's settings carry `kernels` and the label, so the verdict, the report and
-the support table treat it as its own evidence class (compat.harness.documents.Provenance.NEAREST_KERNELS).
+the support table treat it as its own evidence class (compat.harness.support.Provenance, NEAREST_KERNELS).
 
 A release whose own Python refuses this machine as released (0.34.0's CPU platform on x86 without
 triton-cpu) is not runnable here: said with its reason and what would run it, never broken.
