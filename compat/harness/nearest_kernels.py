@@ -54,6 +54,8 @@ MANIFEST = "COMPAT_NEAREST_KERNELS.json"
 # Probes that cannot agree by construction over another build's kernels: none found by the validation so far
 # (bench/RESULTS.md, "Nearest kernels"); a probe named here reads n/a with this reason in such a cell.
 EXCLUDED_PROBES: dict[str, str] = {}
+# what a NEW finding of such a cell is (the verdict rule says it beside each): a lead, not a registry entry
+NEW_LEAD = "a nearest-kernel lead: it enters the registry only once a real build of the release confirms it"
 
 
 class NotRunnableHere(Exception):

@@ -48,6 +48,7 @@ from compat.harness.causes import (
 )
 from compat.harness.classify import ProbeClass, classify_cell, classify_probe, new_findings
 from compat.harness.evidence import recheck, record_probe_set
+from compat.harness.nearest_kernels import NEW_LEAD, record_label
 from compat.shared.breakages import REFERENCE_PROBE, REGISTRY, Breakage
 from compat.shared.records import (
     CellRecord,
@@ -272,7 +273,11 @@ def decide(cell: Mapping[str, Any], registry: tuple[Breakage, ...] = REGISTRY) -
     if gate == PASS and (problems or (record.probes and record.error)):
         gate = UNTESTED
         gate_reasons = [f"the probe run failed: {str(record.error).splitlines()[0]}"] if not problems else []
-    return Decision(verdict, gate, tuple(reasons + gate_reasons), checked, tuple(classes), tuple(typed))
+    said = reasons + gate_reasons
+    label = record_label(raw)
+    if label:  # its own evidence class (issue 46): what ran heads the reasons, and a NEW finding of it is a lead
+        said = [label] + [f"{r} ({NEW_LEAD})" if r.startswith("NEW") else r for r in said]
+    return Decision(verdict, gate, tuple(said), checked, tuple(classes), tuple(typed))
 
 
 def _older_harness(checked: dict[str, Any], classes: list[tuple[dict[str, Any], ProbeClass]],

