@@ -257,7 +257,18 @@ def run_evidence(results: Path, run: dict[str, str], role: str) -> Evidence:
     record = load_cell(results / f"{run['cell_id']}.json")
     return Evidence(backend=run["backend"], role=role, outcome=run["outcome"], verdict=run["verdict"],
                     provenance="measured", cell_id=run["cell_id"], finished_at=record.get("finished_at"),
-                    machine=_machine(record), record=record)
+                    machine=_machine(record), record=record, fix=_known_fixes(record))
+
+
+def _known_fixes(record: dict[str, Any]) -> str:
+    """The registry's fix of each known breakage the record's failures are, as the row's cells carry theirs."""
+    from compat.harness.verdict import decide
+
+    fixes: list[str] = []
+    for _, cls in decide(record).classes:
+        if cls.breakage is not None and cls.breakage.fix not in fixes:
+            fixes.append(cls.breakage.fix)
+    return " ".join(fixes)
 
 
 # -- the adapters, as a user applies them ---------------------------------------------------------------
@@ -337,7 +348,7 @@ class Answer:
     def intermittent(self) -> list[Breakage]:
         """The registry's intermittent entries (races) for this pair on this backend, where the answer is not
         broken: the run that answered may simply not have met them."""
-        if self.outcome == "broken":
+        if self.outcome not in ("works", "adapters"):
             return []
         return [e for e in applicable(self.vllm, self.speculators, self.backend) if e.intermittent]
 

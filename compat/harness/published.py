@@ -81,13 +81,14 @@ def load_records(results: Path = RESULTS, ids: Iterable[str] | None = None) -> d
     """cell id -> record, validated (compat.shared.results.load_cell); only `ids` where given."""
     wanted = None if ids is None else set(ids)
     out = {}
-    for path in record_files(results):
+    try:
+        paths = record_files(results)
+    except ResultFileError as exc:
+        raise PublishedError(str(exc)) from exc
+    for path in paths:
         cell_id = record_stem(path)
         if wanted is not None and cell_id not in wanted:
             continue
-        if cell_id in out:
-            raise PublishedError(f"{path}: a second file of cell {cell_id} in {results} (its .json and its "
-                                 f".json.gz); keep one: `python -m compat publish` keeps the .json.gz")
         try:
             out[cell_id] = load_cell(path)
         except ResultFileError as exc:

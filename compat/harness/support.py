@@ -24,6 +24,7 @@ from __future__ import annotations
 import enum
 import random
 from dataclasses import asdict, dataclass, field
+from datetime import datetime, timezone
 from typing import Any, Callable, Iterable, Sequence
 
 from packaging.version import Version
@@ -454,10 +455,32 @@ def other_backend_runs(records: Iterable[dict[str, Any]], backend: str,
     return runs
 
 
+def _finished(run: dict[str, str]) -> datetime | None:
+    """When a run finished, in UTC; None where its record holds no date this can read (it is then undated)."""
+    try:
+        when = datetime.fromisoformat(run["finished_at"].replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return when.astimezone(timezone.utc) if when.tzinfo else None
+
+
 def newest_first(runs: list[dict[str, str]]) -> list[dict[str, str]]:
-    """other_backend_runs newest first (undated last): the newest run of a pair on a backend answers for it."""
-    dated = sorted((r for r in runs if r["finished_at"] != "undated"), key=lambda r: r["finished_at"], reverse=True)
-    return dated + [r for r in runs if r["finished_at"] == "undated"]
+    """other_backend_runs newest first (undated, or dated in a form this cannot read, last): the newest run of a pair
+    on a backend answers for it."""
+    dated = sorted(((when, r) for r in runs if (when := _finished(r)) is not None), key=lambda wr: wr[0], reverse=True)
+    return [r for _, r in dated] + [r for r in runs if _finished(r) is None]
+
+
+def answering_runs(runs: list[dict[str, str]]) -> list[dict[str, str]]:
+    """The run that answers for each (backend, vLLM, speculators): the newest (newest_first), one per pair."""
+    seen: set[tuple[str, str, str]] = set()
+    out = []
+    for run in newest_first(runs):
+        key = (run["backend"], run["vllm"], run["speculators"])
+        if key not in seen:
+            seen.add(key)
+            out.append(run)
+    return out
 
 
 def with_other_backends(document: dict[str, Any], cells: Iterable[dict[str, Any]]) -> dict[str, Any]:
@@ -466,7 +489,7 @@ def with_other_backends(document: dict[str, Any], cells: Iterable[dict[str, Any]
     if not document.get("backend"):
         return document
     by_pair: dict[tuple[str, str], list[dict[str, str]]] = {}
-    for run in other_backend_runs(cells, str(document["backend"])):
+    for run in answering_runs(other_backend_runs(cells, str(document["backend"]))):
         by_pair.setdefault((run["vllm"], run["speculators"]), []).append(
             {k: run[k] for k in ("backend", "verdict", "outcome", "cell_id")})
     out = dict(document)

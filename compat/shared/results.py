@@ -135,10 +135,16 @@ def record_stem(path: Path) -> str:
 
 def record_files(folder: Path, pattern: str = "*") -> list[Path]:
     """The record files of a folder whose cell id matches `pattern` (a glob), plain or compressed, in id order
-    (a dotfile is no record)."""
+    (a dotfile is no record). A cell kept twice (its .json beside its .json.gz) is refused: which one a reader took
+    would decide its answer."""
     found = {p for suffix in RECORD_SUFFIXES for p in Path(folder).glob(pattern + suffix)
              if not p.name.startswith(".")}  # a device, a FIFO or a directory is listed: read_bounded refuses it
-    return sorted(found, key=lambda p: (record_stem(p), p.name))
+    listed = sorted(found, key=lambda p: (record_stem(p), p.name))
+    for first, second in zip(listed, listed[1:]):
+        if record_stem(first) == record_stem(second):
+            raise ResultFileError(f"{folder}: cell {record_stem(first)} is kept twice ({first.name} and "
+                                  f"{second.name}); keep one (`python -m compat publish` keeps the .json.gz)")
+    return listed
 
 
 def gzip_bytes(data: bytes) -> bytes:

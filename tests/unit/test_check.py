@@ -135,12 +135,24 @@ def test_the_newest_run_of_a_pair_answers_and_an_intermittent_entry_is_named_whe
     met preempted_in_final_step; the newer answers. Where a pass answers, the registry's race for the pair is named."""
     got, out, _ = run(["--speculators", "0.9.0", "--vllm", "0.24.0", "--backend", "gpu"], capsys)
     assert got == exit_codes.BROKEN and "vllm-0.24.0__speculators-0.9.0__gpu__variants-none, run 2026-12-05" in out
-    assert "caution" not in out, out
+    assert "caution" not in out and "vLLM >= 0.27.0" in out.splitlines()[1], out  # the known breakage's fix
     got, out, _ = run(["--speculators", "0.8.0", "--vllm", "0.24.0", "--backend", "gpu"], capsys)
     assert got == exit_codes.WORKS and "caution: preempted_in_final_step" in out and "does not show it absent" in out
     for argv in (["--speculators", "0.8.0", "--vllm", "0.26.0", "--backend", "cpu"],
                  ["--speculators", "0.9.0", "--vllm", "0.32.0", "--backend", "gpu"]):
         assert "caution" not in run(argv, capsys)[1], argv
+
+
+def test_a_cell_kept_twice_is_refused_not_read_either_way(tmp_path, capsys):
+    """A plain <id>.json beside the published <id>.json.gz: which one a reader took would decide the answer."""
+    table = tmp_path / "published"
+    shutil.copytree(Path(check.published.RESULTS).parent, table)
+    packed = table / "results" / "vllm-0.24.0__speculators-0.9.0__gpu__variants-none.json.gz"
+    import gzip
+    (packed.parent / packed.name[:-3]).write_bytes(gzip.decompress(packed.read_bytes()))
+    got, out, _ = run(["--speculators", "0.9.0", "--vllm", "0.24.0", "--backend", "gpu", "--published", str(table)],
+                      capsys)
+    assert got == exit_codes.CHECK_UNTESTED and "is kept twice" in out and "works" not in out, out
 
 
 def test_a_host_without_gpus_answers_from_the_cpu_row_and_shows_the_gpu_run(no_gpu, capsys):

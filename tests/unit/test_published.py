@@ -79,7 +79,7 @@ def test_published_records_are_kept_gzipped_and_publish_add_keeps_them_so(tmp_pa
     assert packed.read_bytes() == first  # no time or name in the gzip header
     assert list(published.load_records(target)) == [cell_id]
     (target / f"{cell_id}.json").write_bytes(plain)
-    with pytest.raises(published.PublishedError, match=f"a second file of cell {cell_id}"):
+    with pytest.raises(published.PublishedError, match=f"cell {cell_id} is kept twice"):
         published.load_records(target)
 
 

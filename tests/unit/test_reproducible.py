@@ -19,10 +19,10 @@ from compat.harness.store import Store
 from compat.shared.results import read_json, record_files, write_bytes_atomic, write_json_atomic, write_text_atomic
 
 REPO = Path(__file__).resolve().parents[2]
-# one published row (its support document and its records): two records of it state no finished_at or
-# harness_commit (published before the runner stamped them), the others do
+# one published row (its support document and its records): one record of it, the first GPU run of 0.24.0, states
+# no finished_at or harness_commit (published before the runner stamped them), the others do
 ROW = "0.9.0"
-UNDATED = ("vllm-0.19.1__speculators-0.9.0__cpu__variants-none", "vllm-0.22.0__speculators-0.9.0__cpu__variants-none")
+UNDATED = ("vllm-0.24.0__speculators-0.9.0__gpu",)
 
 
 def _row_results(folder: Path, mtime: int) -> Path:

@@ -417,3 +417,19 @@ def test_neighbouring_rows_with_the_same_ranges_share_an_answer_line():
                      "gpu: 0.22.0 ✔ (0.6.0.1)"]
     apart = dict(rows, **{"0.6.0.1": [dict(c, outcome="broken") for c in rows["0.6.0.1"]]})
     assert [specs for specs, _ in answer_lines(apart, elsewhere=False)] == [["0.6.0"], ["0.6.0.1"], ["0.6.0.2"]]
+
+
+def test_the_newest_run_of_a_pair_on_a_backend_answers_for_it_once():
+    """Two GPU runs of one pair (an older, undated pass; a dated failure): the cell shows the newest alone, as check
+    and the answer's column do. A date this cannot read counts as undated, never as the newest."""
+    doc = dict(_document(), backend="cpu")
+    runs = [{"id": "vllm-0.23.0__speculators-0.9.0__gpu", "vllm": "0.23.0", "speculators": "0.9.0", "backend": "gpu",
+             "verdict": "compatible", "finished_at": None},
+            {"id": "vllm-0.23.0__speculators-0.9.0__gpu__variants-none", "vllm": "0.23.0", "speculators": "0.9.0",
+             "backend": "gpu", "verdict": "incompatible", "finished_at": "2026-12-05T04:36:01Z"}]
+    cell = {c["vllm"]: c for c in support.with_other_backends(doc, runs)["cells"]}
+    assert [r["verdict"] for r in cell["0.23.0"]["elsewhere"]] == ["incompatible"]
+    dates = ["unknown", "2026-12-05T06:00:00+09:00", "2026-12-05T04:36:01Z", "undated", "2026-12-05T05:00:00"]
+    order = [r["finished_at"] for r in support.newest_first([{"finished_at": d} for d in dates])]
+    assert order == ["2026-12-05T04:36:01Z", "2026-12-05T06:00:00+09:00", "unknown", "undated",
+                     "2026-12-05T05:00:00"]  # +09:00 is 21:00Z the day before; no zone: not comparable, undated
