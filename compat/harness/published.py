@@ -284,6 +284,10 @@ def add_folder(folder: Path, results: Path = RESULTS) -> list[str]:
     cells = {p: load_cell(p) for p in record_files(folder) if not p.name.startswith(("kimi", "."))}
     cells = {p: record for p, record in cells.items() if not is_candidate(record)}  # a build, not a release
     docs = {p: read_json(p, "support row") for p in sorted((folder / "support").glob("speculators-*.json"))}
+    partial = [p.name for p, doc in docs.items() if isinstance(doc, dict) and doc.get("vllm_range")]
+    if partial:  # a row of --vllm-range A..B holds only its range: it would replace the whole published row
+        raise PublishedError(f"{folder / 'support'}: {', '.join(partial)} answer(s) a --vllm-range run, part of the "
+                             "row; publish a whole row (--all-vllm; --rerun --only ID re-runs a cell of it)")
     (results / "support").mkdir(parents=True, exist_ok=True)
     copied = []
     for path, record in cells.items():

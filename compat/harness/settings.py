@@ -240,6 +240,9 @@ def _support(args: argparse.Namespace) -> SupportRequest:
     if args.vllm_range and args.all_speculators:
         raise MatrixError(f"--vllm-range {'..'.join(args.vllm_range)} selects a row's vLLM releases; "
                           "--all-speculators a column: give one")
+    if args.kernels and (args.all_vllm or args.all_speculators or args.vllm_range):
+        raise MatrixError(f"--kernels {args.kernels} runs the cells given (--vllm V --speculators S); a row or a "
+                          "column does not gather nearest-kernel cells yet (docs/nearest-kernels.md)")
     candidate = ""
     if args.all_vllm or args.vllm_range:
         flag = "--all-vllm" if args.all_vllm else "--vllm-range"

@@ -350,3 +350,15 @@ def test_the_verdict_rule_says_what_ran_and_that_a_new_finding_of_it_is_a_lead()
     new_reasons = [r for r in d.reasons if r.startswith("NEW")]
     assert new_reasons and all(nk.NEW_LEAD in r for r in new_reasons)
     assert not any(nk.NEW_LEAD in r for r in genuine.reasons)
+
+
+def test_a_row_or_a_column_with_kernels_is_refused_not_run_as_genuine_cells():
+    """A row run plans no nearest-kernel cell: --kernels there would run the genuine cells and say nothing."""
+    from compat.harness import settings
+
+    for argv in (["--speculators", "0.9.0", "--all-vllm"], ["--speculators", "0.9.0", "--vllm-range", "0.31.0..0.33.0"],
+                 ["--vllm", "0.33.0", "--all-speculators"]):
+        with pytest.raises(MatrixError, match="does not gather nearest-kernel cells"):
+            settings.parse([*argv, "--kernels", "nearest"])
+    one_pair = settings.parse(["--vllm", "0.33.0", "--speculators", "0.9.0", "--kernels", "nearest"])
+    assert one_pair.run.kernels == "nearest"

@@ -150,3 +150,15 @@ def test_the_answer_names_the_probe_set_each_rows_measured_cells_ran():
     mixed = {**records, measured[0]["cell_id"]: newer}
     line = next(x for x in published.answer_markdown(ROWS, mixed).splitlines() if x.startswith("| 0.8.1 |"))
     assert "(probe sets " in line and f": {len(measured) - 1}" in line and ": 1" in line
+
+
+def test_a_range_rows_document_is_not_published_over_the_whole_row(tmp_path):
+    """--vllm-range A..B writes the row's document with its range only: added, it would replace the published row."""
+    run = tmp_path / "run"
+    (run / "support").mkdir(parents=True)
+    doc = json.loads((published.RESULTS / "support" / "speculators-0.9.0.json").read_text())
+    (run / "support" / "speculators-0.9.0.json").write_text(json.dumps(dict(doc, vllm_range=["0.31.0", "0.32.0"])))
+    target = tmp_path / "published"
+    with pytest.raises(published.PublishedError, match="--vllm-range run, part of the row"):
+        published.add_folder(run, target)
+    assert not (target / "support" / "speculators-0.9.0.json").exists()

@@ -433,3 +433,13 @@ def test_the_newest_run_of_a_pair_on_a_backend_answers_for_it_once():
     order = [r["finished_at"] for r in support.newest_first([{"finished_at": d} for d in dates])]
     assert order == ["2026-12-05T04:36:01Z", "2026-12-05T06:00:00+09:00", "unknown", "undated",
                      "2026-12-05T05:00:00"]  # +09:00 is 21:00Z the day before; no zone: not comparable, undated
+
+
+def test_every_evidence_class_has_its_mark_and_words_in_the_report():
+    """The report's row strip and footnotes draw every provenance the table can hold (a nearest-kernel cell read
+    KeyError before)."""
+    from compat.harness.report import support_table
+
+    for provenance in support.Provenance:
+        assert provenance.value in support_table.PROVENANCE_SYMBOLS, provenance
+        assert provenance.value in support_table.PROVENANCE_WORDS, provenance

@@ -25,9 +25,9 @@ OUTCOME_SYMBOLS = {"works": "✔", "adapters": "◐", "untested": "?", "broken":
 OUTCOME_WORDS = {"works": "works as released", "adapters": "works with the compat adapters",
                  "untested": "untested", "broken": "broken"}
 SHORT_WORDS = {"works": "as released", "adapters": "with adapters", "untested": "untested", "broken": "broken"}
-PROVENANCE_SYMBOLS = {"measured": "●", "inferred": "≈", "static-only": "⊙", "resolver": "⊘"}
+PROVENANCE_SYMBOLS = {"measured": "●", "inferred": "≈", "static-only": "⊙", "resolver": "⊘", "nearest-kernels": "◍"}
 PROVENANCE_WORDS = {"measured": "measured", "inferred": "inferred", "static-only": "static only",
-                    "resolver": "pins conflict"}
+                    "resolver": "pins conflict", "nearest-kernels": "runtime, nearest kernels"}
 
 STYLE = """
 #support ol.strip { list-style: none; display: grid; grid-template-columns: repeat(auto-fill, minmax(6.4rem, 1fr));
