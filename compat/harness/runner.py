@@ -280,23 +280,26 @@ def run_and_report(output: Output, run: Callable[[list[dict[str, Any]]], Any]) -
 
 
 def finish(records: list[dict[str, Any]], output: Output,
-           documents: frozenset[tuple[str, str]] = frozenset()) -> int:
+           documents: frozenset[tuple[str, str]] = frozenset(), beside: frozenset[str] = frozenset()) -> int:
     """The reports of this run's own cells (results/ imported into the store first; `documents`: its
     own support table), and the exit code a CI job gates on (compat.harness.verdict) over them: 0
     pass, 1 NEW breakage or adapter regression, 2 something could not be tested (no cell,
-    install-error, error, a deciding probe `error`)."""
+    install-error, error, a deciding probe `error`). `beside`: published runs shown with them and never gated on
+    (a row's pairs on the other backend, support_run.other_backend_ids)."""
+    from compat.harness import published as published_table
     from compat.harness.report.publish import Selection, publish
     from compat.harness.store import Store
 
     own = frozenset(str(r["id"]) for r in records)
+    imports = ([published_table.RESULTS] if beside else []) + [output.results]  # a run here wins over the table
     store = Store.open(output.store, output.results)
     try:
-        published = publish(output.reports, store, [output.results], Selection(cells=own, documents=documents))
+        published = publish(output.reports, store, imports, Selection(cells=own | beside, documents=documents))
     finally:
         store.close()
     for problem in published.problems:
         print(f"[compat] not reported: {problem}", file=sys.stderr, flush=True)
-    code = published.gate(r["id"] for r in records)
+    code = published.gate(own | beside)  # the gate the page states: a run shown beside is on it too
     print(f"[compat] reports in {output.reports}: compat.json, compat.html, compat.md, junit/ "
           f"(this run's {len(records)} cell(s); every run is kept in {store.path}: nox -s report -- --history): "
           f"exit {code}", flush=True)

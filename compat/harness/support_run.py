@@ -389,7 +389,9 @@ def run_support(settings: Settings) -> int:
     print(summary_text(table), flush=True)
     from compat.harness.store import SUPPORT
 
-    return finish(records, settings.output, documents=frozenset({(SUPPORT, name)}))
+    # a row's report keeps the answer's other-backend column, as a published row's does (the H200's runs of its pairs)
+    beside = other_backend_ids(table, backend) if axis == "vllm" and not request.candidate else frozenset()
+    return finish(records, settings.output, documents=frozenset({(SUPPORT, name)}), beside=beside)
 
 
 def support_document(axis: str, fixed: str, backend: str, planned: list[support.Planned],

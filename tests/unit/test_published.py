@@ -162,3 +162,30 @@ def test_a_range_rows_document_is_not_published_over_the_whole_row(tmp_path):
     with pytest.raises(published.PublishedError, match="--vllm-range run, part of the row"):
         published.add_folder(run, target)
     assert not (target / "support" / "speculators-0.9.0.json").exists()
+
+
+def test_a_row_measured_here_keeps_the_other_backend_column_and_its_page_states_its_exit(tmp_path):
+    """runner.finish with the row's pairs' GPU runs beside its own cells (support_run passes
+    other_backend_ids): the report shows them, as a published row's does, and the exit is the page's gate."""
+    from compat.harness.runner import finish
+    from compat.harness.store import SUPPORT
+    from compat.harness.verdict import GATE_WORDS
+    from compat.shared.results import load_cell
+
+    results = tmp_path / "results"
+    (results / "support").mkdir(parents=True)
+    doc = ROWS["0.8.1"]
+    own = [c["cell_id"] for c in doc["cells"] if c["provenance"] == "measured"]
+    for cell_id in own:  # the row's cells, as a run here leaves them
+        shutil.copy(published.RESULTS / f"{cell_id}.json.gz", results)
+    shutil.copy(published.RESULTS / "support" / "speculators-0.8.1.json", results / "support")
+    options = _options(tmp_path, "0.8.1").output
+    beside = support_run.other_backend_ids(doc, "cpu")
+    assert beside and all("__gpu" in i for i in beside)
+    records = [load_cell(results / f"{i}.json.gz") for i in own]
+    code = finish(records, options, documents=frozenset({(SUPPORT, "speculators-0.8.1")}), beside=beside)
+    report = json.loads((tmp_path / "reports" / "compat.json").read_text())
+    assert {c["id"] for c in report["cells"]} == set(own) | beside
+    md = (tmp_path / "reports" / "compat.md").read_text()
+    assert "| measured on the other backend |" in md and "gpu: 0.22.1 ◐, 0.23.0 ◐, 0.24.0 ✔, 0.26.0 ✔" in md
+    assert code == report["summary"]["exit_code"] and f"gate: **{GATE_WORDS[code]}**" in md.splitlines()[2]
