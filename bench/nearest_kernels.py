@@ -82,6 +82,8 @@ def compare_figures(nk: dict[str, Any], genuine: dict[str, Any]) -> tuple[list[s
                             f"{other.get('matches_index')}")
         error, error_g = row.get("max_abs_error"), other.get("max_abs_error")
         if error is None or error_g is None:
+            if (error is None) != (error_g is None):  # one side compared this row, the other did not
+                problems.append(f"row {_row_key(row)}: error {error} beside {error_g}")
             continue
         scale = max(float(other.get("scale") or 0.0), float(row.get("scale") or 0.0))
         allowed = atol + rtol * scale
@@ -121,6 +123,9 @@ def compare(nk: dict[str, Any], genuine: dict[str, Any]) -> dict[str, Any]:
             found, worst = compare_figures(probe["figures"], other["figures"])
             problems += [f"{key}: {p}" for p in found]
             figures[key] = worst
+        elif bool(probe.get("figures")) != bool(other.get("figures")):  # figures on one side only: not agreement
+            problems.append(f"{key}: figures in the {'nearest-kernel' if probe.get('figures') else 'genuine'} "
+                            "record only")
     return {"verdict": verdict_nk, "genuine_verdict": verdict_g, "probes_compared": compared,
             "not_compared": not_compared, "figures": figures, "disagreements": problems, "agree": not problems}
 
@@ -185,6 +190,9 @@ def main(argv: list[str] | None = None) -> int:
             print(f"  not in the genuine record (a newer probe set): {', '.join(result['not_compared'])}")
     if args.json:
         args.json.write_text(json.dumps(out, indent=1) + "\n")
+    if not any(e["result"]["agree"] is not None for e in out):
+        print("nothing compared: no nearest-kernel record here has a genuine record of its pair", file=sys.stderr)
+        return 2
     return 0 if all(e["result"]["agree"] is not False for e in out) else 1
 
 
