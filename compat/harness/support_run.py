@@ -30,7 +30,7 @@ from compat.harness.matrix import Cell, MatrixError
 from compat.harness.settings import ROW, Settings
 from compat.shared.axes import DEFAULT_DTYPE, VLLM_DIST
 from compat.shared.profiles import profile_for
-from compat.shared.results import read_json, write_json_atomic
+from compat.shared.results import evidence_path, read_json, write_json_atomic
 
 
 def _echo(line: str) -> None:
@@ -364,9 +364,12 @@ def run_support(settings: Settings) -> int:
         return exit_codes.USAGE
     to_run = [c for c in cells.values() if c.id not in stored and (not selection.only or c.id in selection.only)]
     records = list(stored.values()) + [r for r in sibling_records.values() if r["id"] not in stored]
+    from compat.harness import published
+
     for cell_id in stored:
-        where = "results" if (results / f"{cell_id}.json").is_file() else "published/results"
-        print(f"[support] {cell_id}: stored result reused ({where}/{cell_id}.json; --rerun runs it again)", flush=True)
+        here = evidence_path(results / f"{cell_id}.json")
+        where = here if here.is_file() else evidence_path(published.RESULTS / f"{cell_id}.json")
+        print(f"[support] {cell_id}: stored result reused ({where}; --rerun runs it again)", flush=True)
     if to_run and not request.plan_only:
         from compat.harness.pypi import PackageIndex
 
