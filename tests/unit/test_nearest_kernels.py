@@ -336,7 +336,7 @@ def test_an_op_the_start_path_names_and_the_kernels_lack_makes_it_not_runnable(t
 
 def test_the_verdict_rule_says_what_ran_and_that_a_new_finding_of_it_is_a_lead():
     from compat.harness.verdict import FINDING, decide
-    from tests.unit.test_verdict import cell, err, probe, reference
+    from test_verdict import cell, err, probe, reference
 
     new = probe("block_hasher", "broken", "ok", err("AssertionError", "", "vllm/v1/core/sched/scheduler.py:401"))
     genuine = decide(cell([new] + reference()))
