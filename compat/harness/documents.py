@@ -23,15 +23,12 @@ then builds the frozen classes from the checked value.
 
 from __future__ import annotations
 
-import dataclasses
 import enum
-import sys
-import typing
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping, Optional, Sequence
 
 from compat.harness.support import OUTCOME_OF_VERDICT, RUNTIME_PROVENANCES, Answer, Provenance, ranges
-from compat.shared.records import ProbeRecord, ProbeStatus, RecordError, Verdict, parse
+from compat.shared.records import ProbeRecord, ProbeStatus, RecordError, Verdict, build, parse
 
 CONTRADICTS = "the record contradicts itself: "
 
@@ -90,28 +87,9 @@ class SupportDocument:
     backend: Optional[str] = None
 
 
-def typed(tp: Any, value: Any) -> Any:
-    """The value `parse` accepted for `tp`, built as `tp`'s classes (enums and dataclasses, nested)."""
-    origin, args = typing.get_origin(tp), typing.get_args(tp)
-    if value is None or tp is Any:
-        return value
-    if origin is typing.Union:
-        return typed(next(a for a in args if a is not type(None)), value)
-    if isinstance(tp, type) and issubclass(tp, enum.Enum):
-        return tp(value)
-    if isinstance(tp, type) and dataclasses.is_dataclass(tp):
-        hints = typing.get_type_hints(tp, vars(sys.modules[tp.__module__]))
-        return tp(**{f.name: typed(hints[f.name], value[f.name]) for f in dataclasses.fields(tp) if f.name in value})
-    if origin is list:
-        return [typed(args[0], item) for item in value]
-    if origin is dict:
-        return {key: typed(args[1], item) for key, item in value.items()}
-    return value
-
-
 def _load(tp: Any, data: Any, what: str, source: str) -> Any:
     try:
-        return typed(tp, parse(tp, data))
+        return build(tp, parse(tp, data))
     except RecordError as exc:
         raise DocumentError(f"{what} {source}: {exc}") from exc
 
