@@ -254,21 +254,12 @@ def row_evidence(results: Path, doc: dict[str, Any], cell: dict[str, Any], role:
 
 def run_evidence(results: Path, run: dict[str, str], role: str) -> Evidence:
     """A published run of the pair on another backend than the row's (a GPU run)."""
+    from compat.harness.verdict import decide
+
     record = load_cell(results / f"{run['cell_id']}.json")
     return Evidence(backend=run["backend"], role=role, outcome=run["outcome"], verdict=run["verdict"],
                     provenance="measured", cell_id=run["cell_id"], finished_at=record.get("finished_at"),
-                    machine=_machine(record), record=record, fix=_known_fixes(record))
-
-
-def _known_fixes(record: dict[str, Any]) -> str:
-    """The registry's fix of each known breakage the record's failures are, as the row's cells carry theirs."""
-    from compat.harness.verdict import decide
-
-    fixes: list[str] = []
-    for _, cls in decide(record).classes:
-        if cls.breakage is not None and cls.breakage.fix not in fixes:
-            fixes.append(cls.breakage.fix)
-    return " ".join(fixes)
+                    machine=_machine(record), record=record, fix=" ".join(decide(record).known_fixes))
 
 
 # -- the adapters, as a user applies them ---------------------------------------------------------------

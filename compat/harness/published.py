@@ -27,7 +27,7 @@ from typing import Any, Iterable
 from packaging.version import Version
 
 from compat.harness.cell_envs import REPO_ROOT
-from compat.harness.support import RUNTIME, newest_first, other_backend_runs
+from compat.harness.support import RUNTIME, answering_runs, other_backend_runs
 from compat.shared.results import (
     ResultFileError,
     evidence_path,
@@ -167,8 +167,8 @@ def _other_backend_marks(speculators: str, backend: str, records: dict[str, dict
     marks = {"works": "✔", "adapters": "◐", "broken": "✖"}
     found: dict[str, dict[str, str]] = {}
     pair_runs = (r for r in records.values() if str(r.get("speculators")) == speculators)
-    for run in newest_first(other_backend_runs(pair_runs, backend, _decided_verdict)):
-        found.setdefault(run["backend"], {}).setdefault(run["vllm"], marks[run["outcome"]])
+    for run in answering_runs(other_backend_runs(pair_runs, backend, _decided_verdict)):
+        found.setdefault(run["backend"], {})[run["vllm"]] = marks[run["outcome"]]
     return "; ".join(f"{other}: " + ", ".join(f"{v} {mark}"
                                               for v, mark in sorted(runs.items(), key=lambda kv: Version(kv[0])))
                      for other, runs in sorted(found.items()))

@@ -185,15 +185,11 @@ def measured_from(records: list[dict[str, Any]]) -> dict[tuple[str, str], suppor
         if record.get("verdict") == "untested-at-runtime":
             continue
         decision = decide(record)
-        fixes = []
-        for _, cls in decision.classes:
-            if cls.breakage is not None and cls.breakage.fix not in fixes:
-                fixes.append(cls.breakage.fix)
         pair, label = (str(record.get("vllm")), str(record.get("speculators"))), record_label(record)
         if label and pair in out and out[pair].provenance == support.MEASURED:
             continue  # the release's own build ran this pair: a nearest-kernel cell of it is validation, not the answer
         out[pair] = support.Measured(
-            decision.verdict, str(record.get("cell") or record.get("id") or ""), decision.reasons, tuple(fixes),
+            decision.verdict, str(record.get("cell") or record.get("id") or ""), decision.reasons, decision.known_fixes,
             provenance=support.NEAREST_KERNELS if label else support.MEASURED, label=label)
     return out
 

@@ -157,6 +157,11 @@ class Decision:
     classes: tuple[tuple[dict[str, Any], ProbeClass], ...] = field(default=(), compare=False, repr=False)
     probes: tuple[tuple[CheckedProbe, ProbeClass], ...] = field(default=(), compare=False, repr=False)
 
+    @property
+    def known_fixes(self) -> tuple[str, ...]:
+        """The registry's fix of each known breakage among the probes' classes, once each, in probe order."""
+        return tuple(dict.fromkeys(cls.breakage.fix for _, cls in self.classes if cls.breakage is not None))
+
 
 def cell_verdict(cell: CellRecord, classes: list[tuple[CheckedProbe, ProbeClass]]) -> tuple[Verdict, list[str]]:
     """The verdict and why, from the re-checked probes and their classes (for advisory-ness)."""
