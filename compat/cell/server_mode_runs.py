@@ -384,6 +384,7 @@ class Extraction:
             self._shrink(run, endpoint, base)
             if not server.alive():
                 raise extraction.ClientFailed("the client finished the workload, then the server died")
+            self._drive_output_tokens(run, server, endpoint, base)
             return
         if extraction.has_cli(self.speculators):
             run.client = "speculators CLI: prepare-data + generate-offline-data"
@@ -404,6 +405,28 @@ class Extraction:
         if not server.alive():
             raise extraction.ClientFailed(f"the client finished the {case} case, then the server died")
 
+
+    def _drive_output_tokens(self, run: ModeRun, server: VllmServer, endpoint: str, base: Path) -> None:
+        """After the workload, on its server: our requests that ask the output tokens' rows too (compat.cell.
+        output_tokens); what goes wrong is that case's alone, never the workload's."""
+        import openai
+
+        from compat.cell import output_tokens
+
+        case = output_tokens.CASE
+        why = output_tokens.missing()
+        if why:
+            run.cases_not_run[case] = why
+            return
+        try:
+            prompts = workload.output_token_prompts(run.workload.engine, workload_drive.vocab_size(self.model))
+            with timed(StepKind.CLIENT, f"{run.mode} {case}"):
+                run.files[case] = output_tokens.send(self.model, endpoint, prompts, base / case)
+        except (openai.APIError, TimeoutError, output_tokens.IncompleteReply) as exc:
+            run.case_failures[case] = self._violation(server, exc)
+        except Exception as exc:  # noqa: BLE001 - our side: its probe reads error, the workload's stands
+            run.cases_not_run[case] = (f"error: the output-token requests failed on our side: "
+                                       f"{type(exc).__name__}: {exc}")
 
     def _shrink(self, run: ModeRun, endpoint: str, base: Path) -> None:
         """The workload's wrong rows, if any, narrowed while the server runs; a failure here is recorded, and the

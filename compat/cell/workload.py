@@ -150,6 +150,19 @@ def variant_prompts(engine: Engine, vocab_size: int, seed: int = SEED) -> list[t
     return [tuple(rng.randrange(FIRST_TOKEN, vocab) for _ in range(n)) for n in dict.fromkeys(lengths)]
 
 
+OUTPUT_TOKENS = 8  # tokens generated per output-token request (its rows: the prompt's and all but the last output's)
+
+
+def output_token_prompts(engine: Engine, vocab_size: int, seed: int = SEED) -> list[tuple[int, ...]]:
+    """The output-token requests' prompts for this engine (block size B): B - 3 tokens, so that decoding
+    OUTPUT_TOKENS crosses a block boundary; a 1-token prompt, whose rows are then nearly all decode rows; and
+    2B + B/2, several chunks of a small budget, whose decode starts mid-block."""
+    rng = random.Random(seed + 7 * engine.block_size)
+    b, limit = engine.block_size, engine.max_model_len - OUTPUT_TOKENS
+    lengths = [n for n in dict.fromkeys((max(1, b - 3), 1, 2 * b + b // 2)) if n <= limit]
+    return [tuple(rng.randrange(FIRST_TOKEN, min(vocab_size, VARIANT_VOCAB)) for _ in range(n)) for n in lengths]
+
+
 def kv_blocks(backend: str) -> tuple[int, int]:
     """(blocks, the block size they assume): about KV_CONTEXTS contexts of MAX_MODEL_LEN tokens."""
     block = EXPECTED_BLOCK.get(backend, 16)

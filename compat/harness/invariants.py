@@ -14,6 +14,8 @@ Per probe (a contradicted probe reads `error`; one of its with-compat run, with_
 - prompts: a server case's `sequences` (the token counts it sent) are the fixture's case's, as
   compat.fixtures.data.prompts("server") builds them; the workload of `workload_shapes` is the one its
   recorded seed draws again (compat.cell.workload.draw, pure: the layout lets the harness import it), by digest;
+  so are the prompts of `output_token_rows` (compat.cell.workload.output_token_prompts), each request's rows its
+  prompt and every generated token but the last;
 - a with-compat proof is keyed to its own case: the same prompts and rows as the case's;
 - scale: every row's reference scale lies within its fixture's range (tolerances.REFERENCE_SCALES);
 - `n/a` only beside no figures and no run that served, and only for a reason the probe's own
@@ -206,6 +208,9 @@ def _rows_expected(cell: dict[str, Any], probe: dict[str, Any], where: str, deta
         if case == "workload" and "workload" in detail:  # the drawn workload's prompts (checked by _workload)
             again, _ = redrawn(detail["workload"])
             sent = again["prompts"] if again else None
+        if case == "output_tokens" and "output_tokens" in detail:  # the same for the output-token requests
+            output_prompts, _ = redrawn_output_prompts(detail["output_tokens"])
+            sent = len(output_prompts) if output_prompts is not None else None
         seen = len({r.get("sequence") for r in mine})
         if sent is None:
             sent = seen  # a case the fixture does not name (the image prompt, a drawn workload): its own rows
@@ -257,11 +262,36 @@ def redrawn(workload: Any) -> tuple[Optional[dict[str, Any]], str]:
     return again, ""
 
 
+def redrawn_output_prompts(sent: Any) -> tuple[Optional[list[tuple[int, ...]]], str]:
+    """The prompts an `output_token_rows` record's requests sent, drawn again from its seed, engine and vocabulary
+    (compat.cell.workload.output_token_prompts): (the prompts, '') where the digest is the recorded one and each
+    request's rows are its prompt and every generated token but the last, else (None, why)."""
+    from compat.cell.workload import OUTPUT_TOKENS, Engine, digest_of, output_token_prompts
+
+    if not isinstance(sent, dict):
+        return None, f"{sent!r} is not an output-token record"
+    try:
+        again = output_token_prompts(Engine(**sent["engine"]), int(sent["vocab_size"]), int(sent["seed"]))
+    except (KeyError, TypeError, ValueError) as exc:
+        return None, f"cannot be drawn again from its seed, engine and vocab_size ({type(exc).__name__}: {exc})"
+    if sent.get("digest") != digest_of(again):
+        return None, (f"digest {sent.get('digest')!r}, but seed {sent['seed']} draws {digest_of(again)!r} for its "
+                      "engine (compat.cell.workload.output_token_prompts)")
+    rows = [len(p) + OUTPUT_TOKENS - 1 for p in again]
+    if sent.get("rows_per_request") != rows:
+        return None, (f"rows_per_request {sent.get('rows_per_request')!r}, but its prompts with {OUTPUT_TOKENS} "
+                      f"generated tokens give {rows} (each prompt and every generated token but the last)")
+    return again, ""
+
+
 def _workload(cell: dict[str, Any], probe: dict[str, Any], where: str, detail: dict[str, Any]) -> Optional[str]:
-    if "workload" not in detail:
-        return None
-    _again, why = redrawn(detail["workload"])
-    return f"{_where(cell, f'probes[{probe_key(probe)}].{where}.workload')}: {why}" if why else None
+    """A drawn workload's (and output-token requests') record is the one its seed draws again."""
+    for name, redraw in (("workload", redrawn), ("output_tokens", redrawn_output_prompts)):
+        if name in detail:
+            _again, why = redraw(detail[name])
+            if why:
+                return f"{_where(cell, f'probes[{probe_key(probe)}].{where}.{name}')}: {why}"
+    return None
 
 
 def _int(value: Any) -> int:

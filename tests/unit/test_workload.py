@@ -195,3 +195,26 @@ def test_an_in_process_generator_says_what_its_engine_rules_out():
                          cache_config=SimpleNamespace(enable_prefix_caching=True))
     assert generator_rules_out(on) == {}
     assert generator_rules_out(None) == {}  # nothing read, nothing claimed
+
+
+@pytest.mark.parametrize("block", [16, 128])
+def test_output_token_prompts_decode_across_a_block_boundary(block):
+    from compat.harness.invariants import redrawn_output_prompts
+
+    engine = Engine(block_size=block, max_num_batched_tokens=512, max_num_seqs=8, max_model_len=4352)
+    prompts = workload.output_token_prompts(engine, 32000)
+    lengths = [len(p) for p in prompts]
+    assert lengths == [block - 3, 1, 2 * block + block // 2]
+    # the B - 3 prompt's generated tokens cross its first block boundary; the 1-token one is nearly all decode rows
+    assert lengths[0] < block < lengths[0] + workload.OUTPUT_TOKENS
+    assert prompts == workload.output_token_prompts(engine, 32000)
+    assert all(workload.FIRST_TOKEN <= t < workload.VARIANT_VOCAB for p in prompts for t in p)
+    recorded = {"seed": workload.SEED, "engine": vars(engine), "vocab_size": 32000,
+                "digest": workload.digest_of(prompts),
+                "rows_per_request": [n + workload.OUTPUT_TOKENS - 1 for n in lengths]}
+    assert redrawn_output_prompts(recorded) == (prompts, "")
+    # each edit one way is named: a digest of other prompts, a request's rows without its generated tokens
+    assert "digest" in redrawn_output_prompts({**recorded, "digest": "0" * 16})[1]
+    short = {**recorded, "rows_per_request": [lengths[0], *recorded["rows_per_request"][1:]]}
+    assert "every generated token but the last" in redrawn_output_prompts(short)[1]
+    assert "cannot be drawn again" in redrawn_output_prompts({**recorded, "engine": {}})[1]

@@ -13,9 +13,11 @@ by the failing prompts' measured shape, and the smallest set that still fails wh
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
-from compat.cell import workload, workload_drive
+from compat.cell import output_tokens, workload, workload_drive
 from compat.cell.probes.server.test_server_probes import settle
 from compat.cell.probes.server.test_server_variants import check_layer_ids, reference_for
 from compat.cell.reference import tolerance_for
@@ -118,3 +120,41 @@ def test_workload_shapes(variants, probe_detail):
 @pytest.mark.compat_mode("with_compat")
 def test_workload_shapes_with_compat(variants, probe_detail):
     workload_shapes(variants, "with_compat", probe_detail)
+
+
+def output_token_rows(variants, mode: str, probe_detail: dict) -> None:
+    """After the workload, on its server: requests that ask `include_output_tokens` (compat.cell.output_tokens); each
+    file holds the prompt and every generated token but the last, and every row, decode rows too, is its
+    reference's. n/a where this vLLM's connector never reads the key (before 0.24.0), said before any run."""
+    why = output_tokens.missing()
+    if why:
+        pytest.skip(why)
+    chosen, runs = variants(VARIANT)
+    probe_detail["variant"] = {"name": VARIANT, **chosen.record()}
+    run = runs.get(mode)
+    settle(run, probe_detail, (output_tokens.CASE,))
+    if output_tokens.CASE not in run.files:
+        before = run.case_failures.get(CASE)
+        raise RuntimeError(run.cases_not_run.get(output_tokens.CASE) or (
+            f"not sent: the workload before them failed ({str(before)[:300]})" if before else
+            "the output-token requests wrote no file"))
+    drawn = run.workload
+    items = run.files[output_tokens.CASE]
+    probe_detail["output_tokens"] = {
+        "seed": workload.SEED, "engine": dataclasses.asdict(drawn.engine), "vocab_size": drawn.vocab_size,
+        "generated_per_request": workload.OUTPUT_TOKENS,
+        "digest": workload.digest_of(workload.output_token_prompts(drawn.engine, drawn.vocab_size)),
+        "rows_per_request": [len(ids) for ids, _ in items]}
+    check_layer_ids(run, sorted(runs.ids), chosen.model, probe_detail, dtype=chosen.dtype, fixture=chosen.fixture,
+                    cases=(output_tokens.CASE,))
+
+
+@pytest.mark.probe("output_token_rows", data=True, composite=True, since=7)
+def test_output_token_rows(variants, probe_detail):
+    output_token_rows(variants, "raw", probe_detail)
+
+
+@pytest.mark.probe("output_token_rows", data=True, composite=True, since=7)
+@pytest.mark.compat_mode("with_compat")
+def test_output_token_rows_with_compat(variants, probe_detail):
+    output_token_rows(variants, "with_compat", probe_detail)
