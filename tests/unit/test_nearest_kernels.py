@@ -362,3 +362,29 @@ def test_a_row_or_a_column_with_kernels_is_refused_not_run_as_genuine_cells():
             settings.parse([*argv, "--kernels", "nearest"])
     one_pair = settings.parse(["--vllm", "0.33.0", "--speculators", "0.9.0", "--kernels", "nearest"])
     assert one_pair.run.kernels == "nearest"
+
+
+def test_a_validation_run_in_another_torch_says_so_in_its_id_label_and_recipe(index, monkeypatch, tmp_path):
+    """--kernels-torch T: the ops of K in torch T instead of the release's pin (the pin-change validation of
+    bench/nearest_kernels.py); refused without --kernels, and never silently the pinned cell."""
+    from compat.harness import settings
+
+    with pytest.raises(MatrixError, match="give --kernels"):
+        settings.parse(["--vllm", "0.33.0", "--speculators", "0.9.0", "--kernels-torch", "2.14.0"])
+    with pytest.raises(MatrixError, match="a torch release"):
+        nk.as_kernel_cells([Cell("0.33.0", "0.9.0", "cpu")], "0.32.0", "newest")
+    parsed = settings.parse(["--vllm", "0.33.0", "--speculators", "0.9.0", "--kernels", "0.32.0",
+                             "--kernels-torch", "2.13.0"])
+    cell = nk.as_kernel_cells([Cell("0.33.0", "0.9.0", "cpu", variants=())], parsed.run.kernels,
+                              parsed.run.kernels_torch)[0]
+    assert cell.id == "vllm-0.33.0__speculators-0.9.0__cpu__kernels-0.32.0__torch-2.13.0__variants-none"
+    assert cell.environment_cell.id != nk.KernelCell("0.33.0", "0.9.0", "cpu", kernels="0.32.0").environment_cell.id
+    settings_ = nk.settings_of(cell)["kernels"]
+    assert settings_["torch"] == "2.13.0" and settings_["label"].endswith("torch 2.13.0 instead of its pin)")
+    record = {"vllm": "0.33.0", "settings": {"kernels": settings_}}
+    assert nk.with_record_kernels(Cell("0.33.0", "0.9.0", "cpu", variants=()), record).id == cell.id
+    monkeypatch.setenv("COMPAT_CACHE_DIR", str(tmp_path / "cache"))
+    recipe = nk.derive(cell, index, load_overrides(), finds=lambda python: True)
+    assert recipe.torch == "2.13.0" and "torch==2.13.0" in recipe.requirements
+    assert "torch==2.14.0" not in recipe.requirements
+    assert any("instead of the torch==2.14.0 vLLM 0.33.0 pins" in n for n in recipe.notes)
