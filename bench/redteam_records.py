@@ -165,10 +165,11 @@ def cell_set(expect, **kv):
 
 
 # cell: schema version and migration
-EDITS["schema_version=4 (a newer schema)"] = ("schema_version", cell_set(HARMFUL, schema_version=4))
-# A schema-2 (or 1) record read as schema 3: judged by rules stricter than its own (its rows lack their
+EDITS["schema_version=5 (a newer schema)"] = ("schema_version", cell_set(HARMFUL, schema_version=5))
+# A schema-2 (or 1) record read as schema 3 or 4: judged by rules stricter than its own (its rows lack their
 # allowed error, its summaries the scale): refused or error, never more than it claimed.
 EDITS["schema_version=3 (an older record read as schema 3)"] = ("schema_version", cell_set(EITHER, schema_version=3))
+EDITS["schema_version=4 (an older record read as schema 4)"] = ("schema_version", cell_set(EITHER, schema_version=4))
 EDITS["schema_version='2'"] = ("schema_version", cell_set(HARMFUL, schema_version="2"))
 EDITS["schema_version=0"] = ("schema_version", cell_set(HARMFUL, schema_version=0))
 EDITS["schema_version=null"] = ("schema_version", cell_set(HARMFUL, schema_version=None))

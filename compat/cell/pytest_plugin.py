@@ -11,7 +11,9 @@ The file is rewritten atomically after every probe, so a crash keeps what finish
 
 A data check puts the figures its verdict can be recomputed from (compat.cell.reference.figures)
 in detail["figures"]; the record carries them at the top level, `figures`, and the adapted run's
-in the raw record's `with_compat_figures` (null where a probe recorded none).
+in the raw record's `with_compat_figures` (null where a probe recorded none). What a run's engine showed
+of the prompt shapes (the detail's keys compat.shared.records.SHAPES_KEYS names) goes the same way, into
+`shapes` and `with_compat_shapes` (absent where a run recorded none).
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ import pytest
 
 from compat.cell import steps
 from compat.shared.observe import CONTRACT_TAG, describe
+from compat.shared.records import split_shapes
 from compat.shared.results import ADVISORY_PROBES, NOT_SELECTED, write_json_atomic
 from compat.shared.tracebacks import ANSI, EXCEPTION_TYPE, RELAYS, Found, behind_missing_op, exception_type
 
@@ -236,29 +239,36 @@ def _add_raw(records: list[dict[str, Any]], record: dict[str, Any]) -> dict[str,
 
 
 def _lift_figures(record: dict[str, Any]) -> dict[str, Any]:
-    """detail["figures"] (what a data check recorded) becomes the record's `figures`, stored once."""
+    """detail["figures"] (what a data check recorded) becomes the record's `figures`, stored once; the
+    shapes its engine showed, the record's `shapes`."""
     detail = record.get("detail")
     if isinstance(detail, dict) and "figures" in detail:
         record["figures"] = detail.pop("figures")
     else:
         record.setdefault("figures", None)
     record.setdefault("with_compat_figures", None)
+    if isinstance(record.get("detail"), dict):
+        record["detail"], shapes = split_shapes(record["detail"])
+        if shapes is not None:
+            record["shapes"] = shapes
     return record
 
 
 def _merge_with_compat(records: list[dict[str, Any]], adapted: dict[str, Any]) -> dict[str, Any] | None:
-    """The adapted run of a probe fills `with_compat` of the raw run's record, and its figures
-    the raw record's `with_compat_figures`."""
+    """The adapted run of a probe fills `with_compat` of the raw run's record, its figures
+    the raw record's `with_compat_figures` and its shapes `with_compat_shapes`."""
     _lift_figures(adapted)
     raw = _same_probe(records, adapted)
     if raw is not None and adapted["status"] == "n/a" and raw["status"] != "n/a":
         return None  # the other suite's adapted run of a probe that does not apply there
     if raw is None:
-        raw = {**adapted, "status": "error", "reason": "the raw run of this probe did not report",
-               "error": None, "detail": {}, "figures": None}
+        raw = {**{k: v for k, v in adapted.items() if k != "shapes"}, "status": "error",
+               "reason": "the raw run of this probe did not report", "error": None, "detail": {}, "figures": None}
         records.append(raw)
     raw["with_compat"] = adapted["status"]
     raw["with_compat_figures"] = adapted["figures"]
+    if adapted.get("shapes") is not None:
+        raw["with_compat_shapes"] = adapted["shapes"]
     raw["detail"]["with_compat"] = {k: adapted[k] for k in ("status", "error", "reason", "detail")}
     raw["seconds"] = round(raw["seconds"] + adapted["seconds"], 3)
     raw["nodeids"] = list(dict.fromkeys([*raw.get("nodeids", []), *adapted.get("nodeids", [])]))

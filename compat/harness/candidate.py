@@ -109,10 +109,8 @@ def describe(wheel: str) -> dict[str, Any]:
 
 
 def is_candidate(record: dict[str, Any]) -> bool:
-    """Whether a cell record or a row document is a candidate's (never a released row's)."""
-    settings = record.get("settings")
-    return bool(record.get("candidate") or (isinstance(settings, dict) and settings.get("candidate"))
-                or f"__{CANDIDATE}" in str(record.get("id") or ""))
+    """Whether a cell record or a row document is a candidate's (never a released row's): its `candidate`."""
+    return bool(record.get("candidate") or f"__{CANDIDATE}" in str(record.get("id") or ""))
 
 
 def row_name(version: str) -> str:

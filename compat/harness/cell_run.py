@@ -35,7 +35,7 @@ from compat.harness.cell_envs import (
 )
 from compat.harness.classify import new_findings
 from compat.harness.matrix import Cell
-from compat.harness.nearest_kernels import settings_of
+from compat.harness.nearest_kernels import kernels_record
 from compat.harness.recipe import Recipe
 from compat.harness.verdict import Decision, decide
 from compat.shared.cell_spec import SPEC_VARIABLE, CellSpec, KimiSuiteSpec
@@ -59,13 +59,20 @@ def this_machine() -> dict[str, Any]:
 
 
 def base_record(cell: Cell) -> dict[str, Any]:
-    return {"schema_version": SCHEMA_VERSION, "id": cell.id, "vllm": cell.vllm, "speculators": cell.speculators,
-            "backend": cell.backend,
-            "profile": profile_for(cell.speculators).name, "verdict": "error", "env": {},
-            "machine": this_machine(),
-            "seconds": {"install": 0.0, "probes": 0.0}, "env_shims": [], "probes": [],
-            "install_log_tail": None, "error": None, "recipe_notes": [], "settings": run_settings(cell),
-            "manifest": expected_manifest(cell.variants_selected)}
+    record: dict[str, Any] = {
+        "schema_version": SCHEMA_VERSION, "id": cell.id, "vllm": cell.vllm, "speculators": cell.speculators,
+        "backend": cell.backend, "profile": profile_for(cell.speculators).name, "verdict": "error", "env": {},
+        "machine": this_machine(), "seconds": {"install": 0.0, "probes": 0.0}, "env_shims": [], "probes": [],
+        "install_log_tail": None, "error": None, "recipe_notes": [], "settings": run_settings(cell),
+        "manifest": expected_manifest(cell.variants_selected)}
+    kernels = kernels_record(cell)  # a nearest-kernel cell: the kernels' release and its label (issue 46)
+    if kernels is not None:
+        record["kernels"] = kernels
+    if cell.speculators_wheel:  # a candidate build (issue 44): its wheel and sha256
+        from compat.harness.candidate import describe
+
+        record["candidate"] = describe(cell.speculators_wheel)
+    return record
 
 
 def run_settings(cell: Cell) -> dict[str, Any]:
@@ -74,17 +81,14 @@ def run_settings(cell: Cell) -> dict[str, Any]:
     selected (server-era cells only), and the --model folder where one was given (else the tiny
     Llama fixture). Tensor parallelism is no cell setting: the probes run TP=1 and, where two GPUs
     are visible, TP=2 cases. The other options the cell spec carries (spec_settings) and the
-    environment variables the probes got (cell_settings, upper case) join these in run_cell."""
+    environment variables the probes got (cell_settings, upper case) join these in run_cell. A candidate
+    build and a nearest-kernel cell's kernels, which the id carries too, are the record's own `candidate` and
+    `kernels` (base_record)."""
     settings: dict[str, Any] = {"dtype": cell.dtype, "backend": cell.backend}
     if cell.variants_selected is not None:
         settings["variants"] = list(cell.variants_selected)
     if cell.model:
         settings["model"] = cell.model
-    if cell.speculators_wheel:
-        from compat.harness.candidate import describe
-
-        settings["candidate"] = describe(cell.speculators_wheel)
-    settings.update(settings_of(cell))  # a nearest-kernel cell: the kernels' release and its label (issue 46)
     return settings
 
 

@@ -397,9 +397,9 @@ def env_problems(cell: dict[str, Any]) -> list[str]:
     return problems
 
 
-def _candidate_wheel(settings: dict[str, Any]) -> str:
-    """The candidate build's wheel a record's settings name (compat.harness.candidate), "" for a release."""
-    found = settings.get("candidate")
+def _candidate_wheel(cell: dict[str, Any]) -> str:
+    """The candidate build's wheel a record names (its `candidate`, compat.harness.candidate), "" for a release."""
+    found = cell.get("candidate")
     return str(found.get("path") or found.get("wheel") or "candidate") if isinstance(found, dict) else ""
 
 
@@ -425,7 +425,7 @@ def identity_problems(cell: dict[str, Any]) -> list[str]:
                      variants=tuple(variants) if isinstance(variants, list) else None,
                      dtype=str(settings.get("dtype") or DEFAULT_DTYPE), model=str(settings.get("model") or ""),
                      probe_set=PROBE_SET if probe_set is None else probe_set,
-                     speculators_wheel=_candidate_wheel(settings))
+                     speculators_wheel=_candidate_wheel(cell))
         expected = with_record_kernels(named, cell).id  # a nearest-kernel cell's id carries its kernels
     if cell.get("id") != expected:
         problems.append(f"the record's id {cell.get('id')!r} is not the one its pair, backend and settings give "

@@ -12,10 +12,13 @@ Per probe (a contradicted probe reads `error`; one of its with-compat run, with_
   `rows_expected` that is not that count contradicts it (compat.harness.evidence.figures_pass still holds the
   rows to a stated count, which decides alone only where a record names no ids);
 - prompts: a server case's `sequences` (the token counts it sent) are the fixture's case's, as
-  compat.fixtures.data.prompts("server") builds them; the workload of `workload_shapes` is the one its
-  recorded seed draws again (compat.cell.workload.draw, pure: the layout lets the harness import it), by digest;
-  so are the prompts of `output_token_rows` (compat.cell.workload.output_token_prompts), each request's rows its
-  prompt and every generated token but the last;
+  compat.fixtures.data.prompts("server") builds them; the workload of `workload_shapes` (its run's
+  `shapes.workload`) is the one its recorded seed draws again (compat.cell.workload.draw, pure: the layout
+  lets the harness import it), by digest; so are the prompts of `output_token_rows` (its detail's `output_tokens`:
+  compat.cell.workload.output_token_prompts), each request's rows its prompt and every generated token but the last;
+- shapes (a run's `shapes`): each prompt's measured length is the one the workload drew, and its length
+  modulo the block size is that length's; a shape is shown, n/a or not shown, never two of these; a run
+  that claims `ok` lists no wanted shape not shown (it cannot pass as having covered it);
 - a with-compat proof is keyed to its own case: the same prompts and rows as the case's;
 - scale: every row's reference scale lies within its fixture's range (tolerances.REFERENCE_SCALES);
 - `n/a` only beside no figures and no run that served, and only for a reason the probe's own
@@ -25,7 +28,9 @@ Per cell (the cell reads `error`):
 - dtype: the settings' dtype (which the id carries), the main run's serve args and figures agree;
   a variant's figures are in the dtype it served;
 - versions: the cell's vLLM and speculators are the ones `static`, `fidelity` and the recipe notes name;
-- backend: a gpu cell that ran probes on a machine whose `gpu` is null, or with a CPU shim, is not one.
+- backend: a gpu cell that ran probes on a machine whose `gpu` is null, or with a CPU shim, is not one;
+- provenance: a nearest-kernel cell's `kernels` name the cell's vLLM as the Python that ran and carry the
+  label of its release and ops; a candidate cell's `candidate.wheel` is a wheel of the cell's speculators.
 """
 
 from __future__ import annotations
@@ -35,7 +40,7 @@ import re
 from typing import Any, Optional
 
 from compat.fixtures.data import prompts
-from compat.harness.nearest_kernels import record_kernels
+from compat.harness.nearest_kernels import label, python_of, record_kernels
 from compat.shared import tolerances
 from compat.shared.manifest import variant_deciding
 from compat.shared.probe_catalog import probes as catalog
@@ -147,13 +152,16 @@ def probe_invariants(cell: dict[str, Any], probe: dict[str, Any],
         return raw_why, None
     whys: list[Optional[str]] = [None, None]
     for adapted, where, detail, figures_where, figures, claimed in _runs(probe):
-        whys[adapted] = _workload(cell, probe, where, detail) if claimed in ("ok", "broken") else None
+        shapes_where = "with_compat_shapes" if adapted else "shapes"
+        shapes = probe[shapes_where] if isinstance(probe.get(shapes_where), dict) else {}
+        whys[adapted] = (_workload(cell, key, shapes_where, shapes) or _shapes(cell, key, shapes_where, shapes, claimed)
+                         or _output_tokens(cell, key, where, detail) if claimed in ("ok", "broken") else None)
         has_rows = isinstance(figures, dict) and isinstance(figures.get("rows"), list)
         if whys[adapted] or claimed not in ("ok", "broken") or not has_rows:
             continue
         at = f"probes[{key}].{figures_where}"
         why = (_layer_ids(cell, key, where, detail, at, figures, claimed == "ok")
-               or _rows_expected(cell, probe, where, detail, at, figures)
+               or _rows_expected(cell, probe, where, detail, at, figures, shapes)
                or _prompts(cell, probe, where, detail)
                or _scale(cell, at, figures, fixture))
         whys[adapted] = why
@@ -185,7 +193,7 @@ def _cases_of(probe: dict[str, Any], rows: list[dict[str, Any]]) -> list[Optiona
 
 
 def _rows_expected(cell: dict[str, Any], probe: dict[str, Any], where: str, detail: dict[str, Any], at: str,
-                   figures: dict[str, Any]) -> Optional[str]:
+                   figures: dict[str, Any], shapes: dict[str, Any]) -> Optional[str]:
     """The rows a run must hold: each sequence its case sends x each id asked, derived (never read)."""
     asked, _ = asked_ids(detail)
     rows = [r for r in figures["rows"] if isinstance(r, dict)]
@@ -205,8 +213,8 @@ def _rows_expected(cell: dict[str, Any], probe: dict[str, Any], where: str, deta
     for case in cases:
         mine = [r for r in rows if (r.get("case") if any("case" in x for x in rows) else probe.get("case")) == case]
         sent = sequences_sent(case, in_process)
-        if case == "workload" and "workload" in detail:  # the drawn workload's prompts (checked by _workload)
-            again, _ = redrawn(detail["workload"])
+        if case == "workload" and "workload" in shapes:  # the drawn workload's prompts (checked by _workload)
+            again, _ = redrawn(shapes["workload"])
             sent = again["prompts"] if again else None
         if case == "output_tokens" and "output_tokens" in detail:  # the same for the output-token requests
             output_prompts, _ = redrawn_output_prompts(detail["output_tokens"])
@@ -283,15 +291,50 @@ def redrawn_output_prompts(sent: Any) -> tuple[Optional[list[tuple[int, ...]]], 
                       f"generated tokens give {rows} (each prompt and every generated token but the last)")
     return again, ""
 
+def _output_tokens(cell: dict[str, Any], key: str, where: str, detail: dict[str, Any]) -> Optional[str]:
+    if "output_tokens" not in detail:
+        return None
+    _again, why = redrawn_output_prompts(detail["output_tokens"])
+    return f"{_where(cell, f'probes[{key}].{where}.output_tokens')}: {why}" if why else None
 
-def _workload(cell: dict[str, Any], probe: dict[str, Any], where: str, detail: dict[str, Any]) -> Optional[str]:
-    """A drawn workload's (and output-token requests') record is the one its seed draws again."""
-    for name, redraw in (("workload", redrawn), ("output_tokens", redrawn_output_prompts)):
-        if name in detail:
-            _again, why = redraw(detail[name])
-            if why:
-                return f"{_where(cell, f'probes[{probe_key(probe)}].{where}.{name}')}: {why}"
+
+def _workload(cell: dict[str, Any], key: str, where: str, shapes: dict[str, Any]) -> Optional[str]:
+    if "workload" not in shapes:
+        return None
+    _again, why = redrawn(shapes["workload"])
+    return f"{_where(cell, f'probes[{key}].{where}.workload')}: {why}" if why else None
+
+
+def _shapes(cell: dict[str, Any], key: str, where: str, shapes: dict[str, Any], claimed: Any) -> Optional[str]:
+    """What a run says its engine showed agrees with itself and with the workload it drew (checked by _workload)."""
+    at = f"probes[{key}].{where}"
+    workload, per_prompt = _map(shapes.get("workload")), _map(shapes.get("per_prompt"))
+    lengths, block = _map(workload.get("lengths")), _map(workload.get("engine")).get("block_size")
+    for name, seen in per_prompt.items():
+        length = seen.get("length") if isinstance(seen, dict) else None
+        if length is None:
+            continue
+        if lengths and lengths.get(name) != length:
+            return (f"{_where(cell, f'{at}.per_prompt.{name}.length')}: {length!r} tokens measured, but the workload "
+                    f"drew {lengths.get(name)!r} for {name} ({at}.workload.lengths)")
+        mod = seen.get("length_mod_block")
+        if isinstance(block, int) and block > 0 and mod is not None and mod != _int(length) % block:
+            return (f"{_where(cell, f'{at}.per_prompt.{name}.length_mod_block')}: {mod!r}, but {length} tokens modulo "
+                    f"the engine's block size {block} is {_int(length) % block}")
+    shown = {s for s, n in _map(shapes.get("shapes_shown")).items() if isinstance(n, int) and n > 0}
+    not_shown = shapes["shapes_not_shown"] if isinstance(shapes.get("shapes_not_shown"), list) else []
+    for name, said in (("shapes_n_a", list(_map(shapes.get("shapes_n_a")))), ("shapes_not_shown", not_shown)):
+        both = sorted(shown & set(map(str, said)))
+        if both:
+            return f"{_where(cell, f'{at}.{name}')}: {both} also shown ({at}.shapes_shown): a shape shown is neither"
+    if not_shown and claimed == "ok":
+        return (f"{_where(cell, f'{at}.shapes_not_shown')}: {not_shown} not shown, but the run claims ok: a "
+                f"workload that did not show a shape it was built for cannot pass as covering it")
     return None
+
+
+def _map(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
 
 
 def _int(value: Any) -> int:
@@ -350,7 +393,7 @@ def not_applicable(cell: dict[str, Any], probe: dict[str, Any]) -> Optional[str]
 def cell_invariants(cell: dict[str, Any]) -> list[str]:
     if not cell.get("probes"):
         return []
-    return _dtype(cell) + _versions(cell) + _backend(cell)
+    return _dtype(cell) + _versions(cell) + _backend(cell) + _provenance(cell)
 
 
 def _dtype(cell: dict[str, Any]) -> list[str]:
@@ -428,3 +471,24 @@ def _backend(cell: dict[str, Any]) -> list[str]:
         problems.append(f"{_where(cell, 'env_shims')}: {shims} are CPU-build shims, but the cell's backend is gpu")
     return problems
 
+
+
+def _provenance(cell: dict[str, Any]) -> list[str]:
+    """A nearest-kernel cell's `kernels` and a candidate cell's `candidate` name the cell's own releases."""
+    problems = []
+    kernels = cell.get("kernels") if isinstance(cell.get("kernels"), dict) else None
+    if kernels is not None:
+        vllm, ops = str(cell.get("vllm")), record_kernels(cell)
+        if kernels.get("python") != python_of(vllm):
+            problems.append(f"{_where(cell, 'kernels.python')}: {kernels.get('python')!r}, but the cell is vllm {vllm} "
+                            f"(its Python: {python_of(vllm)!r})")
+        elif kernels.get("label") != label(vllm, ops):
+            problems.append(f"{_where(cell, 'kernels.label')}: {kernels.get('label')!r}, but vllm {vllm} over "
+                            f"ops {ops} is {label(vllm, ops)!r}")
+    candidate = cell.get("candidate") if isinstance(cell.get("candidate"), dict) else None
+    if candidate is not None:
+        found = _WHEEL.match(str(candidate.get("wheel") or ""))
+        if found is None or found.group(1) != "speculators" or found.group(2) != str(cell.get("speculators")):
+            problems.append(f"{_where(cell, 'candidate.wheel')}: {candidate.get('wheel')!r} is not a wheel of the "
+                            f"cell's speculators {cell.get('speculators')}")
+    return problems

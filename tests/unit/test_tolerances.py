@@ -21,7 +21,7 @@ from compat.harness.evidence import DATA_PROBES, figures_disagree
 from compat.harness.report_cli import main as report_main
 from compat.harness.verdict import PASS, decide
 from compat.shared import records, tolerances
-from compat.shared.records import RecordError, migrate, migrate_v2, origin, validate_cell
+from compat.shared.records import RecordError, migrate, migrate_v2, migrate_v3, origin, validate_cell
 from compat.shared.results import ResultFileError, load_cell, read_json, write_json_atomic
 from compat.shared.tolerances import (
     REFERENCE_SCALES,
@@ -64,7 +64,7 @@ def shown(decision, pid: str, case: str | None = None) -> dict:
 
 
 def native() -> dict:
-    """A schema-3 record as a run writes it: the reference probes ok, every figure row with its
+    """A record of this schema as a run writes it: the reference probes ok, every figure row with its
     allowed error and each case's summary of its rows (record_factory makes them agree)."""
     probes = [{"id": REF, "case": case, "status": "ok", "with_compat": "ok", "advisory": False, "error": None,
                "reason": None, "seconds": 0.1, "detail": {"max_abs_error": None, "max_rel_error": None}}
@@ -334,9 +334,9 @@ EDITS_3 = {
 }
 
 
-def test_a_native_schema3_record_keeps_its_verdict():
+def test_a_native_record_keeps_its_verdict():
     cell = native()
-    assert validate_cell(copy.deepcopy(cell))["schema_version"] == 3
+    assert validate_cell(copy.deepcopy(cell))["schema_version"] == records.SCHEMA_VERSION
     d = decide(cell)
     assert (d.verdict, d.gate) == ("compatible", PASS), d.reasons
     assert figures_disagree(find(cell, REF, "batch")) == (None, None)
@@ -389,7 +389,7 @@ def test_a_mistyped_key_names_the_key_it_meant():
 
 def test_the_schema_refuses_unknown_keys_in_every_object_type():
     schema = records.json_schema()
-    assert schema["x-schema-version"] == 3
+    assert schema["x-schema-version"] == records.SCHEMA_VERSION
     assert schema["additionalProperties"] is False
     assert schema["$defs"]["ProbeRecord"]["additionalProperties"] is False
     assert all(d["additionalProperties"] is False for d in schema["$defs"].values() if d.get("type") == "object")
@@ -433,13 +433,13 @@ def test_migrate_v2_reads_a_schema2_record_as_schema3_and_says_so():
     out = migrate_v2(cell)
     assert (out["schema_version"], out["migrated_from"]) == (3, 2) and cell["schema_version"] == 2
     assert out["probes"] == cell["probes"]  # nothing schema 2 lacked is made up
-    assert origin(out) == 2 and origin(native()) == 3
-    assert migrate(cell) == out and validate_cell(load(V2_0110)) == out
-    v1 = migrate(load(V1_0110))  # 1 -> 2 -> 3
-    assert (v1["schema_version"], v1["migrated_from"], origin(v1)) == (3, 1, 1)
+    assert origin(out) == 2 and origin(native()) == records.SCHEMA_VERSION
+    assert migrate(cell) == migrate_v3(out) and validate_cell(load(V2_0110)) == migrate_v3(out)
+    v1 = migrate(load(V1_0110))  # 1 -> 2 -> 3 -> 4
+    assert (v1["schema_version"], v1["migrated_from"], origin(v1)) == (records.SCHEMA_VERSION, 1, 1)
     again = migrate(dict(load(V2_0110), migrated_from=None))
     assert again["migrated_from"] == 2
-    assert migrate(out) == out  # a migrated record written back (the store's export) reads the same
+    assert migrate(again) == again  # a migrated record written back (the store's export) reads the same
 
 
 def test_a_schema3_record_with_its_version_lowered_or_a_migration_added_is_refused():
@@ -448,9 +448,9 @@ def test_a_schema3_record_with_its_version_lowered_or_a_migration_added_is_refus
                                                                  "probes"),
                          (lambda c: c.update(migrated_from=2),
                           "migrated_from: 2 (read by schema 2's rules), but probes"),
-                         (lambda c: c.update(migrated_from=3), "migrated_from: 3: a schema-3 record is migrated from "
-                                                               "1 or 2 only"),
-                         (lambda c: c.update(schema_version=4), "schema_version: 4: this harness reads")):
+                         (lambda c: c.update(migrated_from=4), "migrated_from: 4: a schema-4 record is migrated from "
+                                                               "1 or 2 or 3 only"),
+                         (lambda c: c.update(schema_version=5), "schema_version: 5: this harness reads")):
         bad = copy.deepcopy(cell)
         change(bad)
         with pytest.raises(RecordError, match=None) as raised:

@@ -190,8 +190,14 @@ def _probe_view(probe: dict[str, Any], cid: str) -> dict[str, Any]:
         "entry": _entry_view(cls.get("breakage")),
         "behind": _behind_view(cls.get("behind")),
         "adapter_regression": cls.get("adapter_regression") or "",
-        "figures": figure_tables(probe.get("detail")),
+        "figures": figure_tables(_detail_and_shapes(probe)),
     }
+
+
+def _detail_and_shapes(probe: dict[str, Any]) -> Any:
+    """The probe's detail with what its run's engine showed of the shapes (schema 4 keeps them apart, in `shapes`)."""
+    detail, shapes = probe.get("detail"), probe.get("shapes")
+    return {**detail, **shapes} if isinstance(detail, dict) and isinstance(shapes, dict) else detail
 
 
 def _behind_view(behind: dict[str, Any] | None) -> dict[str, Any] | None:

@@ -67,8 +67,9 @@ def workload_shapes(variants, mode: str, probe_detail: dict) -> None:
 
 
 def record_shapes(run, drawn, probe_detail: dict) -> tuple[dict, list, dict]:
-    """What the scheduler's lines show of the workload, into the detail (the report draws numeric dicts as tables: the
-    engine's counts, per shape how many it showed, per prompt its measured features; the rest as text); returns
+    """What the scheduler's lines show of the workload, into the detail (the record keeps these keys as the run's
+    `shapes`, compat.shared.records.Shapes; the report draws numeric dicts as tables: the engine's counts, per shape
+    how many it showed, per prompt its measured features; the rest as text); returns
     (n/a shape -> why, shapes not shown, per prompt its features)."""
     observed = workload.observe(workload.read_lines(run.schedule_log), drawn)
     not_applicable, not_shown = workload.coverage(observed, drawn.engine)
