@@ -29,7 +29,7 @@ from typing import Any
 from packaging.version import InvalidVersion, Version
 
 from compat.harness import exit_codes, published
-from compat.harness.nearest_kernels import record_label
+from compat.harness.nearest_kernels import NEW_LEAD, record_label
 from compat.harness.published import OUTCOME_WORDS, PublishedError
 from compat.harness.support import (
     NEAREST_KERNELS,
@@ -149,6 +149,8 @@ class Evidence:
     nearest: str = ""  # broken or untested: the nearest pair that works
     note: str = ""  # e.g. "no gpu run of this pair is published: the cpu row answers"
     kernels: str = ""  # static only: the pair's nearest-kernel cell, where one is kept (nearest_kernels)
+    label: str = ""  # nearest kernels: what ran (nearest_kernels.label)
+    leads: list[str] = field(default_factory=list)  # nearest kernels: its NEW findings, leads not registry entries
     record: dict[str, Any] | None = field(default=None, repr=False)
 
     def as_json(self) -> dict[str, Any]:
@@ -156,14 +158,15 @@ class Evidence:
                 "words": OUTCOME_WORDS[self.outcome], "verdict": self.verdict, "provenance": self.provenance,
                 "cell_id": self.cell_id, "source": self.source, "finished_at": self.finished_at,
                 "machine": self.machine, "checked": self.checked, "why": self.why, "fix": self.fix,
-                "nearest": self.nearest, "note": self.note, "nearest_kernels": self.kernels}
+                "nearest": self.nearest, "note": self.note, "nearest_kernels": self.kernels, "label": self.label,
+                "leads": self.leads}
 
     def line(self) -> str:
         what = f"{self.backend} evidence" + (f" ({self.note})" if self.note else "")
         if self.provenance == "measured":
             how = f"measured: cell {self.cell_id}, {_when(self.finished_at, self.machine)}"
         elif self.provenance == NEAREST_KERNELS:
-            how = (f"{record_label(self.record or {}) or PROVENANCE[NEAREST_KERNELS]}: cell {self.cell_id}, "
+            how = (f"{self.label or PROVENANCE[NEAREST_KERNELS]}: cell {self.cell_id}, "
                    f"{_when(self.finished_at, self.machine)}")
         elif self.provenance == "inferred" and self.source:
             s = self.source
@@ -183,6 +186,7 @@ class Evidence:
                 f"; nearest working: {self.nearest}"
         if self.kernels:
             text += f"; {self.kernels}"
+        text += "".join(f"; {lead}" for lead in self.leads)
         return text
 
 
@@ -249,7 +253,20 @@ def row_evidence(results: Path, doc: dict[str, Any], cell: dict[str, Any], role:
         found.machine = _machine(found.record)
     if found.provenance == STATIC_ONLY and cell.get("vllm") and cell.get("speculators"):
         found.kernels = kernel_evidence(results, str(cell["vllm"]), str(cell["speculators"]))
+    if found.provenance == NEAREST_KERNELS:
+        found.label, found.leads = kernel_label_and_leads(found.record, cell)
     return found
+
+
+def kernel_label_and_leads(record: dict[str, Any] | None, cell: dict[str, Any]) -> tuple[str, list[str]]:
+    """A nearest-kernel answer's label (its record's, else the row's first note) and its NEW findings, each
+    said as the lead it is (the verdict rule's words): none enters the registry until a real build confirms it."""
+    from compat.harness.verdict import decide
+
+    if record is None:
+        notes = [str(n) for n in cell.get("notes") or []]
+        return (notes[0] if notes else ""), [n for n in notes if NEW_LEAD in n]
+    return record_label(record), [r for r in decide(record).reasons if NEW_LEAD in r]
 
 
 def run_evidence(results: Path, run: dict[str, str], role: str) -> Evidence:

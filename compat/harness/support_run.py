@@ -26,7 +26,7 @@ from typing import Any, Callable
 from packaging.version import Version
 
 from compat.harness import exit_codes, support
-from compat.harness.matrix import Cell, MatrixError
+from compat.harness.matrix import Cell, CellSettings, MatrixError
 from compat.harness.settings import ROW, Settings
 from compat.shared.axes import DEFAULT_DTYPE, VLLM_DIST
 from compat.shared.profiles import profile_for
@@ -201,6 +201,31 @@ def _kept(cells: list[Cell], results: Path) -> dict[str, dict[str, Any]]:
     return {**stored_records(cells, PUBLISHED_RESULTS), **stored_records(cells, results)}
 
 
+def kept_kernel_records(planned: list[support.Planned], cell_settings: CellSettings, backend: str,
+                        results: Path) -> list[dict[str, Any]]:
+    """The kept nearest-kernel records (here, else published) of the pairs the row answers static only, the
+    nearest build's last: a row plans no such cell (the scheduled day-it-ships job runs them, issue 46), but
+    answers with one where it is kept (support.answer)."""
+    from compat.harness.nearest_kernels import record_kernels, with_record_kernels
+    from compat.harness.published import RESULTS as PUBLISHED_RESULTS
+    from compat.shared.results import ResultFileError, load_cell, record_files, record_stem
+
+    found: dict[str, dict[str, Any]] = {}
+    for p in planned:
+        if p.kind != support.STATIC_ONLY:
+            continue
+        cell = cell_settings.apply(Cell(p.vllm, p.speculators, backend))
+        for folder in (PUBLISHED_RESULTS, results):  # a record here replaces the published one of its id
+            for path in record_files(folder, f"vllm-{p.vllm}__speculators-{p.speculators}__{backend}__kernels-*"):
+                try:
+                    record = load_cell(path)
+                except ResultFileError:
+                    continue
+                if with_record_kernels(cell, record).id == record_stem(path) == record.get("id"):
+                    found[record_stem(path)] = record
+    return sorted(found.values(), key=lambda r: Version(record_kernels(r)))
+
+
 def older_probe_set(record: dict[str, Any]) -> bool:
     """Whether the record's runner had an older probe set than this harness (probes were added since)."""
     from compat.harness.evidence import record_probe_set
@@ -360,6 +385,7 @@ def run_support(settings: Settings) -> int:
         return exit_codes.USAGE
     to_run = [c for c in cells.values() if c.id not in stored and (not selection.only or c.id in selection.only)]
     records = list(stored.values()) + [r for r in sibling_records.values() if r["id"] not in stored]
+    records += kept_kernel_records(planned, settings.cell, backend, results)
     from compat.harness import published
 
     for cell_id in stored:

@@ -389,3 +389,145 @@ def test_a_validation_run_in_another_torch_says_so_in_its_id_label_and_recipe(in
     assert recipe.torch == "2.13.0" and "torch==2.13.0" in recipe.requirements
     assert "torch==2.14.0" not in recipe.requirements
     assert any("instead of the torch==2.14.0 vLLM 0.33.0 pins" in n for n in recipe.notes)
+
+
+def _kept_kernel_record(folder: Path, vllm: str, kernels: str) -> dict:
+    """Published 0.32.0 x 0.9.0's record, as the nearest-kernel cell of vLLM `vllm` over `kernels`' ops."""
+    from compat.harness.published import RESULTS
+    from compat.shared.results import load_cell
+
+    record = load_cell(RESULTS / "vllm-0.32.0__speculators-0.9.0__cpu__variants-none.json.gz")
+    cell = nk.KernelCell(vllm, "0.9.0", "cpu", variants=(), kernels=kernels)
+    record.update(id=cell.id, vllm=vllm, kernels=nk.kernels_record(cell), static=None,
+                  fidelity=None)  # the static layer read 0.32.0's wheels
+    record["env"]["vllm_dist"] = f"vllm {nk.composite_version(vllm, kernels)}"
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / f"{cell.id}.json").write_text(json.dumps(record))
+    return record
+
+
+def test_a_rows_plan_answers_a_static_only_pair_with_its_kept_nearest_kernel_cell(tmp_path, monkeypatch, capsys):
+    """The scheduled refresh re-plans a row over the day-one cells it ran (issue 46 item 4): the row plans no
+    nearest-kernel cell, but answers a pair with no build of its release from one kept, labelled, the nearest
+    build's where two are kept; a pair a build of its release ran is never answered so."""
+    from compat.harness import support, support_run
+    from compat.harness.run_command import main as run_main
+
+    def gather(axis, fixed, backend, **kwargs):
+        facts = [support.PairFacts(vllm=v, speculators=fixed, static_verdict="api-compatible", fingerprint=v,
+                                   profile="server", runtime_build=v == "0.32.0", speculators_fingerprint="code")
+                 for v in ("0.32.0", "0.33.0", "0.34.0")]
+        table = {"vllm": ["0.32.0", "0.33.0", "0.34.0"], "speculators": [fixed],
+                 "rows": {v: {fixed: {"verdict": "api-compatible"}} for v in ("0.32.0", "0.33.0", "0.34.0")}}
+        return {"facts": facts, "table": table, "fingerprints": {}, "runners": {}, "siblings": [], "seconds": 0}
+
+    monkeypatch.setattr(support_run, "gather", gather)
+    results = tmp_path / "results"
+    _kept_kernel_record(results, "0.33.0", "0.31.0")
+    nearest = _kept_kernel_record(results, "0.33.0", "0.32.0")
+    _kept_kernel_record(results, "0.32.0", "0.31.0")  # validation of a release that has a build: not the answer
+    _not_runnable_record(results, "0.34.0")
+    run_main(["--speculators", "0.9.0", "--all-vllm", "--variants", "none", "--plan-only", "--results", str(results),
+              "--reports", str(tmp_path / "reports")])
+    capsys.readouterr()
+    row = {c["vllm"]: c for c in json.loads((results / "support" / "speculators-0.9.0.json").read_text())["cells"]}
+    assert (row["0.33.0"]["provenance"], row["0.33.0"]["cell_id"]) == (support.NEAREST_KERNELS, nearest["id"])
+    assert row["0.33.0"]["outcome"] == "works" and row["0.33.0"]["notes"][0] == nk.label("0.33.0", "0.32.0")
+    assert (row["0.32.0"]["provenance"], row["0.32.0"]["cell_id"]) == (
+        support.MEASURED, "vllm-0.32.0__speculators-0.9.0__cpu__variants-none")
+    # not runnable here: untested, as the static layer left it, never broken
+    assert (row["0.34.0"]["provenance"], row["0.34.0"]["outcome"]) == (support.STATIC_ONLY, "untested")
+
+
+def _not_runnable_record(folder: Path, vllm: str) -> dict:
+    """The nearest-kernel cell of `vllm` x 0.9.0 over 0.32.0's ops, not runnable here (0.34.0's refusal)."""
+    record = _kept_kernel_record(folder, vllm, "0.32.0")
+    record.update(verdict="untested-at-runtime", probes=[],
+                  runtime="not run: " + nk.not_runnable_reason(V034_CPU, machine="x86_64"))
+    (folder / f"{record['id']}.json").write_text(json.dumps(record))
+    return record
+
+
+# -- check: the same outcome codes as a measured cell, its label on the line and in --json (issue 46 item 5) ---
+def _checkout_with(tmp_path: Path, vllm: str, outcome: str, verdict: str) -> Path:
+    """A copy of the published table whose speculators 0.9.0 row answers `vllm` from a kept nearest-kernel cell
+    (as the scheduled refresh publishes it: compat.harness.support_run.kept_kernel_records)."""
+    import shutil
+
+    from compat.harness.published import PUBLISHED
+
+    copy = tmp_path / "checkout" / "published"
+    shutil.copytree(PUBLISHED, copy)
+    record = _kept_kernel_record(copy / "results", vllm, "0.32.0")
+    row_file = copy / "results" / "support" / "speculators-0.9.0.json"
+    row = json.loads(row_file.read_text())
+    cell = next(c for c in row["cells"] if c["vllm"] == vllm)
+    cell.update(provenance="nearest-kernels", outcome=outcome, verdict=verdict, cell_id=record["id"],
+                notes=[nk.label(vllm, "0.32.0")])
+    row_file.write_text(json.dumps(row))
+    return copy
+
+
+@pytest.mark.parametrize(("outcome", "verdict"), [("works", "compatible"), ("broken", "incompatible")])
+def test_check_answers_a_nearest_kernel_cell_with_a_measured_cells_exit_code_and_its_label(
+        tmp_path, capsys, outcome, verdict):
+    from compat.harness import exit_codes
+    from test_check import SCHEMA, run, validate
+
+    table = _checkout_with(tmp_path, "0.33.0", outcome, verdict)
+    argv = ["--speculators", "0.9.0", "--vllm", "0.33.0", "--backend", "cpu", "--published", str(table)]
+    code, out, _ = run(argv, capsys)
+    assert code == exit_codes.CHECK[outcome] == {"works": exit_codes.WORKS, "broken": exit_codes.BROKEN}[outcome]
+    label = nk.label("0.33.0", "0.32.0")
+    assert f"cpu evidence: {check_words(outcome)} ({verdict}), {label}: cell vllm-0.33.0__speculators-0.9.0__cpu__" \
+           "kernels-0.32.0__variants-none, run " in out, out
+    got, text, _ = run(argv + ["--json"], capsys)
+    doc = json.loads(text)
+    assert validate(doc, SCHEMA) == [] and got == code == doc["exit"]
+    first = doc["evidence"][0]
+    assert (first["provenance"], first["label"], first["outcome"]) == ("nearest-kernels", label, outcome)
+    assert doc["lines"] == out.splitlines()
+
+
+def check_words(outcome: str) -> str:
+    from compat.harness.published import OUTCOME_WORDS
+
+    return OUTCOME_WORDS[outcome]
+
+
+def test_check_says_a_nearest_kernel_cells_new_finding_is_a_lead_not_a_registry_entry():
+    from compat.harness.check import Evidence, kernel_label_and_leads
+    from test_verdict import cell, err, probe, reference
+
+    new = probe("block_hasher", "broken", "ok", err("AssertionError", "", "vllm/v1/core/sched/scheduler.py:401"))
+    kernels = nk.KernelCell("0.16.0", "0.3.0", "cpu", kernels="0.15.1")
+    record = cell([new] + reference(), id=kernels.id, settings={"variants": None}, kernels=nk.kernels_record(kernels),
+                  env={"vllm_dist": "vllm 0.16.0+ops.cpu.0.15.1", "speculators": "0.3.0"})
+    label, leads = kernel_label_and_leads(record, {})
+    assert label == nk.label("0.16.0", "0.15.1") and leads and all(nk.NEW_LEAD in lead for lead in leads)
+    shown = Evidence("cpu", "answer", "adapters", "compatible-with-compat", "nearest-kernels", cell_id=kernels.id,
+                     label=label, leads=leads, record=record)
+    assert all(lead in shown.line() for lead in leads) and shown.as_json()["leads"] == leads
+    assert label in shown.line()
+    # a genuine record's NEW finding is no lead: the registry takes it as found
+    genuine = cell([new] + reference())
+    assert kernel_label_and_leads(genuine, {}) == ("", [])
+    # the row's words where the record is not kept
+    notes = [label, f"NEW block_hasher ({nk.NEW_LEAD})"]
+    assert kernel_label_and_leads(None, {"notes": notes}) == (label, notes[1:])
+
+
+def test_check_of_a_pair_not_runnable_here_is_untested_never_broken(tmp_path, capsys):
+    import shutil
+
+    from compat.harness import exit_codes
+    from compat.harness.published import PUBLISHED
+    from test_check import run
+
+    copy = tmp_path / "published"
+    shutil.copytree(PUBLISHED, copy)
+    _not_runnable_record(copy / "results", "0.34.0")
+    code, out, _ = run(["--speculators", "0.9.0", "--vllm", "0.34.0", "--backend", "cpu", "--published", str(copy)],
+                       capsys)
+    assert code == exit_codes.CHECK_UNTESTED and "nearest kernels: not runnable here" in out, out
+    assert "broken" not in out

@@ -94,6 +94,23 @@ def test_a_flip_is_confirmed_only_by_stored_runtime_results(tmp_path):
     assert disagree.get("disagrees") and not disagree["confirmed"]
 
 
+def test_a_nearest_kernel_cell_confirms_no_flip_a_real_build_does(tmp_path):
+    """A registry entry's release range rests on real builds: a nearest-kernel cell's finding (issue 46) is a lead."""
+    from compat.harness import nearest_kernels as nk
+
+    flip = flips(series("ooooobb"), RELEASES)[0]
+    cpu = ["0.11.0", "0.16.0", "0.17.0"]
+    _cell(tmp_path, "0.16.0", "ok")
+    cell = nk.KernelCell("0.17.0", "0.3.0", "cpu", kernels="0.16.0")
+    lead = {"id": cell.id, "vllm": "0.17.0", "speculators": "0.3.0", "backend": "cpu", "verdict": "error",
+            "kernels": nk.kernels_record(cell), "probes": [{"id": "request_signature", "status": "broken"}]}
+    (tmp_path / f"{cell.id}.json").write_text(json.dumps(lead))
+    alone = confirm(flip, "request_signature", "0.3.0", cpu, cell_results(tmp_path))
+    assert not alone["confirmed"] and "no stored request_signature result for vLLM 0.17.0" in alone["text"]
+    _cell(tmp_path, "0.17.0", "ok")  # the real build of 0.17.0 decides
+    assert confirm(flip, "request_signature", "0.3.0", cpu, cell_results(tmp_path)).get("disagrees")
+
+
 def test_the_nearest_cpu_builds_stand_in_and_say_so(tmp_path):
     flip = flips(series("ooooobb"), RELEASES)[0]
     result = confirm(flip, "request_signature", "0.3.0", ["0.12.0", "0.18.0"], {})

@@ -175,7 +175,9 @@ def registry_check(entry: Breakage, contract_flips: list[dict[str, Any]], releas
 
 
 def cell_results(results_dir: Path | None) -> dict[tuple[str, str], dict[str, Any]]:
-    """Stored runtime cells by (vLLM, speculators), CPU ones first."""
+    """Stored runtime cells of real builds by (vLLM, speculators), CPU ones first. A nearest-kernel cell
+    (another build's ops, issue 46) confirms no flip: what it finds is a lead until a real build shows it."""
+    from compat.harness.nearest_kernels import record_kernels
     from compat.shared.results import ResultFileError, load_cell, record_files
 
     found: dict[tuple[str, str], dict[str, Any]] = {}
@@ -186,7 +188,7 @@ def cell_results(results_dir: Path | None) -> dict[tuple[str, str], dict[str, An
             cell = load_cell(path)
         except ResultFileError:
             continue
-        if cell.get("probes"):
+        if cell.get("probes") and not record_kernels(cell):
             cell["_path"] = str(path)
             found.setdefault((str(cell.get("vllm")), str(cell.get("speculators"))), cell)
     return found
