@@ -127,15 +127,17 @@ EDITS = [
          "        for _i in range(len(_q) - 1):\n"
          "            if _q[_i + 1] - _q[_i] > 2 and _s[_i] > _q[_i + 1] - _q[_i]:\n"
          "                stacked_hidden_states[_q[_i]] = 0\n"),
-    # A decode fault (issue 42, include_output_tokens): only the output_token_rows probe's requests decode.
-    Edit("decode_rows_zeroed", False, "the row of every one-token step of a request with tokens already "
-         "computed saved as zeros: each decode step, and a prompt cached but for its last token", PROPOSER,
+    # A decode fault (issue 42, include_output_tokens): only the output_token_rows probe's requests decode (a
+    # decode step schedules two tokens per request, read in the scheduler's steps: a one-token step is a chunk's tail).
+    Edit("decode_rows_zeroed", False, "the first row of every two-token step of a request with tokens "
+         "already computed saved as zeros: each decode step (the sampled token and the draft's placeholder: "
+         "extract_hidden_states proposes one token), and a prefill's tail chunk of two tokens", PROPOSER,
          "stacked_hidden_states = torch.stack(target_hidden_states, dim=1)\n",
          "stacked_hidden_states = torch.stack(target_hidden_states, dim=1)\n"
          "        _q = common_attn_metadata.query_start_loc_cpu.tolist()\n"
          "        _s = common_attn_metadata.seq_lens.cpu().tolist()\n"
          "        for _i in range(len(_q) - 1):\n"
-         "            if _q[_i + 1] - _q[_i] == 1 and _s[_i] > 1:\n"
+         "            if _q[_i + 1] - _q[_i] == 2 and _s[_i] > 2:\n"
          "                stacked_hidden_states[_q[_i]] = 0\n"),
     Edit("preempted_blocks_rotated", False, "a request preempted and recomputed has its blocks read in rotated "
          "order", CONNECTOR,
