@@ -40,7 +40,7 @@ import re
 from typing import Any, Optional
 
 from compat.fixtures.data import prompts
-from compat.harness.nearest_kernels import label, python_of, record_kernels
+from compat.harness.nearest_kernels import label, python_of, record_kernels, record_torch
 from compat.shared import tolerances
 from compat.shared.manifest import variant_deciding
 from compat.shared.probe_catalog import probes as catalog
@@ -482,9 +482,13 @@ def _provenance(cell: dict[str, Any]) -> list[str]:
         if kernels.get("python") != python_of(vllm):
             problems.append(f"{_where(cell, 'kernels.python')}: {kernels.get('python')!r}, but the cell is vllm {vllm} "
                             f"(its Python: {python_of(vllm)!r})")
-        elif kernels.get("label") != label(vllm, ops):
+        elif kernels.get("label") != label(vllm, ops, record_torch(cell)):
             problems.append(f"{_where(cell, 'kernels.label')}: {kernels.get('label')!r}, but vllm {vllm} over "
-                            f"ops {ops} is {label(vllm, ops)!r}")
+                            f"ops {ops} is {label(vllm, ops, record_torch(cell))!r}")
+        ran = (cell.get("env") or {}).get("torch") if isinstance(cell.get("env"), dict) else None
+        if record_torch(cell) and ran is not None and str(ran).split("+")[0] != record_torch(cell):
+            problems.append(f"{_where(cell, 'kernels.torch')}: {record_torch(cell)!r}, but the cell ran torch {ran} "
+                            "(env.torch)")
     candidate = cell.get("candidate") if isinstance(cell.get("candidate"), dict) else None
     if candidate is not None:
         found = _WHEEL.match(str(candidate.get("wheel") or ""))

@@ -231,3 +231,23 @@ def test_a_nearest_kernel_record_naming_another_release_never_passes(edit):
     d = decide(record({**stated, edit: other[edit]}))
     assert d.verdict == "error" and d.gate != PASS
     assert any(f"kernels.{edit}" in r for r in d.reasons), d.reasons
+
+
+def test_a_validation_run_in_another_torch_states_it_as_it_ran():
+    """--kernels-torch: its label names the torch, and that torch is the one the cell ran (env.torch)."""
+    from test_verdict import cell, reference
+
+    kernels = KernelCell("0.31.0", "0.9.0", "cpu", kernels="0.30.0", torch="2.14.0")
+    stated = kernels_record(kernels)
+    assert stated is not None and stated["torch"] == "2.14.0"
+
+    def record(provenance: dict[str, Any], torch: str) -> dict[str, Any]:
+        return cell(reference(), vllm="0.31.0", spec="0.9.0", id=kernels.id, settings={"variants": None},
+                    kernels=provenance, env={"vllm_dist": "vllm 0.31.0+ops.cpu.0.30.0", "speculators": "0.9.0",
+                                             "torch": torch})
+
+    assert decide(record(stated, "2.14.0")).verdict != "error", decide(record(stated, "2.14.0")).reasons
+    unlabelled = decide(record({**stated, "label": label("0.31.0", "0.30.0")}, "2.14.0"))
+    assert unlabelled.verdict == "error" and any("kernels.label" in r for r in unlabelled.reasons)
+    other_torch = decide(record(stated, "2.13.0"))
+    assert other_torch.verdict == "error" and any("kernels.torch" in r for r in other_torch.reasons)
