@@ -30,21 +30,24 @@ sys.path.insert(0, str(ROOT))
 from compat.harness.nearest_kernels import record_kernels, record_label  # noqa: E402
 from compat.harness.pypi import default_cache_dir  # noqa: E402
 from compat.harness.verdict import decide  # noqa: E402
+from compat.shared.records import migrate  # noqa: E402
 
 PUBLISHED = ROOT / "published" / "results"
 
 
 def load(path: Path) -> dict[str, Any]:
+    """The record as this schema reads it (an older one migrated: a schema-3 nearest-kernel cell kept its kernels
+    under settings)."""
     opener = gzip.open if path.suffix == ".gz" else open
     with opener(path, "rt") as handle:
-        record: dict[str, Any] = json.load(handle)
+        record: dict[str, Any] = migrate(json.load(handle), str(path))
     return record
 
 
 def genuine_path(record: dict[str, Any], folders: list[Path]) -> Path | None:
     """The genuine record of the pair: the first of `folders` that holds one (results/ before published/: a newer
     run of the genuine cell holds the newer probes)."""
-    genuine_id = re.sub(r"__kernels-[^_]+", "", str(record["id"]))
+    genuine_id = re.sub(r"__(?:kernels|torch)-[^_]+", "", str(record["id"]))
     for folder in folders:
         for name in (f"{genuine_id}.json", f"{genuine_id}.json.gz"):
             if (folder / name).is_file():
