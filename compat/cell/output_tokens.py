@@ -75,3 +75,19 @@ def send(model: str, endpoint: str, prompts: Sequence[Sequence[int]], folder: Pa
 
     with ThreadPoolExecutor(max_workers=max(1, len(prompts))) as pool:
         return list(pool.map(one, range(len(prompts))))
+
+
+def decode_words(wrong: dict[int, list[int]], prompt_lengths: list[int], block: int) -> list[str]:
+    """Each output-token request with a wrong row, by where its wrong rows are: the prompt's (prefill) or the
+    generated tokens' (decode steps), and the block the first wrong one falls in."""
+    out = []
+    for index, positions in sorted(wrong.items()):
+        prompt = prompt_lengths[index]
+        decode = [p for p in positions if p >= prompt]
+        prefill = [p for p in positions if p < prompt]
+        where = ("decode rows only" if decode and not prefill else "prompt rows only" if prefill and not decode
+                 else "prompt and decode rows")
+        out.append(f"output-token request {index} ({prompt}-token prompt): {where}: {len(prefill)} of {prompt} "
+                   f"prompt rows, {len(decode)} of {OUTPUT_TOKENS - 1} generated rows wrong (first at "
+                   f"position {positions[0]}, block {positions[0] // block} offset {positions[0] % block})")
+    return out or ["no row of the output-token requests is wrong by its own reference: the failure is the files'"]

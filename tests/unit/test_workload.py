@@ -218,3 +218,13 @@ def test_output_token_prompts_decode_across_a_block_boundary(block):
     short = {**recorded, "rows_per_request": [lengths[0], *recorded["rows_per_request"][1:]]}
     assert "every generated token but the last" in redrawn_output_prompts(short)[1]
     assert "cannot be drawn again" in redrawn_output_prompts({**recorded, "engine": {}})[1]
+
+
+def test_an_output_token_failure_is_said_by_where_its_wrong_rows_are():
+    from compat.cell import output_tokens as probe
+
+    words = probe.decode_words({0: [125, 126, 131], 2: [3, 330]}, [125, 1, 320], 128)
+    assert words[0].startswith("output-token request 0 (125-token prompt): decode rows only: 0 of 125 prompt rows, "
+                               "3 of 7 generated rows wrong (first at position 125, block 0 offset 125)")
+    assert "prompt and decode rows: 1 of 320 prompt rows, 1 of 7 generated rows" in words[1]
+    assert "prompt rows only" in probe.decode_words({1: [0]}, [125, 1, 320], 128)[0]

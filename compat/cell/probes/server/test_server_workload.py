@@ -146,8 +146,17 @@ def output_token_rows(variants, mode: str, probe_detail: dict) -> None:
         "generated_per_request": workload.OUTPUT_TOKENS,
         "digest": workload.digest_of(workload.output_token_prompts(drawn.engine, drawn.vocab_size)),
         "rows_per_request": [len(ids) for ids, _ in items]}
-    check_layer_ids(run, sorted(runs.ids), chosen.model, probe_detail, dtype=chosen.dtype, fixture=chosen.fixture,
-                    cases=(output_tokens.CASE,))
+    try:
+        check_layer_ids(run, sorted(runs.ids), chosen.model, probe_detail, dtype=chosen.dtype, fixture=chosen.fixture,
+                        cases=(output_tokens.CASE,))
+    except ContractViolation as exc:
+        wrong = wrong_tokens(reference_for(chosen.model), items, sorted(runs.ids),
+                             tolerance_for(chosen.dtype, chosen.fixture))
+        lengths = [len(p) for p in workload.output_token_prompts(drawn.engine, drawn.vocab_size)]
+        lead = output_tokens.decode_words(wrong, lengths, drawn.engine.block_size)
+        probe_detail["failure_by_request"] = lead
+        with speculators_call():
+            raise ContractViolation(f"{'; '.join(lead)}; {exc}", where=exc.where) from None
 
 
 @pytest.mark.probe("output_token_rows", data=True, composite=True, since=7)
