@@ -415,7 +415,24 @@ def test_a_typed_record_writes_back_the_json_it_was_read_from():
     for path in genuine_files():
         cell = records.load_record(read_json(path, "cell result"))
         assert isinstance(cell, records.CellRecord) and isinstance(cell.verdict, records.Verdict)
+        assert records.to_json(cell) == validate_cell(read_json(path, "cell result")), path
         assert records.load_record(records.to_json(cell)) == cell, path
+
+
+def test_a_typed_record_tells_an_absent_key_from_a_null_one():
+    cell = dict(load(V2_0110), schema_version=records.SCHEMA_VERSION)  # schema 3 holds `allowed`: null or absent
+    probe = next(p for p in cell["probes"] if p.get("figures"))
+    rows = probe["figures"]["rows"]
+    rows[0]["allowed"] = None
+    rows[1].pop("allowed", None)
+    typed = records.load_record(cell)
+    row0, row1 = next(p for p in typed.probes if p.figures is not None).figures.rows[:2]
+    assert row0.allowed is None and row1.allowed is None
+    assert records.held(row0, "allowed") and not records.held(row1, "allowed")
+    written = next(p for p in records.to_json(typed)["probes"] if p.get("figures"))["figures"]["rows"]
+    assert written[0]["allowed"] is None and "allowed" not in written[1]
+    made = records.FigureRow(sequence=0, layer=1, max_abs_error=None, scale=None)  # made in code: None is absent
+    assert not records.held(made, "allowed") and "allowed" not in records.to_json(made)
 
 
 def test_every_committed_record_loads_with_every_key_it_carries_declared():
