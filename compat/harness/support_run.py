@@ -211,6 +211,8 @@ def older_probe_set(record: dict[str, Any]) -> bool:
 
 
 def stored_records(cells: list[Cell], results: Path) -> dict[str, dict[str, Any]]:
+    """The cells' records kept in `results`, as their JSON: they join the runner's records (which are JSON)."""
+    from compat.shared.records import to_json
     from compat.shared.results import ResultFileError, evidence_path, load_cell
 
     out = {}
@@ -218,7 +220,7 @@ def stored_records(cells: list[Cell], results: Path) -> dict[str, dict[str, Any]
         path = evidence_path(results / f"{cell.id}.json")  # or its .json.gz (published/results)
         if path.is_file():
             try:
-                out[cell.id] = load_cell(path)
+                out[cell.id] = to_json(load_cell(path))
             except ResultFileError:
                 continue
     return out
