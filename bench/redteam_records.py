@@ -61,7 +61,7 @@ sys.path.insert(0, str(ROOT))
 
 from compat.harness.evidence import DATA_PROBES, row_within  # noqa: E402
 from compat.harness.verdict import PASS, decide  # noqa: E402
-from compat.shared.records import to_json  # noqa: E402
+from compat.shared.records import FigureRow, RecordError, to_json, typed  # noqa: E402
 from compat.shared.results import ResultFileError, load_cell, read_evidence, read_json  # noqa: E402
 
 HARMFUL, HARMLESS, EITHER = "harmful", "harmless", "either"
@@ -614,7 +614,11 @@ def _row_edit(fn, key_="figures", row=0):
         expect = fn(r, fig)
         if expect is None:
             tol = fig.get("tolerance") or {}
-            expect = EITHER if row_within(r, tol.get("atol", 0), tol.get("rtol", 0)) else HARMFUL
+            try:
+                within = row_within(typed(FigureRow, r), tol.get("atol", 0), tol.get("rtol", 0))
+            except RecordError:
+                within = False  # a row the schema refuses is no row within the rule
+            expect = EITHER if within else HARMFUL
         return expect, f"{key(p)} {key_}"
     return apply
 

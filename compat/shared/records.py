@@ -573,6 +573,11 @@ def to_json(value: Any) -> Any:
     return value
 
 
+def typed(tp: Any, value: Any) -> Any:
+    """Decoded JSON checked against the class `tp` (`parse`: RecordError names the field) and built as it."""
+    return build(tp, parse(tp, value))
+
+
 def load_record(record: Any, source: str = "") -> CellRecord:
     """A decoded results/<cell>.json as the typed CellRecord (validate_cell, then build)."""
     built: CellRecord = build(CellRecord, validate_cell(record, source))

@@ -7,7 +7,7 @@ import pytest
 from compat.harness.evidence import DATA_PROBES, figures_pass, fixture_of
 from compat.harness.verdict import decide
 from compat.shared.manifest import PROBE_KEYS
-from compat.shared.records import SCHEMA_VERSION, to_json
+from compat.shared.records import SCHEMA_VERSION, Figures, to_json, typed
 from compat.shared.results import load_cell, probe_key
 from conftest import RESULTS
 
@@ -27,9 +27,10 @@ def test_the_record_is_schema_2_and_its_evidence_holds(cell_id):
             continue
         fixture = fixture_of(record, probe)  # the tiny model it compared: a 16-bit allowance may be its own
         if probe["status"] == "ok":
-            assert figures_pass(probe["figures"], fixture)[0] is True, (probe_key(probe), probe["figures"])
+            figures = typed(Figures, probe["figures"])
+            assert figures_pass(figures, fixture)[0] is True, (probe_key(probe), probe["figures"])
         if probe["with_compat"] == "ok":
-            assert figures_pass(probe["with_compat_figures"], fixture)[0] is True, probe_key(probe)
+            assert figures_pass(typed(Figures, probe["with_compat_figures"]), fixture)[0] is True, probe_key(probe)
     decision = decide(record)
     assert not any("contradicts itself" in r for r in decision.reasons), decision.reasons
     assert record["verdict"] == decision.verdict
