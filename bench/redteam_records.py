@@ -61,6 +61,7 @@ sys.path.insert(0, str(ROOT))
 
 from compat.harness.evidence import DATA_PROBES, row_within  # noqa: E402
 from compat.harness.verdict import PASS, decide  # noqa: E402
+from compat.shared.records import FigureRow, RecordError, to_json, typed  # noqa: E402
 from compat.shared.results import ResultFileError, load_cell, read_evidence, read_json  # noqa: E402
 
 HARMFUL, HARMLESS, EITHER = "harmful", "harmless", "either"
@@ -614,7 +615,11 @@ def _row_edit(fn, key_="figures", row=0):
         expect = fn(r, fig)
         if expect is None:
             tol = fig.get("tolerance") or {}
-            expect = EITHER if row_within(r, tol.get("atol", 0), tol.get("rtol", 0)) else HARMFUL
+            try:
+                within = row_within(typed(FigureRow, r), tol.get("atol", 0), tol.get("rtol", 0))
+            except RecordError:
+                within = False  # a row the schema refuses is no row within the rule
+            expect = EITHER if within else HARMFUL
         return expect, f"{key(p)} {key_}"
     return apply
 
@@ -1375,11 +1380,11 @@ def run_inputs(limit: int = 3) -> list[tuple[str, str, str, str, str, str]]:
             for path in genuine_files():
                 if done_for == limit:
                     break
-                cell = load_cell(path)  # the record as the report reads it (migrated, with its id)
+                cell = to_json(load_cell(path))  # the record as the report reads it (migrated, with its id), edited
                 folder, out = tmp / f"{len(rows)}" / "results", tmp / f"{len(rows)}" / "out"
                 folder.mkdir(parents=True)
                 written = fn(folder, cell)
-                if written is None and cell == load_cell(path):
+                if written is None and cell == to_json(load_cell(path)):
                     continue  # the edit does not fit this record
                 (folder / f"{cell['id']}.json").write_text(json.dumps(cell, ensure_ascii=False), encoding="utf-8")
                 done_for += 1

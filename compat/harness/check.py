@@ -41,6 +41,7 @@ from compat.harness.support import (
 )
 from compat.shared.breakages import Breakage, applicable
 from compat.shared.profiles import profile_for
+from compat.shared.records import CellRecord, Verdict, to_json
 from compat.shared.results import ResultFileError, evidence_path, load_cell, record_files, record_stem
 
 SCHEMA = "docs/check.schema.json"
@@ -151,7 +152,7 @@ class Evidence:
     kernels: str = ""  # static only: the pair's nearest-kernel cell, where one is kept (nearest_kernels)
     label: str = ""  # nearest kernels: what ran (nearest_kernels.label)
     leads: list[str] = field(default_factory=list)  # nearest kernels: its NEW findings, leads not registry entries
-    record: dict[str, Any] | None = field(default=None, repr=False)
+    record: CellRecord | None = field(default=None, repr=False)
 
     def as_json(self) -> dict[str, Any]:
         return {"backend": self.backend, "role": self.role, "outcome": self.outcome,
@@ -196,10 +197,10 @@ def _when(finished_at: Any, machine: Any) -> str:
     return f"{date} on {machine}" if machine and machine != "?" else f"{date}, machine not recorded"
 
 
-def _machine(record: dict[str, Any] | None) -> str | None:
+def _machine(record: CellRecord | None) -> str | None:
     if record is None:
         return None
-    machine = record.get("machine") or {}
+    machine = record.machine or {}
     return str(machine.get("gpu") or machine.get("hostname") or "?")
 
 
@@ -213,7 +214,7 @@ def _row_suffix(doc: dict[str, Any], backend: str) -> str:
 
 
 def _source_record(results: Path, doc: dict[str, Any], vllm: str,
-                   speculators: str) -> tuple[str, dict[str, Any] | None]:
+                   speculators: str) -> tuple[str, CellRecord | None]:
     """An inference's source cell id and record (None where the table does not hold it)."""
     backend = str(doc.get("backend"))
     cell_id = f"vllm-{vllm}__speculators-{speculators}__{backend}{_row_suffix(doc, backend)}"
@@ -246,10 +247,10 @@ def row_evidence(results: Path, doc: dict[str, Any], cell: dict[str, Any], role:
         found.record = record
         found.source = {"cell_id": source_id, "backend": backend, "vllm": source_vllm,
                         "speculators": source_spec,
-                        "finished_at": (record or {}).get("finished_at"), "machine": _machine(record)}
+                        "finished_at": record.finished_at if record is not None else None, "machine": _machine(record)}
         found.cell_id = source_id
     if found.record is not None and found.provenance in RUNTIME_PROVENANCES:
-        found.finished_at = found.record.get("finished_at")
+        found.finished_at = found.record.finished_at
         found.machine = _machine(found.record)
     if found.provenance == STATIC_ONLY and cell.get("vllm") and cell.get("speculators"):
         found.kernels = kernel_evidence(results, str(cell["vllm"]), str(cell["speculators"]))
@@ -258,7 +259,8 @@ def row_evidence(results: Path, doc: dict[str, Any], cell: dict[str, Any], role:
     return found
 
 
-def kernel_label_and_leads(record: dict[str, Any] | None, cell: dict[str, Any]) -> tuple[str, list[str]]:
+def kernel_label_and_leads(record: CellRecord | dict[str, Any] | None, cell: dict[str, Any]
+                           ) -> tuple[str, list[str]]:
     """A nearest-kernel answer's label (its record's, else the row's first note) and its NEW findings, each
     said as the lead it is (the verdict rule's words): none enters the registry until a real build confirms it."""
     from compat.harness.verdict import decide
@@ -266,7 +268,8 @@ def kernel_label_and_leads(record: dict[str, Any] | None, cell: dict[str, Any]) 
     if record is None:
         notes = [str(n) for n in cell.get("notes") or []]
         return (notes[0] if notes else ""), [n for n in notes if NEW_LEAD in n]
-    return record_label(record), [r for r in decide(record).reasons if NEW_LEAD in r]
+    return (record_label(to_json(record) if isinstance(record, CellRecord) else record),
+            [r for r in decide(record).reasons if NEW_LEAD in r])
 
 
 def run_evidence(results: Path, run: dict[str, str], role: str) -> Evidence:
@@ -275,18 +278,18 @@ def run_evidence(results: Path, run: dict[str, str], role: str) -> Evidence:
 
     record = load_cell(results / f"{run['cell_id']}.json")
     return Evidence(backend=run["backend"], role=role, outcome=run["outcome"], verdict=run["verdict"],
-                    provenance="measured", cell_id=run["cell_id"], finished_at=record.get("finished_at"),
+                    provenance="measured", cell_id=run["cell_id"], finished_at=record.finished_at,
                     machine=_machine(record), record=record, fix=" ".join(decide(record).known_fixes))
 
 
 # -- the adapters, as a user applies them ---------------------------------------------------------------
 
-def repaired(record: dict[str, Any]) -> list[Any]:
+def repaired(record: CellRecord) -> list[Any]:
     """The registry entries behind the record's failures that the compat adapters repaired, in probe order."""
     from compat.harness.classify import classify_cell
 
     entries: dict[str, Any] = {}
-    for probe, cls in classify_cell(record):
+    for probe, cls in classify_cell(to_json(record)):
         if probe.get("status") != "broken" or cls.advisory or cls.breakage is None:
             continue
         if probe.get("with_compat") in ("ok", "n/a"):
@@ -402,7 +405,7 @@ def answer(speculators: str, vllm: str, backend: str, backend_from: str, folder:
         raise PublishedError(f"vLLM {vllm}: not in the published row of speculators {speculators}; its vLLM "
                              f"releases: {doc['cells'][0]['vllm']} – {doc['cells'][-1]['vllm']}")
     spec, row_backend = str(doc["fixed"]), str(doc.get("backend"))
-    pair = [load_cell(p) for p in record_files(results, f"vllm-{cell['vllm']}__speculators-{spec}__*")]
+    pair = [to_json(load_cell(p)) for p in record_files(results, f"vllm-{cell['vllm']}__speculators-{spec}__*")]
     runs = newest_first(other_backend_runs(pair, row_backend, published._decided_verdict))
     mine = [r for r in runs if r["backend"] == backend]
     if backend != row_backend and mine:
@@ -498,8 +501,8 @@ def kernel_evidence(results: Path, vllm: str, speculators: str) -> str:
     if not found:
         return ""
     record = load_cell(found[-1])
-    if record.get("verdict") == "untested-at-runtime":
-        return f"nearest kernels: {str(record.get('runtime') or 'not run').removeprefix('not run: ')}"
+    if record.verdict is Verdict.UNTESTED_AT_RUNTIME:
+        return f"nearest kernels: {str(record.runtime or 'not run').removeprefix('not run: ')}"
     verdict = decide(record).verdict
-    return (f"{record_label(record)}: {verdict} (cell {record.get('id')}, run {record.get('finished_at')}); "
+    return (f"{record_label(to_json(record))}: {verdict} (cell {record.id}, run {record.finished_at}); "
             "a NEW finding of it enters the registry only once a real build of the release confirms it")

@@ -17,8 +17,8 @@ word is kept as `stored_verdict`), an inferred cell its source's; a cell whose o
 provenance and verdict cannot give (`works` beside `incompatible`, a resolver cell that works) reads
 `untested` / `error`. Each disagreement is named, and a report that holds one never passes.
 
-Dataclasses, as compat.shared.records: `parse` checks the shape and names the field; `typed`
-then builds the frozen classes from the checked value.
+Dataclasses, as compat.shared.records: `records.typed` checks the shape (naming the field) and builds
+the frozen classes from the checked value.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping, Optional, Sequence
 
 from compat.harness.support import OUTCOME_OF_VERDICT, RUNTIME_PROVENANCES, Answer, Provenance, ranges
-from compat.shared.records import ProbeRecord, ProbeStatus, RecordError, Verdict, build, parse
+from compat.shared.records import ProbeRecord, ProbeStatus, RecordError, Verdict, typed
 
 CONTRADICTS = "the record contradicts itself: "
 
@@ -89,7 +89,7 @@ class SupportDocument:
 
 def _load(tp: Any, data: Any, what: str, source: str) -> Any:
     try:
-        return build(tp, parse(tp, data))
+        return typed(tp, data)
     except RecordError as exc:
         raise DocumentError(f"{what} {source}: {exc}") from exc
 

@@ -31,7 +31,7 @@ from compat.harness.causes import rerun_blocked
 from compat.harness.invariants import cell_invariants, probe_invariants
 from compat.harness.matrix import DEFAULT_DTYPE, Cell
 from compat.harness.nearest_kernels import with_record_kernels
-from compat.shared import tolerances
+from compat.shared import records, tolerances
 from compat.shared.manifest import (
     CORE_PROBE_KEYS,
     PROBE_KEYS,
@@ -42,7 +42,7 @@ from compat.shared.manifest import (
 )
 from compat.shared.probe_catalog import ids_where
 from compat.shared.profiles import profile_for
-from compat.shared.records import RERUN_BLOCKED, SCHEMA_VERSION, finite, origin
+from compat.shared.records import RERUN_BLOCKED, SCHEMA_VERSION, FigureRow, Figures, build, finite, origin, to_json
 from compat.shared.results import NOT_SELECTED, probe_key
 
 # Probes whose ok must carry figures: marked @pytest.mark.probe(..., data=True).
@@ -59,12 +59,12 @@ DRIFT_RULES = {dtype: dataclasses.asdict(rule) for dtype, rule in tolerances.DRI
 CONTRADICTS = "the record contradicts itself: "
 
 
-def row_within(row: dict[str, Any], atol: float, rtol: float) -> bool:
-    return (finite(row.get("max_abs_error")) and finite(row.get("scale"))
-            and row["max_abs_error"] <= atol + rtol * abs(row["scale"]))
+def row_within(row: FigureRow, atol: float, rtol: float) -> bool:
+    return (finite(row.max_abs_error) and finite(row.scale)
+            and row.max_abs_error <= atol + rtol * abs(row.scale))
 
 
-def figures_pass(figures: Any, fixture: Optional[str]) -> tuple[Optional[bool], str]:
+def figures_pass(figures: Optional[Figures], fixture: Optional[str]) -> tuple[Optional[bool], str]:
     """(True, why) when the figures prove a pass, (False, why) when they show a failure, (None,
     why) when they cannot say (missing, NaN, no tolerance, no rows). A record states the tolerance the
     harness holds the dtype (in 16 bits, the `fixture`) to, or one it accepts (tolerances.accepted: a
@@ -72,78 +72,76 @@ def figures_pass(figures: Any, fixture: Optional[str]) -> tuple[Optional[bool], 
     by the one it states; a fixture's own allowance covers rows of that fixture's scales only. `fixture`
     has no default: None (not known, e.g. a cell whose settings name another model) holds the dtype's
     budget, and a caller that forgot the fixture would judge a hybrid record by the Llama's."""
-    if not isinstance(figures, dict):
+    if figures is None:
         return None, "no figures recorded"
-    tolerance: dict[str, Any] = figures["tolerance"] if isinstance(figures.get("tolerance"), dict) else {}
-    atol, rtol = tolerance.get("atol"), tolerance.get("rtol")
+    tolerance = figures.tolerance
+    atol, rtol = tolerance.atol, tolerance.rtol
     if not (finite(atol) and finite(rtol)) or atol < 0 or rtol < 0:
-        return None, f"tolerance {tolerance or 'missing'} is not two finite non-negative numbers"
-    dtype = str(figures.get("dtype"))
+        return None, f"tolerance {to_json(tolerance)} is not two finite non-negative numbers"
+    dtype = figures.dtype
     held = tolerances.tolerance_for(dtype, fixture) if dtype in TOLERANCES else None
     if held is None or (atol, rtol) not in tolerances.accepted(dtype, fixture):
         own = f" ({fixture}'s own)" if held is not None and held != TOLERANCES[dtype] else ""
-        return None, (f"tolerance atol {atol:g}, rtol {rtol:g} for dtype {figures.get('dtype')!r}; the harness holds "
-                      f"{figures.get('dtype')!r} to {tuple(held) if held else 'nothing (unknown dtype)'}{own}")
-    if tolerance.get("rule") != RULE:
-        return None, f"the tolerance rule {tolerance.get('rule')!r} is not the one the harness recomputes ({RULE!r})"
-    rows: list[Any] = figures["rows"] if isinstance(figures.get("rows"), list) else []
+        return None, (f"tolerance atol {atol:g}, rtol {rtol:g} for dtype {dtype!r}; the harness holds "
+                      f"{dtype!r} to {tuple(held) if held else 'nothing (unknown dtype)'}{own}")
+    rule = tolerance.rule if records.held(tolerance, "rule") else None  # a record that states no rule states none
+    if rule != RULE:
+        return None, f"the tolerance rule {rule!r} is not the one the harness recomputes ({RULE!r})"
+    rows = figures.rows
     if not rows:
         return None, "no rows compared"
-    places = [(r.get("case"), r.get("sequence"), r.get("layer")) for r in rows if isinstance(r, dict)]
+    places = [(r.case, r.sequence, r.layer) for r in rows]
     if len(set(places)) != len(places):
         return None, "a (sequence, layer) row is listed twice"
     impossible = rows_impossible(rows)
     if impossible:
         return None, impossible
-    bad = [r for r in rows if isinstance(r, dict) and r.get("max_abs_error") is not None
-           and not (finite(r.get("max_abs_error")) and finite(r.get("scale")))]
+    bad = [r for r in rows if r.max_abs_error is not None and not (finite(r.max_abs_error) and finite(r.scale))]
     if bad:
         return None, f"{len(bad)} row(s) with non-finite figures (e.g. {_row(bad[0])})"
     if (atol, rtol) != TOLERANCES[dtype]:  # a fixture's own allowance: its rows must be that fixture's
         lo, hi = tolerances.REFERENCE_SCALES.get(str(fixture), tolerances.ANY_FIXTURE)
-        alien = [r for r in rows if isinstance(r, dict) and finite(r.get("scale")) and not lo <= r["scale"] <= hi]
+        alien = [(r, r.scale) for r in rows if finite(r.scale) and not lo <= r.scale <= hi]
         if alien:
             return None, (f"{len(alien)} row(s) at a scale the {fixture} fixture never gives ({lo:g} - {hi:g}; e.g. "
-                          f"{_row(alien[0])}: scale {alien[0]['scale']:.3g}), under the {fixture} fixture's own "
+                          f"{_row(alien[0][0])}: scale {alien[0][1]:.3g}), under the {fixture} fixture's own "
                           f"tolerance (atol {atol:g}, rtol {rtol:g})")
-    outside = [r for r in rows if not (isinstance(r, dict) and row_within(r, atol, rtol))]
-    expected = figures.get("rows_expected")  # a stated count the rows fall short of; the count itself is derived
-    drift_why = drift_check(figures, rows)
+    outside = [r for r in rows if not row_within(r, atol, rtol)]
+    expected = figures.rows_expected  # a stated count the rows fall short of; the count itself is derived
+    drift_why = drift_check(figures)
     if drift_why:
         return False, drift_why
-    elsewhere = [r for r in rows if isinstance(r, dict) and r.get("matches_index") is not None
-                 and r.get("matches_index") != r.get("reference_index")]
+    elsewhere = [r for r in rows if r.matches_index is not None and r.matches_index != r.reference_index]
     if elsewhere:
         return False, (f"{len(elsewhere)} row(s) match another reference layer than the one compared "
-                       f"(e.g. {_row(elsewhere[0])}: matches index {elsewhere[0].get('matches_index')}, "
-                       f"compared with {elsewhere[0].get('reference_index')})")
+                       f"(e.g. {_row(elsewhere[0])}: matches index {elsewhere[0].matches_index}, "
+                       f"compared with {elsewhere[0].reference_index})")
     if outside:
         return False, (f"{len(outside)} of {len(rows)} row(s) outside max_abs_error <= {atol:g} + {rtol:g} * scale "
                        f"(e.g. {_row(outside[0])})")
-    if not isinstance(expected, int) or len(rows) != expected:
+    if len(rows) != expected:
         return False, f"{len(rows)} row(s) compared, {expected} expected"
     return True, f"{len(rows)} row(s) within max_abs_error <= {atol:g} + {rtol:g} * scale"
 
 
-def rows_impossible(rows: list[Any]) -> str:
+ROW_FIGURES = ("max_abs_error", "scale", "sequence", "layer", "reference_index", "matches_index")
+
+
+def rows_impossible(rows: list[FigureRow]) -> str:
     """Figures no comparison can produce: a negative error, scale, sequence or layer, or one row
     compared with another layer than its siblings (every row of one check maps its layer to the
     reference's index by the same offset). '' when none."""
     for r in rows:
-        if not isinstance(r, dict):
-            continue
-        for name in ("max_abs_error", "scale", "sequence", "layer", "reference_index", "matches_index"):
-            if finite(r.get(name)) and r[name] < 0:
-                return f"{_row(r)}: {name} {r[name]} is negative, which no comparison gives"
-    offsets = {r["reference_index"] - r["layer"] for r in rows if isinstance(r, dict)
-               and finite(r.get("reference_index")) and finite(r.get("layer"))}
+        for name in ROW_FIGURES:
+            value = getattr(r, name)
+            if finite(value) and value < 0:
+                return f"{_row(r)}: {name} {value} is negative, which no comparison gives"
+    offset = {id(r): r.reference_index - r.layer for r in rows if r.reference_index is not None}
+    offsets = set(offset.values())
     if len(offsets) > 1:
-        odd = min(offsets, key=lambda o: sum(1 for r in rows if isinstance(r, dict) and finite(r.get("reference_index"))
-                                             and finite(r.get("layer")) and r["reference_index"] - r["layer"] == o))
-        row = next(r for r in rows if isinstance(r, dict) and finite(r.get("reference_index"))
-                   and finite(r.get("layer"))
-                   and r["reference_index"] - r["layer"] == odd)
-        return (f"{_row(row)} is compared with reference index {row.get('reference_index')}, another layer than "
+        odd = min(offsets, key=lambda o: sum(1 for found in offset.values() if found == o))
+        row = next(r for r in rows if offset.get(id(r)) == odd)
+        return (f"{_row(row)} is compared with reference index {row.reference_index}, another layer than "
                 f"its sibling rows' (layer-to-reference offsets {sorted(offsets)})")
     return ""
 
@@ -151,76 +149,74 @@ def rows_impossible(rows: list[Any]) -> str:
 SIXTEEN_BIT = tolerances.SIXTEEN_BIT
 
 
-def drift_check(figures: dict[str, Any], rows: list[Any]) -> str:
+def drift_check(figures: Figures) -> str:
     """16-bit MoE drift (compat.cell.row_consistency): a figure row may set aside token rows as drift
     (`drift: {tokens, drifted, max_relative, max_separation}`; its max_abs_error/scale are then the
     other tokens'). Believed only in 16-bit, under the figures' stated rule (`drift_rule: {relative,
     separation, fraction}`): every drifted token within `relative` and still nearest its own row
     (separation below `separation`), and all drifted tokens at most `fraction` of all. '' when it holds."""
+    rows = figures.rows
     counts = drift_counts_problem(rows)
     if counts:
         return counts
-    drifted = [r for r in rows if isinstance(r, dict) and isinstance(r.get("drift"), dict)
-               and r["drift"].get("drifted")]
+    drifted = [(r, r.drift) for r in rows if r.drift is not None and r.drift.drifted]
+    rule = figures.drift_rule
+    stated = to_json(rule)
+    held = DRIFT_RULES.get(figures.dtype)
     if not drifted:  # nothing set aside: a rule stated beside it must still be the harness's (a record's own
-        stated = figures.get("drift_rule")  # looser rule is never believed, whether or not it was used)
-        held = DRIFT_RULES.get(str(figures.get("dtype")))
-        if stated is not None and held is not None and (not isinstance(stated, dict)
-                                                        or {k: stated.get(k) for k in held} != held):
-            return f"drift_rule {stated} is not the one the harness holds {figures['dtype']} to ({held})"
+        # looser rule is never believed, whether or not it was used)
+        if rule is not None and held is not None and dataclasses.asdict(rule) != held:
+            return f"drift_rule {stated} is not the one the harness holds {figures.dtype} to ({held})"
         return ""
-    rule = figures.get("drift_rule") if isinstance(figures.get("drift_rule"), dict) else None
-    if figures.get("dtype") not in SIXTEEN_BIT or rule is None:
+    if figures.dtype not in SIXTEEN_BIT or rule is None:
         return f"{len(drifted)} row(s) set tokens aside as drift, but drift is a 16-bit rule with a stated bound " \
-               f"(dtype {figures.get('dtype')}, drift_rule {rule})"
-    if not all(finite(rule.get(k)) for k in ("relative", "separation", "fraction")):
-        return f"drift_rule {rule} is not three finite numbers"
-    held = DRIFT_RULES[figures["dtype"]]
-    if {k: rule.get(k) for k in held} != held:
-        return f"drift_rule {rule} is not the one the harness holds {figures['dtype']} to ({held})"
-    tokens = sum(r["drift"].get("tokens") or 0 for r in rows if isinstance(r, dict)
-                 and isinstance(r.get("drift"), dict))
-    count = sum(r["drift"]["drifted"] for r in drifted)
-    for r in drifted:
-        d = r["drift"]
-        if not (finite(d.get("max_relative")) and d["max_relative"] <= rule["relative"]
-                and finite(d.get("max_separation")) and d["max_separation"] < rule["separation"]):
-            return (f"{_row(r)}: drifted tokens off by {d.get('max_relative')} relative, separation "
-                    f"{d.get('max_separation')}: beyond the drift rule {rule}")
-    if not tokens or count > rule["fraction"] * tokens:
-        return f"{count} of {tokens} token rows set aside as drift, more than {rule['fraction']:g} of them"
+               f"(dtype {figures.dtype}, drift_rule {stated})"
+    if not (finite(rule.relative) and finite(rule.separation) and finite(rule.fraction)):
+        return f"drift_rule {stated} is not three finite numbers"
+    if dataclasses.asdict(rule) != DRIFT_RULES[figures.dtype]:
+        return f"drift_rule {stated} is not the one the harness holds {figures.dtype} to ({DRIFT_RULES[figures.dtype]})"
+    tokens = sum(r.drift.tokens for r in rows if r.drift is not None)
+    count = sum(d.drifted for _, d in drifted)
+    for r, d in drifted:
+        if not (finite(d.max_relative) and d.max_relative <= rule.relative
+                and finite(d.max_separation) and d.max_separation < rule.separation):
+            return (f"{_row(r)}: drifted tokens off by {d.max_relative} relative, separation "
+                    f"{d.max_separation}: beyond the drift rule {stated}")
+    if not tokens or count > rule.fraction * tokens:
+        return f"{count} of {tokens} token rows set aside as drift, more than {rule.fraction:g} of them"
     return ""
 
 
-def drift_counts_problem(rows: list[Any]) -> str:
+def drift_counts_problem(rows: list[FigureRow]) -> str:
     """Drift counts no check can produce: drifted outside 0..tokens, figures of drifted tokens
     without any drifted (or none with some), or one sequence of one case with two token counts
     (every layer of a sequence sees the same tokens)."""
-    tokens_of: dict[tuple[Any, Any], set[int]] = {}
+    tokens_of: dict[tuple[Optional[str], int], set[int]] = {}
     for r in rows:
-        d = r.get("drift") if isinstance(r, dict) else None
-        if not isinstance(d, dict):
+        d = r.drift
+        if d is None:
             continue
-        tokens, drifted = d.get("tokens"), d.get("drifted")
-        if not (isinstance(tokens, int) and isinstance(drifted, int) and 0 <= drifted <= tokens):
-            return f"{_row(r)}: {drifted} of {tokens} tokens drifted, which no check counts"
-        described = [d.get(k) is not None for k in ("max_relative", "max_separation")]
-        if any(described) != bool(drifted) or (drifted and not all(described)):
-            return f"{_row(r)}: {drifted} token(s) drifted, but the figures of drifted tokens say otherwise ({d})"
-        if drifted and not (d["max_relative"] >= 0 and d["max_separation"] >= 0):
-            return f"{_row(r)}: a drift figure below 0 or not a number ({d})"
-        tokens_of.setdefault((r.get("case"), r.get("sequence")), set()).add(tokens)
+        if not 0 <= d.drifted <= d.tokens:
+            return f"{_row(r)}: {d.drifted} of {d.tokens} tokens drifted, which no check counts"
+        described = [d.max_relative is not None, d.max_separation is not None]
+        if any(described) != bool(d.drifted) or (d.drifted and not all(described)):
+            return f"{_row(r)}: {d.drifted} token(s) drifted, but the figures of drifted tokens say otherwise " \
+                   f"({to_json(d)})"
+        if d.drifted and not (d.max_relative is not None and d.max_relative >= 0
+                              and d.max_separation is not None and d.max_separation >= 0):
+            return f"{_row(r)}: a drift figure below 0 or not a number ({to_json(d)})"
+        tokens_of.setdefault((r.case, r.sequence), set()).add(d.tokens)
     odd = next(((place, counts) for place, counts in tokens_of.items() if len(counts) > 1), None)
     if odd:
         return f"sequence {odd[0][1]} of {odd[0][0]} has {sorted(odd[1])} tokens in different layers"
     return ""
 
 
-def _row(row: Any) -> str:
-    if not isinstance(row, dict):
-        return repr(row)[:80]
-    return (f"sequence {row.get('sequence')} layer {row.get('layer')}: max abs {row.get('max_abs_error')}, "
-            f"scale {row.get('scale')}")
+def _row(row: FigureRow | dict[str, Any]) -> str:
+    """A figure row named in a message: typed, or as JSON (the api_only run's figures sit in a probe's open detail)."""
+    found = to_json(row) if isinstance(row, FigureRow) else row
+    return (f"sequence {found.get('sequence')} layer {found.get('layer')}: max abs {found.get('max_abs_error')}, "
+            f"scale {found.get('scale')}")
 
 
 def v1_figures_pass(detail: Any) -> tuple[Optional[bool], str]:
@@ -354,7 +350,7 @@ def _data_contradiction(probe: dict[str, Any], migrated: bool,
             return v1_figures_pass(_with_compat_detail(probe) if adapted else probe.get("detail"))
     else:
         def check(adapted: bool) -> tuple[Optional[bool], str]:
-            return figures_pass(probe.get("with_compat_figures" if adapted else "figures"), fixture)
+            return figures_pass(build(Figures, probe.get("with_compat_figures" if adapted else "figures")), fixture)
     raw_why = compat_why = None
     if status == "ok":
         passed, why = check(False)

@@ -28,6 +28,7 @@ from packaging.version import Version
 
 from compat.harness.cell_envs import REPO_ROOT
 from compat.harness.support import RUNTIME, answering_runs, other_backend_runs
+from compat.shared.records import to_json
 from compat.shared.results import (
     ResultFileError,
     evidence_path,
@@ -78,7 +79,8 @@ def load_rows(results: Path = RESULTS) -> dict[str, dict[str, Any]]:
 
 
 def load_records(results: Path = RESULTS, ids: Iterable[str] | None = None) -> dict[str, dict[str, Any]]:
-    """cell id -> record, validated (compat.shared.results.load_cell); only `ids` where given."""
+    """cell id -> record, validated (compat.shared.results.load_cell), as the JSON the support table's readers
+    read; only `ids` where given."""
     wanted = None if ids is None else set(ids)
     out = {}
     try:
@@ -90,7 +92,7 @@ def load_records(results: Path = RESULTS, ids: Iterable[str] | None = None) -> d
         if wanted is not None and cell_id not in wanted:
             continue
         try:
-            out[cell_id] = load_cell(path)
+            out[cell_id] = to_json(load_cell(path))
         except ResultFileError as exc:
             raise PublishedError(str(exc)) from exc
     return out
@@ -282,7 +284,7 @@ def add_folder(folder: Path, results: Path = RESULTS) -> list[str]:
     from compat.harness.candidate import is_candidate
 
     cells = {p: load_cell(p) for p in record_files(folder) if not p.name.startswith(("kimi", "."))}
-    cells = {p: record for p, record in cells.items() if not is_candidate(record)}  # a build, not a release
+    cells = {p: record for p, record in cells.items() if not is_candidate(to_json(record))}  # a build, not a release
     docs = {p: read_json(p, "support row") for p in sorted((folder / "support").glob("speculators-*.json"))}
     partial = [p.name for p, doc in docs.items() if isinstance(doc, dict) and doc.get("vllm_range")]
     if partial:  # a row of --vllm-range A..B holds only its range: it would replace the whole published row
@@ -295,7 +297,7 @@ def add_folder(folder: Path, results: Path = RESULTS) -> list[str]:
         target = results / f"{record_stem(path)}{PACKED}"
         write_bytes_atomic(target, data if path.name.endswith(PACKED) else gzip_bytes(data))
         (results / f"{record_stem(path)}.json").unlink(missing_ok=True)
-        copied.append(str(record["id"]))
+        copied.append(record.id)
     for path in docs:
         shutil.copyfile(path, results / "support" / path.name)
         copied.append(f"support/{path.name}")

@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from compat.harness.pypi import default_cache_dir
+from compat.shared.records import to_json
 from compat.shared.results import ResultFileError, load_cell, read_json, record_files, record_stem, write_json_atomic
 
 STORE_ENV = "COMPAT_STORE"
@@ -274,7 +275,7 @@ class Store:
                     out.documents.add((KIMI, name))
                     out.document_hashes.add(document_hash(KIMI, name, data))
                     continue
-                cell = load_cell(path)
+                cell = to_json(load_cell(path))  # the store keeps a record's JSON, as it was read
             except ResultFileError as exc:
                 out.problems.append(str(exc))
                 continue

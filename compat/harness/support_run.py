@@ -208,6 +208,7 @@ def kept_kernel_records(planned: list[support.Planned], cell_settings: CellSetti
     answers with one where it is kept (support.answer)."""
     from compat.harness.nearest_kernels import record_kernels, with_record_kernels
     from compat.harness.published import RESULTS as PUBLISHED_RESULTS
+    from compat.shared.records import to_json
     from compat.shared.results import ResultFileError, load_cell, record_files, record_stem
 
     found: dict[str, dict[str, Any]] = {}
@@ -218,7 +219,7 @@ def kept_kernel_records(planned: list[support.Planned], cell_settings: CellSetti
         for folder in (PUBLISHED_RESULTS, results):  # a record here replaces the published one of its id
             for path in record_files(folder, f"vllm-{p.vllm}__speculators-{p.speculators}__{backend}__kernels-*"):
                 try:
-                    record = load_cell(path)
+                    record = to_json(load_cell(path))
                 except ResultFileError:
                     continue
                 if with_record_kernels(cell, record).id == record_stem(path) == record.get("id"):
@@ -236,6 +237,8 @@ def older_probe_set(record: dict[str, Any]) -> bool:
 
 
 def stored_records(cells: list[Cell], results: Path) -> dict[str, dict[str, Any]]:
+    """The cells' records kept in `results`, as their JSON: they join the runner's records (which are JSON)."""
+    from compat.shared.records import to_json
     from compat.shared.results import ResultFileError, evidence_path, load_cell
 
     out = {}
@@ -243,7 +246,7 @@ def stored_records(cells: list[Cell], results: Path) -> dict[str, dict[str, Any]
         path = evidence_path(results / f"{cell.id}.json")  # or its .json.gz (published/results)
         if path.is_file():
             try:
-                out[cell.id] = load_cell(path)
+                out[cell.id] = to_json(load_cell(path))
             except ResultFileError:
                 continue
     return out

@@ -57,6 +57,7 @@ from compat.shared.records import (
     RecordError,
     Verdict,
     build,
+    to_json,
     validate_cell,
 )
 
@@ -239,16 +240,16 @@ def cell_gate(verdict: Verdict, classes: list[tuple[CheckedProbe, ProbeClass]]) 
     return PASS, []
 
 
-def decide(cell: Mapping[str, Any], registry: tuple[Breakage, ...] = REGISTRY) -> Decision:
+def decide(cell: CellRecord | Mapping[str, Any], registry: tuple[Breakage, ...] = REGISTRY) -> Decision:
     """The verdict and the gate of one cell record, from what its evidence supports. Problems of the
     record as a whole (manifest, installed versions) leave it `error`; a run-level failure (`error`
-    beside probes: a crash or timeout) gates at least untested. The record (its JSON, as load_cell or the runner
-    holds it) is validated and migrated first (records.validate_cell): one that does not hold its schema decides
-    `error`, naming the field. The re-check and the classes still read that JSON (a typed record written back by
-    records.to_json cannot yet tell an absent key from a null one, which evidence.py tells apart); the verdict and
-    the gate are decided on the typed record and its typed, re-checked probes."""
+    beside probes: a crash or timeout) gates at least untested. The record (typed, as load_cell gives it, or its
+    JSON, as the runner and the store hold it) is validated and migrated first (records.validate_cell): one that does
+    not hold its schema decides `error`, naming the field. The re-check and the classes still read its JSON (a typed
+    record's, records.to_json: key for key what was read); the verdict and the gate are decided on the typed record
+    and its typed, re-checked probes."""
     try:
-        raw = validate_cell(dict(cell))
+        raw = validate_cell(to_json(cell) if isinstance(cell, CellRecord) else dict(cell))
     except RecordError as exc:
         return Decision(Verdict.ERROR, UNTESTED, (f"the record does not hold its schema: {exc} (expected what "
                                                   f"docs/record.schema.json lists)",))
@@ -310,7 +311,7 @@ def _replaced(checked: dict[str, Any], classes: list[tuple[dict[str, Any], Probe
     return dict(checked, probes=[p for p, _cls in classes]), classes
 
 
-def matrix_gate(cells: Iterable[Mapping[str, Any]], registry: tuple[Breakage, ...] = REGISTRY) -> int:
+def matrix_gate(cells: Iterable[CellRecord | Mapping[str, Any]], registry: tuple[Breakage, ...] = REGISTRY) -> int:
     """The exit status for a set of cells: the worst cell's gate; no cell at all tested nothing."""
     return worst_gate(decide(cell, registry).gate for cell in cells)
 

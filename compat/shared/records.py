@@ -696,7 +696,9 @@ def build(tp: Any, value: Any) -> Any:
         return tp(value)
     if isinstance(tp, type) and dataclasses.is_dataclass(tp):
         hints = _hints(tp)
-        return tp(**{f.name: build(hints[f.name], value[f.name]) for f in dataclasses.fields(tp) if f.name in value})
+        built = tp(**{f.name: build(hints[f.name], value[f.name]) for f in dataclasses.fields(tp) if f.name in value})
+        object.__setattr__(built, _KEYS_READ, frozenset(value))  # not a field: no part of equality or the schema
+        return built
     if origin is list:
         return [build(args[0], item) for item in value]
     if origin is dict:
@@ -706,12 +708,28 @@ def build(tp: Any, value: Any) -> Any:
     return value
 
 
+# The keys of the JSON object a typed object was built from (`build`): a key absent and a key held as null both
+# read None, and the record's rules tell them apart (a schema-3 figure row that lacks `allowed` contradicts
+# itself; one whose `allowed` is null beside no scale does not).
+_KEYS_READ = "_keys_read"
+
+
+def held(value: Any, name: str) -> bool:
+    """Whether the typed object `value` holds the field `name` as its JSON did: a key its JSON held, null
+    included (`build`); for an object made in code, a field not left at None."""
+    read: Optional[frozenset[str]] = getattr(value, _KEYS_READ, None)
+    if read is not None:
+        return name in read
+    default = next(f.default for f in dataclasses.fields(value) if f.name == name)
+    return not (default is None and getattr(value, name) is None)
+
+
 def to_json(value: Any) -> Any:
-    """A typed record (or any part of it) as the JSON it was read from: an optional field left at None is
-    left out, as the writers leave it out."""
+    """A typed record (or any part of it) as the JSON it was read from, key for key (`held`): an absent key stays
+    absent and a null one null; an object made in code leaves out an optional field left at None, as the writers
+    leave it out."""
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return {f.name: to_json(getattr(value, f.name)) for f in dataclasses.fields(value)
-                if not (f.default is None and getattr(value, f.name) is None)}
+        return {f.name: to_json(getattr(value, f.name)) for f in dataclasses.fields(value) if held(value, f.name)}
     if isinstance(value, enum.Enum):
         return value.value
     if isinstance(value, dict):
@@ -719,6 +737,11 @@ def to_json(value: Any) -> Any:
     if isinstance(value, (list, tuple)):
         return [to_json(item) for item in value]
     return value
+
+
+def typed(tp: Any, value: Any) -> Any:
+    """Decoded JSON checked against the class `tp` (`parse`: RecordError names the field) and built as it."""
+    return build(tp, parse(tp, value))
 
 
 def load_record(record: Any, source: str = "") -> CellRecord:

@@ -2,7 +2,7 @@
 
 A cell record's shape is the typed classes of compat.shared.records (CellRecord, ProbeRecord,
 Figures, Manifest), committed as JSON Schema in docs/record.schema.json; `load_cell` validates
-every file against them.
+every file against them and returns the typed record.
 
 The merged report is {"harness_version", "generated_at", "machine", "cells": [...], "kimi": {...}}.
 """
@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from compat.shared.probe_catalog import ids_where
-from compat.shared.records import RecordError, Verdict, validate_cell
+from compat.shared.records import CellRecord, RecordError, Verdict, load_record
 from compat.shared.records import probe_key as probe_key  # re-exported: the report and the tests import it from here
 
 # untested-at-runtime: no runtime cell could run (no build of that release here): the static layer alone
@@ -190,11 +190,12 @@ def read_json(path: Path, what: str) -> Any:
         ) from exc
 
 
-def load_cell(path: Path) -> dict[str, Any]:
+def load_cell(path: Path) -> CellRecord:
     """One cell record from results/<cell>.json, validated against compat.shared.records.CellRecord
-    (schema 1 migrated); a record that fails names the file and the field."""
+    (schema 1 and 2 migrated) and typed; a record that fails names the file and the field. A reader not yet typed
+    takes its JSON where it calls (records.to_json writes back what was read, key for key)."""
     try:
-        return validate_cell(read_json(path, "cell result"), source=f" ({path})")
+        return load_record(read_json(path, "cell result"), source=f" ({path})")
     except RecordError as exc:
         raise ResultFileError(f"cell result {path}: {exc} (schema: docs/record.schema.json)") from exc
 

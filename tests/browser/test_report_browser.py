@@ -22,6 +22,7 @@ import pytest
 
 from compat.harness.junit import cell_id
 from compat.harness.report import build_report, write_reports
+from compat.shared.records import to_json
 from compat.shared.results import load_cell, probe_key, read_json
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "unit"))  # the sample records live beside the unit tests
@@ -69,7 +70,7 @@ def rendered(tmp_path_factory):
         results_dir = base / "results"
         write_sample_results(results_dir)
     files = sorted(p for p in results_dir.glob("*.json") if not p.name.startswith("."))
-    cells = [load_cell(p) for p in files if not p.name.startswith("kimi")]
+    cells = [to_json(load_cell(p)) for p in files if not p.name.startswith("kimi")]
     kimi_files = [p for p in files if p.name.startswith("kimi")]
     kimi = read_json(kimi_files[0], "kimi result") if kimi_files else None
     assert cells, f"no cell result files in {results_dir}"

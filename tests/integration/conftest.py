@@ -5,6 +5,7 @@ from pathlib import Path
 
 import pytest
 
+from compat.shared.records import to_json
 from compat.shared.results import load_cell
 
 RESULTS = Path(os.environ.get("COMPAT_RESULTS_DIR", Path(__file__).resolve().parents[2] / "results"))
@@ -15,7 +16,7 @@ def cell():
     def load(vllm: str, speculators: str, backend: str = "cpu") -> dict:
         path = RESULTS / f"vllm-{vllm}__speculators-{speculators}__{backend}.json"
         assert path.is_file(), f"{path} missing: run `python -m compat run` (the default matrix) first"
-        return load_cell(path)
+        return to_json(load_cell(path))
     return load
 
 

@@ -9,6 +9,7 @@ from compat.harness.classify import classify_cell
 from compat.harness.explain import exceptions_in, explain
 from compat.harness.explain_context import contexts
 from compat.harness.verdict import PASS, decide, matrix_gate
+from compat.shared.records import to_json
 from compat.shared.results import load_cell
 
 RESULTS = Path(os.environ.get("COMPAT_RESULTS_DIR", Path(__file__).resolve().parents[2] / "results"))
@@ -26,32 +27,32 @@ def cells():
 
 
 def test_the_default_matrix_passes_the_gate(cells):
-    gates = {c["id"]: (decide(c).gate, decide(c).reasons) for c in cells}
+    gates = {c.id: (decide(c).gate, decide(c).reasons) for c in cells}
     assert matrix_gate(cells) == PASS, {k: v for k, v in gates.items() if v[0] != PASS}
 
 
 def test_every_failure_of_the_default_matrix_is_a_known_breakage(cells):
     for cell in cells:
-        for probe, cls in classify_cell(cell):
+        for probe, cls in classify_cell(to_json(cell)):
             if probe["status"] == "broken" and not cls.advisory:
-                assert cls.kind == "known", (cell["id"], probe["id"], probe.get("case"), cls.note)
+                assert cls.kind == "known", (cell.id, probe["id"], probe.get("case"), cls.note)
             if cls.behind is not None:
-                assert cls.behind.kind == "known", (cell["id"], probe["id"], probe.get("case"), cls.behind.note)
-            assert not cls.adapter_regression, (cell["id"], probe["id"], cls.adapter_regression)
+                assert cls.behind.kind == "known", (cell.id, probe["id"], probe.get("case"), cls.behind.note)
+            assert not cls.adapter_regression, (cell.id, probe["id"], cls.adapter_regression)
 
 
 def test_the_stored_verdicts_are_the_derived_ones(cells):
     for cell in cells:
-        assert cell["verdict"] == decide(cell).verdict, cell["id"]
+        assert cell.verdict is decide(cell).verdict, cell.id
 
 
 @pytest.mark.parametrize("cell_id", IN_PROCESS_BROKEN)
 def test_explain_names_a_breakage_for_every_traceback_of_the_real_probe_log(cells, cell_id):
-    record = next(c for c in cells if c["id"] == cell_id)
+    record = next(c for c in cells if c.id == cell_id)
     text = (RESULTS / cell_id / "probes.log").read_text(errors="replace")
     found = exceptions_in(text)
     assert found, "no traceback in the probe log of a cell with broken probes"
     around = contexts(text, [f.line for f in found])  # as `nox -s explain` reads a log: each exception with its context
     unexplained = [(f.type, f.message[:100], f.where) for f, c in zip(found, around)
-                   if not explain(f, record["vllm"], record["speculators"], record["backend"], context=c).matches]
+                   if not explain(f, record.vllm, record.speculators, record.backend, context=c).matches]
     assert not unexplained

@@ -7,7 +7,7 @@ import pytest
 from compat.harness.evidence import DATA_PROBES, figures_pass, fixture_of
 from compat.harness.verdict import decide
 from compat.shared.manifest import PROBE_KEYS
-from compat.shared.records import SCHEMA_VERSION
+from compat.shared.records import SCHEMA_VERSION, Figures, to_json, typed
 from compat.shared.results import load_cell, probe_key
 from conftest import RESULTS
 
@@ -18,7 +18,7 @@ DEFAULT_IDS = ["vllm-0.11.0__speculators-0.3.0__cpu", "vllm-0.16.0__speculators-
 
 @pytest.mark.parametrize("cell_id", DEFAULT_IDS)
 def test_the_record_is_schema_2_and_its_evidence_holds(cell_id):
-    record = load_cell(RESULTS / f"{cell_id}.json")
+    record = to_json(load_cell(RESULTS / f"{cell_id}.json"))
     assert record["schema_version"] == SCHEMA_VERSION and "migrated_from" not in record
     keys = [probe_key(p) for p in record["probes"]]
     assert sorted(keys) == sorted(record["manifest"]["probes"]) == sorted(PROBE_KEYS)
@@ -27,9 +27,10 @@ def test_the_record_is_schema_2_and_its_evidence_holds(cell_id):
             continue
         fixture = fixture_of(record, probe)  # the tiny model it compared: a 16-bit allowance may be its own
         if probe["status"] == "ok":
-            assert figures_pass(probe["figures"], fixture)[0] is True, (probe_key(probe), probe["figures"])
+            figures = typed(Figures, probe["figures"])
+            assert figures_pass(figures, fixture)[0] is True, (probe_key(probe), probe["figures"])
         if probe["with_compat"] == "ok":
-            assert figures_pass(probe["with_compat_figures"], fixture)[0] is True, probe_key(probe)
+            assert figures_pass(typed(Figures, probe["with_compat_figures"]), fixture)[0] is True, probe_key(probe)
     decision = decide(record)
     assert not any("contradicts itself" in r for r in decision.reasons), decision.reasons
     assert record["verdict"] == decision.verdict

@@ -10,13 +10,14 @@ agree (a test about figures passes its own, or `figures=False` for none).
 from __future__ import annotations
 
 import copy
+from typing import Any, Optional
 
-from compat.harness.evidence import DATA_PROBES
+from compat.harness.evidence import DATA_PROBES, figures_pass
 from compat.harness.invariants import asked_ids, sequences_sent
 from compat.shared.manifest import expected_manifest
 from compat.shared.probe_catalog import probes
 from compat.shared.profiles import profile_for
-from compat.shared.records import SCHEMA_VERSION
+from compat.shared.records import SCHEMA_VERSION, Figures, typed
 from compat.shared.results import probe_key
 from compat.shared.tolerances import RULE, summarize, tolerance_for
 
@@ -109,3 +110,9 @@ def complete(cell: dict, *, figures: bool = True, variants=None) -> dict:
                     if isinstance(adapted, dict):
                         agreeing(adapted, p["with_compat_figures"])
     return out
+
+
+def figures_pass_json(figures: Any, fixture: Optional[str]) -> tuple[Optional[bool], str]:
+    """evidence.figures_pass on figures as a record holds them (JSON), checked and typed as a record's are
+    (records.typed: a shape the schema refuses raises RecordError before a figure is read)."""
+    return figures_pass(typed(Figures, figures), fixture)

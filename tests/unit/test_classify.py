@@ -10,6 +10,7 @@ import pytest
 from compat.harness.classify import annotate, classify_probe, counts
 from compat.shared import breakages
 from compat.shared.breakages import BY_ID, REGISTRY, Breakage, Symptom
+from compat.shared.records import to_json
 from compat.shared.results import load_cell, write_json_atomic
 from record_factory import complete
 
@@ -352,7 +353,7 @@ def test_annotate_and_counts_read_result_files(tmp_path):
     ])
     path = tmp_path / "results" / "c.json"
     write_json_atomic(path, record)
-    loaded = load_cell(path)
+    loaded = to_json(load_cell(path))
     out = annotate(loaded)
     assert [p["classification"]["kind"] for p in out["probes"][:3]] == ["known", "as-expected-ok", "known"]
     assert "classification" not in loaded["probes"][0]  # annotate copies

@@ -10,7 +10,7 @@ import pytest
 
 from compat.cell import reference, row_consistency
 from compat.cell.reference import Tolerance, drift_rule_for, drift_total, figures, set_aside_drift, tolerance_for
-from compat.harness.evidence import figures_pass
+from record_factory import figures_pass_json
 
 IDS = [1, 3, 4]  # layer ids checked; the table has indices 0..4
 BF16 = tolerance_for("bfloat16")
@@ -85,7 +85,7 @@ def test_a_drifted_token_within_the_rule_is_set_aside_and_the_harness_believes_i
     assert made["drift_rule"] == {"relative": 0.5, "separation": 0.9, "fraction": 0.05}
     assert all(r["drift"]["drifted"] == 0 for r in made["rows"] if r is not row)
     within = f"{len(made['rows'])} row(s) within max_abs_error <= 0.05 + 0.02 * scale"
-    assert figures_pass(made, "llama") == (True, within)
+    assert figures_pass_json(made, "llama") == (True, within)
 
 
 @pytest.mark.parametrize("wrong", ["shifted", "zeroed", "permuted", "other_layer"])
@@ -102,7 +102,7 @@ def test_a_wrong_row_is_never_drift(wrong):
         got[0][1] = tables[0][IDS[1] - 1].copy()
     result, made = checked(got, tables)
     assert not result["ok"]
-    passed, why = figures_pass(made, "llama")
+    passed, why = figures_pass_json(made, "llama")
     assert passed is False, why
     assert all((r["drift"]["drifted"] == 0) for r in made["rows"])
 
@@ -112,14 +112,14 @@ def test_a_wrong_token_beside_a_drifted_one_still_fails():
     got = flip(served(tables), tables)
     got[0][1][20] = 0.0
     result, made = checked(got, tables)
-    assert not result["ok"] and figures_pass(made, "llama")[0] is False
+    assert not result["ok"] and figures_pass_json(made, "llama")[0] is False
 
 
 def test_drift_beyond_the_relative_bound_is_not_set_aside():
     tables = tables_for()
     got = flip(served(tables), tables, relative=0.7)  # still nearest its own row, but too far off
     result, made = checked(got, tables)
-    assert not result["ok"] and figures_pass(made, "llama")[0] is False
+    assert not result["ok"] and figures_pass_json(made, "llama")[0] is False
 
 
 def test_too_many_drifted_tokens_are_no_batch_noise():
@@ -130,7 +130,7 @@ def test_too_many_drifted_tokens_are_no_batch_noise():
     result, made = checked(got, tables)
     drifted, tokens, problem = drift_total(result["rows"], drift_rule_for("bfloat16"))
     assert drifted == 12 and tokens == 180 and "not batch noise" in problem
-    passed, why = figures_pass(made, "llama")
+    passed, why = figures_pass_json(made, "llama")
     assert passed is False and "more than 0.05" in why
 
 
@@ -139,7 +139,7 @@ def test_float32_has_no_drift():
     assert drift_rule_for("float32") is None
     got = flip(served(tables, noise=1e-6), tables)
     result, made = checked(got, tables, dtype="float32")
-    assert not result["ok"] and "drift_rule" not in made and figures_pass(made, "llama")[0] is False
+    assert not result["ok"] and "drift_rule" not in made and figures_pass_json(made, "llama")[0] is False
     with pytest.raises(ValueError, match="16-bit runs only"):
         figures(result, tolerance_for("float32"), "float32", 6, layers=IDS,
                 drift_rule=row_consistency.DRIFT["bfloat16"])
@@ -151,7 +151,7 @@ def test_the_rule_applied_is_row_consistencys(monkeypatch):
     got = flip(served(tables), tables)
     monkeypatch.setitem(row_consistency.DRIFT, "bfloat16", row_consistency.Drift(0.1, 0.9, 0.05))
     result, made = checked(got, tables)
-    assert not result["ok"] and made["drift_rule"]["relative"] == 0.1 and figures_pass(made, "llama")[0] is False
+    assert not result["ok"] and made["drift_rule"]["relative"] == 0.1 and figures_pass_json(made, "llama")[0] is False
     assert reference.drift_rule_for("bfloat16").relative == 0.1
 
 
@@ -183,4 +183,4 @@ def test_a_wrong_row_within_the_relative_bound_is_caught_by_separation(wrong):
     assert relative <= 0.5, "within the relative bound: only separation can catch it"
     assert not compare_np(got, tables, BF16)["ok"]
     result, made = checked(got, tables)
-    assert not result["ok"] and figures_pass(made, "llama")[0] is False
+    assert not result["ok"] and figures_pass_json(made, "llama")[0] is False

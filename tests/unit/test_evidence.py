@@ -19,7 +19,7 @@ from compat.harness.report_cli import main as report_main
 from compat.harness.verdict import FINDING, PASS, UNTESTED, decide
 from compat.shared.records import RecordError, json_schema, validate_cell
 from compat.shared.results import ResultFileError, load_cell, write_json_atomic
-from record_factory import complete, passing_figures
+from record_factory import complete, figures_pass_json, passing_figures
 
 REAL = Path(__file__).parent / "corpus" / "real"
 REF = "hidden_states_match_reference"
@@ -115,16 +115,15 @@ def test_broken_with_passing_figures_and_no_failure_contradicts_itself():
 
 
 def test_figures_rule_is_the_allclose_rule_per_row():
-    from compat.harness.evidence import figures_pass
 
     figures = passing_figures()
-    assert figures_pass(figures, "llama")[0] is True
+    assert figures_pass_json(figures, "llama")[0] is True
     figures["rows"][0].update(max_abs_error=1e-4 + 1e-4 * 3.0 * 1.01)  # just outside atol + rtol * scale
-    assert figures_pass(figures, "llama")[0] is False
+    assert figures_pass_json(figures, "llama")[0] is False
     figures["rows"][0].update(max_abs_error=1e-4 + 1e-4 * 3.0 * 0.99)
-    assert figures_pass(figures, "llama")[0] is True
+    assert figures_pass_json(figures, "llama")[0] is True
     figures["rows"][0].update(max_abs_error=math.inf)
-    assert figures_pass(figures, "llama")[0] is None
+    assert figures_pass_json(figures, "llama")[0] is None
 
 
 def test_schema1_figures_prove_a_pass_only_within_their_bounds():
@@ -354,16 +353,15 @@ def _drifted_figures(dtype="bfloat16", drifted=2, relative=0.3, separation=0.6):
 
 
 def test_16_bit_drift_is_believed_only_within_its_stated_rule():
-    from compat.harness.evidence import figures_pass
 
-    assert figures_pass(_drifted_figures(), "llama")[0] is True
-    assert figures_pass(_drifted_figures(dtype="float32"), "llama")[0] is False  # no drift in float32
-    assert figures_pass(_drifted_figures(relative=0.8), "llama")[0] is False  # too far off to be drift
-    assert figures_pass(_drifted_figures(separation=1.2), "llama")[0] is False  # nearer another row: a wrong row
-    assert figures_pass(_drifted_figures(drifted=9), "llama")[0] is False  # 9 of 160 tokens > 5 %
+    assert figures_pass_json(_drifted_figures(), "llama")[0] is True
+    assert figures_pass_json(_drifted_figures(dtype="float32"), "llama")[0] is False  # no drift in float32
+    assert figures_pass_json(_drifted_figures(relative=0.8), "llama")[0] is False  # too far off to be drift
+    assert figures_pass_json(_drifted_figures(separation=1.2), "llama")[0] is False  # nearer another row: a wrong row
+    assert figures_pass_json(_drifted_figures(drifted=9), "llama")[0] is False  # 9 of 160 tokens > 5 %
     no_rule = _drifted_figures()
     del no_rule["drift_rule"]
-    assert figures_pass(no_rule, "llama")[0] is False
+    assert figures_pass_json(no_rule, "llama")[0] is False
 
 
 def test_more_one_way_edits_of_a_genuine_record_never_pass():

@@ -13,6 +13,7 @@ import pytest
 
 from compat.harness.evidence import DRIFT_RULES, RULE
 from compat.harness.verdict import PASS, decide
+from compat.shared.records import to_json
 from compat.shared.results import ResultFileError, load_cell, write_json_atomic
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -110,7 +111,7 @@ def test_migrated_from_on_a_schema2_record_is_refused(tmp_path, value):
 def test_a_migrated_record_keeps_migrating_and_its_verdict(tmp_path):
     d = rendered(tmp_path, load(V1))
     assert (d.verdict, d.gate) == ("compatible", PASS), d.reasons
-    migrated = load_cell(V1)  # as a tool that migrates and writes back would keep it
+    migrated = to_json(load_cell(V1))  # as a tool that migrates and writes back would keep it
     assert (rendered(tmp_path, migrated).verdict, migrated["migrated_from"]) == ("compatible", 1)
 
 
@@ -118,11 +119,11 @@ def test_a_schema1_manifest_must_hold_the_core_keys_and_only_known_ones(tmp_path
     cell = load(V1)
     cell["manifest"] = {"probes": [], "variants": None}
     assert rendered(tmp_path, cell) is None  # a schema-1 record never had a manifest
-    migrated = load_cell(V1)
+    migrated = to_json(load_cell(V1))
     migrated["manifest"]["probes"] = []
     d = rendered(tmp_path, migrated)
     assert d.verdict == "error" and any("lacks" in r for r in d.reasons), d.reasons
-    migrated = load_cell(V1)
+    migrated = to_json(load_cell(V1))
     p = probe(migrated, "layer_ids_by_model", "llama")
     p["case"] = "ll\u0430ma"  # a Cyrillic a
     migrated["manifest"]["probes"].append("layer_ids_by_model[ll\u0430ma]")

@@ -7,6 +7,7 @@ import numpy as np
 
 from compat.cell import pytest_plugin
 from compat.cell.reference import TOLERANCE_RULE, Tolerance, figures
+from record_factory import figures_pass_json
 
 BF16 = Tolerance(atol=0.05, rtol=0.02)
 
@@ -150,7 +151,6 @@ def test_the_result_file_carries_figures_at_the_top_level(pytester):
 
 def test_the_harness_reads_the_figures_as_the_probe_decided():
     """What compat.shared.records validates and compat.harness.evidence recomputes, on these figures."""
-    from compat.harness.evidence import figures_pass
     from compat.shared.records import Figures, parse
 
     passing = figures([ROWS[0], ROWS[2]], Tolerance(), "float32", rows_expected=2, layers=[1, 3])
@@ -158,5 +158,5 @@ def test_the_harness_reads_the_figures_as_the_probe_decided():
     short = figures([ROWS[0]], Tolerance(), "float32", rows_expected=2, layers=[1, 3])
     for made in (passing, failing, short):
         parse(Figures, json.loads(json.dumps(made)))
-    assert figures_pass(passing, "llama")[0] is True
-    assert figures_pass(failing, "llama")[0] is False and figures_pass(short, "llama")[0] is False
+    assert figures_pass_json(passing, "llama")[0] is True
+    assert figures_pass_json(failing, "llama")[0] is False and figures_pass_json(short, "llama")[0] is False

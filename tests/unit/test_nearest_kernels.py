@@ -240,12 +240,13 @@ def test_the_composite_version_says_cpu_but_is_no_alias():
 
 def test_check_names_a_kept_nearest_kernel_cell_of_a_static_only_pair(tmp_path, monkeypatch):
     from compat.harness.check import Evidence, kernel_evidence
+    from compat.shared.records import Backend, CellRecord, Verdict
 
-    record = {"id": "vllm-0.34.0__speculators-0.9.0__cpu__kernels-0.32.0__variants-none", "vllm": "0.34.0",
-              "verdict": "untested-at-runtime",
-              "runtime": "not run: " + nk.not_runnable_reason(V034_CPU, machine="x86_64")}
-    (tmp_path / f"{record['id']}.json").write_text(json.dumps(record))
-    monkeypatch.setattr("compat.harness.check.load_cell", lambda path: json.loads(path.read_text()))
+    record = CellRecord(schema_version=3, id="vllm-0.34.0__speculators-0.9.0__cpu__kernels-0.32.0__variants-none",
+                        vllm="0.34.0", speculators="0.9.0", backend=Backend.CPU, verdict=Verdict.UNTESTED_AT_RUNTIME,
+                        probes=[], runtime="not run: " + nk.not_runnable_reason(V034_CPU, machine="x86_64"))
+    (tmp_path / f"{record.id}.json").write_text("{}")  # found by its name; the loader gives the record above
+    monkeypatch.setattr("compat.harness.check.load_cell", lambda path: record)
     line = kernel_evidence(tmp_path, "0.34.0", "0.9.0")
     assert line.startswith("nearest kernels: not runnable here") and "What would run it" in line
     assert kernel_evidence(tmp_path, "0.33.0", "0.9.0") == ""

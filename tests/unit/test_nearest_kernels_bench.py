@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 from compat.harness import published
+from compat.shared.records import to_json
 from compat.shared.results import load_cell
 
 BENCH = Path(__file__).resolve().parents[2] / "bench" / "nearest_kernels.py"
@@ -24,7 +25,7 @@ def load_bench():
 
 def test_the_comparison_agrees_only_where_both_sides_compared_the_same():
     bench = load_bench()
-    genuine = load_cell(published.RESULTS / "vllm-0.31.0__speculators-0.9.0__cpu__variants-none.json.gz")
+    genuine = to_json(load_cell(published.RESULTS / "vllm-0.31.0__speculators-0.9.0__cpu__variants-none.json.gz"))
     assert bench.compare(copy.deepcopy(genuine), genuine)["agree"] is True
     with_figures = next(i for i, p in enumerate(genuine["probes"]) if p.get("figures"))
     one_side = copy.deepcopy(genuine)

@@ -15,6 +15,7 @@ from compat.harness.classify import new_findings
 from compat.harness.published import RESULTS
 from compat.harness.report import build_report, render_markdown
 from compat.harness.verdict import decide
+from compat.shared.records import to_json
 from compat.shared.results import load_cell
 
 GPU = RESULTS / "vllm-0.22.1__speculators-0.4.0.1__gpu.json"  # kept as its .json.gz
@@ -22,7 +23,7 @@ GPU = RESULTS / "vllm-0.22.1__speculators-0.4.0.1__gpu.json"  # kept as its .jso
 
 @pytest.fixture(scope="module")
 def record() -> dict:
-    return load_cell(GPU)
+    return to_json(load_cell(GPU))
 
 
 def _block_hasher(decision):

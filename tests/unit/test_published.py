@@ -170,6 +170,7 @@ def test_a_row_measured_here_keeps_the_other_backend_column_and_its_page_states_
     from compat.harness.runner import finish
     from compat.harness.store import SUPPORT
     from compat.harness.verdict import GATE_WORDS
+    from compat.shared.records import to_json
     from compat.shared.results import load_cell
 
     results = tmp_path / "results"
@@ -182,7 +183,7 @@ def test_a_row_measured_here_keeps_the_other_backend_column_and_its_page_states_
     options = _options(tmp_path, "0.8.1").output
     beside = support_run.other_backend_ids(doc, "cpu")
     assert beside and all("__gpu" in i for i in beside)
-    records = [load_cell(results / f"{i}.json.gz") for i in own]
+    records = [to_json(load_cell(results / f"{i}.json.gz")) for i in own]
     code = finish(records, options, documents=frozenset({(SUPPORT, "speculators-0.8.1")}), beside=beside)
     report = json.loads((tmp_path / "reports" / "compat.json").read_text())
     assert {c["id"] for c in report["cells"]} == set(own) | beside

@@ -12,6 +12,7 @@ import pytest
 from compat.harness.junit import cell_id
 from compat.harness.report import build_report, figure_tables, render_html, render_markdown, write_reports
 from compat.harness.report_cli import main
+from compat.shared.records import to_json
 from compat.shared.results import load_cell, probe_key, write_json_atomic
 from record_factory import complete
 from sample_results import sample_cells, write_sample_results
@@ -66,7 +67,7 @@ def results(tmp_path):
 
 
 def load(d):
-    return [load_cell(p) for p in sorted(d.glob("*.json")) if not p.name.startswith("kimi")]
+    return [to_json(load_cell(p)) for p in sorted(d.glob("*.json")) if not p.name.startswith("kimi")]
 
 
 def test_json_has_contract_and_extra_keys(results, tmp_path):
@@ -203,7 +204,7 @@ def test_figure_tables():
 
 def test_sample_results_render(tmp_path):
     write_sample_results(tmp_path / "r")
-    cells = [load_cell(p) for p in sorted((tmp_path / "r").glob("vllm-*.json"))]
+    cells = [to_json(load_cell(p)) for p in sorted((tmp_path / "r").glob("vllm-*.json"))]
     assert len(cells) == len(sample_cells())
     verdicts = {(c["vllm"], c["speculators"]): c["verdict"] for c in cells}
     assert verdicts[("0.11.0", "0.3.0")] == "compatible"

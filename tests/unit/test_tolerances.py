@@ -32,7 +32,7 @@ from compat.shared.tolerances import (
     summarize,
     summary_disagreement,
 )
-from record_factory import complete
+from record_factory import complete, figures_pass_json
 
 ROOT = Path(__file__).resolve().parents[2]
 CORPUS = Path(__file__).parent / "corpus"
@@ -152,20 +152,20 @@ def test_a_fixture_allowance_is_16bit_only_and_the_harness_holds_rows_to_it():
         return {"dtype": "bfloat16", "rows_expected": 1, "rows": [{**row, "allowed": stated.allowed(2.0)}],
                 "tolerance": {"atol": stated.atol, "rtol": stated.rtol, "rule": tolerances.RULE}}
 
-    assert evidence.figures_pass(figures(hybrid), "hybrid")[0] is True
+    assert figures_pass_json(figures(hybrid), "hybrid")[0] is True
     # a record made before the hybrid's was measured states the budget and is judged by it: this row is past it
-    assert evidence.figures_pass(figures(budget), "hybrid")[0] is False
-    assert evidence.figures_pass({**figures(budget), "rows": [{**row, "max_abs_error": 0.05, "allowed": 0.09}]},
+    assert figures_pass_json(figures(budget), "hybrid")[0] is False
+    assert figures_pass_json({**figures(budget), "rows": [{**row, "max_abs_error": 0.05, "allowed": 0.09}]},
                                  "hybrid")[0] is True
-    assert evidence.figures_pass(figures(budget), "llama")[0] is False
-    assert evidence.figures_pass(figures(budget), None)[0] is False
-    passed, why = evidence.figures_pass({**figures(hybrid), "rows": [{**row, "scale": 5.3,
+    assert figures_pass_json(figures(budget), "llama")[0] is False
+    assert figures_pass_json(figures(budget), None)[0] is False
+    passed, why = figures_pass_json({**figures(hybrid), "rows": [{**row, "scale": 5.3,
                                                                        "allowed": hybrid.allowed(5.3)}]}, "hybrid")
     assert passed is None and "at a scale the hybrid fixture never gives" in why, why  # a Llama row relabelled
     for other in (Tolerance(hybrid.atol, hybrid.rtol * 2), Tolerance(0.0, budget.rtol)):  # looser, or another
-        passed, why = evidence.figures_pass(figures(other), "hybrid")
+        passed, why = figures_pass_json(figures(other), "hybrid")
         assert passed is None and why.endswith("the harness holds 'bfloat16' to (0.05, 0.07) (hybrid's own)"), why
-    assert evidence.figures_pass(figures(hybrid), "llama")[0] is None  # the hybrid's allowance claimed by another
+    assert figures_pass_json(figures(hybrid), "llama")[0] is None  # the hybrid's allowance claimed by another
 
 
 def test_a_variant_names_its_fixture_for_the_writer_and_the_checker():
@@ -415,7 +415,24 @@ def test_a_typed_record_writes_back_the_json_it_was_read_from():
     for path in genuine_files():
         cell = records.load_record(read_json(path, "cell result"))
         assert isinstance(cell, records.CellRecord) and isinstance(cell.verdict, records.Verdict)
+        assert records.to_json(cell) == validate_cell(read_json(path, "cell result")), path
         assert records.load_record(records.to_json(cell)) == cell, path
+
+
+def test_a_typed_record_tells_an_absent_key_from_a_null_one():
+    cell = dict(load(V2_0110), schema_version=records.SCHEMA_VERSION)  # schema 3 holds `allowed`: null or absent
+    probe = next(p for p in cell["probes"] if p.get("figures"))
+    rows = probe["figures"]["rows"]
+    rows[0]["allowed"] = None
+    rows[1].pop("allowed", None)
+    typed = records.load_record(cell)
+    row0, row1 = next(p for p in typed.probes if p.figures is not None).figures.rows[:2]
+    assert row0.allowed is None and row1.allowed is None
+    assert records.held(row0, "allowed") and not records.held(row1, "allowed")
+    written = next(p for p in records.to_json(typed)["probes"] if p.get("figures"))["figures"]["rows"]
+    assert written[0]["allowed"] is None and "allowed" not in written[1]
+    made = records.FigureRow(sequence=0, layer=1, max_abs_error=None, scale=None)  # made in code: None is absent
+    assert not records.held(made, "allowed") and "allowed" not in records.to_json(made)
 
 
 def test_every_committed_record_loads_with_every_key_it_carries_declared():

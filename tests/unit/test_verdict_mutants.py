@@ -15,12 +15,12 @@ from pathlib import Path
 import pytest
 
 from compat.harness.classify import classify_probe, counts
-from compat.harness.evidence import figures_pass
 from compat.harness.verdict import FINDING, PASS, UNTESTED, decide, matrix_gate
 from compat.shared import breakages
 from compat.shared.breakages import BY_ID, REGISTRY, Breakage, Symptom
+from compat.shared.records import Figures, RecordError, typed
 from compat.shared.tolerances import Tolerance, summarize
-from record_factory import complete, passing_figures
+from record_factory import complete, figures_pass_json, passing_figures
 
 CORPUS = Path(__file__).parent / "corpus"
 REF = "hidden_states_match_reference"
@@ -128,27 +128,30 @@ def test_a_tolerance_that_is_not_the_harness_one_says_which_rule_it_breaks(toler
 def test_a_dtype_the_harness_does_not_know_has_no_tolerance():
     figures = passing_figures()
     figures["dtype"] = "int8"
-    assert figures_pass(figures, "llama") == (None, "tolerance atol 0.0001, rtol 0.0001 for dtype 'int8'; the "
+    assert figures_pass_json(figures, "llama") == (None, "tolerance atol 0.0001, rtol 0.0001 for dtype 'int8'; the "
                                                     "harness holds 'int8' to nothing (unknown dtype)")
 
 
-def test_rows_that_are_not_a_list_compare_nothing():
+def test_rows_that_are_not_a_list_are_refused_and_no_rows_compare_nothing():
     figures = passing_figures()
     figures["rows"] = {"0": figures["rows"][0]}
-    assert figures_pass(figures, "llama") == (None, "no rows compared")
+    with pytest.raises(RecordError, match=r"^rows: dict .*, expected a list"):  # refused before a figure is read
+        typed(Figures, figures)
+    figures["rows"] = []
+    assert figures_pass_json(figures, "llama") == (None, "no rows compared")
 
 
 def test_a_row_is_one_place_by_case_sequence_and_layer():
     figures = passing_figures(rows=2)
     figures["rows"] = [dict(r, case=case) for case in ("batch", "repeated") for r in figures["rows"]]
     figures["rows_expected"] = 4
-    assert figures_pass(figures, "llama")[0] is True  # the same (sequence, layer) in two cases
+    assert figures_pass_json(figures, "llama")[0] is True  # the same (sequence, layer) in two cases
     figures = passing_figures(rows=2)
     figures["rows"] += [dict(r, sequence=1) for r in figures["rows"]]
     figures["rows_expected"] = 4
-    assert figures_pass(figures, "llama")[0] is True  # the same layer of two sequences
+    assert figures_pass_json(figures, "llama")[0] is True  # the same layer of two sequences
     figures["rows"][3] = dict(figures["rows"][1])
-    assert figures_pass(figures, "llama") == (None, "a (sequence, layer) row is listed twice")
+    assert figures_pass_json(figures, "llama") == (None, "a (sequence, layer) row is listed twice")
 
 
 def test_the_failing_row_is_named():
@@ -181,26 +184,26 @@ def drifted(drifted=2, relative=0.3, separation=0.6, tokens=40, rule=None, other
 
 
 def test_drift_at_each_bound_of_its_rule():
-    assert figures_pass(drifted(relative=0.5), "llama")[0] is True  # max_relative <= relative
-    assert figures_pass(drifted(separation=0.9), "llama")[0] is False  # separation must stay below the bound
+    assert figures_pass_json(drifted(relative=0.5), "llama")[0] is True  # max_relative <= relative
+    assert figures_pass_json(drifted(separation=0.9), "llama")[0] is False  # separation must stay below the bound
     # 2 of 40 tokens is 5 %: at the fraction, allowed; rows without a drift entry count no tokens
-    assert figures_pass(drifted(others=False), "llama")[0] is True
-    assert figures_pass(drifted(drifted=3, others=False), "llama")[0] is False
+    assert figures_pass_json(drifted(others=False), "llama")[0] is True
+    assert figures_pass_json(drifted(drifted=3, others=False), "llama")[0] is False
 
 
-def test_drift_without_a_token_count_is_not_believed():
+def test_drift_without_a_token_count_is_refused_before_a_figure_is_read():
     rule = {"relative": 0.5, "separation": 0.9, "fraction": 0.5}
-    passed, why = figures_pass(drifted(drifted=1, tokens=None, rule=rule), "llama")
-    assert passed is False and why.endswith("1 of None tokens drifted, which no check counts")
+    with pytest.raises(RecordError, match=r"^rows\[0\]\.drift\.tokens: null, expected an integer"):
+        typed(Figures, drifted(drifted=1, tokens=None, rule=rule))
 
 
-def test_a_drift_rule_that_is_not_a_mapping_is_no_rule():
-    passed, why = figures_pass(drifted(rule="relative 0.5"), "llama")
-    assert passed is False and "drift is a 16-bit rule with a stated bound (dtype bfloat16, drift_rule None)" in why
+def test_a_drift_rule_that_is_not_a_mapping_is_refused_before_a_figure_is_read():
+    with pytest.raises(RecordError, match=r"^drift_rule: str 'relative 0.5', expected an object"):
+        typed(Figures, drifted(rule="relative 0.5"))
 
 
 def test_drift_beyond_its_rule_names_the_row_and_its_figures():
-    passed, why = figures_pass(drifted(relative=0.8, separation=0.6), "llama")
+    passed, why = figures_pass_json(drifted(relative=0.8, separation=0.6), "llama")
     assert passed is False
     assert why.startswith("sequence 0 layer 1: max abs 2e-06, scale 3.0: drifted tokens off by 0.8 relative, "
                           "separation 0.6: beyond the drift rule")

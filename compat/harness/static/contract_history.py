@@ -27,6 +27,7 @@ from compat.harness.static.finding import Finding
 from compat.harness.static.layers import PROBE_CONTRACTS
 from compat.harness.static.sources import SourceCache, StaticError, WheelSources
 from compat.shared.breakages import REGISTRY, Breakage
+from compat.shared.records import CellRecord, ProbeStatus
 
 SINCE = "0.11.0"
 
@@ -174,13 +175,12 @@ def registry_check(entry: Breakage, contract_flips: list[dict[str, Any]], releas
     return {"id": entry.id, "agrees": True, "verdict": f"agrees: introduced in {entry.introduced_in} {since}{until}"}
 
 
-def cell_results(results_dir: Path | None) -> dict[tuple[str, str], dict[str, Any]]:
+def cell_results(results_dir: Path | None) -> dict[tuple[str, str], CellRecord]:
     """Stored runtime cells of real builds by (vLLM, speculators), CPU ones first. A nearest-kernel cell
     (another build's ops, issue 46) confirms no flip: what it finds is a lead until a real build shows it."""
-    from compat.harness.nearest_kernels import record_kernels
     from compat.shared.results import ResultFileError, load_cell, record_files
 
-    found: dict[tuple[str, str], dict[str, Any]] = {}
+    found: dict[tuple[str, str], CellRecord] = {}
     if results_dir is None or not Path(results_dir).is_dir():
         return found
     for path in record_files(Path(results_dir), "vllm-*"):
@@ -188,21 +188,20 @@ def cell_results(results_dir: Path | None) -> dict[tuple[str, str], dict[str, An
             cell = load_cell(path)
         except ResultFileError:
             continue
-        if cell.get("probes") and not record_kernels(cell):
-            cell["_path"] = str(path)
-            found.setdefault((str(cell.get("vllm")), str(cell.get("speculators"))), cell)
+        if cell.probes and cell.kernels is None:
+            found.setdefault((cell.vllm, cell.speculators), cell)
     return found
 
 
-def _probe_status(cell: dict[str, Any] | None, probe: str) -> str | None:
-    if not cell:
+def _probe_status(cell: CellRecord | None, probe: str) -> ProbeStatus | None:
+    if cell is None:
         return None
-    statuses = [p.get("status") for p in cell.get("probes") or [] if p.get("id") == probe]
+    statuses = [p.status for p in cell.probes if p.id == probe]
     return statuses[0] if statuses else None
 
 
 def confirm(flip: dict[str, Any], probe: str | None, speculators: str, cpu_releases: list[str],
-            results: dict[tuple[str, str], dict[str, Any]]) -> dict[str, Any]:
+            results: dict[tuple[str, str], CellRecord]) -> dict[str, Any]:
     """The flip at runtime on the neighbouring releases with a CPU build, from stored results."""
     before = [r for r in cpu_releases if Version(r) <= Version(flip["before_release"])]
     after = [r for r in cpu_releases if Version(r) >= Version(flip["release"])]
@@ -221,7 +220,8 @@ def confirm(flip: dict[str, Any], probe: str | None, speculators: str, cpu_relea
                 "text": f"not confirmed at runtime: no stored {probe} result for vLLM {', '.join(missing)}; "
                         f"run nox -s compat -- {' '.join('--vllm ' + v for v in missing)} --speculators "
                         f"{speculators}{note}"}
-    undecided = [f"{probe} {st} on {v}" for v, st in ((a, sa), (b, sb)) if st not in ("ok", "broken")]
+    answered = (ProbeStatus.OK, ProbeStatus.BROKEN)
+    undecided = [f"{probe} {st} on {v}" for v, st in ((a, sa), (b, sb)) if st not in answered]
     if undecided:
         return {"confirmed": False, "cells": [a, b],
                 "text": f"not confirmed at runtime: the probe could not tell ({', '.join(undecided)}){note}"}
