@@ -9,6 +9,7 @@ by decode steps. The prompts come from compat.cell.workload.output_token_prompts
 
 from __future__ import annotations
 
+import fcntl
 import importlib.util
 import shutil
 import time
@@ -22,6 +23,7 @@ CASE = "output_tokens"
 KEY = "include_output_tokens"
 CONNECTOR_FILE = "distributed/kv_transfer/kv_connector/v1/example_hidden_states_connector.py"  # under vllm/
 LOCK_WAIT = 120.0
+REQUEST_TIMEOUT = 300.0  # one attempt each: a retried request would write another file
 
 
 class IncompleteReply(RuntimeError):
@@ -42,6 +44,28 @@ def missing() -> str | None:
     return None
 
 
+def written(path: Path) -> None:
+    """Until the connector's asynchronous write of `path` is done: it holds an exclusive flock on `<path>.lock`
+    while it writes (vLLM's own load_hidden_states takes a shared one); the lock file is then removed, as vLLM's
+    cleanup_hidden_states does. A file named but never written is vLLM's fault (IncompleteReply)."""
+    lock = Path(f"{path}.lock")
+    deadline = time.monotonic() + LOCK_WAIT
+    if lock.exists():
+        with open(lock) as handle:
+            while True:
+                try:
+                    fcntl.flock(handle, fcntl.LOCK_SH | fcntl.LOCK_NB)
+                    break
+                except BlockingIOError:
+                    if time.monotonic() > deadline:
+                        raise IncompleteReply(f"vLLM's write of {path} did not finish in {LOCK_WAIT:.0f} s (its "
+                                              "lock stayed held)") from None
+                    time.sleep(0.05)
+        lock.unlink(missing_ok=True)
+    if not path.is_file():
+        raise IncompleteReply(f"vLLM named {path} in its reply but never wrote it")
+
+
 def send(model: str, endpoint: str, prompts: Sequence[Sequence[int]], folder: Path) -> list[tuple[list[int], Path]]:
     """Each prompt with OUTPUT_TOKENS generated, all in flight at once; (prompt + generated[:-1], file) per prompt.
     A refused request raises the client's own error (openai.APIError), a reply without its file IncompleteReply:
@@ -50,7 +74,7 @@ def send(model: str, endpoint: str, prompts: Sequence[Sequence[int]], folder: Pa
 
     shutil.rmtree(folder, ignore_errors=True)
     folder.mkdir(parents=True)
-    client = openai.Client(base_url=endpoint, api_key="EMPTY")
+    client = openai.Client(base_url=endpoint, api_key="EMPTY", max_retries=0, timeout=REQUEST_TIMEOUT)
 
     def one(index: int) -> tuple[list[int], Path]:
         reply = client.completions.create(
@@ -65,10 +89,10 @@ def send(model: str, endpoint: str, prompts: Sequence[Sequence[int]], folder: Pa
                                                 ("the generated token ids (return_token_ids)", generated))
                        if value is None or value == ""]
             raise IncompleteReply(f"vLLM's reply lacks {' and '.join(lacking)}: {str(reply)[:300]}")
-        lock = Path(f"{path}.lock")
-        deadline = time.monotonic() + LOCK_WAIT
-        while lock.exists() and time.monotonic() < deadline:
-            time.sleep(0.05)
+        if len(generated) != OUTPUT_TOKENS:
+            raise IncompleteReply(f"vLLM generated {len(generated)} tokens where {OUTPUT_TOKENS} were asked "
+                                  "(min_tokens, ignore_eos)")
+        written(Path(path))
         target = folder / f"hs_{index}.safetensors"
         shutil.move(path, target)
         return list(prompts[index]) + [int(t) for t in generated][:-1], target

@@ -380,11 +380,14 @@ class Extraction:
             run.client = ("speculators CLI: prepare-data + generate-offline-data"
                           if extraction.has_cli(self.speculators)
                           else "speculators.data_generation.vllm_client (0.5-0.7: no CLI), requests sent at once")
-            workload_drive.drive(self, run, endpoint, base, workload_drive.vocab_size(self.model))
-            self._shrink(run, endpoint, base)
-            if not server.alive():
-                raise extraction.ClientFailed("the client finished the workload, then the server died")
-            self._drive_output_tokens(run, server, endpoint, base)
+            try:
+                workload_drive.drive(self, run, endpoint, base, workload_drive.vocab_size(self.model))
+                self._shrink(run, endpoint, base)
+                if not server.alive():
+                    raise extraction.ClientFailed("the client finished the workload, then the server died")
+            finally:  # its own requests, also after a workload the client refused: one probe's failure is its own
+                if server.alive():
+                    self._drive_output_tokens(run, server, endpoint, base)
             return
         if extraction.has_cli(self.speculators):
             run.client = "speculators CLI: prepare-data + generate-offline-data"
@@ -417,6 +420,9 @@ class Extraction:
         why = output_tokens.missing()
         if why:
             run.cases_not_run[case] = why
+            return
+        if run.workload is None:
+            run.cases_not_run[case] = "error: not sent: the workload was never drawn (its engine's block size unread)"
             return
         try:
             prompts = workload.output_token_prompts(run.workload.engine, workload_drive.vocab_size(self.model))

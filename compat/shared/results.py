@@ -192,7 +192,7 @@ def read_json(path: Path, what: str) -> Any:
 
 def load_cell(path: Path) -> CellRecord:
     """One cell record from results/<cell>.json, validated against compat.shared.records.CellRecord
-    (schema 1 and 2 migrated) and typed; a record that fails names the file and the field. A reader not yet typed
+    (schemas 1, 2 and 3 migrated) and typed; a record that fails names the file and the field. A reader not yet typed
     takes its JSON where it calls (records.to_json writes back what was read, key for key)."""
     try:
         return load_record(read_json(path, "cell result"), source=f" ({path})")

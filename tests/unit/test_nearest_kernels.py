@@ -397,9 +397,10 @@ def test_a_validation_run_in_another_torch_says_so_in_its_id_label_and_recipe(in
 def _kept_kernel_record(folder: Path, vllm: str, kernels: str) -> dict:
     """Published 0.32.0 x 0.9.0's record, as the nearest-kernel cell of vLLM `vllm` over `kernels`' ops."""
     from compat.harness.published import RESULTS
+    from compat.shared.records import to_json
     from compat.shared.results import load_cell
 
-    record = load_cell(RESULTS / "vllm-0.32.0__speculators-0.9.0__cpu__variants-none.json.gz")
+    record = to_json(load_cell(RESULTS / "vllm-0.32.0__speculators-0.9.0__cpu__variants-none.json.gz"))
     cell = nk.KernelCell(vllm, "0.9.0", "cpu", variants=(), kernels=kernels)
     record.update(id=cell.id, vllm=vllm, kernels=nk.kernels_record(cell), static=None,
                   fidelity=None)  # the static layer read 0.32.0's wheels

@@ -228,3 +228,32 @@ def test_an_output_token_failure_is_said_by_where_its_wrong_rows_are():
                                "3 of 7 generated rows wrong (first at position 125, block 0 offset 125)")
     assert "prompt and decode rows: 1 of 320 prompt rows, 1 of 7 generated rows" in words[1]
     assert "prompt rows only" in probe.decode_words({1: [0]}, [125, 1, 320], 128)[0]
+
+
+def test_an_output_token_file_is_read_once_written_and_a_named_file_never_written_is_vllms(tmp_path):
+    """output_tokens.written: the connector holds an exclusive flock on <file>.lock while it writes; the reader
+    waits for it (never for the lock file to vanish: vLLM leaves it), removes it, and a file named but never
+    written is vLLM's fault."""
+    import fcntl
+    import threading
+
+    from compat.cell import output_tokens
+
+    path = tmp_path / "hs.safetensors"
+    lock = tmp_path / "hs.safetensors.lock"
+    lock.write_text("")
+    holder = open(lock)
+    fcntl.flock(holder, fcntl.LOCK_EX)
+
+    def finish():
+        path.write_bytes(b"rows")
+        fcntl.flock(holder, fcntl.LOCK_UN)
+        holder.close()
+
+    timer = threading.Timer(0.3, finish)
+    timer.start()
+    output_tokens.written(path)  # returns once the writer lets go, not after LOCK_WAIT
+    timer.join()
+    assert path.read_bytes() == b"rows" and not lock.exists()
+    with pytest.raises(output_tokens.IncompleteReply, match="never wrote it"):
+        output_tokens.written(tmp_path / "other.safetensors")

@@ -144,7 +144,9 @@ def output_token_rows(variants, mode: str, probe_detail: dict) -> None:
     probe_detail["output_tokens"] = {
         "seed": workload.SEED, "engine": dataclasses.asdict(drawn.engine), "vocab_size": drawn.vocab_size,
         "generated_per_request": workload.OUTPUT_TOKENS,
-        "digest": workload.digest_of(workload.output_token_prompts(drawn.engine, drawn.vocab_size)),
+        # the prompts as sent (each file's ids up to the drawn prompt's length): the record says what was sent
+        "digest": workload.digest_of([ids[:len(p)] for (ids, _), p in
+                                      zip(items, workload.output_token_prompts(drawn.engine, drawn.vocab_size))]),
         "rows_per_request": [len(ids) for ids, _ in items]}
     try:
         check_layer_ids(run, sorted(runs.ids), chosen.model, probe_detail, dtype=chosen.dtype, fixture=chosen.fixture,
