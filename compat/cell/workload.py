@@ -38,8 +38,10 @@ LONG_PREFILL_THRESHOLD = 128  # a prefill's chunk at most this: long prompts pre
 KV_CONTEXTS = 1.25
 EXPECTED_BLOCK = {"cpu": 128, "gpu": 16}  # only to size the KV cache before the engine says its own
 
-# phases, sent in order, each through one client run: bases first, so that the hits find their blocks cached
-PHASES = ("prefix_bases", "prefix_hits", "stress")
+# phases, sent in order, each through one client run: bases first, so that the hits find their blocks cached; the
+# long prompts all at once in a phase of their own, so that they prefill side by side whatever the client's order or
+# the machine's load (together they need more KV cache than the engine has: preemption), then the many short ones
+PHASES = ("prefix_bases", "prefix_hits", "long_together", "stress")
 
 SHAPES = {
     "block_multiple_minus_one": "a prompt of k*B - 1 tokens (B: the engine's block size)",
@@ -129,7 +131,7 @@ def draw(seed: int, engine: Engine, vocab_size: int) -> Workload:
     out.prompts.append(Prompt("one_token", "stress", tokens(1)))
     longs = sorted({min(limit, CONTEXT + 9), min(limit, 3 * budget + 5), min(limit, 3 * CONTEXT // 4),
                     min(limit, 5 * CONTEXT // 8)}, reverse=True)
-    out.prompts += [Prompt(f"long_{n}", "stress", tokens(n)) for n in longs]
+    out.prompts += [Prompt(f"long_{n}", "long_together", tokens(n)) for n in longs]
     out.prompts += [Prompt(f"short_{i}", "stress", tokens(rng.randrange(16, 2 * b)))
                     for i in range(engine.max_num_seqs + 4)]
     return out

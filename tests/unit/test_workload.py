@@ -24,6 +24,10 @@ def test_drawn_for_the_engine_block_size(engine):
     assert max(lengths) >= workload.CONTEXT and max(lengths) < engine.max_model_len
     assert sum(n >= 3 * engine.max_num_batched_tokens for n in lengths) >= 2
     assert len(drawn.phase("stress")) > engine.max_num_seqs
+    # the long prompts are sent together, and together they need more KV cache than the run's engine has
+    longs = drawn.phase("long_together")
+    assert len(longs) >= 2 and all(p.name.startswith("long_") for p in longs)
+    assert sum(len(p.ids) for p in longs) > workload.KV_CONTEXTS * workload.MAX_MODEL_LEN
     hits = {p.name: p for p in drawn.phase("prefix_hits")}
     assert hits["prefix_hit_boundary"].shares % b == 0 and hits["prefix_hit_mid_block"].shares % b != 0
     base = drawn.phase("prefix_bases")[0].ids
