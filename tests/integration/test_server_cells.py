@@ -11,7 +11,7 @@ from conftest import probes_by_key
 # composite that no variant decides (compat.shared.probe_catalog reads the markers); workload_shapes reads its own
 # run (one more server start, with no api_only run of its own: issue 42's bound of one extra start per cell).
 FILE_PROBES = [(p.id, case) for p in catalogued() if p.suite == "server" and p.composite and not p.variants
-               and p.id != "workload_shapes" for case in p.cases]
+               and not p.advisory and p.id != "workload_shapes" for case in p.cases]
 
 
 def test_newest_pair_runs_as_shipped_with_the_cpu_connector_shim_listed(cell):
