@@ -144,12 +144,12 @@ def output_token_rows(variants, mode: str, probe_detail: dict) -> None:
             "the output-token requests wrote no file"))
     drawn = run.workload
     items = run.files[output_tokens.CASE]
+    lengths = [len(p) for p in workload.output_token_prompts(drawn.engine, drawn.vocab_size)]
     probe_detail["output_tokens"] = {
         "seed": workload.SEED, "engine": dataclasses.asdict(drawn.engine), "vocab_size": drawn.vocab_size,
         "generated_per_request": workload.OUTPUT_TOKENS,
         # the prompts as sent (each file's ids up to the drawn prompt's length): the record says what was sent
-        "digest": workload.digest_of([ids[:len(p)] for (ids, _), p in
-                                      zip(items, workload.output_token_prompts(drawn.engine, drawn.vocab_size))]),
+        "digest": workload.digest_of([ids[:n] for (ids, _), n in zip(items, lengths)]),
         "rows_per_request": [len(ids) for ids, _ in items]}
     try:
         check_layer_ids(run, sorted(runs.ids), chosen.model, probe_detail, dtype=chosen.dtype, fixture=chosen.fixture,
@@ -157,7 +157,6 @@ def output_token_rows(variants, mode: str, probe_detail: dict) -> None:
     except ContractViolation as exc:
         wrong = wrong_tokens(reference_for(chosen.model), items, sorted(runs.ids),
                              tolerance_for(chosen.dtype, chosen.fixture))
-        lengths = [len(p) for p in workload.output_token_prompts(drawn.engine, drawn.vocab_size)]
         lead = output_tokens.decode_words(wrong, lengths, drawn.engine.block_size)
         probe_detail["failure_by_request"] = lead
         with speculators_call():
