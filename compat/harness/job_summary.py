@@ -52,9 +52,28 @@ def fit(text: str, limit: int = LIMIT, whole: str = "the reports artifact") -> s
     return body.rstrip("\n") + note
 
 
-def summary(report: Path, status: int, what: str, limit: int = LIMIT, whole: str = "the reports artifact") -> str:
-    """The job summary: the status's meaning, then the report (or why there is none), fitted to `limit`."""
-    head = headline(status, what)
+def recorded(path: Path) -> str:
+    """The headlines of the exit statuses a workflow recorded, one `STATUS WHAT` line per command (the workflows'
+    $RUNNER_TEMP/exit-status, gated after the upload), or why there are none."""
+    try:
+        lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
+    except OSError as exc:
+        return f"**no exit status was recorded ({path}: {exc.strerror or exc})**\n\n"
+    heads = []
+    for line in lines:
+        status, _, what = line.strip().partition(" ")
+        if status.lstrip("-").isdigit():
+            heads.append(headline(int(status), what or "a command"))
+        elif line.strip():
+            heads.append(f"**a line that is no exit status: {line.strip()[:200]!r}**\n\n")
+    return "".join(heads) or f"**no exit status was recorded ({path} is empty)**\n\n"
+
+
+def summary(report: Path, status: int | None, what: str, limit: int = LIMIT, whole: str = "the reports artifact",
+            statuses: Path | None = None) -> str:
+    """The job summary: the status's meaning (or each recorded status's, `statuses`), then the report (or why there
+    is none), fitted to `limit`."""
+    head = recorded(statuses) if statuses is not None else headline(int(status or 0), what)
     try:
         body = report.read_text(encoding="utf-8", errors="replace")
     except OSError as exc:
@@ -72,12 +91,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = _Parser(prog="python -m compat.harness.job_summary",
                                      description="Write a report as a GitHub job summary within its size limit.")
     parser.add_argument("report", type=Path, help="the Markdown report (reports/compat.md)")
-    parser.add_argument("--status", type=int, required=True, help="the command's exit status")
+    given = parser.add_mutually_exclusive_group(required=True)
+    given.add_argument("--status", type=int, help="the command's exit status")
+    given.add_argument("--statuses", type=Path,
+                       help="a file of recorded exit statuses, a `STATUS WHAT` line each ($RUNNER_TEMP/exit-status)")
     parser.add_argument("--what", default="vllm-spec-compat", help="what ran, for the first line")
     parser.add_argument("--whole", default="the reports artifact", help="where the whole report is")
     parser.add_argument("--limit", type=int, default=LIMIT, help=f"bytes (default {LIMIT}, GitHub's)")
     args = parser.parse_args(argv)
-    sys.stdout.write(summary(args.report, args.status, args.what, args.limit, args.whole))
+    sys.stdout.write(summary(args.report, args.status, args.what, args.limit, args.whole, args.statuses))
     return 0
 
 

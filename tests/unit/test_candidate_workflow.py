@@ -207,3 +207,19 @@ def test_the_summary_command_exits_with_the_usage_code_on_a_bad_command_line(cap
     with pytest.raises(SystemExit) as exc:
         job_summary.main(["--status", "banana", "x.md"])
     assert exc.value.code == 64
+
+
+def test_the_summary_of_recorded_statuses_says_each_commands_status_first(tmp_path):
+    recorded = tmp_path / "exit-status"
+    recorded.write_text("0 nox -s report, float32\n1 nox -s report, bfloat16\nbanana\n")
+    (tmp_path / "compat.md").write_text("# the answer\n")
+    out = job_summary.summary(tmp_path / "compat.md", None, "x", statuses=recorded)
+    assert out.startswith("**nox -s report, float32: exit 0, ")
+    assert "**nox -s report, bfloat16: exit 1, " in out and "no exit status: 'banana'" in out
+    assert out.endswith("# the answer\n")
+    assert "no exit status was recorded" in job_summary.summary(tmp_path / "compat.md", None, "x",
+                                                                 statuses=tmp_path / "absent")
+    with pytest.raises(SystemExit) as exc:  # one of the two, never both
+        job_summary.main(["--status", "0", "--statuses", str(recorded), "x.md"])
+    assert exc.value.code == 64
+
