@@ -965,6 +965,122 @@ def _inv_broken_na(c):
     return HARMFUL, key(p)
 
 
+
+# ---- this round (schema 4): a run's shapes, the output-token requests, the closed maps, a nearest-kernel cell
+
+def _shapes(p: dict) -> Optional[dict]:
+    """A run's shapes as stored: schema 4's `shapes`, schema 3's detail."""
+    found = p.get("shapes") if isinstance(p.get("shapes"), dict) else p.get("detail")
+    return found if isinstance(found, dict) and isinstance(found.get("workload"), dict) else None
+
+
+def shapes_ok(c):
+    return first(c, lambda p: p["id"] == "workload_shapes" and p["status"] == "ok" and _shapes(p) is not None
+                 and (_shapes(p) or {}).get("per_prompt"))
+
+
+@edit("shapes: the workload's digest of another draw", "shapes.workload.digest")
+def _shapes_digest(c):
+    p = shapes_ok(c)
+    if p is None:
+        return None
+    _shapes(p)["workload"]["digest"] = "0" * 16
+    return HARMFUL, key(p)
+
+
+@edit("shapes: one prompt measured a token longer than the workload drew it", "shapes.per_prompt.length")
+def _shapes_length(c):
+    p = shapes_ok(c)
+    if p is None:
+        return None
+    per_prompt = _shapes(p)["per_prompt"]
+    per_prompt[next(iter(per_prompt))]["length"] += 1
+    return HARMFUL, key(p)
+
+
+@edit("shapes: a shape the run showed also listed as ruled out", "shapes.shapes_n_a")
+def _shapes_shown_na(c):
+    p = shapes_ok(c)
+    shown = (_shapes(p) or {}).get("shapes_shown") if p is not None else None
+    if not isinstance(shown, dict) or not any(shown.values()):
+        return None
+    shape = next(name for name, n in shown.items() if n)
+    _shapes(p)["shapes_n_a"] = {shape: "the launch rules it out"}
+    return HARMFUL, key(p)
+
+
+@edit("shapes: a wanted shape not shown while the probe claims ok", "shapes.shapes_not_shown")
+def _shapes_not_shown(c):
+    p = shapes_ok(c)
+    shapes = _shapes(p) if p is not None else None
+    if shapes is None or not isinstance(shapes.get("shapes_shown"), dict) or not any(shapes["shapes_shown"].values()):
+        return None
+    shape = next(name for name, n in shapes["shapes_shown"].items() if n)
+    shapes["shapes_shown"][shape] = 0
+    if isinstance(shapes.get("shape_examples"), dict):
+        shapes["shape_examples"][shape] = []
+    shapes["shapes_not_shown"] = [shape]
+    return HARMFUL, key(p)
+
+
+def output_tokens_ok(c):
+    return first(c, lambda p: p["id"] == "output_token_rows" and p["status"] == "ok"
+                 and isinstance((p.get("detail") or {}).get("output_tokens"), dict))
+
+
+@edit("output tokens: a request's rows edited (rows_per_request)", "detail.output_tokens.rows_per_request")
+def _output_rows(c):
+    p = output_tokens_ok(c)
+    if p is None:
+        return None
+    sent = p["detail"]["output_tokens"]
+    sent["rows_per_request"] = [n - 1 if i == 0 else n for i, n in enumerate(sent["rows_per_request"])]
+    return HARMFUL, key(p)
+
+
+@edit("output tokens: the prompts' digest of another draw", "detail.output_tokens.digest")
+def _output_digest(c):
+    p = output_tokens_ok(c)
+    if p is None:
+        return None
+    p["detail"]["output_tokens"]["digest"] = "0" * 16
+    return HARMFUL, key(p)
+
+
+@edit("closed: an unknown key in env", "env")
+def _closed_env(c):
+    if not isinstance(c.get("env"), dict) or c.get("schema_version") not in (3, 4):
+        return None
+    c["env"]["vllm_dist_official"] = "vllm 0.99.0"
+    return HARMFUL, "cell"
+
+
+@edit("closed: an unknown key in settings", "settings")
+def _closed_settings(c):
+    if not isinstance(c.get("settings"), dict) or c.get("schema_version") not in (3, 4):
+        return None
+    c["settings"]["dtype_override"] = "bfloat16"
+    return HARMFUL, "cell"
+
+
+@edit("closed: an unknown key in a static finding", "static.findings")
+def _closed_static(c):
+    findings = (c.get("static") or {}).get("findings") if isinstance(c.get("static"), dict) else None
+    if not findings or c.get("schema_version") not in (3, 4):
+        return None
+    findings[0]["outcome_stated"] = "ok"
+    return HARMFUL, "cell"
+
+
+@edit("kernels: a nearest-kernel cell's torch other than it ran", "kernels.torch")
+def _kernels_torch(c):
+    kernels = c.get("kernels") if isinstance(c.get("kernels"), dict) else None
+    if kernels is None or not c.get("probes"):
+        return None
+    kernels["torch"] = "2.99.0"
+    return HARMFUL, "cell"
+
+
 # Why an edit held harmless cannot change what the record supports (by edit-name prefix).
 WHY_HARMLESS = {
     "env.vllm_dist: its local +cpu build tag": "the same release; a local build tag is not another version",
