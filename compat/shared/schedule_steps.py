@@ -112,7 +112,7 @@ def requests_seen(lines: Sequence[dict[str, Any]]) -> tuple[dict[str, dict[str, 
         for position, item in enumerate(line.get("requests") or []):
             req = reqs.setdefault(item["req"], {"digest": item.get("digest"), "prompt_len": item.get("prompt_len"),
                                                 "first_computed": None, "prefill_steps": 0, "chunk_starts": [],
-                                                "reached": 0, "recomputed": 0, "resumed": 0, "preempted": 0,
+                                                "upto": 0, "recomputed": 0, "resumed": 0, "preempted": 0,
                                                 "first_step": step_no, "batch_position": position,
                                                 "crowded_steps": 0})
             computed, scheduled = item.get("computed"), int(item.get("scheduled") or 0)
@@ -122,14 +122,16 @@ def requests_seen(lines: Sequence[dict[str, Any]]) -> tuple[dict[str, dict[str, 
                 continue
             if req["first_computed"] is None:
                 req["first_computed"] = computed
-            elif computed < req["reached"]:
-                req["recomputed"] += 1  # its computed tokens went back: its KV was dropped and is computed again
+            elif computed < req["upto"]:
+                # its computed tokens went back below where its last step left them: its KV was dropped and is
+                # computed again (once per going back, not once per chunk of the recomputation)
+                req["recomputed"] += 1
             if item.get("resumed"):
                 req["resumed"] += 1
             if req["prompt_len"] and computed < req["prompt_len"] and scheduled:
                 req["prefill_steps"] += 1
                 req["chunk_starts"].append(computed)
-            req["reached"] = max(req["reached"], computed + scheduled)
+            req["upto"] = computed + scheduled
         for req_id in preempted_now:
             if req_id in reqs:
                 reqs[req_id]["preempted"] += 1

@@ -261,3 +261,20 @@ def test_an_output_token_file_is_read_once_written_and_a_named_file_never_writte
     assert path.read_bytes() == b"rows" and not lock.exists()
     with pytest.raises(output_tokens.IncompleteReply, match="never wrote it"):
         output_tokens.written(tmp_path / "other.safetensors")
+
+
+def test_a_preemption_counts_once_however_many_chunks_recompute_it():
+    """A request preempted once and recomputed over three chunks was preempted once (the H200 runs of probe set 7
+    read 24 for 3 preemptions: every recompute chunk below the old high-water mark counted)."""
+    from compat.shared.schedule_steps import requests_seen, shapes_summary
+
+    prompt = list(range(1000))
+
+    def at(computed, scheduled, resumed=False):
+        return step(req("a", prompt, computed, scheduled, resumed=resumed))
+
+    lines = [at(0, 256), at(256, 256), at(512, 256), at(0, 256, resumed=True), at(256, 256), at(512, 256),
+             at(768, 232), at(0, 256), at(256, 256)]  # preempted after 768, then again after 512 (no resumed flag)
+    reqs, _ = requests_seen(lines)
+    assert reqs["a"]["recomputed"] == 2 and reqs["a"]["preempted"] == 2
+    assert shapes_summary(lines, 128)["preemptions"] == 2
