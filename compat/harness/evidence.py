@@ -562,7 +562,8 @@ def recheck(cell: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
     variants = _spec_variants(cell)
     probes = []
     seen: set[str] = set()
-    for probe in cell.get("probes") or []:
+    typed = records.build(records.CellRecord, cell)  # the invariants read the typed record
+    for probe, typed_probe in zip(cell.get("probes") or [], typed.probes):
         key = probe_key(probe)
         why = compat_why = None
         if probe.get("id") in DATA_PROBES:
@@ -570,8 +571,8 @@ def recheck(cell: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
             why, compat_why = figures_disagree(probe, came_from, fixture)
             told, compat_told = _data_contradiction(probe, migrated, fixture)
             why, compat_why = why or told, compat_why or compat_told
-        held, compat_held = probe_invariants(cell, probe, fixture_of(cell, probe) if probe.get("id") in DATA_PROBES
-                                             else None)
+        held, compat_held = probe_invariants(typed, typed_probe, fixture_of(cell, probe)
+                                             if probe.get("id") in DATA_PROBES else None)
         why, compat_why = why or held, compat_why or compat_held
         why = why or _record_contradiction(probe, migrated)
         if key in seen:
@@ -591,7 +592,7 @@ def recheck(cell: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
         probes.append({"id": pid, "case": case.rstrip("]") or None, "status": "error", "with_compat": None,
                        "advisory": False, "error": None, "cause": "record", "seconds": 0.0, "detail": {},
                        "reason": f"{CONTRADICTS}{key} is expected (manifest) but absent from the record"})
-    problems += env_problems(cell) + identity_problems(cell) + cell_invariants(cell)
+    problems += env_problems(cell) + identity_problems(cell) + cell_invariants(typed)
     out = dict(cell)
     out["probes"] = probes
     return out, problems

