@@ -33,6 +33,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import enum
+import functools
 import math
 import sys
 import typing
@@ -489,7 +490,9 @@ class RecordError(ValueError):
         self.path, self.problem = path, problem
 
 
+@functools.lru_cache(maxsize=None)
 def _hints(cls: type) -> dict[str, Any]:
+    """A class's resolved field types, once per class (parse and build ask for them at every object)."""
     return typing.get_type_hints(cls, vars(sys.modules[cls.__module__]))
 
 
