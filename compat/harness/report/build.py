@@ -124,7 +124,8 @@ class DecidedCell:
 
     @classmethod
     def from_json(cls, cell: Mapping[str, Any]) -> "DecidedCell":
-        """A cell of compat.json as the report built it (the record's probes read as re-checked)."""
+        """A cell of compat.json as the report built it: its record read as shown (its probes as re-checked, its
+        verdict the derived one; the stored one, where it differs, is `stored_verdict`)."""
         probes = tuple((CheckedProbe(build(ProbeRecord, _record_keys(p)), _stated(p)),
                         probe_class(p["classification"])) for p in cell["probes"])
         record = {k: v for k, v in cell.items() if k not in REPORT_KEYS}
