@@ -248,3 +248,49 @@ def test_a_with_compat_runs_own_known_failure_is_named_in_both_styles():
     assert "with compat: broken (known `aux_layer_id_zero_deepseek`)" in render_markdown(report)
     assert "(known <code>aux_layer_id_zero_deepseek</code>)" in render_html(report)
     assert {"connector_chunked_prefill", "aux_layer_id_zero_deepseek"} <= {b["id"] for b in report["breakages"]}
+
+
+def test_a_cell_reads_back_from_its_json_as_it_was_decided(results):
+    """compat.json's cell is written from the typed cell in one place, and read back from that JSON (a report
+    copied, a compat.json from disk) it is the same typed cell: the decision, each probe and its class."""
+    from compat.harness.report.build import DecidedCell, decided_cells
+
+    report = build_report(load(results))
+    typed = decided_cells(report)
+    assert [c.to_json() for c in typed] == report["cells"]
+    again = decided_cells(json.loads(json.dumps(report)))
+    assert [c.decision for c in again] == [c.decision for c in typed]  # verdict, gate, reasons
+    assert [c.decision.probes for c in again] == [c.decision.probes for c in typed]  # each probe and its class
+    assert [c.stored_verdict for c in again] == [c.stored_verdict for c in typed]
+    assert [DecidedCell.from_json(c.to_json()).to_json() for c in typed] == report["cells"]
+    # the classes round-trip: the NEW finding stays NEW, the known breakage names its entry
+    classes = {p.record.key: cls for c in again for p, cls in c.decision.probes}
+    assert classes["kv_cache_config_api"].kind == "new" and classes["block_hasher"].breakage is not None
+
+
+def test_a_copied_report_renders_as_the_one_built(results):
+    """render reads the typed cells a report was built from; a copy of the report (a plain dict) is read from its
+    JSON: the same pages."""
+    report = build_report(load(results), generated_at="fixed")
+    copied = json.loads(json.dumps(report))
+    assert render_markdown(copied) == render_markdown(report)
+    assert render_html(copied) == render_html(report)
+
+
+def test_a_key_the_check_added_to_a_probe_follows_those_the_record_held():
+    """compat.json keeps a re-checked probe's keys as the record held them, then those the check added (a cause),
+    what it stated where that was set aside, and its class: the order compat.json always had."""
+    from compat.harness.classify import ProbeClass
+    from compat.harness.report.build import probe_json
+    from compat.harness.verdict import CheckedProbe, Stated
+    from compat.shared.records import ProbeRecord, ProbeStatus, build
+
+    held = {"id": "block_hasher", "status": "broken", "reason": None, "nodeids": ["t.py::x"]}
+    loaded = build(ProbeRecord, held)
+    checked = CheckedProbe(build(ProbeRecord, dict(held, status="error", cause="record")),
+                           Stated(ProbeStatus.BROKEN, None))
+    shown = probe_json(checked, ProbeClass("error"), loaded)
+    # `cause` is declared before `nodeids` (records.ProbeRecord); the record did not hold it, the check added it
+    assert list(shown) == ["id", "status", "reason", "nodeids", "cause", "stated", "classification"]
+    assert shown["stated"] == {"status": "broken", "with_compat": None}
+    assert shown["classification"] == ProbeClass("error").as_dict()

@@ -29,6 +29,7 @@ from compat.harness.report.render import write_reports
 from compat.harness.store import BISECT, KIMI, SUPPORT, Document, Imported, Run, Store, stated_time
 from compat.harness.support import with_other_backends
 from compat.harness.verdict import UNTESTED, worst_gate
+from compat.shared.records import CellRecord, load_record
 
 UNDATED = "undated"  # a record that states no finished_at (shown as_recorded)
 NOT_RECORDED = "not recorded"  # a record that states no harness_commit
@@ -46,7 +47,7 @@ class Published:
         """The gate over the report's cells (or only the given ones: a command's own cells; one the
         report lacks tested nothing); a cell id two files hold never passes, nor does a report showing
         a document that its evidence contradicts (compat.harness.documents)."""
-        gates = {c["id"]: c["gate"] for c in self.report.get("cells") or []}
+        gates = {c["id"]: c["gate"] for c in self.report["cells"]}
         wanted = list(gates) if cell_ids is None else list(cell_ids)
         doubled = any(i in self.duplicates for i in wanted)
         return worst_gate([gates.get(i, UNTESTED) for i in wanted]
@@ -100,12 +101,14 @@ def publish(out_dir: Path, store: Store, imports: Iterable[Path] = (), selection
         imported.merge(store.import_dir(folder))
     problems = list(imported.problems)
     history = store.history(selection.chosen_runs(imported, store))
+    typed = {cell_id: [load_record(run.record) for run in runs] for cell_id, runs in history.items()}  # kept: valid
     if as_recorded if as_recorded is not None else generated_at is not None:
-        history = {cell_id: [as_stated(run) for run in runs] for cell_id, runs in history.items()}
-    cells = [runs[-1].record for runs in history.values()]
-    duplicates = {c["id"].split("@")[0]: f"two result files hold cell {c['id'].split('@')[0]}: {c['duplicate_of']} "
-                                         f"and another; both are reported, the second as {c['id']}"
-                  for c in cells if c.get("duplicate_of")}
+        history = {cell_id: [as_stated(run, record) for run, record in zip(runs, typed[cell_id])]
+                   for cell_id, runs in history.items()}
+    cells = [records[-1] for records in typed.values()]
+    duplicates = {c.id.split("@")[0]: f"two result files hold cell {c.id.split('@')[0]}: {c.duplicate_of} "
+                                      f"and another; both are reported, the second as {c.id}"
+                  for c in cells if c.duplicate_of}
     contents = selection.chosen_contents(imported)
     kept = {kind: store.kept_documents(kind, selection.chosen_documents(imported, kind), contents)
             for kind in (KIMI, BISECT, SUPPORT)}
@@ -113,17 +116,16 @@ def publish(out_dir: Path, store: Store, imports: Iterable[Path] = (), selection
     bisect = [table.data for _name, table in sorted(kept[BISECT].items())]
     report = build_report(cells, kimi=kimi, baseline=baseline, generated_at=generated_at,
                           bisect=bisect or None, runs=history)
-    support, support_contradictions = _support(sorted(kept[SUPPORT].items()), report.get("cells") or [], problems)
+    support, support_contradictions = _support(sorted(kept[SUPPORT].items()), report["cells"], problems)
     if support:  # the rows and columns of `nox -s compat -- --all-vllm / --all-speculators`: the report's first section
-        report["support"] = [with_other_backends(table, report.get("cells") or []) for table in support]
+        report["support"] = [with_other_backends(table, report["cells"]) for table in support]
     return Published(report, write_reports(report, out_dir), problems, duplicates,
                      kimi_contradictions + support_contradictions)
 
 
-def as_stated(run: Run) -> Run:
-    """The run with the time and commit its own record states, else `undated` / `not recorded`."""
-    return replace(run, ran_at=stated_time(run.record) or UNDATED,
-                   harness_commit=str(run.record.get("harness_commit") or NOT_RECORDED))
+def as_stated(run: Run, record: CellRecord) -> Run:
+    """The run with the time and commit its own record (`record`, typed) states, else `undated` / `not recorded`."""
+    return replace(run, ran_at=stated_time(run.record) or UNDATED, harness_commit=record.harness_commit or NOT_RECORDED)
 
 
 def _kimi(kept: list[Document], problems: list[str]) -> tuple[dict[str, Any] | None, list[str]]:

@@ -21,16 +21,18 @@ import jinja2
 
 from compat.harness import baseline as _baseline
 from compat.harness.causes import OLDER_HARNESS
+from compat.harness.classify import ProbeClass, new_findings
 from compat.harness.junit import cell_id, write_junit
 from compat.harness.report import support_table
-from compat.harness.report.build import version_key
+from compat.harness.report.build import DecidedCell, decided_cells, version_key
 from compat.harness.report.server_era import server_era_view
-from compat.harness.verdict import GATE_WORDS
-from compat.shared.breakages import get as get_breakage
+from compat.harness.verdict import GATE_WORDS, CheckedProbe
+from compat.shared.breakages import Breakage
 from compat.shared.markdown import Md, md_code, md_escape
 from compat.shared.neutral import neutral
 from compat.shared.presentation import reference_url, symptom_text
-from compat.shared.results import probe_key, write_json_atomic, write_text_atomic
+from compat.shared.records import ProbeRecord, ProbeStatus, build, held, to_json
+from compat.shared.results import write_json_atomic, write_text_atomic
 
 TEMPLATES = Path(__file__).parent / "templates"
 
@@ -134,8 +136,7 @@ def _short(value: Any, limit: int = 400) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
-def _entry_view(breakage_id: str | None) -> dict[str, Any] | None:
-    entry = get_breakage(breakage_id) if breakage_id else None
+def _entry_view(entry: Breakage | None) -> dict[str, Any] | None:
     if entry is None:
         return None
     return {
@@ -160,59 +161,63 @@ def ref_view(text: str) -> dict[str, Any]:
     return {"text": text, "url": reference_url(text)}
 
 
-def _probe_view(probe: dict[str, Any], cid: str) -> dict[str, Any]:
-    cls = probe.get("classification") or {}
-    err = probe.get("error") or None
-    status = probe.get("status") or "error"
-    key = probe_key(probe)
-    kind = cls.get("kind") or ""
+def _probe_view(probe: CheckedProbe, cls: ProbeClass | None, cid: str) -> dict[str, Any]:
+    """What a report shows of one probe and its class (a Kimi check has none)."""
+    record = probe.record
+    status, kind = record.status, cls.kind if cls is not None else ""
+    found = len(new_findings(cls)) if cls is not None else 0
+    regression = cls.adapter_regression if cls is not None else ""
+    note = cls.note if cls is not None else ""
+    adapted = record.with_compat
     return {
-        "listed": status in ("broken", "error") or kind == "fixed" or bool(cls.get("new_findings"))
-        or bool(cls.get("adapter_regression")),
-        "new_findings": int(cls.get("new_findings") or 0),
-        "key": key,
-        "id": probe.get("id"),
-        "case": probe.get("case"),
-        "anchor": f"{cid}--{re.sub(r'[^A-Za-z0-9_-]', '_', key)}",
-        "status": status,
-        "status_symbol": STATUS_SYMBOLS.get(status, "?"),
-        "with_compat": probe.get("with_compat"),
-        "with_compat_symbol": STATUS_SYMBOLS.get(probe.get("with_compat") or "", ""),
-        "with_compat_entry": cls.get("with_compat_breakage"),
-        "advisory": bool(cls.get("advisory") or probe.get("advisory")),
-        "kind": cls.get("kind") or "",
-        "kind_label": CLASS_LABELS.get(cls.get("kind") or "", ""),
-        "note": cls.get("note") or "",
-        "older_harness": str(cls.get("note") or "").startswith(OLDER_HARNESS),  # labelled (causes.ISOLATED_SINCE)
-        "error": err,
-        "reason": probe.get("reason"),
-        "seconds": probe.get("seconds"),
-        "entry": _entry_view(cls.get("breakage")),
-        "behind": _behind_view(cls.get("behind")),
-        "adapter_regression": cls.get("adapter_regression") or "",
-        "figures": figure_tables(_detail_and_shapes(probe)),
+        "listed": status in (ProbeStatus.BROKEN, ProbeStatus.ERROR) or kind == "fixed" or bool(found)
+        or bool(regression),
+        "new_findings": found,
+        "key": record.key,
+        "id": record.id,
+        "case": record.case,
+        "anchor": f"{cid}--{re.sub(r'[^A-Za-z0-9_-]', '_', record.key)}",
+        "status": status.value,
+        "status_symbol": STATUS_SYMBOLS.get(status.value, "?"),
+        "with_compat": adapted.value if adapted is not None else None,
+        "with_compat_symbol": STATUS_SYMBOLS.get(adapted.value, "") if adapted is not None else "",
+        "with_compat_entry": cls.with_compat_known.id if cls is not None and cls.with_compat_known else None,
+        "advisory": bool((cls is not None and cls.advisory) or record.advisory),
+        "kind": kind,
+        "kind_label": CLASS_LABELS.get(kind, ""),
+        "note": note,
+        "older_harness": note.startswith(OLDER_HARNESS),  # labelled (causes.ISOLATED_SINCE)
+        "error": to_json(record.error) or None,
+        "reason": record.reason,
+        "seconds": record.seconds if held(record, "seconds") else None,
+        "entry": _entry_view(cls.breakage if cls is not None else None),
+        "behind": _behind_view(cls.behind if cls is not None else None),
+        "adapter_regression": regression,
+        "figures": figure_tables(_detail_and_shapes(record)),
     }
 
 
-def _detail_and_shapes(probe: dict[str, Any]) -> Any:
+def _detail_and_shapes(probe: ProbeRecord) -> Any:
     """The probe's detail with what its run's engine showed of the shapes (schema 4 keeps them apart, in `shapes`)."""
-    detail, shapes = probe.get("detail"), probe.get("shapes")
-    return {**detail, **shapes} if isinstance(detail, dict) and isinstance(shapes, dict) else detail
+    detail = probe.detail if held(probe, "detail") else None
+    return {**detail, **to_json(probe.shapes)} if detail is not None and probe.shapes is not None else detail
 
 
-def _behind_view(behind: dict[str, Any] | None) -> dict[str, Any] | None:
-    if not behind:
+def _behind_view(behind: ProbeClass | None) -> dict[str, Any] | None:
+    if behind is None:
         return None
-    return {"kind": behind.get("kind"), "label": CLASS_LABELS.get(behind.get("kind") or "", "") or behind.get("kind"),
-            "note": behind.get("note") or "", "entry": _entry_view(behind.get("breakage"))}
+    return {"kind": behind.kind, "label": CLASS_LABELS.get(behind.kind, "") or behind.kind,
+            "note": behind.note, "entry": _entry_view(behind.breakage)}
 
 
 def _tail(p: dict[str, Any]) -> tuple[Any, ...]:
     """What the Markdown says of a listed probe after its key: probes that would read the same share a line."""
-    entry, behind = p["entry"] or {}, p["behind"] or {}
-    return (p["kind"], p["advisory"], repr(p["error"]), p["status"], p["reason"], entry.get("id"), p["note"],
-            p["with_compat"], p["with_compat_entry"], p["adapter_regression"], repr(behind.get("kind")),
-            behind.get("note"), (behind.get("entry") or {}).get("id"))
+    entry, behind = p["entry"], p["behind"]
+    behind_entry = behind["entry"] if behind else None
+    return (p["kind"], p["advisory"], repr(p["error"]), p["status"], p["reason"], entry["id"] if entry else None,
+            p["note"], p["with_compat"], p["with_compat_entry"], p["adapter_regression"],
+            repr(behind["kind"] if behind else None), behind["note"] if behind else None,
+            behind_entry["id"] if behind_entry else None)
 
 
 def listed_groups(probes: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
@@ -237,54 +242,62 @@ def reason_groups(reasons: list[str]) -> list[str]:
     return [", ".join(h for h in heads_ if h) + (": " if any(heads_) else "") + rest for rest, heads_ in heads.items()]
 
 
-def _cell_view(cell: dict[str, Any]) -> dict[str, Any]:
-    cid = cell_id(cell)
-    probes = [_probe_view(p, cid) for p in cell.get("probes") or []]
+def _cell_view(cell: DecidedCell) -> dict[str, Any]:
+    shown = to_json(cell.record) if cell.record is not None else {}
+    cid = cell_id(shown)
+    probes = [_probe_view(p, cls, cid) for p, cls in cell.decision.probes]
     probes.sort(key=lambda p: 0 if p["new_findings"] else 1)  # stable: NEW first, then probe order
-    verdict = cell.get("verdict") or "error"
+    verdict = cell.verdict.value
+    reasons = list(cell.decision.reasons)
     tally = {k: sum(1 for p in probes if p["kind"] == k and not p["advisory"]) for k in ("known", "fixed")}
     tally["new"] = sum(p["new_findings"] for p in probes if not p["advisory"])
     tally["regressions"] = sum(1 for p in probes if p["adapter_regression"] and not p["advisory"])
     tally["error"] = sum(1 for p in probes if p["status"] == "error" and not p["advisory"])
-    seconds = cell.get("seconds") or {}
+    record = cell.record
     return {
         "cid": cid,
         "anchor": f"cell-{cid}",
-        "vllm": str(cell.get("vllm")),
-        "speculators": str(cell.get("speculators")),
-        "backend": cell.get("backend"),
-        "profile": cell.get("profile"),
+        "vllm": str(record.vllm if record is not None else None),
+        "speculators": str(record.speculators if record is not None else None),
+        "backend": record.backend.value if record is not None else None,
+        "profile": record.profile if record is not None else None,
         "verdict": verdict,
         "verdict_symbol": VERDICT_SYMBOLS.get(verdict, "?"),
-        "verdict_reasons": cell.get("verdict_reasons") or [],
-        "stored_verdict": cell.get("stored_verdict"),
-        "label": _baseline.cell_label(cell),
-        "env": cell.get("env") or {},
-        "env_shims": cell.get("env_shims") or [],
-        "seconds": {k: fmt_number(v) for k, v in seconds.items()} if isinstance(seconds, dict) else {},
-        "steps": [{**s, "seconds": fmt_number(s.get("seconds"))} for s in cell.get("steps") or []
-                  if isinstance(s, dict)],
-        "install_log_tail": cell.get("install_log_tail"),
-        "error": cell.get("error"),
+        "verdict_reasons": reasons,
+        "stored_verdict": str(cell.stored_verdict) if cell.stored_verdict is not None else None,
+        "label": _baseline.cell_label(shown),
+        "env": shown["env"] if record is not None and record.env is not None else {},
+        "env_shims": shown["env_shims"] if record is not None and record.env_shims else [],
+        "seconds": {k: fmt_number(v) for k, v in shown["seconds"].items()}
+        if record is not None and record.seconds is not None else {},
+        "steps": [{**s, "seconds": fmt_number(s["seconds"])} for s in shown["steps"]]
+        if record is not None and record.steps else [],
+        "install_log_tail": record.install_log_tail if record is not None else None,
+        "error": record.error if record is not None else None,
         "probes": probes,
         "listed_groups": listed_groups(probes),
-        "why": reason_groups(cell.get("verdict_reasons") or []),
+        "why": reason_groups(reasons),
         "tally": tally,
-        "static": cell.get("static"),
-        "fidelity": cell.get("fidelity"),
+        "static": shown["static"] if record is not None and record.static is not None else None,
+        "fidelity": shown["fidelity"] if record is not None and record.fidelity is not None else None,
         "server_era": server_era_view(cell),
-        "run": cell.get("run"),
+        "run": to_json(cell.run),
         "page": "",  # the page its details are on, relative to compat.html ("": that page itself; render_pages)
     }
 
 
+def _kimi_probe(probe: dict[str, Any]) -> CheckedProbe:
+    """A Kimi check as the report shows it (a check that states no status reads `error`)."""
+    return CheckedProbe(build(ProbeRecord, dict(probe, status=probe.get("status") or ProbeStatus.ERROR.value)))
+
+
 def view_model(report: dict[str, Any]) -> dict[str, Any]:
-    cells = [_cell_view(c) for c in report.get("cells") or []]
+    cells = [_cell_view(c) for c in decided_cells(report)]
     vllms = sorted({c["vllm"] for c in cells}, key=version_key)
     specs = sorted({c["speculators"] for c in cells}, key=version_key)
     grid = {v: {s: [c for c in cells if c["vllm"] == v and c["speculators"] == s] for s in specs} for v in vllms}
-    machine = report.get("machine") or {}
-    backends = machine.get("backends") or []
+    machine = report["machine"]  # build_report's own (machine_info)
+    backends = machine["backends"]
     where_backend = ", ".join(
         "GPU (CUDA)" if b in ("cuda", "gpu") else b.upper() if b == "cpu" else b for b in backends
     ) or "unknown backend"
@@ -303,7 +316,8 @@ def view_model(report: dict[str, Any]) -> dict[str, Any]:
         kimi_view = {
             "status": kimi.get("status") or kimi.get("verdict"),
             "reason": kimi.get("reason"),
-            "probes": [_probe_view(p, "kimi") for p in kimi.get("probes") or [] if isinstance(p, dict) and "id" in p],
+            "probes": [_probe_view(_kimi_probe(p), None, "kimi") for p in kimi.get("probes") or []
+                       if isinstance(p, dict) and "id" in p],
             "figures": figure_tables(
                 {k: v for k, v in kimi.items() if k not in ("status", "verdict", "reason", "probes")}
             ),

@@ -11,7 +11,9 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
+from compat.harness.report.build import DecidedCell
 from compat.shared.probe_catalog import ids_where, variant_keys
+from compat.shared.records import ProbeRecord
 
 VARIANT_PROBES = ids_where("variant")
 # the variant an unparametrized probe decides names its row (a per-model probe's row is its case)
@@ -24,8 +26,9 @@ def _fmt(value: Any) -> str:
     return f"{value:.2g}" if isinstance(value, float) else str(value)
 
 
-def _row(probe: dict[str, Any]) -> dict[str, Any]:
-    detail = raw if isinstance(raw := probe.get("detail"), dict) else {}
+def _row(probe: ProbeRecord) -> dict[str, Any]:
+    # the probe's detail is its own words (an open map): read as the server-era probes write it
+    detail = probe.detail
     adapted = ((with_compat.get("detail") or {})
                if isinstance(with_compat := detail.get("with_compat"), dict) else {})
     # the run that got as far as the files: raw where it did, else the with-compat run
@@ -40,30 +43,30 @@ def _row(probe: dict[str, Any]) -> dict[str, Any]:
         or (detail.get("run") or {}).get("model_runner") or {}
     variant = detail.get("variant") or adapted.get("variant") or {}
     mla = shown.get("mla") or variant.get("mla")
-    pid = str(probe.get("id"))
-    variant_name = _VARIANT_OF_KEY.get(pid, pid)
-    name = probe.get("case") or (f"{variant_name} ({pid})" if variant_name in _SHARED_VARIANTS else variant_name)
+    variant_name = _VARIANT_OF_KEY.get(probe.id, probe.id)
+    name = probe.case or (f"{variant_name} ({probe.id})" if variant_name in _SHARED_VARIANTS else variant_name)
     return {
         "model": name,
-        "probe": probe.get("id"),
-        "status": probe.get("status"),
-        "with_compat": probe.get("with_compat"),
+        "probe": probe.id,
+        "status": probe.status.value,
+        "with_compat": probe.with_compat.value if probe.with_compat is not None else None,
         "from_run": mode if ids else None,
         "layers": layers,
         "runner": runner.get("runner"),
         "runner_why": runner.get("why"),
         "mla": None if not mla else ("on" if mla.get("enabled") else "off") + f": {mla.get('reason')}",
-        "reason": probe.get("reason") or ((probe.get("error") or {}).get("message") if not ids else None),
+        "reason": probe.reason or (probe.error.message if probe.error is not None and not ids else None),
     }
 
 
-def server_era_view(cell: dict[str, Any]) -> dict[str, Any] | None:
-    rows = [_row(p) for p in cell.get("probes") or [] if isinstance(p, dict) and p.get("id") in VARIANT_PROBES]
+def server_era_view(cell: DecidedCell) -> dict[str, Any] | None:
+    """The server-era rows of the cell's probes as re-checked, and what its environment installed."""
+    rows = [_row(p.record) for p, _cls in cell.decision.probes if p.record.id in VARIANT_PROBES]
     if not rows:
         return None
-    env = cell.get("env") or {}
-    return {"rows": rows, "groups": grouped(rows), "hs_connectors": env.get("hs_connectors"),
-            "speculators_brings": env.get("speculators_brings")}
+    env = cell.record.env if cell.record is not None else None
+    return {"rows": rows, "groups": grouped(rows), "hs_connectors": env.hs_connectors if env else None,
+            "speculators_brings": env.speculators_brings if env else None}
 
 
 def grouped(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
