@@ -268,7 +268,8 @@ class Seconds:
 
 @dataclass(frozen=True)
 class EnvShim:
-    """A shim the cell's environment needed (compat.cell.cpu_shims, compat.harness.cell_run.merge_shims): its id and why."""
+    """A shim the cell's environment needed (compat.cell.cpu_shims, compat.harness.cell_run.merge_shims): its id and
+    why."""
     id: str
     why: str
 
