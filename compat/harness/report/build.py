@@ -175,7 +175,7 @@ def build_report(
 def newest_record(cells: Iterable[dict[str, Any]]) -> dict[str, Any] | None:
     """When the newest record finished and the harness commit it states: the date and commit a report
     shows of its evidence, the same however often (and wherever) it is rendered."""
-    dated = [(stated_time(c), str(c.get("id") or ""), c) for c in cells]
+    dated = [(stated_time(c.get("finished_at")), str(c.get("id") or ""), c) for c in cells]
     found = max(((t, i, c) for t, i, c in dated if t), default=None, key=lambda x: (x[0], x[1]))
     if found is None:
         return None

@@ -29,6 +29,7 @@ from compat.harness.report.render import write_reports
 from compat.harness.store import BISECT, KIMI, SUPPORT, Document, Imported, Run, Store, stated_time
 from compat.harness.support import with_other_backends
 from compat.harness.verdict import UNTESTED, worst_gate
+from compat.shared.records import CellRecord, Verdict, build, to_json
 
 UNDATED = "undated"  # a record that states no finished_at (shown as_recorded)
 NOT_RECORDED = "not recorded"  # a record that states no harness_commit
@@ -102,7 +103,7 @@ def publish(out_dir: Path, store: Store, imports: Iterable[Path] = (), selection
     history = store.history(selection.chosen_runs(imported, store))
     if as_recorded if as_recorded is not None else generated_at is not None:
         history = {cell_id: [as_stated(run) for run in runs] for cell_id, runs in history.items()}
-    cells = [runs[-1].record for runs in history.values()]
+    cells = [to_json(runs[-1].record) for runs in history.values()]
     duplicates = {c["id"].split("@")[0]: f"two result files hold cell {c['id'].split('@')[0]}: {c['duplicate_of']} "
                                          f"and another; both are reported, the second as {c['id']}"
                   for c in cells if c.get("duplicate_of")}
@@ -115,15 +116,16 @@ def publish(out_dir: Path, store: Store, imports: Iterable[Path] = (), selection
                           bisect=bisect or None, runs=history)
     support, support_contradictions = _support(sorted(kept[SUPPORT].items()), report.get("cells") or [], problems)
     if support:  # the rows and columns of `nox -s compat -- --all-vllm / --all-speculators`: the report's first section
-        report["support"] = [with_other_backends(table, report.get("cells") or []) for table in support]
+        decided = [(build(CellRecord, c), Verdict(c["verdict"])) for c in report.get("cells") or []]
+        report["support"] = [with_other_backends(table, decided) for table in support]
     return Published(report, write_reports(report, out_dir), problems, duplicates,
                      kimi_contradictions + support_contradictions)
 
 
 def as_stated(run: Run) -> Run:
     """The run with the time and commit its own record states, else `undated` / `not recorded`."""
-    return replace(run, ran_at=stated_time(run.record) or UNDATED,
-                   harness_commit=str(run.record.get("harness_commit") or NOT_RECORDED))
+    return replace(run, ran_at=stated_time(run.record.finished_at) or UNDATED,
+                   harness_commit=run.record.harness_commit or NOT_RECORDED)
 
 
 def _kimi(kept: list[Document], problems: list[str]) -> tuple[dict[str, Any] | None, list[str]]:
