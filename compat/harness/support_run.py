@@ -26,6 +26,7 @@ from typing import Any, Callable
 from packaging.version import Version
 
 from compat.harness import exit_codes, support
+from compat.harness.documents import SupportDocument, load_support
 from compat.harness.matrix import Cell, CellSettings, MatrixError
 from compat.harness.settings import ROW, Settings
 from compat.shared.axes import DEFAULT_DTYPE, VLLM_DIST
@@ -282,8 +283,9 @@ def answer_from_published(fixed: str, backend: str, settings: Settings) -> int |
         print(f"[support] speculators {fixed}: no published row (published/results/support/); measuring it", flush=True)
         return None
     doc = read_json(source, "support row")
-    if doc.get("backend") != backend:
-        print(f"[support] the published row of speculators {fixed} is {doc.get('backend')}'s; measuring on {backend}",
+    row = load_support(doc, str(source))
+    if row.backend != backend:
+        print(f"[support] the published row of speculators {fixed} is {row.backend}'s; measuring on {backend}",
               flush=True)
         return None
     where = "built here" if source == local else "published"
@@ -291,7 +293,7 @@ def answer_from_published(fixed: str, backend: str, settings: Settings) -> int |
           f"(--rerun measures again, --rerun --only ID one cell)", flush=True)
     print("[support] runtime cells:\n" + "\n".join(published.provenance_lines(doc, here=output.results)), flush=True)
     print(summary_text(doc), flush=True)
-    ids = frozenset(str(c["cell_id"]) for c in doc["cells"] if c.get("cell_id")) | other_backend_ids(doc, backend)
+    ids = frozenset(c.cell_id for c in row.cells if c.cell_id) | other_backend_ids(row, backend)
     store = Store.open(output.store, output.results)
     try:
         imports = [published.RESULTS] + ([output.results] if output.results.is_dir() else [])
@@ -311,15 +313,15 @@ def gate_words(code: int) -> str:
     return GATE_WORDS.get(code) or exit_codes.TABLE["report"].get(code, str(code))
 
 
-def other_backend_ids(doc: dict[str, Any], backend: str) -> frozenset[str]:
+def other_backend_ids(row: SupportDocument, backend: str) -> frozenset[str]:
     """The published runs of the row's pairs on another backend (the H200's), so that its report keeps the
     answer's "measured on the other backend" column as the whole table's does."""
     from compat.harness import published
     from compat.shared.results import record_files, record_stem
 
-    releases = {str(c["vllm"]) for c in doc["cells"]}
+    releases = {c.vllm for c in row.cells}
     found = set()
-    for path in record_files(published.RESULTS, f"vllm-*__speculators-{doc.get('fixed')}__*"):
+    for path in record_files(published.RESULTS, f"vllm-*__speculators-{row.fixed}__*"):
         parts = record_stem(path).split("__")
         if len(parts) >= 3 and parts[0].removeprefix("vllm-") in releases and parts[2] != backend:
             found.add(record_stem(path))
@@ -420,7 +422,8 @@ def run_support(settings: Settings) -> int:
     from compat.harness.store import SUPPORT
 
     # a row's report keeps the answer's other-backend column, as a published row's does (the H200's runs of its pairs)
-    beside = other_backend_ids(table, backend) if axis == "vllm" and not request.candidate else frozenset()
+    beside = other_backend_ids(load_support(table), backend) if axis == "vllm" and not request.candidate \
+        else frozenset()
     return finish([to_json(r) for r in records], settings.output, documents=frozenset({(SUPPORT, name)}), beside=beside)
 
 

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from compat.harness import published, settings, support_run
+from compat.harness.documents import load_support
 from compat.harness.verdict import GATE_WORDS, decide
 from compat.shared.results import read_json
 
@@ -183,7 +184,7 @@ def test_a_row_measured_here_keeps_the_other_backend_column_and_its_page_states_
         shutil.copy(published.RESULTS / f"{cell_id}.json.gz", results)
     shutil.copy(published.RESULTS / "support" / "speculators-0.8.1.json", results / "support")
     options = _options(tmp_path, "0.8.1").output
-    beside = support_run.other_backend_ids(doc, "cpu")
+    beside = support_run.other_backend_ids(load_support(doc), "cpu")
     assert beside and all("__gpu" in i for i in beside)
     records = [to_json(load_cell(results / f"{i}.json.gz")) for i in own]
     code = finish(records, options, documents=frozenset({(SUPPORT, "speculators-0.8.1")}), beside=beside)
