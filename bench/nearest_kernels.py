@@ -30,7 +30,7 @@ sys.path.insert(0, str(ROOT))
 from compat.harness.nearest_kernels import record_kernels, record_label  # noqa: E402
 from compat.harness.pypi import default_cache_dir  # noqa: E402
 from compat.harness.verdict import decide  # noqa: E402
-from compat.shared.records import migrate  # noqa: E402
+from compat.shared.records import load_record, migrate  # noqa: E402
 
 PUBLISHED = ROOT / "published" / "results"
 
@@ -140,7 +140,7 @@ def cost(record: dict[str, Any]) -> dict[str, Any]:
     if venv.is_dir():
         out = subprocess.run(["du", "-sm", "--count-links", str(venv)], capture_output=True, text=True)
         disk = int(out.stdout.split()[0]) if out.returncode == 0 else None
-    version = f"{record['vllm']}+ops.cpu.{record_kernels(record)}"
+    version = f"{record['vllm']}+ops.cpu.{record_kernels(load_record(record))}"
     wheels = sorted((default_cache_dir()).glob(f"nearest-kernels-v*/vllm-{version}-*.whl"))
     seconds = record.get("seconds") or {}
     return {"install_s": seconds.get("install"), "probes_s": seconds.get("probes"), "venv_mb": disk,
@@ -158,10 +158,10 @@ def main(argv: list[str] | None = None) -> int:
     out = []
     for path in paths:
         record = load(path)
-        if not record_kernels(record):
+        if not record_kernels(load_record(record)):
             print(f"{path}: not a nearest-kernel record", file=sys.stderr)
             continue
-        entry: dict[str, Any] = {"id": record["id"], "label": record_label(record),
+        entry: dict[str, Any] = {"id": record["id"], "label": record_label(load_record(record)),
                                  "finished_at": record.get("finished_at"), "cost": cost(record)}
         genuine = genuine_path(record, args.genuine or [ROOT / "results", PUBLISHED])
         if not record.get("probes"):  # the method refused the pair (not runnable here): no claim to compare

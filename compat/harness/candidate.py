@@ -19,6 +19,7 @@ from typing import Any
 from packaging.version import Version
 
 from compat.harness.matrix import CANDIDATE, SPECULATORS_DIST, MatrixError, wheel_version
+from compat.shared.records import CellRecord
 
 ACCEPTED = ("a speculators release (e.g. 0.9.0), a speculators wheel file (speculators-*.whl), or a speculators "
             "source tree (a folder with pyproject.toml or setup.py)")
@@ -111,6 +112,11 @@ def describe(wheel: str) -> dict[str, Any]:
 def is_candidate(record: dict[str, Any]) -> bool:
     """Whether a cell record or a row document is a candidate's (never a released row's): its `candidate`."""
     return bool(record.get("candidate") or f"__{CANDIDATE}" in str(record.get("id") or ""))
+
+
+def is_candidate_record(record: CellRecord) -> bool:
+    """is_candidate of a typed cell record."""
+    return record.candidate is not None or f"__{CANDIDATE}" in record.id
 
 
 def row_name(version: str) -> str:

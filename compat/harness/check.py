@@ -41,7 +41,7 @@ from compat.harness.support import (
 )
 from compat.shared.breakages import Breakage, applicable
 from compat.shared.profiles import profile_for
-from compat.shared.records import CellRecord, Verdict, to_json
+from compat.shared.records import CellRecord, Verdict, load_record, to_json
 from compat.shared.results import ResultFileError, evidence_path, load_cell, record_files, record_stem
 
 SCHEMA = "docs/check.schema.json"
@@ -268,7 +268,7 @@ def kernel_label_and_leads(record: CellRecord | dict[str, Any] | None, cell: dic
     if record is None:
         notes = [str(n) for n in cell.get("notes") or []]
         return (notes[0] if notes else ""), [n for n in notes if NEW_LEAD in n]
-    return (record_label(to_json(record) if isinstance(record, CellRecord) else record),
+    return (record_label(record if isinstance(record, CellRecord) else load_record(record)),
             [r for r in decide(record).reasons if NEW_LEAD in r])
 
 
@@ -405,8 +405,8 @@ def answer(speculators: str, vllm: str, backend: str, backend_from: str, folder:
         raise PublishedError(f"vLLM {vllm}: not in the published row of speculators {speculators}; its vLLM "
                              f"releases: {doc['cells'][0]['vllm']} – {doc['cells'][-1]['vllm']}")
     spec, row_backend = str(doc["fixed"]), str(doc.get("backend"))
-    pair = [to_json(load_cell(p)) for p in record_files(results, f"vllm-{cell['vllm']}__speculators-{spec}__*")]
-    runs = newest_first(other_backend_runs(pair, row_backend, published._decided_verdict))
+    pair = [load_cell(p) for p in record_files(results, f"vllm-{cell['vllm']}__speculators-{spec}__*")]
+    runs = newest_first(other_backend_runs(published.decided_runs(pair), row_backend))
     mine = [r for r in runs if r["backend"] == backend]
     if backend != row_backend and mine:
         evidence = [run_evidence(results, r, "answer") for r in mine[:1]]
@@ -504,5 +504,5 @@ def kernel_evidence(results: Path, vllm: str, speculators: str) -> str:
     if record.verdict is Verdict.UNTESTED_AT_RUNTIME:
         return f"nearest kernels: {str(record.runtime or 'not run').removeprefix('not run: ')}"
     verdict = decide(record).verdict
-    return (f"{record_label(to_json(record))}: {verdict} (cell {record.id}, run {record.finished_at}); "
+    return (f"{record_label(record)}: {verdict} (cell {record.id}, run {record.finished_at}); "
             "a NEW finding of it enters the registry only once a real build of the release confirms it")

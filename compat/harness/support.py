@@ -25,9 +25,11 @@ import enum
 import random
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any, Iterable, Sequence
 
 from packaging.version import Version
+
+from compat.shared.records import CellRecord, Verdict
 
 
 class Provenance(str, enum.Enum):
@@ -425,33 +427,23 @@ def contract_support(outcomes: dict[str, dict[str, str]]) -> dict[str, list[dict
     return out
 
 
-DECIDED = ("compatible", "compatible-with-compat", "incompatible")  # what a run on another backend can add
+DECIDED = (Verdict.COMPATIBLE, Verdict.COMPATIBLE_WITH_COMPAT, Verdict.INCOMPATIBLE)  # what another backend can add
 
 
-def _stored_verdict(record: dict[str, Any]) -> str:
-    return str(record.get("verdict") or "")
-
-
-def other_backend_runs(records: Iterable[dict[str, Any]], backend: str,
-                       verdict_of: Callable[[dict[str, Any]], str] = _stored_verdict) -> list[dict[str, str]]:
-    """The runs among `records` made on a backend other than `backend` that decided their pair (a GPU run
+def other_backend_runs(decided: Iterable[tuple[CellRecord, Verdict]], backend: str) -> list[dict[str, str]]:
+    """The runs among `decided` (each record with its verdict: a report's cell's own, a stored record's as
+    compat.harness.verdict decides it) made on a backend other than `backend` that decided their pair (a GPU run
     decides what a CPU build cannot serve), in the order given: backend, vllm, speculators, verdict, outcome,
     cell id, when it finished and on what machine. A run that decided nothing there (error, unsupported,
-    untested) is left out, as is one that names no backend. `verdict_of`: the record's verdict (by default
-    the one it carries, as a report's cells do; a stored record's is decided by compat.harness.verdict)."""
+    untested) is left out."""
     runs = []
-    for record in records:
-        other = str(record.get("backend") or "")
-        if not other or other == backend:
+    for record, verdict in decided:
+        if record.backend.value == backend or verdict not in DECIDED:
             continue
-        verdict = verdict_of(record)
-        if verdict in DECIDED:
-            machine = record.get("machine") or {}
-            runs.append({"backend": other, "vllm": str(record.get("vllm")),
-                         "speculators": str(record.get("speculators")), "verdict": verdict,
-                         "outcome": OUTCOME_OF_VERDICT[verdict], "cell_id": str(record.get("id") or ""),
-                         "finished_at": str(record.get("finished_at") or "undated"),
-                         "machine": str(machine.get("gpu") or machine.get("hostname") or "?")})
+        machine = (record.machine.gpu or record.machine.hostname) if record.machine is not None else None
+        runs.append({"backend": record.backend.value, "vllm": record.vllm, "speculators": record.speculators,
+                     "verdict": verdict.value, "outcome": OUTCOME_OF_VERDICT[verdict.value], "cell_id": record.id,
+                     "finished_at": record.finished_at or "undated", "machine": machine or "?"})
     return runs
 
 
@@ -483,9 +475,10 @@ def answering_runs(runs: list[dict[str, str]]) -> list[dict[str, str]]:
     return out
 
 
-def with_other_backends(document: dict[str, Any], cells: Iterable[dict[str, Any]]) -> dict[str, Any]:
-    """The support document with, on each of its cells, the same pair's other_backend_runs among `cells`
-    (`elsewhere`: backend, verdict, outcome, cell id). The row's own outcome stays its backend's."""
+def with_other_backends(document: dict[str, Any], cells: Iterable[tuple[CellRecord, Verdict]]) -> dict[str, Any]:
+    """The support document with, on each of its cells, the same pair's other_backend_runs among `cells` (the
+    report's records, each with its decided verdict) (`elsewhere`: backend, verdict, outcome, cell id). The row's
+    own outcome stays its backend's."""
     if not document.get("backend"):
         return document
     by_pair: dict[tuple[str, str], list[dict[str, str]]] = {}

@@ -26,10 +26,12 @@ from typing import Any, Callable
 from packaging.version import Version
 
 from compat.harness import exit_codes, support
+from compat.harness.documents import SupportDocument, load_support
 from compat.harness.matrix import Cell, CellSettings, MatrixError
 from compat.harness.settings import ROW, Settings
 from compat.shared.axes import DEFAULT_DTYPE, VLLM_DIST
 from compat.shared.profiles import profile_for
+from compat.shared.records import CellRecord, Verdict, load_record, to_json
 from compat.shared.results import evidence_path, read_json, write_json_atomic
 
 
@@ -175,26 +177,26 @@ def pin_conflicts(vllm: list[str], speculators: list[str], backend: str, builds:
     return out
 
 
-def measured_from(records: list[dict[str, Any]]) -> dict[tuple[str, str], support.Measured]:
+def measured_from(records: list[CellRecord]) -> dict[tuple[str, str], support.Measured]:
     """Decided runtime records by pair (the verdict rule, the registry's fix of each known breakage)."""
     from compat.harness.nearest_kernels import record_label
     from compat.harness.verdict import decide
 
     out: dict[tuple[str, str], support.Measured] = {}
     for record in sorted(records, key=lambda r: bool(record_label(r))):  # genuine builds first
-        if record.get("verdict") == "untested-at-runtime":
+        if record.verdict is Verdict.UNTESTED_AT_RUNTIME:
             continue
         decision = decide(record)
-        pair, label = (str(record.get("vllm")), str(record.get("speculators"))), record_label(record)
+        pair, label = (record.vllm, record.speculators), record_label(record)
         if label and pair in out and out[pair].provenance == support.MEASURED:
             continue  # the release's own build ran this pair: a nearest-kernel cell of it is validation, not the answer
         out[pair] = support.Measured(
-            decision.verdict, str(record.get("cell") or record.get("id") or ""), decision.reasons, decision.known_fixes,
+            decision.verdict, record.id, decision.reasons, decision.known_fixes,
             provenance=support.NEAREST_KERNELS if label else support.MEASURED, label=label)
     return out
 
 
-def _kept(cells: list[Cell], results: Path) -> dict[str, dict[str, Any]]:
+def _kept(cells: list[Cell], results: Path) -> dict[str, CellRecord]:
     """The cells' records kept here (results/), else published (published/results/)."""
     from compat.harness.published import RESULTS as PUBLISHED_RESULTS
 
@@ -202,16 +204,15 @@ def _kept(cells: list[Cell], results: Path) -> dict[str, dict[str, Any]]:
 
 
 def kept_kernel_records(planned: list[support.Planned], cell_settings: CellSettings, backend: str,
-                        results: Path) -> list[dict[str, Any]]:
+                        results: Path) -> list[CellRecord]:
     """The kept nearest-kernel records (here, else published) of the pairs the row answers static only, the
     nearest build's last: a row plans no such cell (the scheduled day-it-ships job runs them, issue 46), but
     answers with one where it is kept (support.answer)."""
     from compat.harness.nearest_kernels import record_kernels, with_record_kernels
     from compat.harness.published import RESULTS as PUBLISHED_RESULTS
-    from compat.shared.records import to_json
     from compat.shared.results import ResultFileError, load_cell, record_files, record_stem
 
-    found: dict[str, dict[str, Any]] = {}
+    found: dict[str, CellRecord] = {}
     for p in planned:
         if p.kind != support.STATIC_ONLY:
             continue
@@ -219,26 +220,25 @@ def kept_kernel_records(planned: list[support.Planned], cell_settings: CellSetti
         for folder in (PUBLISHED_RESULTS, results):  # a record here replaces the published one of its id
             for path in record_files(folder, f"vllm-{p.vllm}__speculators-{p.speculators}__{backend}__kernels-*"):
                 try:
-                    record = to_json(load_cell(path))
+                    record = load_cell(path)
                 except ResultFileError:
                     continue
-                if with_record_kernels(cell, record).id == record_stem(path) == record.get("id"):
+                if with_record_kernels(cell, record).id == record_stem(path) == record.id:
                     found[record_stem(path)] = record
     return sorted(found.values(), key=lambda r: Version(record_kernels(r)))
 
 
-def older_probe_set(record: dict[str, Any]) -> bool:
+def older_probe_set(record: CellRecord) -> bool:
     """Whether the record's runner had an older probe set than this harness (probes were added since)."""
     from compat.harness.evidence import record_probe_set
     from compat.shared.manifest import PROBE_SET
 
-    held = record_probe_set(record)
+    held = record_probe_set(to_json(record))  # evidence.record_probe_set reads the JSON (engineer B's chain)
     return held is not None and held < PROBE_SET
 
 
-def stored_records(cells: list[Cell], results: Path) -> dict[str, dict[str, Any]]:
-    """The cells' records kept in `results`, as their JSON: they join the runner's records (which are JSON)."""
-    from compat.shared.records import to_json
+def stored_records(cells: list[Cell], results: Path) -> dict[str, CellRecord]:
+    """The cells' records kept in `results`."""
     from compat.shared.results import ResultFileError, evidence_path, load_cell
 
     out = {}
@@ -246,7 +246,7 @@ def stored_records(cells: list[Cell], results: Path) -> dict[str, dict[str, Any]
         path = evidence_path(results / f"{cell.id}.json")  # or its .json.gz (published/results)
         if path.is_file():
             try:
-                out[cell.id] = to_json(load_cell(path))
+                out[cell.id] = load_cell(path)
             except ResultFileError:
                 continue
     return out
@@ -283,8 +283,9 @@ def answer_from_published(fixed: str, backend: str, settings: Settings) -> int |
         print(f"[support] speculators {fixed}: no published row (published/results/support/); measuring it", flush=True)
         return None
     doc = read_json(source, "support row")
-    if doc.get("backend") != backend:
-        print(f"[support] the published row of speculators {fixed} is {doc.get('backend')}'s; measuring on {backend}",
+    row = load_support(doc, str(source))
+    if row.backend != backend:
+        print(f"[support] the published row of speculators {fixed} is {row.backend}'s; measuring on {backend}",
               flush=True)
         return None
     where = "built here" if source == local else "published"
@@ -292,7 +293,7 @@ def answer_from_published(fixed: str, backend: str, settings: Settings) -> int |
           f"(--rerun measures again, --rerun --only ID one cell)", flush=True)
     print("[support] runtime cells:\n" + "\n".join(published.provenance_lines(doc, here=output.results)), flush=True)
     print(summary_text(doc), flush=True)
-    ids = frozenset(str(c["cell_id"]) for c in doc["cells"] if c.get("cell_id")) | other_backend_ids(doc, backend)
+    ids = frozenset(c.cell_id for c in row.cells if c.cell_id) | other_backend_ids(row, backend)
     store = Store.open(output.store, output.results)
     try:
         imports = [published.RESULTS] + ([output.results] if output.results.is_dir() else [])
@@ -312,15 +313,15 @@ def gate_words(code: int) -> str:
     return GATE_WORDS.get(code) or exit_codes.TABLE["report"].get(code, str(code))
 
 
-def other_backend_ids(doc: dict[str, Any], backend: str) -> frozenset[str]:
+def other_backend_ids(row: SupportDocument, backend: str) -> frozenset[str]:
     """The published runs of the row's pairs on another backend (the H200's), so that its report keeps the
     answer's "measured on the other backend" column as the whole table's does."""
     from compat.harness import published
     from compat.shared.results import record_files, record_stem
 
-    releases = {str(c["vllm"]) for c in doc["cells"]}
+    releases = {c.vllm for c in row.cells}
     found = set()
-    for path in record_files(published.RESULTS, f"vllm-*__speculators-{doc.get('fixed')}__*"):
+    for path in record_files(published.RESULTS, f"vllm-*__speculators-{row.fixed}__*"):
         parts = record_stem(path).split("__")
         if len(parts) >= 3 and parts[0].removeprefix("vllm-") in releases and parts[2] != backend:
             found.add(record_stem(path))
@@ -387,7 +388,7 @@ def run_support(settings: Settings) -> int:
               f"{', '.join(c.id for c in cells.values())}", file=sys.stderr)
         return exit_codes.USAGE
     to_run = [c for c in cells.values() if c.id not in stored and (not selection.only or c.id in selection.only)]
-    records = list(stored.values()) + [r for r in sibling_records.values() if r["id"] not in stored]
+    records = list(stored.values()) + [r for r in sibling_records.values() if r.id not in stored]
     records += kept_kernel_records(planned, settings.cell, backend, results)
     from compat.harness import published
 
@@ -399,7 +400,10 @@ def run_support(settings: Settings) -> int:
         from compat.harness.pypi import PackageIndex
 
         started = time.monotonic()
-        records = run_matrix(to_run, PackageIndex(), settings, resolve_model(settings.model_dir), prior=records)
+        # the runner holds and writes records as their JSON: the kept ones join it so, and come back typed
+        ran = run_matrix(to_run, PackageIndex(), settings, resolve_model(settings.model_dir),
+                         prior=[to_json(r) for r in records])
+        records = [load_record(r) for r in ran]
         print(f"[support] {len(to_run)} runtime cell(s) in {time.monotonic() - started:.0f} s", flush=True)
     elif to_run:
         print(f"[support] --plan-only: {len(to_run)} runtime cell(s) not run: {', '.join(c.id for c in to_run)}")
@@ -418,8 +422,9 @@ def run_support(settings: Settings) -> int:
     from compat.harness.store import SUPPORT
 
     # a row's report keeps the answer's other-backend column, as a published row's does (the H200's runs of its pairs)
-    beside = other_backend_ids(table, backend) if axis == "vllm" and not request.candidate else frozenset()
-    return finish(records, settings.output, documents=frozenset({(SUPPORT, name)}), beside=beside)
+    beside = other_backend_ids(load_support(table), backend) if axis == "vllm" and not request.candidate \
+        else frozenset()
+    return finish([to_json(r) for r in records], settings.output, documents=frozenset({(SUPPORT, name)}), beside=beside)
 
 
 def support_document(axis: str, fixed: str, backend: str, planned: list[support.Planned],

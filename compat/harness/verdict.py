@@ -279,7 +279,7 @@ def decide(cell: CellRecord | Mapping[str, Any], registry: tuple[Breakage, ...] 
         gate = UNTESTED
         gate_reasons = [f"the probe run failed: {str(record.error).splitlines()[0]}"] if not problems else []
     said = reasons + gate_reasons
-    label = record_label(raw)
+    label = record_label(record)
     if label:  # its own evidence class (issue 46): what ran heads the reasons, and a NEW finding of it is a lead
         said = [label] + [f"{r} ({NEW_LEAD})" if r.startswith("NEW") else r for r in said]
     return Decision(verdict, gate, tuple(said), checked, tuple(classes), tuple(typed))

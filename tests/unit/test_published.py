@@ -7,11 +7,13 @@ from __future__ import annotations
 import gzip
 import json
 import shutil
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from compat.harness import published, settings, support_run
+from compat.harness.documents import load_support
 from compat.harness.verdict import GATE_WORDS, decide
 from compat.shared.results import read_json
 
@@ -145,8 +147,9 @@ def test_the_answer_names_the_probe_set_each_rows_measured_cells_ran():
     sets = {published.evidence(records[c["cell_id"]])["probe_set"] for c in measured}
     line = next(x for x in published.answer_markdown(ROWS, records).splitlines() if x.startswith("| 0.8.1 |"))
     assert f"{len(measured)} measured (probe set" in line and all(str(s) in line for s in sets)
-    newer = json.loads(json.dumps(records[measured[0]["cell_id"]]))
-    newer["manifest"]["probe_set"] = max(s for s in sets if s is not None) + 1
+    first = records[measured[0]["cell_id"]]
+    assert first.manifest is not None
+    newer = replace(first, manifest=replace(first.manifest, probe_set=max(s for s in sets if s is not None) + 1))
     mixed = {**records, measured[0]["cell_id"]: newer}
     line = next(x for x in published.answer_markdown(ROWS, mixed).splitlines() if x.startswith("| 0.8.1 |"))
     assert "(probe sets " in line and f": {len(measured) - 1}" in line and ": 1" in line
@@ -181,7 +184,7 @@ def test_a_row_measured_here_keeps_the_other_backend_column_and_its_page_states_
         shutil.copy(published.RESULTS / f"{cell_id}.json.gz", results)
     shutil.copy(published.RESULTS / "support" / "speculators-0.8.1.json", results / "support")
     options = _options(tmp_path, "0.8.1").output
-    beside = support_run.other_backend_ids(doc, "cpu")
+    beside = support_run.other_backend_ids(load_support(doc), "cpu")
     assert beside and all("__gpu" in i for i in beside)
     records = [to_json(load_cell(results / f"{i}.json.gz")) for i in own]
     code = finish(records, options, documents=frozenset({(SUPPORT, "speculators-0.8.1")}), beside=beside)

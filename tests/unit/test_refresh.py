@@ -12,8 +12,10 @@ from pathlib import Path
 
 import yaml
 
+from compat.harness.documents import SupportDocument, load_support
 from compat.harness.published import load_rows
 from compat.harness.refresh import stale_rows
+from compat.shared.records import Backend, CellRecord, Manifest, Verdict
 
 ROOT = Path(__file__).resolve().parents[2]
 WORKFLOW = ROOT / ".github" / "workflows" / "support-refresh.yml"
@@ -21,7 +23,8 @@ RECORDED = Path(__file__).parent / "corpus" / "refresh" / "index-2026-12-02.json
 
 
 def test_a_row_is_stale_without_a_row_or_where_it_lacks_a_listed_vllm_release():
-    rows = {"0.9.0": {"cells": [{"vllm": "0.32.0"}, {"vllm": "0.33.0"}]}, "0.8.1": {"cells": [{"vllm": "0.33.0"}]}}
+    rows = {"0.9.0": _row("0.9.0", ("0.32.0", "measured", "a"), ("0.33.0", "measured", "b")),
+            "0.8.1": _row("0.8.1", ("0.33.0", "measured", "c"))}
     assert stale_rows(rows, ["0.33.0", "0.34.0"], ["0.8.1", "0.9.0", "0.10.0"]) == {
         "0.8.1": "its row lacks vLLM 0.34.0", "0.9.0": "its row lacks vLLM 0.34.0", "0.10.0": "no published row"}
     assert stale_rows(rows, ["0.32.0", "0.33.0"], ["0.9.0"]) == {}
@@ -30,19 +33,29 @@ def test_a_row_is_stale_without_a_row_or_where_it_lacks_a_listed_vllm_release():
 def test_a_row_whose_measured_cells_ran_an_older_probe_set_is_stale():
     from compat.shared.manifest import PROBE_SET
 
-    rows = {"0.9.0": {"cells": [{"vllm": "0.32.0", "provenance": "measured", "cell_id": "a"},
-                                {"vllm": "0.31.0", "provenance": "inferred", "cell_id": "b"}]}}
+    rows = {"0.9.0": _row("0.9.0", ("0.32.0", "measured", "a"), ("0.31.0", "inferred", "b"))}
     assert stale_rows(rows, ["0.32.0"], ["0.9.0"], {"a": PROBE_SET, "b": 0}) == {}
     assert "probe set 1" in stale_rows(rows, ["0.32.0"], ["0.9.0"], {"a": 1})["0.9.0"]
+
+
+def _row(speculators: str, *cells: tuple[str, str, str]) -> SupportDocument:
+    """A published row of `speculators`: each cell (vLLM, provenance, cell id) works."""
+    return load_support({"axis": "vllm", "fixed": speculators, "cells": [
+        {"vllm": v, "speculators": speculators, "provenance": provenance, "outcome": "works", "verdict": "compatible",
+         "cell_id": cell_id} for v, provenance, cell_id in cells]})
 
 
 def test_list_cells_names_a_kept_cell_of_an_older_probe_set():
     from compat.harness.support_run import older_probe_set
     from compat.shared.manifest import PROBE_SET
 
-    assert older_probe_set({"manifest": {"probe_set": PROBE_SET - 1}})
-    assert older_probe_set({"manifest": {}})  # written before probe sets: set 0
-    assert not older_probe_set({"manifest": {"probe_set": PROBE_SET}})
+    def record(manifest: Manifest) -> CellRecord:
+        return CellRecord(schema_version=4, id="x", vllm="0.32.0", speculators="0.9.0", backend=Backend.CPU,
+                          verdict=Verdict.COMPATIBLE, probes=[], manifest=manifest)
+
+    assert older_probe_set(record(Manifest(probes=[], probe_set=PROBE_SET - 1)))
+    assert older_probe_set(record(Manifest(probes=[])))  # written before probe sets: set 0
+    assert not older_probe_set(record(Manifest(probes=[], probe_set=PROBE_SET)))
 
 
 def _run_step(step_id: str, releases: Path, tmp_path: Path) -> dict[str, str]:

@@ -13,6 +13,7 @@ import pytest
 
 from compat.harness.report_cli import main as report_main
 from compat.harness.store import Store, StoreError
+from compat.shared.records import load_record
 from compat.shared.results import read_json, write_json_atomic
 from record_factory import complete
 
@@ -87,7 +88,7 @@ def test_an_identical_import_is_not_a_new_run(tmp_path):
     assert (first.added, again.added, again.known, elsewhere.added) == (1, 0, 1, 0)
     assert len(store.runs()) == 1 and store.runs()[0].ran_at == "2026-01-01T00:00:00Z"
     changed = dict(rec, seconds={"probes": 3.0})
-    assert store.add_run(changed) is True and len(store.runs(rec["id"])) == 2
+    assert store.add_run(load_record(changed)) is True and len(store.runs(rec["id"])) == 2
     store.close()
 
 

@@ -11,6 +11,7 @@ from compat.harness.report import render_html, render_markdown
 from compat.harness.report.support_table import fragments, outcome_ranges
 from compat.harness.static.fingerprint import normalised, runner_path
 from compat.harness.static.model_runner import read_model_runner, v2_method_rule
+from compat.shared.records import Backend, CellRecord, Machine, Verdict
 
 
 def facts(v, fp, verdict="api-compatible", broken=(), build=True, conflict="", spec="0.9.0", profile="server"):
@@ -310,16 +311,13 @@ def test_a_pair_measured_on_the_other_backend_shows_beside_the_row():
     from compat.harness.report import build_report
 
     doc = dict(_document(), backend="cpu")
-    runs = [{"id": "vllm-0.23.0__speculators-0.9.0__gpu__variants-none", "vllm": "0.23.0", "speculators": "0.9.0",
-             "backend": "gpu", "verdict": "compatible-with-compat"},
-            {"id": "vllm-0.23.0__speculators-0.9.0__cpu", "vllm": "0.23.0", "speculators": "0.9.0",
-             "backend": "cpu", "verdict": "unsupported-on-cpu"},
-            {"id": "vllm-0.25.0__speculators-0.9.0__gpu", "vllm": "0.25.0", "speculators": "0.9.0",
-             "backend": "gpu", "verdict": "not-a-verdict"}]
+    runs = [_decided("vllm-0.23.0__speculators-0.9.0__gpu__variants-none", "gpu", "compatible-with-compat"),
+            _decided("vllm-0.23.0__speculators-0.9.0__cpu", "cpu", "unsupported-on-cpu"),
+            _decided("vllm-0.25.0__speculators-0.9.0__gpu", "gpu", "error")]
     joined = support.with_other_backends(doc, runs)
     cell = {c["vllm"]: c for c in joined["cells"]}
     assert cell["0.23.0"]["elsewhere"] == [{"backend": "gpu", "verdict": "compatible-with-compat",
-                                           "outcome": "adapters", "cell_id": runs[0]["id"]}]
+                                           "outcome": "adapters", "cell_id": runs[0][0].id}]
     assert cell["0.25.0"]["elsewhere"] == [] and cell["0.23.0"]["outcome"] == dict(
         (c["vllm"], c) for c in doc["cells"])["0.23.0"]["outcome"]
     assert support.with_other_backends(_document(), runs) == _document()  # no backend stated: nothing joined
@@ -335,19 +333,27 @@ def test_a_pair_measured_on_the_other_backend_shows_beside_the_row():
 
 def test_other_backend_runs_is_the_one_join_of_the_table_and_the_report():
     """One function says which runs decided a pair on the other backend: the report's cells (their own
-    verdict), the published answer (a stored record's decided verdict); in the order given, nothing undecided,
-    nothing without a backend."""
-    runs = [{"id": "b", "vllm": "0.24.0", "speculators": "0.9.0", "backend": "gpu", "verdict": "incompatible",
-             "machine": {"gpu": "1 x H200"}, "finished_at": "2026-12-01"},
-            {"id": "a", "vllm": "0.23.0", "speculators": "0.9.0", "backend": "gpu", "verdict": "compatible"},
-            {"id": "c", "vllm": "0.23.0", "speculators": "0.9.0", "backend": "cpu", "verdict": "compatible"},
-            {"id": "d", "vllm": "0.23.0", "speculators": "0.9.0", "backend": "gpu", "verdict": "error"},
-            {"id": "e", "vllm": "0.23.0", "speculators": "0.9.0", "verdict": "compatible"}]
+    verdict), the published answer (a stored record's decided verdict); in the order given, nothing undecided
+    (a record always names its backend: the typed record holds one)."""
+    runs = [_decided("b", "gpu", "incompatible", vllm="0.24.0", machine=Machine(gpu="1 x H200"),
+                     finished_at="2026-12-01"),
+            _decided("a", "gpu", "compatible"),
+            _decided("c", "cpu", "compatible"),
+            _decided("d", "gpu", "error")]
     found = support.other_backend_runs(runs, "cpu")
     assert [(r["cell_id"], r["outcome"], r["machine"], r["finished_at"]) for r in found] == [
         ("b", "broken", "1 x H200", "2026-12-01"), ("a", "works", "?", "undated")]
-    assert [r["cell_id"] for r in support.other_backend_runs(runs, "cpu", lambda r: "compatible")] == ["b", "a", "d"]
+    assert [r["cell_id"] for r in support.other_backend_runs([(r, Verdict.COMPATIBLE) for r, _ in runs], "cpu")] \
+        == ["b", "a", "d"]
     assert support.other_backend_runs(runs, "gpu") == [dict(found[1], backend="cpu", cell_id="c")]
+
+
+def _decided(cell_id: str, backend: str, verdict: str, vllm: str = "0.23.0", machine: Machine | None = None,
+             finished_at: str | None = None) -> tuple[CellRecord, Verdict]:
+    """A record of vLLM `vllm` x speculators 0.9.0 with its decided verdict, as other_backend_runs reads it."""
+    record = CellRecord(schema_version=4, id=cell_id, vllm=vllm, speculators="0.9.0", backend=Backend(backend),
+                        verdict=Verdict(verdict), probes=[], machine=machine, finished_at=finished_at)
+    return record, Verdict(verdict)
 
 
 def test_the_report_joins_the_stored_runs_of_the_other_backend(tmp_path):
@@ -423,10 +429,9 @@ def test_the_newest_run_of_a_pair_on_a_backend_answers_for_it_once():
     """Two GPU runs of one pair (an older, undated pass; a dated failure): the cell shows the newest alone, as check
     and the answer's column do. A date this cannot read counts as undated, never as the newest."""
     doc = dict(_document(), backend="cpu")
-    runs = [{"id": "vllm-0.23.0__speculators-0.9.0__gpu", "vllm": "0.23.0", "speculators": "0.9.0", "backend": "gpu",
-             "verdict": "compatible", "finished_at": None},
-            {"id": "vllm-0.23.0__speculators-0.9.0__gpu__variants-none", "vllm": "0.23.0", "speculators": "0.9.0",
-             "backend": "gpu", "verdict": "incompatible", "finished_at": "2026-12-05T04:36:01Z"}]
+    runs = [_decided("vllm-0.23.0__speculators-0.9.0__gpu", "gpu", "compatible"),
+            _decided("vllm-0.23.0__speculators-0.9.0__gpu__variants-none", "gpu", "incompatible",
+                     finished_at="2026-12-05T04:36:01Z")]
     cell = {c["vllm"]: c for c in support.with_other_backends(doc, runs)["cells"]}
     assert [r["verdict"] for r in cell["0.23.0"]["elsewhere"]] == ["incompatible"]
     dates = ["unknown", "2026-12-05T06:00:00+09:00", "2026-12-05T04:36:01Z", "undated", "2026-12-05T05:00:00"]

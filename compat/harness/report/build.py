@@ -318,7 +318,7 @@ def decided_cell(cell: CellRecord | Mapping[str, Any]) -> DecidedCell:
 def newest_record(cells: Iterable[CellRecord]) -> dict[str, Any] | None:
     """When the newest record finished and the harness commit it states: the date and commit a report
     shows of its evidence, the same however often (and wherever) it is rendered."""
-    dated = [(stated_time(to_json(c)), c.id, c) for c in cells]
+    dated = [(stated_time(c.finished_at), c.id, c) for c in cells]
     found = max(((t, i, c) for t, i, c in dated if t), default=None, key=lambda x: (x[0], x[1]))
     if found is None:
         return None

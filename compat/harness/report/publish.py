@@ -24,12 +24,12 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from compat.harness.documents import DocumentError, decide_kimi, kimi_shown, load_kimi, load_support, rederive_support
-from compat.harness.report.build import build_report
+from compat.harness.report.build import build_report, decided_cells
 from compat.harness.report.render import write_reports
 from compat.harness.store import BISECT, KIMI, SUPPORT, Document, Imported, Run, Store, stated_time
 from compat.harness.support import with_other_backends
 from compat.harness.verdict import UNTESTED, worst_gate
-from compat.shared.records import CellRecord, load_record
+from compat.shared.records import CellRecord
 
 UNDATED = "undated"  # a record that states no finished_at (shown as_recorded)
 NOT_RECORDED = "not recorded"  # a record that states no harness_commit
@@ -101,7 +101,7 @@ def publish(out_dir: Path, store: Store, imports: Iterable[Path] = (), selection
         imported.merge(store.import_dir(folder))
     problems = list(imported.problems)
     history = store.history(selection.chosen_runs(imported, store))
-    typed = {cell_id: [load_record(run.record) for run in runs] for cell_id, runs in history.items()}  # kept: valid
+    typed = {cell_id: [run.record for run in runs] for cell_id, runs in history.items()}  # the store's, typed
     if as_recorded if as_recorded is not None else generated_at is not None:
         history = {cell_id: [as_stated(run, record) for run, record in zip(runs, typed[cell_id])]
                    for cell_id, runs in history.items()}
@@ -118,14 +118,16 @@ def publish(out_dir: Path, store: Store, imports: Iterable[Path] = (), selection
                           bisect=bisect or None, runs=history)
     support, support_contradictions = _support(sorted(kept[SUPPORT].items()), report["cells"], problems)
     if support:  # the rows and columns of `nox -s compat -- --all-vllm / --all-speculators`: the report's first section
-        report["support"] = [with_other_backends(table, report["cells"]) for table in support]
+        decided = [(c.record, c.decision.verdict) for c in decided_cells(report) if c.record is not None]
+        report["support"] = [with_other_backends(table, decided) for table in support]
     return Published(report, write_reports(report, out_dir), problems, duplicates,
                      kimi_contradictions + support_contradictions)
 
 
 def as_stated(run: Run, record: CellRecord) -> Run:
     """The run with the time and commit its own record (`record`, typed) states, else `undated` / `not recorded`."""
-    return replace(run, ran_at=stated_time(run.record) or UNDATED, harness_commit=record.harness_commit or NOT_RECORDED)
+    return replace(run, ran_at=stated_time(record.finished_at) or UNDATED,
+                   harness_commit=record.harness_commit or NOT_RECORDED)
 
 
 def _kimi(kept: list[Document], problems: list[str]) -> tuple[dict[str, Any] | None, list[str]]:
