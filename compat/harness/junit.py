@@ -14,7 +14,6 @@ the same suites once, at `report_suite`.
 
 from __future__ import annotations
 
-import dataclasses
 import io
 import re
 import xml.etree.ElementTree as ET
@@ -48,10 +47,14 @@ class Case:
 
 @dataclass(frozen=True)
 class Suite:
-    """What one JUnit file says of a cell: its record, the verdict decided and its probes' cases."""
-    record: CellRecord
+    """What one JUnit file says of a cell: its id, its properties (versions, backend, verdict, environment),
+    the verdict decided, the run's own error and its probes' cases."""
+    name: str
+    properties: tuple[tuple[str, Any], ...]
     verdict: Verdict
     cases: Sequence[Case]
+    error: Optional[str] = None
+    install_log_tail: Optional[str] = None
 
 
 def case(probe: CheckedProbe, cls: ProbeClass) -> Case:
@@ -61,20 +64,27 @@ def case(probe: CheckedProbe, cls: ProbeClass) -> Case:
 
 def suite(record: CellRecord, decision: Decision) -> Suite:
     """The cell's suite: the record as loaded, its verdict and probes as compat.harness.verdict decided them."""
-    return Suite(record, decision.verdict, tuple(case(p, cls) for p, cls in decision.probes))
+    env = to_json(record.env) or {}  # the environment as recorded, key for key
+    return Suite(cell_id(record), (("vllm", record.vllm), ("speculators", record.speculators),
+                                   ("backend", record.backend), ("verdict", decision.verdict),
+                                   *((f"env.{k}", v) for k, v in env.items())),
+                 decision.verdict, tuple(case(p, cls) for p, cls in decision.probes), record.error,
+                 record.install_log_tail)
 
 
 def report_suite(cell: Mapping[str, Any]) -> Suite:
     """A report's cell (compat.json's `cells`: the record as its evidence reads, each probe with its
-    `classification`, ProbeClass.as_dict(), and the report's own keys) as its suite."""
-    fields = {f.name for f in dataclasses.fields(CellRecord)}
+    `classification`, ProbeClass.as_dict(), and the report's own keys) as its suite. A record that does not
+    hold its schema is reported as it stands (it decided `error`): its keys are read as given."""
     cases = []
     for probe in cell["probes"]:
         said = probe["classification"]  # ProbeClass.as_dict(): the report's JSON, not the record's
         cases.append(Case(build(ProbeRecord, {k: v for k, v in probe.items() if k not in REPORT_PROBE_KEYS}),
                           str(said["kind"]), said["breakage"], str(said["note"] or ""), bool(said["new_findings"])))
-    record: CellRecord = build(CellRecord, {k: v for k, v in cell.items() if k in fields} | {"probes": []})
-    return Suite(record, record.verdict, cases)
+    named = [(k, cell.get(k)) for k in ("vllm", "speculators", "backend", "verdict")]
+    named = [(k, v) for k, v in named if v is not None] + [(f"env.{k}", v) for k, v in (cell.get("env") or {}).items()]
+    return Suite(cell_id(cell), tuple(named), Verdict(cell["verdict"]), cases,
+                 cell.get("error"), cell.get("install_log_tail"))
 
 
 def _clean(text: Any) -> str:
@@ -100,15 +110,11 @@ def cell_id(cell: CellRecord | Mapping[str, Any]) -> str:
 def cell_xml(given: Suite | Mapping[str, Any]) -> ET.ElementTree:
     """The cell's testsuite (a suite, or a report's cell: report_suite)."""
     cell = given if isinstance(given, Suite) else report_suite(given)
-    record = cell.record
-    cid = cell_id(record)
+    cid = cell.name
     suite_el = ET.Element("testsuite", name=cid)
     props = ET.SubElement(suite_el, "properties")
-    for name, value in (("vllm", record.vllm), ("speculators", record.speculators),
-                        ("backend", record.backend), ("verdict", cell.verdict)):
-        ET.SubElement(props, "property", name=name, value=_clean(value))
-    for k, v in (to_json(record.env) or {}).items():  # the environment as recorded, key for key
-        ET.SubElement(props, "property", name=_clean(f"env.{k}"), value=_clean(v))
+    for name, value in cell.properties:
+        ET.SubElement(props, "property", name=_clean(name), value=_clean(value))
 
     failures = errors = skipped = 0
     total_time = 0.0
@@ -152,13 +158,13 @@ def cell_xml(given: Suite | Mapping[str, Any]) -> ET.ElementTree:
         case = ET.SubElement(suite_el, "testcase", classname=f"compat.{cid}", name="cell", time="0.000")
         verdict = cell.verdict
         text = "\n".join(
-            x for x in (record.error, record.install_log_tail) if x
+            x for x in (cell.error, cell.install_log_tail) if x
         ) or f"cell verdict {verdict} and no probe ran"
         if verdict in _PASSED:
             pass
         elif verdict is Verdict.UNSUPPORTED_ON_CPU:
             skipped += 1
-            ET.SubElement(case, "skipped", message=_clean(record.error or "unsupported-on-cpu"))
+            ET.SubElement(case, "skipped", message=_clean(cell.error or "unsupported-on-cpu"))
         else:
             errors += 1
             el = ET.SubElement(case, "error", type=_clean(verdict), message=_clean(text.splitlines()[0])[:1000])
@@ -202,7 +208,7 @@ def write_junit(cells: Iterable[Suite | Mapping[str, Any]], out_dir: Path) -> li
         cell = given if isinstance(given, Suite) else report_suite(given)
         tree = cell_xml(cell)
         ET.indent(tree)
-        path = out_dir / f"{cell_id(cell.record)}.xml"
+        path = out_dir / f"{cell.name}.xml"
         buffer = io.BytesIO()
         tree.write(buffer, encoding="utf-8", xml_declaration=True)
         write_bytes_atomic(path, buffer.getvalue())
