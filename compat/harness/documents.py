@@ -63,6 +63,25 @@ class KimiRecord:
 
 
 @dataclass(frozen=True)
+class InferenceCheck:
+    """An inferred cell picked to run anyway (--check-inferred): whether it ran, and what it gave."""
+    ran: bool
+    text: str
+    verdict: Optional[str] = None
+    agrees: Optional[bool] = None
+
+
+@dataclass(frozen=True)
+class OtherBackendRun:
+    """A run of the cell's pair on another backend than its row's (compat.harness.support.other_backend_runs),
+    as a shown document's cell carries it (`elsewhere`)."""
+    backend: str
+    outcome: Outcome
+    verdict: str = ""
+    cell_id: str = ""
+
+
+@dataclass(frozen=True)
 class SupportCell:
     """One pair of a support row or column, as compat.harness.support.Answer wrote it."""
     vllm: str
@@ -74,8 +93,31 @@ class SupportCell:
     source: Optional[list[str]] = None
     fix: str = ""
     nearest: str = ""
-    check: Optional[dict[str, Any]] = None
+    check: Optional[InferenceCheck] = None
     cell_id: str = ""
+    elsewhere: list[OtherBackendRun] = field(default_factory=list)  # a shown document's (with_other_backends)
+
+
+@dataclass(frozen=True)
+class ContractSpan:
+    """A run of vLLM releases on which one contract holds (the static layer's, per row)."""
+    version_added: str
+    version_removed: Optional[str] = None
+
+
+@dataclass(frozen=True)
+class Agreement:
+    """What --check-inferred found: inferred cells run anyway, how many agree, and each that does not."""
+    checked: int = 0
+    agree: int = 0
+    disagreements: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class CandidateBuild:
+    """A candidate row's build (compat.harness.candidate.describe): its wheel and sha256."""
+    wheel: Optional[str] = None
+    sha256: Optional[str] = None
 
 
 @dataclass(frozen=True)
@@ -85,6 +127,12 @@ class SupportDocument:
     fixed: str
     cells: list[SupportCell]
     backend: Optional[str] = None
+    model_runners: dict[str, str] = field(default_factory=dict)  # vLLM release -> the runner of extract_hidden_states
+    contracts: dict[str, list[ContractSpan]] = field(default_factory=dict)  # rows: contracts not on every release
+    agreement: Optional[Agreement] = None
+    seed: Optional[int] = None
+    candidate: Optional[CandidateBuild] = None
+    vllm_range: Optional[list[str]] = None
 
 
 def _load(tp: Any, data: Any, what: str, source: str) -> Any:
@@ -164,8 +212,24 @@ def _outcome_fits(cell: SupportCell) -> bool:
     return OUTCOME_OF_VERDICT[verdict.value] == outcome.value
 
 
+@dataclass(frozen=True)
+class DecidedVerdict:
+    """A cell of the report (one record in its scope) and the verdict compat.harness.verdict gives it."""
+    id: str
+    backend: str
+    vllm: str
+    speculators: str
+    verdict: Verdict
+
+    @classmethod
+    def of_report_cell(cls, cell: Mapping[str, Any]) -> "DecidedVerdict":
+        """A report's cell (compat.json's `cells`: a record as its evidence reads, its verdict decided)."""
+        return cls(str(cell["id"]), str(cell["backend"]), str(cell["vllm"]), str(cell["speculators"]),
+                   Verdict(cell["verdict"]))
+
+
 def rederive_support(documents: Iterable[tuple[SupportDocument, Mapping[str, Any]]],
-                     cells: Iterable[Mapping[str, Any]]) -> tuple[list[dict[str, Any]], list[str]]:
+                     cells: Iterable[DecidedVerdict | Mapping[str, Any]]) -> tuple[list[dict[str, Any]], list[str]]:
     """Each document (typed, with the data it was read from) as the report shows it, and each
     contradiction found, by pair. `cells`: the report's decided cells (id, backend, vllm, speculators and
     the verdict compat.harness.verdict gives the record), the records in this report's scope. A measured
@@ -173,15 +237,15 @@ def rederive_support(documents: Iterable[tuple[SupportDocument, Mapping[str, Any
     names, in any of these documents, else the one record of that pair on the row's backend); a cell
     whose outcome its provenance and verdict cannot give reads untested (`error`). A cell whose record
     is not in scope, and one whose source is not, stays as stored (checked only for its outcome)."""
-    cells = list(cells)
-    verdicts = {str(c.get("id")): str(c.get("verdict")) for c in cells}
+    decided_cells = [c if isinstance(c, DecidedVerdict) else DecidedVerdict.of_report_cell(c) for c in cells]
+    verdicts = {c.id: c.verdict.value for c in decided_cells}
     by_pair: dict[tuple[str, str, str], list[str]] = {}
-    for c in cells:
-        if "@" not in str(c.get("id")):  # a second file of one cell id is not the pair's record
-            by_pair.setdefault((str(c.get("backend")), str(c.get("vllm")), str(c.get("speculators"))), []).append(
-                str(c.get("verdict")))
+    for c in decided_cells:
+        if "@" not in c.id:  # a second file of one cell id is not the pair's record
+            by_pair.setdefault((c.backend, c.vllm, c.speculators), []).append(c.verdict.value)
     documents = list(documents)
-    shown = [dict(data, cells=[dict(c) for c in data.get("cells") or []]) for _doc, data in documents]
+    # what is shown: each document's own JSON (key for key, its other keys kept), its contradicted cells replaced
+    shown = [dict(data, cells=[dict(c) for c in data["cells"]]) for _doc, data in documents]
     decided: dict[tuple[str, str], str] = {}  # pair -> the verdict of its measured cell, once decided
     contradictions: list[str] = []
     for measured in (True, False):  # measured cells first: an inferred cell reads its source's verdict
@@ -198,12 +262,11 @@ def rederive_support(documents: Iterable[tuple[SupportDocument, Mapping[str, Any
                     continue
                 contradictions.append(f"support table {doc.axis} {doc.fixed}: vLLM {cell.vllm} x speculators "
                                       f"{cell.speculators}: {why}")
-                stored = out["cells"][i]
-                out["cells"][i] = dict(stored, verdict=changed, outcome=OUTCOME_OF_VERDICT[changed],
-                                       stored_verdict=stored.get("verdict"), stored_outcome=stored.get("outcome"),
-                                       notes=[why] + list(stored.get("notes") or []))
+                out["cells"][i] = dict(out["cells"][i], verdict=changed, outcome=OUTCOME_OF_VERDICT[changed],
+                                       stored_verdict=cell.verdict.value, stored_outcome=cell.outcome.value,
+                                       notes=[why] + cell.notes)
     for (doc, data), out in zip(documents, shown):
-        if out["cells"] != list(data.get("cells") or []):
+        if out["cells"] != data["cells"]:
             out["ranges"] = ranges([Answer(str(c["vllm"]), str(c["speculators"]), str(c["provenance"]),
                                            str(c["outcome"]), str(c["verdict"])) for c in out["cells"]], doc.axis)
     return shown, contradictions

@@ -48,6 +48,7 @@ from compat.harness.explain_prose import Described, described_faults
 from compat.harness.paste_setting import FLAG_BACKENDS, Setting, backend_caveat, platform_of, read_setting, scope_check  # noqa: F401
 from compat.shared.breakages import REGISTRY, Breakage, Symptom
 from compat.shared.neutral import neutral_terminal
+from compat.shared.records import ProbeError, to_json
 from compat.shared.results import MAX_INPUT_BYTES, ResultFileError, read_evidence
 from compat.shared.tracebacks import (  # noqa: F401
     Found,
@@ -65,7 +66,8 @@ _ABOUT = re.compile(r"(?<![\w])(?:vllm|speculators)(?![a-z_])", re.IGNORECASE)
 
 
 def from_result(cell: dict[str, Any]) -> list[Found]:
-    """The failures recorded in a cell result file, as if read from a log."""
+    """The failures recorded in a cell result file, as if read from a log. `cell`: the pasted JSON, read as it
+    stands (a fragment of a record explains too: it is not loaded through the record's schema)."""
     out = []
     for probe in cell.get("probes") or []:
         error = probe.get("error") or {}
@@ -108,16 +110,16 @@ def _symptoms(entry: Breakage, pasted: bool) -> list[Symptom]:
     return [s for s in candidates if s is not None and not s.silent and s.cases is None]
 
 
-def _closeness(entry: Breakage, error: dict[str, Any]) -> int:
+def _closeness(entry: Breakage, error: ProbeError) -> int:
     """How many of type, message and place fit (for ranking rejected candidates)."""
     best = 0
     for s in [entry.user_symptom, entry.symptom]:
         if s is None or s.silent:
             continue
-        short = str(error.get("type") or "").rsplit(".", 1)[-1]
+        short = error.type.rsplit(".", 1)[-1]
         score = int(short in s.exception)
-        score += int(bool(s.message) and bool(re.search(s.message, str(error.get("message") or ""))))
-        score += int(bool(s.where) and bool(re.search(s.where or "", str(error.get("where") or ""))))
+        score += int(bool(s.message) and bool(re.search(s.message, error.message or "")))
+        score += int(bool(s.where) and bool(re.search(s.where or "", error.where or "")))
         best = max(best, score)
     return best
 
@@ -134,9 +136,9 @@ def explain(found: Found, vllm: str | None = None, speculators: str | None = Non
                            backend=platform_of(backend) if backend else None,
                            backend_evidence="--backend" if backend else "")
     root = None if root is found else root
-    error = {**found.as_error(), "context": context}
-    if root is not None:
-        error["root_cause"] = f"{root.type}: {root.message}"
+    pasted = ProbeError(found.type, found.message, found.where,
+                        root_cause=f"{root.type}: {root.message}" if root is not None else None)
+    error = {**to_json(pasted), "context": context}  # a symptom may ask for the paste's text around it too
     matches, rejected, elsewhere, candidates = [], [], [], []
     for entry in registry:
         symptoms = _symptoms(entry, pasted=found.line > 0)
@@ -156,8 +158,8 @@ def explain(found: Found, vllm: str | None = None, speculators: str | None = Non
                 matches.append(entry)
         else:
             rejected.append((entry, whys[0] or ""))
-    rejected.sort(key=lambda pair: -_closeness(pair[0], error))
-    return Explanation(found, matches, [r for r in rejected if _closeness(r[0], error) > 0][:3], elsewhere,
+    rejected.sort(key=lambda pair: -_closeness(pair[0], pasted))
+    return Explanation(found, matches, [r for r in rejected if _closeness(r[0], pasted) > 0][:3], elsewhere,
                        cause=None if matches else cause_of(error), root=root, candidates=candidates)
 
 
@@ -336,7 +338,7 @@ def run_args(args: argparse.Namespace, parser: argparse.ArgumentParser | None = 
         data = json.loads(text)
     except ValueError:
         data = None
-    if isinstance(data, dict) and "probes" in data:
+    if isinstance(data, dict) and "probes" in data:  # a pasted result file, read as it stands (from_result)
         found = from_result(data)
         backend = str(data["backend"]) if data.get("backend") else None
         versions = Setting(vllm=[(str(data["vllm"]), "result file")] if data.get("vllm") else [],

@@ -522,7 +522,7 @@ def test_check_says_a_nearest_kernel_cells_new_finding_is_a_lead_not_a_registry_
     kernels = nk.KernelCell("0.16.0", "0.3.0", "cpu", kernels="0.15.1")
     record = cell([new] + reference(), id=kernels.id, settings={"variants": None}, kernels=nk.kernels_record(kernels),
                   env={"vllm_dist": "vllm 0.16.0+ops.cpu.0.15.1", "speculators": "0.3.0"})
-    label, leads = kernel_label_and_leads(record, {})
+    label, leads = kernel_label_and_leads(record, [])
     assert label == nk.label("0.16.0", "0.15.1") and leads and all(nk.NEW_LEAD in lead for lead in leads)
     shown = Evidence("cpu", "answer", "adapters", "compatible-with-compat", "nearest-kernels", cell_id=kernels.id,
                      label=label, leads=leads, record=record)
@@ -530,10 +530,10 @@ def test_check_says_a_nearest_kernel_cells_new_finding_is_a_lead_not_a_registry_
     assert label in shown.line()
     # a genuine record's NEW finding is no lead: the registry takes it as found
     genuine = cell([new] + reference())
-    assert kernel_label_and_leads(genuine, {}) == ("", [])
+    assert kernel_label_and_leads(genuine, []) == ("", [])
     # the row's words where the record is not kept
     notes = [label, f"NEW block_hasher ({nk.NEW_LEAD})"]
-    assert kernel_label_and_leads(None, {"notes": notes}) == (label, notes[1:])
+    assert kernel_label_and_leads(None, notes) == (label, notes[1:])
 
 
 def test_check_of_a_pair_not_runnable_here_is_untested_never_broken(tmp_path, capsys):

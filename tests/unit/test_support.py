@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 
 from compat.harness import support
+from compat.harness.documents import load_support
 from compat.harness.report import render_html, render_markdown
 from compat.harness.report.support_table import fragments, outcome_ranges
 from compat.harness.static.fingerprint import normalised, runner_path
@@ -168,8 +169,8 @@ def test_report_without_support_has_no_section():
 
 
 def test_outcome_ranges_keep_provenance():
-    doc = _document()
-    cells = sorted([c for c in doc["cells"]], key=lambda c: tuple(int(x) for x in c["vllm"].split(".")))
+    doc = load_support(_document())
+    cells = sorted(doc.cells, key=lambda c: tuple(int(x) for x in c.vllm.split(".")))
     works = outcome_ranges(cells)["works"]
     assert works[0]["version_added"] == "0.22.0" and works[0]["provenance"] == ["inferred", "measured"]
 
@@ -295,7 +296,7 @@ def test_a_column_infers_only_across_speculators_releases_with_the_same_own_code
 
 def test_a_broken_range_names_what_to_install_instead_where_the_ranges_are_read():
     doc = _document()
-    cells = sorted(doc["cells"], key=lambda c: tuple(int(x) for x in c["vllm"].split(".")))
+    cells = sorted(load_support(doc).cells, key=lambda c: tuple(int(x) for x in c.vllm.split(".")))
     broken = outcome_ranges(cells)["broken"]
     assert broken and all(r["instead"] for r in broken)
     answer = next(line for line in fragments([doc])["markdown"].splitlines() if line.startswith("| 0.9.0 |"))
@@ -408,12 +409,13 @@ def test_neighbouring_rows_with_the_same_ranges_share_an_answer_line():
     them apart."""
     from compat.harness.report.support_table import answer_lines
 
-    def row(spec, provenance, elsewhere=()):
-        cells = [{"vllm": v, "speculators": spec, "outcome": o, "provenance": provenance, "verdict": "x",
+    def row(spec, provenance, elsewhere=(), broken=("0.21.0",)):
+        cells = [{"vllm": v, "speculators": spec, "outcome": o, "provenance": provenance,
+                  "verdict": "incompatible" if o == "broken" else "compatible",
                   "nearest": f"vLLM 0.22.0 x speculators {spec} (as released, {provenance})" if o == "broken" else "",
                   "elsewhere": [{"backend": "gpu", "outcome": "works"}] if v in elsewhere else []}
-                 for v, o in (("0.21.0", "broken"), ("0.22.0", "works"))]
-        return cells
+                 for v in ("0.21.0", "0.22.0") for o in ["broken" if v in broken else "works"]]
+        return load_support({"axis": "vllm", "fixed": spec, "cells": cells}).cells
 
     rows = {"0.6.0": row("0.6.0", "inferred"), "0.6.0.1": row("0.6.0.1", "measured", ("0.22.0",)),
             "0.6.0.2": row("0.6.0.2", "inferred")}
@@ -421,7 +423,7 @@ def test_neighbouring_rows_with_the_same_ranges_share_an_answer_line():
     assert specs == ["0.6.0", "0.6.0.1", "0.6.0.2"]
     assert texts == ["0.22.0 ≈●", "none", "none", "0.21.0 ≈● → install instead: vLLM 0.22.0 ✔●",
                      "gpu: 0.22.0 ✔ (0.6.0.1)"]
-    apart = dict(rows, **{"0.6.0.1": [dict(c, outcome="broken") for c in rows["0.6.0.1"]]})
+    apart = dict(rows, **{"0.6.0.1": row("0.6.0.1", "measured", ("0.22.0",), broken=("0.21.0", "0.22.0"))})
     assert [specs for specs, _ in answer_lines(apart, elsewhere=False)] == [["0.6.0"], ["0.6.0.1"], ["0.6.0.2"]]
 
 

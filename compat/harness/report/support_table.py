@@ -11,15 +11,20 @@ on the other backend (a cell's `elsewhere`, compat.harness.support.with_other_ba
 column and a mark in the cell; the row's outcome stays its own backend's.
 
     fragments(documents) -> {"html": Markup, "markdown": str}   # "" each when there is none
+
+The documents (a report's `support`: its JSON) are read typed once, at `fragments`
+(compat.harness.documents.SupportDocument); everything below reads the typed cells.
 """
 
 from __future__ import annotations
 
 import re
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, Mapping
 
 from markupsafe import Markup, escape
 from packaging.version import Version
+
+from compat.harness.documents import CandidateBuild, ContractSpan, Outcome, SupportCell, SupportDocument, load_support
 
 OUTCOME_SYMBOLS = {"works": "✔", "adapters": "◐", "untested": "?", "broken": "✖"}
 OUTCOME_WORDS = {"works": "works as released", "adapters": "works with the compat adapters",
@@ -45,38 +50,41 @@ STYLE = """
 """  # noqa: E501 - the stylesheet is written into the committed reports as it stands
 
 
-def _documents(documents: Any) -> list[dict[str, Any]]:
+def _documents(documents: SupportDocument | Mapping[str, Any] | Iterable[Any] | None) -> list[SupportDocument]:
+    """The documents that hold cells, typed (a report's JSON: read here, once)."""
     if not documents:
         return []
-    docs = [documents] if isinstance(documents, dict) else list(documents)
-    return [d for d in docs if isinstance(d, dict) and d.get("cells")]
+    docs = [documents] if isinstance(documents, (SupportDocument, Mapping)) else list(documents)
+    typed = [d if isinstance(d, SupportDocument) else load_support(d, "the report's support")
+             for d in docs if isinstance(d, SupportDocument) or (isinstance(d, Mapping) and "cells" in d)]
+    return [d for d in typed if d.cells]
 
 
-def _rows(docs: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+def _rows(docs: list[SupportDocument]) -> dict[str, list[SupportCell]]:
     """Cells by speculators release (rows), each in vLLM order; a later document's cell wins."""
-    rows: dict[str, dict[str, dict[str, Any]]] = {}
+    rows: dict[str, dict[str, SupportCell]] = {}
     for doc in docs:
-        for cell in doc["cells"]:
-            rows.setdefault(str(cell["speculators"]), {})[str(cell["vllm"])] = cell
-    return {s: sorted(cells.values(), key=lambda c: Version(c["vllm"]))
+        for cell in doc.cells:
+            rows.setdefault(cell.speculators, {})[cell.vllm] = cell
+    return {s: sorted(cells.values(), key=lambda c: Version(c.vllm))
             for s, cells in sorted(rows.items(), key=lambda kv: Version(kv[0]))}
 
 
-def outcome_ranges(cells: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+def outcome_ranges(cells: list[SupportCell]) -> dict[str, list[dict[str, Any]]]:
     """Per outcome its runs of consecutive vLLM releases: version_added, version_last, version_removed,
     and for a broken run the nearest working pairs its cells name (`instead`)."""
     out: dict[str, list[dict[str, Any]]] = {o: [] for o in OUTCOME_SYMBOLS}
     for i, cell in enumerate(cells):
-        if i and cells[i - 1]["outcome"] == cell["outcome"]:
+        if i and cells[i - 1].outcome is cell.outcome:
             continue
         j = i
-        while j + 1 < len(cells) and cells[j + 1]["outcome"] == cell["outcome"]:
+        while j + 1 < len(cells) and cells[j + 1].outcome is cell.outcome:
             j += 1
-        out[cell["outcome"]].append({
-            "version_added": cell["vllm"], "version_last": cells[j]["vllm"],
-            "version_removed": cells[j + 1]["vllm"] if j + 1 < len(cells) else None,
-            "provenance": sorted({c["provenance"] for c in cells[i:j + 1]}),
-            "instead": list(dict.fromkeys(c["nearest"] for c in cells[i:j + 1] if c.get("nearest")))})
+        out[cell.outcome.value].append({
+            "version_added": cell.vllm, "version_last": cells[j].vllm,
+            "version_removed": cells[j + 1].vllm if j + 1 < len(cells) else None,
+            "provenance": sorted({c.provenance.value for c in cells[i:j + 1]}),
+            "instead": list(dict.fromkeys(c.nearest for c in cells[i:j + 1] if c.nearest))})
     return out
 
 
@@ -89,44 +97,45 @@ def _range_text(r: dict[str, Any], spec: str = "") -> str:
     """A run of releases as the answer line says it; in a row its own speculators release is not repeated."""
     span = r["version_added"] if r["version_added"] == r["version_last"] else (f"{r['version_added']} – "
                                                                                f"{r['version_last']}")
-    pairs = [p.replace(f" x speculators {spec} (", " (") if spec else p for p in r.get("instead") or []]
+    pairs = [p.replace(f" x speculators {spec} (", " (") if spec else p for p in r["instead"]]
     instead = f" → install instead: {' or '.join(pairs)}" if pairs else ""
     return f"{span} ({', '.join(PROVENANCE_WORDS[p] for p in r['provenance'])}){instead}"
 
 
-def cell_text(cell: dict[str, Any]) -> str:
+def cell_text(cell: SupportCell) -> str:
     """The cell as words: outcome and provenance, never colour alone."""
-    return f"{OUTCOME_SYMBOLS[cell['outcome']]}{PROVENANCE_SYMBOLS[cell['provenance']]} " \
-           f"{OUTCOME_WORDS[cell['outcome']]} · {PROVENANCE_WORDS[cell['provenance']]}"
+    outcome, provenance = cell.outcome.value, cell.provenance.value
+    return f"{OUTCOME_SYMBOLS[outcome]}{PROVENANCE_SYMBOLS[provenance]} " \
+           f"{OUTCOME_WORDS[outcome]} · {PROVENANCE_WORDS[provenance]}"
 
 
-def footnote(cell: dict[str, Any], runner: str = "") -> str:
-    parts = [f"vLLM {cell['vllm']} x speculators {cell['speculators']}: {OUTCOME_WORDS[cell['outcome']]}, "
-             f"{PROVENANCE_WORDS[cell['provenance']]} ({cell['verdict']})"]
-    parts += [str(n) for n in cell.get("notes") or [] if n][:2]
-    if cell.get("check"):
-        parts.append(cell["check"]["text"])
-    if cell["outcome"] == "broken":
-        if cell.get("nearest"):
-            parts.append(f"install instead: {cell['nearest']}")
-        if cell.get("fix"):
-            parts.append(f"fix: {cell['fix']}")
-    parts += [f"also measured on {r['backend']}: {OUTCOME_WORDS[r['outcome']]} ({r['verdict']}, {r['cell_id']})"
-              for r in cell.get("elsewhere") or []]
+def footnote(cell: SupportCell, runner: str = "") -> str:
+    parts = [f"vLLM {cell.vllm} x speculators {cell.speculators}: {OUTCOME_WORDS[cell.outcome.value]}, "
+             f"{PROVENANCE_WORDS[cell.provenance.value]} ({cell.verdict.value})"]
+    parts += [str(n) for n in cell.notes if n][:2]
+    if cell.check is not None:
+        parts.append(cell.check.text)
+    if cell.outcome is Outcome.BROKEN:
+        if cell.nearest:
+            parts.append(f"install instead: {cell.nearest}")
+        if cell.fix:
+            parts.append(f"fix: {cell.fix}")
+    parts += [f"also measured on {r.backend}: {OUTCOME_WORDS[r.outcome.value]} ({r.verdict}, {r.cell_id})"
+              for r in cell.elsewhere]
     if runner:
         parts.append(f"model runner: {runner}")
     return "; ".join(parts)
 
 
-def elsewhere_text(group: dict[str, list[dict[str, Any]]]) -> str:
+def elsewhere_text(group: dict[str, list[SupportCell]]) -> str:
     """What runs on the other backend decided for these rows' releases: `gpu: 0.23.0 ◐ (0.6.0.1), 0.24.0 ✔`;
     a pair run for only some of the rows an answer line joins names them."""
     found: dict[str, dict[str, list[str]]] = {}
     for spec, cells in group.items():
         for cell in cells:
-            for r in cell.get("elsewhere") or []:
-                item = f"{cell['vllm']} {OUTCOME_SYMBOLS[r['outcome']]}"
-                found.setdefault(r["backend"], {}).setdefault(item, []).append(spec)
+            for r in cell.elsewhere:
+                item = f"{cell.vllm} {OUTCOME_SYMBOLS[r.outcome.value]}"
+                found.setdefault(r.backend, {}).setdefault(item, []).append(spec)
     return " · ".join(f"{backend}: " + ", ".join(
         item + ("" if len(specs) == len(group) else f" ({', '.join(specs)})")
         for item, specs in sorted(items.items(), key=lambda kv: Version(kv[0].split()[0])))
@@ -139,7 +148,7 @@ def outcome_text(ranges: list[dict[str, Any]]) -> str:
     if not ranges:
         return "none"
     text = "; ".join(_span(r) + " " + "".join(PROVENANCE_SYMBOLS[p] for p in r["provenance"]) for r in ranges)
-    pairs = {_pair_symbols(p): p.split()[1] for r in ranges for p in r.get("instead") or []}
+    pairs = {_pair_symbols(p): p.split()[1] for r in ranges for p in r["instead"]}
     newest = max(pairs, key=lambda p: (Version(pairs[p]), PROVENANCE_SYMBOLS["measured"] in p)) if pairs else ""
     return text + (f" → install instead: {newest}" if newest else "")
 
@@ -159,7 +168,7 @@ def _pair_symbols(pair: str) -> str:
     return f"vLLM {m['vllm']} {HOW_SYMBOLS[m['how']]}{PROVENANCE_SYMBOLS[symbol]}"
 
 
-def answer_lines(rows: dict[str, list[dict[str, Any]]], elsewhere: bool,
+def answer_lines(rows: dict[str, list[SupportCell]], elsewhere: bool,
                  candidates: Iterable[str] = ()) -> list[tuple[list[str], list[str]]]:
     """The answer's lines: per speculators release its outcome texts (and the other backend's). Neighbouring
     releases whose outcomes cover the same vLLM ranges share one line (0.6.0, 0.6.0.1, 0.6.0.2), so the
@@ -186,53 +195,53 @@ def answer_lines(rows: dict[str, list[dict[str, Any]]], elsewhere: bool,
     return lines
 
 
-def _any_elsewhere(rows: dict[str, list[dict[str, Any]]]) -> bool:
-    return any(cell.get("elsewhere") for cells in rows.values() for cell in cells)
+def _any_elsewhere(rows: dict[str, list[SupportCell]]) -> bool:
+    return any(cell.elsewhere for cells in rows.values() for cell in cells)
 
 
-def _runners(docs: list[dict[str, Any]]) -> dict[str, str]:
+def _runners(docs: list[SupportDocument]) -> dict[str, str]:
     out: dict[str, str] = {}
     for doc in docs:
-        out.update(doc.get("model_runners") or {})
+        out.update(doc.model_runners)
     return out
 
 
-def _contracts(docs: list[dict[str, Any]]) -> dict[str, dict[str, list[dict[str, Any]]]]:
+def _contracts(docs: list[SupportDocument]) -> dict[str, dict[str, list[ContractSpan]]]:
     """speculators release -> its contracts' support along the vLLM releases (rows only)."""
-    return {str(d["fixed"]): d.get("contracts") or {} for d in docs if d.get("axis") == "vllm"}
+    return {d.fixed: d.contracts for d in docs if d.axis == "vllm"}
 
 
-def contract_text(runs: list[dict[str, Any]]) -> str:
+def contract_text(runs: list[ContractSpan]) -> str:
     if not runs:
         return "holds on no vLLM release read"
-    return ", ".join(f"version_added {r['version_added']}, version_removed {r['version_removed'] or 'none (holds)'}"
+    return ", ".join(f"version_added {r.version_added}, version_removed {r.version_removed or 'none (holds)'}"
                      for r in runs)
 
 
 CANDIDATE_WORD = "candidate"
 
 
-def _candidates(docs: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+def _candidates(docs: list[SupportDocument]) -> dict[str, CandidateBuild]:
     """The rows of candidate builds (compat.harness.candidate): version -> its wheel and sha256."""
-    return {str(d["fixed"]): d["candidate"] for d in docs if d.get("axis") == "vllm" and d.get("candidate")}
+    return {d.fixed: d.candidate for d in docs if d.axis == "vllm" and d.candidate is not None}
 
 
-def spec_label(spec: str, candidates: dict[str, dict[str, Any]]) -> str:
+def spec_label(spec: str, candidates: Mapping[str, CandidateBuild]) -> str:
     return f"{spec} ({CANDIDATE_WORD})" if spec in candidates else spec
 
 
-def candidate_lines(docs: list[dict[str, Any]]) -> list[str]:
+def candidate_lines(docs: list[SupportDocument]) -> list[str]:
     """What the answer says first of each candidate row: a build, not a release, apart from the table."""
     out = []
     for doc in docs:
-        info = doc.get("candidate")
-        if doc.get("axis") != "vllm" or not info:
+        info = doc.candidate
+        if doc.axis != "vllm" or info is None:
             continue
-        span = doc.get("vllm_range")
-        out.append(f"Candidate speculators {doc['fixed']}: the build {info.get('wheel')} (sha256 "
-                   f"{str(info.get('sha256'))[:16]}…), not a release; against vLLM "
+        span = doc.vllm_range
+        out.append(f"Candidate speculators {doc.fixed}: the build {info.wheel} (sha256 "
+                   f"{str(info.sha256)[:16]}…), not a release; against vLLM "
                    + (f"{span[0]} – {span[1]}" if span else "every release")
-                   + f" on {doc.get('backend')}. Its cells are inferred only from its own runs, and it is "
+                   + f" on {doc.backend}. Its cells are inferred only from its own runs, and it is "
                    "reported apart from the released rows (never published).")
     return out
 
@@ -246,14 +255,14 @@ def fragments(documents: Any, markdown_type: Callable[[str], str] = str) -> dict
     return {"html": _html(rows, runners, docs), "markdown": markdown_type(_markdown(rows, runners, docs))}
 
 
-def _agreements(docs: Iterable[dict[str, Any]]) -> list[str]:
+def _agreements(docs: Iterable[SupportDocument]) -> list[str]:
     out = []
     for doc in docs:
-        a = doc.get("agreement") or {}
-        if a.get("checked"):
-            out.append(f"{doc['axis'] == 'vllm' and 'speculators ' + doc['fixed'] or 'vLLM ' + doc['fixed']}: "
-                       f"inference checked on {a['checked']} cell(s) (seed {doc.get('seed')}), {a['agree']} agree"
-                       + "".join(f"; {d}" for d in a.get("disagreements") or []))
+        a = doc.agreement
+        if a is not None and a.checked:
+            out.append(f"{doc.axis == 'vllm' and 'speculators ' + doc.fixed or 'vLLM ' + doc.fixed}: "
+                       f"inference checked on {a.checked} cell(s) (seed {doc.seed}), {a.agree} agree"
+                       + "".join(f"; {d}" for d in a.disagreements))
     return out
 
 
@@ -265,7 +274,7 @@ def _unbroken(text: str) -> Markup:
                            for i, p in enumerate(parts))
 
 
-def _html(rows: dict[str, list[dict[str, Any]]], runners: dict[str, str], docs: list[dict[str, Any]]) -> Markup:
+def _html(rows: dict[str, list[SupportCell]], runners: dict[str, str], docs: list[SupportDocument]) -> Markup:
     e = escape
     elsewhere = _any_elsewhere(rows)
     out = [f"<style>{STYLE}</style>", '<section id="support" aria-labelledby="support-h">',
@@ -301,15 +310,16 @@ def _html(rows: dict[str, list[dict[str, Any]]], runners: dict[str, str], docs: 
         # every release of the row at once, wrapping as the page narrows (caniuse's grid): no sideways scroll
         out.append(f'<ol class="strip" aria-label="speculators {e(spec)}: one cell per vLLM release">')
         for cell in cells:
-            notes.append(footnote(cell, runners.get(cell["vllm"], "")))
+            notes.append(footnote(cell, runners.get(cell.vllm, "")))
             n = len(notes)
-            out.append(f'<li class="o-{e(cell["outcome"])} p-{e(cell["provenance"])}" '
-                       f'title="{e(cell_text(cell))}" data-vllm="{e(cell["vllm"])}">'
-                       f'<b>{e(cell["vllm"])}</b> '
-                       f'<span>{OUTCOME_SYMBOLS[cell["outcome"]]}{PROVENANCE_SYMBOLS[cell["provenance"]]}</span>'
-                       f' <span class="word">{e(cell["outcome"])} · {e(PROVENANCE_WORDS[cell["provenance"]])}</span>'
-                       + "".join(f' <span class="word">{e(r["backend"])} {OUTCOME_SYMBOLS[r["outcome"]]}</span>'
-                                 for r in cell.get("elsewhere") or [])
+            outcome, provenance = cell.outcome.value, cell.provenance.value
+            out.append(f'<li class="o-{e(outcome)} p-{e(provenance)}" '
+                       f'title="{e(cell_text(cell))}" data-vllm="{e(cell.vllm)}">'
+                       f'<b>{e(cell.vllm)}</b> '
+                       f'<span>{OUTCOME_SYMBOLS[outcome]}{PROVENANCE_SYMBOLS[provenance]}</span>'
+                       f' <span class="word">{e(outcome)} · {e(PROVENANCE_WORDS[provenance])}</span>'
+                       + "".join(f' <span class="word">{e(r.backend)} {OUTCOME_SYMBOLS[r.outcome.value]}</span>'
+                                 for r in cell.elsewhere)
                        + f'<sup><a href="#support-note-{n}">{n}</a></sup></li>')
         out.append("</ol>")
     for line in _agreements(docs):
@@ -325,7 +335,7 @@ def _md(text: str) -> str:
         .replace("&", "&amp;")
 
 
-def _markdown(rows: dict[str, list[dict[str, Any]]], runners: dict[str, str], docs: list[dict[str, Any]]) -> str:
+def _markdown(rows: dict[str, list[SupportCell]], runners: dict[str, str], docs: list[SupportDocument]) -> str:
     elsewhere = _any_elsewhere(rows)
     candidates = _candidates(docs)
     out = ["## Which vLLM works with my speculators?", "",
@@ -349,8 +359,8 @@ def _markdown(rows: dict[str, list[dict[str, Any]]], runners: dict[str, str], do
         out.append("| vLLM | cell | notes |")
         out.append("|---|---|---|")
         for cell in cells:
-            out.append(f"| {_md(cell['vllm'])} | {_md(cell_text(cell))} | "
-                       f"{_md(footnote(cell, runners.get(cell['vllm'], ''))[:400])} |")
+            out.append(f"| {_md(cell.vllm)} | {_md(cell_text(cell))} | "
+                       f"{_md(footnote(cell, runners.get(cell.vllm, ''))[:400])} |")
         out.append("")
         contracts = _contracts(docs).get(spec) or {}
         if contracts:
