@@ -41,7 +41,7 @@ from compat.harness.support import (
 )
 from compat.shared.breakages import Breakage, applicable
 from compat.shared.profiles import profile_for
-from compat.shared.records import CellRecord, Verdict, to_json
+from compat.shared.records import CellRecord, ProbeStatus, Verdict, to_json
 from compat.shared.results import ResultFileError, evidence_path, load_cell, record_files, record_stem
 
 SCHEMA = "docs/check.schema.json"
@@ -289,10 +289,10 @@ def repaired(record: CellRecord) -> list[Any]:
     from compat.harness.classify import classify_cell
 
     entries: dict[str, Any] = {}
-    for probe, cls in classify_cell(to_json(record)):
-        if probe.get("status") != "broken" or cls.advisory or cls.breakage is None:
+    for probe, cls in classify_cell(record):
+        if probe.status is not ProbeStatus.BROKEN or cls.advisory or cls.breakage is None:
             continue
-        if probe.get("with_compat") in ("ok", "n/a"):
+        if probe.with_compat in (ProbeStatus.OK, ProbeStatus.NOT_APPLICABLE):
             entries.setdefault(cls.breakage.id, cls.breakage)
     return list(entries.values())
 

@@ -42,7 +42,7 @@ from pathlib import Path
 from typing import Any, Optional, Sequence, TextIO
 
 from compat.harness import exit_codes
-from compat.harness.causes import CauseRule, cause_of
+from compat.harness.causes import CauseRule, cause_of, error_in
 from compat.harness.explain_context import contexts
 from compat.harness.explain_prose import Described, described_faults
 from compat.harness.paste_setting import FLAG_BACKENDS, Setting, backend_caveat, platform_of, read_setting, scope_check  # noqa: F401
@@ -158,7 +158,7 @@ def explain(found: Found, vllm: str | None = None, speculators: str | None = Non
             rejected.append((entry, whys[0] or ""))
     rejected.sort(key=lambda pair: -_closeness(pair[0], error))
     return Explanation(found, matches, [r for r in rejected if _closeness(r[0], error) > 0][:3], elsewhere,
-                       cause=None if matches else cause_of(error), root=root, candidates=candidates)
+                       cause=None if matches else cause_of(error_in(error)), root=root, candidates=candidates)
 
 
 # -- output ------------------------------------------------------------------------------------------

@@ -10,8 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from compat.harness import cell_run
-from compat.harness.causes import cause_of
+from compat.harness import causes, cell_run
 from compat.harness.cell_envs import CellEnv
 from compat.harness.matrix import Cell
 
@@ -21,6 +20,11 @@ OUTER = {"type": "Exception", "message": "WorkerProc initialization failed due t
                                          "process. See stack trace for root cause."}
 TCMALLOC = ("RuntimeError: libtcmalloc is not found in LD_PRELOAD. Please follow the section `set LD_PRELOAD` in "
             "https://docs.vllm.ai/en/latest/getting_started/installation/cpu/ to setup required pre-loaded libraries.")
+
+
+def cause_of(error):
+    """The cause rule an exception written as its JSON fits (causes.cause_of on the typed exception)."""
+    return causes.cause_of(causes.error_in(error))
 
 
 def test_the_printed_root_cause_reads_environment():

@@ -272,15 +272,17 @@ def _case_for(entry) -> str:
 
 
 def test_a_message_naming_a_second_failing_case_is_not_known():
+    from compat.harness.causes import error_in
     from compat.harness.classify import classify_probe, named_cases
+    from record_factory import probe_record
 
     error = {"type": "WrongHiddenStates", "message": "[shared_prefix] rows short; [batch] values differ", "where": None}
-    assert named_cases(error) == ["shared_prefix", "batch"]
+    assert named_cases(error_in(error)) == ["shared_prefix", "batch"]
     probe = {"id": "payload_schema", "case": None, "status": "broken", "with_compat": "ok", "error": error,
              "detail": {"rows_returned": [150, 152], "rows_expected": [160, 152]}}
     one = dict(probe, error=dict(error, message="[shared_prefix] rows short"))
-    known = classify_probe(one, "0.22.1", "0.8.1", backend="cpu")
-    both = classify_probe(probe, "0.22.1", "0.8.1", backend="cpu")
+    known = classify_probe(probe_record(one), "0.22.1", "0.8.1", backend="cpu")
+    both = classify_probe(probe_record(probe), "0.22.1", "0.8.1", backend="cpu")
     if known.kind == "known":  # where the registry knows the first case alone, the second must undo it
         assert both.kind == "new" and "batch" in both.note, both
 

@@ -55,10 +55,10 @@ CLIENT_EVIDENCE = EVIDENCE.parent / "cpu-server-client"
 
 
 def test_the_0_7_client_cell_s_short_rows_are_one_known_breakage_in_every_probe_that_saw_them():
-    from compat.harness.classify import classify_cell
+    from record_factory import classified
     cell = json.loads((CLIENT_EVIDENCE / "results" / "vllm-0.22.1__speculators-0.7.0.2__cpu.json").read_text())
     broken = {(p["id"], p["case"]): (c.kind, c.breakage.id if c.breakage else None)
-              for p, c in classify_cell(cell) if p["status"] == "broken"}
+              for p, c in classified(cell) if p["status"] == "broken"}
     assert broken == {key: ("known", "connector_prefix_cache_rows_client") for key in [
         ("payload_schema", None), ("write_completion", None), ("layer_ids_by_model", "llama"),
         ("hidden_states_match_reference", "repeated"), ("hidden_states_match_reference", "shared_prefix")]}
@@ -74,13 +74,13 @@ def read(folder: Path, cell_id: str) -> dict:
 
 
 def test_deepseek_loses_its_final_layer_on_the_gpu_build_of_0_24_and_keeps_it_from_0_25():
-    from compat.harness.classify import classify_cell
+    from record_factory import classified
     gpu = read(GPU_VARIANTS / "v024-s090-deepseek-fa3", "vllm-0.24.0__speculators-0.9.0__gpu")
-    lost = {(p["id"], p["case"]): (p, c) for p, c in classify_cell(gpu)}[("layer_ids_by_model", "deepseek_v3")]
+    lost = {(p["id"], p["case"]): (p, c) for p, c in classified(gpu)}[("layer_ids_by_model", "deepseek_v3")]
     assert lost[0]["status"] == "broken" and lost[0]["detail"]["variant"]["mla"]["enabled"]
     assert (lost[1].kind, lost[1].breakage.id) == ("known", "deepseek_final_layer")
     cpu = read(DEEPSEEK_025, "vllm-0.25.0__speculators-0.9.0__cpu")
-    kept = {(p["id"], p["case"]): (p, c) for p, c in classify_cell(cpu)}[("layer_ids_by_model", "deepseek_v3")]
+    kept = {(p["id"], p["case"]): (p, c) for p, c in classified(cpu)}[("layer_ids_by_model", "deepseek_v3")]
     matched = {k: v["matches_index"] for k, v in kept[0]["detail"]["layer_ids"].items()}
     assert matched == {"1": 1, "3": 3, "6": 6, "7": 7}
     assert kept[1].kind == "as-expected-ok", kept[1].note  # the registry's removed_in is where it was seen fixed

@@ -14,14 +14,25 @@ from pathlib import Path
 
 import pytest
 
-from compat.harness.classify import classify_probe, counts
+from compat.harness import classify
 from compat.harness.verdict import FINDING, PASS, UNTESTED, decide, matrix_gate
 from compat.shared import breakages
 from compat.shared.breakages import BY_ID, REGISTRY, Breakage, Symptom
 from compat.shared.probe_catalog import probes as catalog
 from compat.shared.records import Figures, RecordError, typed
 from compat.shared.tolerances import Tolerance, summarize
-from record_factory import complete, figures_pass_json, passing_figures
+from record_factory import cell_record, complete, figures_pass_json, passing_figures, probe_record
+
+
+def classify_probe(probe, *args, **kw):
+    """classify.classify_probe on a probe written as its record's JSON, typed as the loader types it."""
+    return classify.classify_probe(probe_record(probe), *args, **kw)
+
+
+def counts(cells, *args):
+    """classify.counts over cells written as their records' JSON, typed."""
+    return classify.counts([cell_record(c) for c in cells], *args)
+
 
 CORPUS = Path(__file__).parent / "corpus"
 REF = "hidden_states_match_reference"
@@ -571,7 +582,7 @@ def test_annotate_labels_each_probe_with_the_registry_or_the_classes_given():
     kind = lambda out: out["probes"][0]["classification"]["kind"]  # noqa: E731
     assert kind(annotate(c)) == "new"
     assert kind(annotate(c, REGISTRY + (EXTRA,))) == "known"
-    assert kind(annotate(c, classes=classify_cell(c, REGISTRY + (EXTRA,)))) == "known"
+    assert kind(annotate(c, classes=classify_cell(cell_record(c), REGISTRY + (EXTRA,)))) == "known"
 
 
 # --------------------------------------------------------------------------- advisory probes and adapter regressions
@@ -721,7 +732,9 @@ def test_a_schema1_broken_data_probe_is_not_contradicted_by_its_case_figures():
 
 
 def test_a_rejected_candidate_says_why_in_one_line():
-    untyped = probe("block_hasher", "broken", None, {"type": None, "message": "boom", "where": BLOCK_POOL})
+    untyped = probe("block_hasher", "broken", None, {"type": "", "message": "boom", "where": BLOCK_POOL})
+    with pytest.raises(RecordError, match="error.type: null"):  # an exception with no type at all: refused on load
+        probe_record(probe("block_hasher", "broken", None, {"type": None, "message": "boom", "where": BLOCK_POOL}))
     c = classify_probe(untyped, "0.16.0", "0.3.0")
     assert c.kind == "new"
     assert "rejected: block_hasher: no exception recorded, expected AssertionError/IndexError" in c.note
