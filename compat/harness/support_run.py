@@ -233,7 +233,7 @@ def older_probe_set(record: CellRecord) -> bool:
     from compat.harness.evidence import record_probe_set
     from compat.shared.manifest import PROBE_SET
 
-    held = record_probe_set(to_json(record))  # evidence.record_probe_set reads the JSON (engineer B's chain)
+    held = record_probe_set(record)
     return held is not None and held < PROBE_SET
 
 

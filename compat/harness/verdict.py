@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Iterable, NoReturn, Optional
 
@@ -46,13 +46,15 @@ from compat.harness.causes import (
     with_compat_error,
     with_compat_not_contract,
 )
-from compat.harness.classify import ProbeClass, classify_cell, classify_probe, new_findings
+from compat.harness.checked import CheckedProbe as CheckedProbe  # the re-checked probe's home; read from here too
+from compat.harness.checked import Stated as Stated
+from compat.harness.checked import revised
+from compat.harness.classify import ProbeClass, ProbeKind, classify_cell, classify_probe, new_findings
 from compat.harness.evidence import recheck, record_probe_set
 from compat.harness.nearest_kernels import NEW_LEAD, record_label
 from compat.shared.breakages import REFERENCE_PROBE, REGISTRY, Breakage
 from compat.shared.records import (
     CellRecord,
-    ProbeRecord,
     ProbeStatus,
     RecordError,
     Verdict,
@@ -65,44 +67,6 @@ PASS, FINDING, UNTESTED = 0, 1, 2
 GATE_WORDS = {PASS: "pass", FINDING: "fail: NEW or regression", UNTESTED: "fail: untested"}
 UNTESTED_VERDICTS = frozenset({Verdict.ERROR, Verdict.INSTALL_ERROR, Verdict.UNSUPPORTED_ON_CPU,
                                Verdict.UNTESTED_AT_RUNTIME})
-
-
-@dataclass(frozen=True)
-class Stated:
-    """What a record said of a probe where its evidence, its cause or its environment set that aside."""
-    status: ProbeStatus
-    with_compat: Optional[ProbeStatus]
-
-
-@dataclass(frozen=True)
-class CheckedProbe:
-    """A probe as its evidence reads (compat.harness.evidence.recheck, compat.harness.causes): the record with its
-    status, with-compat status, cause and reason as decided, and what the record stated where that was set aside."""
-    record: ProbeRecord
-    stated: Optional[Stated] = None
-
-    @property
-    def label(self) -> str:
-        return self.record.key
-
-    @property
-    def why(self) -> str:
-        return str(self.record.reason or (self.record.error.message if self.record.error else "")
-                   or "no reason recorded").splitlines()[0][:200]
-
-    @property
-    def with_compat_set_aside(self) -> bool:
-        """Its with-compat run reads `error` because what it stated was set aside: no answer about the adapters."""
-        return self.record.with_compat is ProbeStatus.ERROR and self.stated is not None
-
-
-def checked_probe(probe: dict[str, Any]) -> CheckedProbe:
-    """A probe of the re-checked record (JSON, with `stated` where recheck or a cause set the record aside) typed."""
-    stated = probe.get("stated")
-    record: ProbeRecord = build(ProbeRecord, {k: v for k, v in probe.items() if k != "stated"})
-    return CheckedProbe(record, None if not isinstance(stated, dict) else Stated(
-        ProbeStatus(stated["status"]), None if stated.get("with_compat") is None
-        else ProbeStatus(stated["with_compat"])))
 
 
 class Outcome(enum.Enum):
@@ -149,19 +113,19 @@ def outcome(probe: CheckedProbe, run_failed: bool) -> Outcome:
 
 @dataclass(frozen=True)
 class Decision:
-    """One cell decided: the verdict, the gate, why; the record as its evidence reads
-    (compat.harness.evidence.recheck) and each of its probes' classes, worked out once."""
+    """One cell decided: the verdict, the gate, why; its probes as their evidence reads
+    (compat.harness.evidence.recheck) with their classes, worked out once, and the record as decided. The report
+    writes a probe's JSON from its CheckedProbe (`as_json`) where it writes compat.json."""
     verdict: Verdict
     gate: int
     reasons: tuple[str, ...] = field(default=())
-    checked: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
-    classes: tuple[tuple[dict[str, Any], ProbeClass], ...] = field(default=(), compare=False, repr=False)
     probes: tuple[tuple[CheckedProbe, ProbeClass], ...] = field(default=(), compare=False, repr=False)
+    record: Optional[CellRecord] = field(default=None, compare=False, repr=False)
 
     @property
     def known_fixes(self) -> tuple[str, ...]:
         """The registry's fix of each known breakage among the probes' classes, once each, in probe order."""
-        return tuple(dict.fromkeys(cls.breakage.fix for _, cls in self.classes if cls.breakage is not None))
+        return tuple(dict.fromkeys(cls.breakage.fix for _, cls in self.probes if cls.breakage is not None))
 
 
 def cell_verdict(cell: CellRecord, classes: list[tuple[CheckedProbe, ProbeClass]]) -> tuple[Verdict, list[str]]:
@@ -239,40 +203,34 @@ def cell_gate(verdict: Verdict, classes: list[tuple[CheckedProbe, ProbeClass]]) 
     return PASS, []
 
 
+Classified = list[tuple[CheckedProbe, ProbeClass]]
+
+
 def decide(cell: CellRecord | Mapping[str, Any], registry: tuple[Breakage, ...] = REGISTRY) -> Decision:
     """The verdict and the gate of one cell record, from what its evidence supports. Problems of the
     record as a whole (manifest, installed versions) leave it `error`; a run-level failure (`error`
     beside probes: a crash or timeout) gates at least untested. The record (typed, as load_cell gives it, or its
     JSON, as the runner and the store hold it) is validated and migrated first (records.validate_cell): one that does
-    not hold its schema decides `error`, naming the field. The re-check and the classes still read its JSON (a typed
-    record's, records.to_json: key for key what was read); the verdict and the gate are decided on the typed record
-    and its typed, re-checked probes."""
+    not hold its schema decides `error`, naming the field. The re-check, the classes, the causes, the verdict and the
+    gate then read the typed record and its typed, re-checked probes."""
     try:
         raw = validate_cell(to_json(cell) if isinstance(cell, CellRecord) else dict(cell))
     except RecordError as exc:
         return Decision(Verdict.ERROR, UNTESTED, (f"the record does not hold its schema: {exc} (expected what "
                                                   f"docs/record.schema.json lists)",))
     record: CellRecord = build(CellRecord, raw)
-    checked, problems = recheck(raw)
-    classes = classify_cell(checked, registry)
+    checked, problems = recheck(record)
+    classes = classify_cell(record, registry, checked)
     # the environment's or our fixture's failure, no registry entry claims it: error
-    checked, classes = _replaced(checked, classes, registry, {
-        id(p): as_not_contract(p, rule) for p, cls in classes if p.get("status") == "broken" and cls.kind == "new"
-        for rule in [cause_of(p.get("error"))] if rule is not None})
+    classes = _replaced(record, classes, registry, _not_contract)
     # a record older than a probe's isolation, holding another probe's known exception under it: that breakage,
     # labelled (causes.older_harness_leak), never a NEW finding
-    classes = _older_harness(checked, classes)
+    classes = _older_harness(record, classes)
     # the same for a with-compat run alone (a known raw failure, its repair stopped by the machine): with_compat error
-    checked, classes = _replaced(checked, classes, registry, {
-        id(p): with_compat_not_contract(p, rule) for p, cls in classes
-        if p.get("status") in ("ok", "broken") and p.get("with_compat") == "broken" and cls.with_compat_known is None
-        for rule in [cause_of(with_compat_error(p))] if rule is not None})
-    checked, classes = _replaced(checked, classes, registry, {
-        id(p): dict(p, cause=cause, **harness_fault_explained(p)) for p, _cls in classes
-        if p.get("status") == "error" and not p.get("cause") for cause in [cause_of_error(p)] if cause})
-    typed = [(checked_probe(p), cls) for p, cls in classes]
-    verdict, reasons = cell_verdict(record, typed)
-    gate, gate_reasons = cell_gate(verdict, typed)
+    classes = _replaced(record, classes, registry, _with_compat_not_contract)
+    classes = _replaced(record, classes, registry, _error_caused)
+    verdict, reasons = cell_verdict(record, classes)
+    gate, gate_reasons = cell_gate(verdict, classes)
     if problems and verdict not in (Verdict.INSTALL_ERROR, Verdict.UNTESTED_AT_RUNTIME):
         verdict, reasons = Verdict.ERROR, problems + reasons
     if gate == PASS and (problems or (record.probes and record.error)):
@@ -282,32 +240,61 @@ def decide(cell: CellRecord | Mapping[str, Any], registry: tuple[Breakage, ...] 
     label = record_label(record)
     if label:  # its own evidence class (issue 46): what ran heads the reasons, and a NEW finding of it is a lead
         said = [label] + [f"{r} ({NEW_LEAD})" if r.startswith("NEW") else r for r in said]
-    return Decision(verdict, gate, tuple(said), checked, tuple(classes), tuple(typed))
+    return Decision(verdict, gate, tuple(said), tuple(classes), record)
 
 
-def _older_harness(checked: dict[str, Any], classes: list[tuple[dict[str, Any], ProbeClass]],
-                   ) -> list[tuple[dict[str, Any], ProbeClass]]:
-    known = {str(p.get("id")): cls.breakage for p, cls in classes if cls.kind == "known" and cls.breakage}
-    probe_set, probes = record_probe_set(checked), checked.get("probes") or []
+def _classify(record: CellRecord, probe: CheckedProbe, registry: tuple[Breakage, ...]) -> ProbeClass:
+    return classify_probe(probe, record.vllm, record.speculators, registry, record.backend.value)
+
+
+def _not_contract(probe: CheckedProbe, cls: ProbeClass) -> Optional[CheckedProbe]:
+    """A NEW failure whose exception a cause rule names (the environment's, our fixture's): `error` with its cause."""
+    rule = cause_of(probe.record.error) if probe.record.status is ProbeStatus.BROKEN and cls.kind is ProbeKind.NEW \
+        else None
+    return as_not_contract(probe, rule) if rule is not None else None
+
+
+def _with_compat_not_contract(probe: CheckedProbe, cls: ProbeClass) -> Optional[CheckedProbe]:
+    """A with-compat run broken for a cause rule's reason, no registry entry explaining it: with_compat `error`."""
+    record = probe.record
+    if record.status not in (ProbeStatus.OK, ProbeStatus.BROKEN) or record.with_compat is not ProbeStatus.BROKEN \
+            or cls.with_compat_known is not None:
+        return None
+    rule = cause_of(with_compat_error(record))
+    return with_compat_not_contract(probe, rule) if rule is not None else None
+
+
+def _error_caused(probe: CheckedProbe, _cls: ProbeClass) -> Optional[CheckedProbe]:
+    """A probe that could not run and names no cause, where its record shows one (causes.cause_of_error)."""
+    record = probe.record
+    cause = cause_of_error(record) if record.status is ProbeStatus.ERROR and record.cause is None else None
+    if cause is None:
+        return None
+    reason = harness_fault_explained(record)
+    return CheckedProbe(revised(record, cause=cause, **({"reason": reason} if reason else {})), probe.stated)
+
+
+def _older_harness(record: CellRecord, classes: Classified) -> Classified:
+    known = {p.record.id: cls.breakage for p, cls in classes if cls.kind is ProbeKind.KNOWN and cls.breakage}
+    probe_set, probes = record_probe_set(record), [p.record for p, _cls in classes]
     out = []
     for p, cls in classes:
-        leak = older_harness_leak(p, probes, probe_set, checked.get("harness_commit")) if cls.kind == "new" else None
+        leak = older_harness_leak(p.record, probes, probe_set, record.harness_commit) \
+            if cls.kind is ProbeKind.NEW else None
         if leak is not None and known.get(leak[0]) is not None:
-            cls = dataclasses.replace(cls, kind="known", breakage=known[leak[0]], note=leak[1])
+            cls = dataclasses.replace(cls, kind=ProbeKind.KNOWN, breakage=known[leak[0]], note=leak[1])
         out.append((p, cls))
     return out
 
 
-def _replaced(checked: dict[str, Any], classes: list[tuple[dict[str, Any], ProbeClass]], registry: tuple[Breakage, ...],
-              replacements: dict[int, dict[str, Any]],
-              ) -> tuple[dict[str, Any], list[tuple[dict[str, Any], ProbeClass]]]:
-    """The record with some probes replaced (by id() of the old probe), only those classified again."""
-    if not replacements:
-        return checked, classes
-    vllm, speculators, backend = str(checked.get("vllm")), str(checked.get("speculators")), str(checked.get("backend"))
-    classes = [(new, classify_probe(new, vllm, speculators, registry, backend)) if (new := replacements.get(id(p)))
-               else (p, cls) for p, cls in classes]
-    return dict(checked, probes=[p for p, _cls in classes]), classes
+def _replaced(record: CellRecord, classes: Classified, registry: tuple[Breakage, ...],
+              replace: Callable[[CheckedProbe, ProbeClass], Optional[CheckedProbe]]) -> Classified:
+    """The probes with those `replace` gives another reading of replaced, only those classified again."""
+    out = []
+    for probe, cls in classes:
+        new = replace(probe, cls)
+        out.append((new, _classify(record, new, registry)) if new is not None else (probe, cls))
+    return out
 
 
 def matrix_gate(cells: Iterable[CellRecord | Mapping[str, Any]], registry: tuple[Breakage, ...] = REGISTRY) -> int:

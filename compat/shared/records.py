@@ -371,6 +371,7 @@ class Rerun:
     error: Optional[ProbeError] = None
     reason: Optional[str] = None
     seconds: float = 0.0
+    cause: Optional[Cause] = None  # `environment` where the second run could not ask (RERUN_BLOCKED)
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,7 @@ from compat.harness.classify import classify_cell
 from compat.harness.explain import exceptions_in, explain
 from compat.harness.explain_context import contexts
 from compat.harness.verdict import PASS, decide, matrix_gate
-from compat.shared.records import to_json
+from compat.shared.records import ProbeStatus
 from compat.shared.results import load_cell
 
 RESULTS = Path(os.environ.get("COMPAT_RESULTS_DIR", Path(__file__).resolve().parents[2] / "results"))
@@ -33,12 +33,12 @@ def test_the_default_matrix_passes_the_gate(cells):
 
 def test_every_failure_of_the_default_matrix_is_a_known_breakage(cells):
     for cell in cells:
-        for probe, cls in classify_cell(to_json(cell)):
-            if probe["status"] == "broken" and not cls.advisory:
-                assert cls.kind == "known", (cell.id, probe["id"], probe.get("case"), cls.note)
+        for probe, cls in classify_cell(cell):
+            if probe.status is ProbeStatus.BROKEN and not cls.advisory:
+                assert cls.kind == "known", (cell.id, probe.id, probe.case, cls.note)
             if cls.behind is not None:
-                assert cls.behind.kind == "known", (cell.id, probe["id"], probe.get("case"), cls.behind.note)
-            assert not cls.adapter_regression, (cell.id, probe["id"], cls.adapter_regression)
+                assert cls.behind.kind == "known", (cell.id, probe.id, probe.case, cls.behind.note)
+            assert not cls.adapter_regression, (cell.id, probe.id, cls.adapter_regression)
 
 
 def test_the_stored_verdicts_are_the_derived_ones(cells):

@@ -18,14 +18,15 @@ DEFAULT_IDS = ["vllm-0.11.0__speculators-0.3.0__cpu", "vllm-0.16.0__speculators-
 
 @pytest.mark.parametrize("cell_id", DEFAULT_IDS)
 def test_the_record_is_schema_2_and_its_evidence_holds(cell_id):
-    record = to_json(load_cell(RESULTS / f"{cell_id}.json"))
+    loaded = load_cell(RESULTS / f"{cell_id}.json")
+    record = to_json(loaded)
     assert record["schema_version"] == SCHEMA_VERSION and "migrated_from" not in record
     keys = [probe_key(p) for p in record["probes"]]
     assert sorted(keys) == sorted(record["manifest"]["probes"]) == sorted(PROBE_KEYS)
-    for probe in record["probes"]:
+    for probe, typed_probe in zip(record["probes"], loaded.probes):
         if probe["id"] not in DATA_PROBES:
             continue
-        fixture = fixture_of(record, probe)  # the tiny model it compared: a 16-bit allowance may be its own
+        fixture = fixture_of(loaded, typed_probe)  # the tiny model it compared: a 16-bit allowance may be its own
         if probe["status"] == "ok":
             figures = typed(Figures, probe["figures"])
             assert figures_pass(figures, fixture)[0] is True, (probe_key(probe), probe["figures"])

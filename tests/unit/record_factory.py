@@ -17,7 +17,7 @@ from compat.harness.invariants import asked_ids, sequences_sent
 from compat.shared.manifest import expected_manifest
 from compat.shared.probe_catalog import probes
 from compat.shared.profiles import profile_for
-from compat.shared.records import SCHEMA_VERSION, Figures, typed
+from compat.shared.records import SCHEMA_VERSION, CellRecord, Figures, ProbeRecord, load_record, to_json, typed
 from compat.shared.results import probe_key
 from compat.shared.tolerances import RULE, summarize, tolerance_for
 
@@ -116,3 +116,32 @@ def figures_pass_json(figures: Any, fixture: Optional[str]) -> tuple[Optional[bo
     """evidence.figures_pass on figures as a record holds them (JSON), checked and typed as a record's are
     (records.typed: a shape the schema refuses raises RecordError before a figure is read)."""
     return figures_pass(typed(Figures, figures), fixture)
+
+
+def probe_record(probe: dict[str, Any]) -> ProbeRecord:
+    """A probe written as its record's JSON, typed as the loader types it (records.typed checks it first)."""
+    built: ProbeRecord = typed(ProbeRecord, probe)
+    return built
+
+
+def cell_record(cell: dict[str, Any]) -> CellRecord:
+    """A cell written as its record's JSON, typed as the loader types it (validated and migrated first)."""
+    return load_record(copy.deepcopy(cell))
+
+
+def classified(cell: dict[str, Any], registry: Any = None) -> list[tuple[dict[str, Any], Any]]:
+    """Each probe of a cell written as JSON, classified on its typed record (classify.classify_cell), as its JSON."""
+    from compat.harness.classify import classify_cell
+
+    pairs = classify_cell(cell_record(cell)) if registry is None else classify_cell(cell_record(cell), registry)
+    return [(to_json(probe), cls) for probe, cls in pairs]
+
+
+def shown_pairs(decision: Any) -> list[tuple[dict[str, Any], Any]]:
+    """A decision's re-checked probes as the report shows them (JSON, `stated` where set aside) with their classes."""
+    return [(probe.as_json(), cls) for probe, cls in decision.probes]
+
+
+def shown_cell(decision: Any) -> dict[str, Any]:
+    """The re-checked probes as the report's cell carries them: `{"probes": [...]}`."""
+    return {"probes": [probe for probe, _cls in shown_pairs(decision)]}

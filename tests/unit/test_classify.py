@@ -7,12 +7,24 @@ import json
 
 import pytest
 
-from compat.harness.classify import annotate, classify_probe, counts
+from compat.harness import classify
+from compat.harness.classify import annotate
 from compat.shared import breakages
 from compat.shared.breakages import BY_ID, REGISTRY, Breakage, Symptom
-from compat.shared.records import to_json
+from compat.shared.records import RecordError, to_json
 from compat.shared.results import load_cell, write_json_atomic
-from record_factory import complete
+from record_factory import cell_record, complete, probe_record
+
+
+def classify_probe(probe, *args, **kw):
+    """classify.classify_probe on a probe written as its record's JSON, typed as the loader types it."""
+    return classify.classify_probe(probe_record(probe), *args, **kw)
+
+
+def counts(cells, *args):
+    """classify.counts over cells written as their records' JSON, typed."""
+    return classify.counts([cell_record(c) for c in cells], *args)
+
 
 CONTRACT_PROBES = {
     "scheduler_config_fields", "kv_cache_config_api", "scheduler_signature", "request_signature", "block_hasher",
@@ -372,8 +384,10 @@ def test_advisory_comes_from_the_registry_too():
 
 def test_a_result_without_detail_is_classified():
     p = probe("block_hasher", "broken", "AssertionError", "", BLOCK_POOL)
-    p["detail"] = None
+    del p["detail"]
     assert classify_probe(p, "0.16.0", "0.3.0").kind == "known"
+    with pytest.raises(RecordError, match="detail: null"):  # a null detail never reaches the classes: refused
+        probe_record({**p, "detail": None})
 
 
 def test_backend_decides_which_entries_apply():

@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from compat.harness import cell_run
-from compat.harness.causes import cause_of
+from compat.harness import causes, cell_run
 from compat.harness.cell_envs import CellEnv
 from compat.harness.matrix import Cell
+from record_factory import shown_cell, shown_pairs
 
 LOGS = Path(__file__).parent / "corpus" / "logs"
 
@@ -21,6 +21,11 @@ OUTER = {"type": "Exception", "message": "WorkerProc initialization failed due t
                                          "process. See stack trace for root cause."}
 TCMALLOC = ("RuntimeError: libtcmalloc is not found in LD_PRELOAD. Please follow the section `set LD_PRELOAD` in "
             "https://docs.vllm.ai/en/latest/getting_started/installation/cpu/ to setup required pre-loaded libraries.")
+
+
+def cause_of(error):
+    """The cause rule an exception written as its JSON fits (causes.cause_of on the typed exception)."""
+    return causes.cause_of(causes.error_in(error))
 
 
 def test_the_printed_root_cause_reads_environment():
@@ -340,13 +345,14 @@ def test_a_with_compat_run_the_machine_stopped_reads_error_not_an_adapter_regres
     d = decide(load_cell(NO_TCMALLOC))
     assert (d.verdict, d.gate) == ("error", UNTESTED), d.reasons
     assert not any("regression" in r for r in d.reasons), d.reasons
-    references = [p for p in d.checked["probes"] if p["id"] == "hidden_states_match_reference"]
+    references = [p for p in shown_cell(d)["probes"] if p["id"] == "hidden_states_match_reference"]
     assert len(references) == 5 and all(p["status"] == "broken" and p["with_compat"] == "error"
                                         and p["stated"]["with_compat"] == "broken" for p in references)
     assert all("libtcmalloc is not found in LD_PRELOAD" in p["reason"] and "libtcmalloc-minimal4" in p["reason"]
                for p in references)
-    assert not any(cls.adapter_regression for _p, cls in d.classes)
-    tp2 = next(p for p in d.checked["probes"] if (p["id"], p["case"]) == ("collective_rpc_unique_reply_rank", "tp2"))
+    assert not any(cls.adapter_regression for _p, cls in shown_pairs(d))
+    tp2 = next(p for p in shown_cell(d)["probes"]
+               if (p["id"], p["case"]) == ("collective_rpc_unique_reply_rank", "tp2"))
     assert tp2["cause"] == "environment" and tp2["reason"].startswith("environment, not the contract (the cell read "
                                                                        "a harness fault): RuntimeError: libtcmalloc")
 

@@ -19,7 +19,7 @@ from compat.harness.report_cli import main as report_main
 from compat.harness.verdict import FINDING, PASS, UNTESTED, decide
 from compat.shared.records import RecordError, json_schema, validate_cell
 from compat.shared.results import ResultFileError, load_cell, write_json_atomic
-from record_factory import complete, figures_pass_json, passing_figures
+from record_factory import complete, figures_pass_json, passing_figures, shown_pairs
 
 REAL = Path(__file__).parent / "corpus" / "real"
 REF = "hidden_states_match_reference"
@@ -272,15 +272,17 @@ def _case_for(entry) -> str:
 
 
 def test_a_message_naming_a_second_failing_case_is_not_known():
+    from compat.harness.causes import error_in
     from compat.harness.classify import classify_probe, named_cases
+    from record_factory import probe_record
 
     error = {"type": "WrongHiddenStates", "message": "[shared_prefix] rows short; [batch] values differ", "where": None}
-    assert named_cases(error) == ["shared_prefix", "batch"]
+    assert named_cases(error_in(error)) == ["shared_prefix", "batch"]
     probe = {"id": "payload_schema", "case": None, "status": "broken", "with_compat": "ok", "error": error,
              "detail": {"rows_returned": [150, 152], "rows_expected": [160, 152]}}
     one = dict(probe, error=dict(error, message="[shared_prefix] rows short"))
-    known = classify_probe(one, "0.22.1", "0.8.1", backend="cpu")
-    both = classify_probe(probe, "0.22.1", "0.8.1", backend="cpu")
+    known = classify_probe(probe_record(one), "0.22.1", "0.8.1", backend="cpu")
+    both = classify_probe(probe_record(probe), "0.22.1", "0.8.1", backend="cpu")
     if known.kind == "known":  # where the registry knows the first case alone, the second must undo it
         assert both.kind == "new" and "batch" in both.note, both
 
@@ -326,7 +328,7 @@ def test_an_environment_or_fixture_failure_reads_error_with_its_cause_not_broken
     find(cell, "payload_schema")["detail"]["with_compat"]["status"] = "broken"
     d = decide(cell)
     assert (d.verdict, d.gate) == ("error", UNTESTED), d.reasons
-    probe = next(p for p, _ in d.classes if p["id"] == "payload_schema")
+    probe = next(p for p, _ in shown_pairs(d) if p["id"] == "payload_schema")
     assert probe["cause"] == cause and "what to do" in probe["reason"]
 
 
@@ -402,6 +404,6 @@ def test_a_probe_that_could_not_run_names_its_cause_where_its_record_shows_one()
                                          error={"type": "ModuleNotFoundError",
                                                 "message": "No module named 'flashinfer'"})
     d = decide(cell)
-    causes = {p["id"]: p.get("cause") for p, _ in d.classes}
+    causes = {p["id"]: p.get("cause") for p, _ in shown_pairs(d)}
     assert causes["payload_schema"] == "harness" and causes["write_completion"] == "environment"
     assert causes["layer_numbering"] == "environment" and d.gate == UNTESTED

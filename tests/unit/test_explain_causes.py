@@ -139,7 +139,11 @@ def _plugin_root(output: str) -> dict:
 
 
 def test_a_load_warning_never_excuses_a_break_that_is_not_its_missing_op():
-    from compat.harness.causes import cause_of
+    from compat.harness.causes import cause_of as cause_of_error
+    from compat.harness.causes import error_in
+
+    def cause_of(error):  # the plugin's JSON, typed
+        return cause_of_error(error_in(error))
 
     other_library = WARN.format(module="vllm._flashmla_C", error="ImportError('/v/vllm/_flashmla_C.abi3.so: undefined "
                                 "symbol: _Z3foo')")
@@ -160,7 +164,11 @@ def test_a_load_warning_never_excuses_a_break_that_is_not_its_missing_op():
 
 
 def test_a_load_failure_no_rule_names_still_reads_as_the_environment():
-    from compat.harness.causes import cause_of
+    from compat.harness.causes import cause_of as cause_of_error
+    from compat.harness.causes import error_in
+
+    def cause_of(error):  # the plugin's JSON, typed
+        return cause_of_error(error_in(error))
 
     missing = FAIL.format(line="AttributeError: '_OpNamespace' '_C' object has no attribute 'rms_norm'")
     for error in ("ImportError('libcudart.so.12: cannot open shared object file: No such file or directory')",

@@ -14,8 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from compat.harness.causes import cause_of
+from compat.harness import causes
 from compat.harness.verdict import decide
+from record_factory import shown_pairs
 
 REPORT = Path(__file__).resolve().parents[2] / "reports" / "gpu-h200" / "0.26.0-s090"
 GDN = ("speculators generate-offline-data exited 1: openai.APIConnectionError: Connection error.; vLLM server "
@@ -23,6 +24,11 @@ GDN = ("speculators generate-offline-data exited 1: openai.APIConnectionError: C
 DRIFT = "55 of 992 token rows set aside as 16-bit drift, more than 5%: not batch noise"
 DRIFT_NOW = (DRIFT + "; every one within relative 0.5 and still nearest its own row (separation < 0.9): 16-bit drift "
              "beyond the measured share, not shown to be the contract (re-run in float32, or on a larger model)")
+
+
+def cause_of(error):
+    """The cause rule an exception written as its JSON fits (causes.cause_of on the typed exception)."""
+    return causes.cause_of(causes.error_in(error))
 
 
 @pytest.mark.parametrize("etype, message, cause", [
@@ -52,7 +58,7 @@ def _record(run: str) -> dict:
 
 
 def _probe(decision, case: str) -> dict:
-    return next(p for p, _ in decision.classes if p["id"] == "layer_ids_by_model" and p.get("case") == case)
+    return next(p for p, _ in shown_pairs(decision) if p["id"] == "layer_ids_by_model" and p.get("case") == case)
 
 
 def test_the_committed_deepseek_run_reads_precision_not_incompatible():

@@ -325,11 +325,16 @@ def test_a_cell_whose_env_cannot_run_here_reads_untested_never_broken(tmp_path, 
 
 
 def test_the_evidence_rule_reads_a_kernels_id_as_the_records_own():
-    from compat.harness.evidence import identity_problems
+    from compat.harness import evidence
+    from compat.shared.records import SCHEMA_VERSION, CellRecord, build
+
+    def identity_problems(record):  # the record as the loader types it
+        return evidence.identity_problems(build(CellRecord, record))
 
     cell = nk.KernelCell("0.33.0", "0.9.0", "cpu", variants=(), kernels="0.32.0")
-    record = {"id": cell.id, "vllm": "0.33.0", "speculators": "0.9.0", "backend": "cpu", "profile": "server",
-              "probes": [{"id": "x"}], "settings": {"dtype": "float32", "backend": "cpu", "variants": []},
+    record = {"schema_version": SCHEMA_VERSION, "id": cell.id, "vllm": "0.33.0", "speculators": "0.9.0",
+              "backend": "cpu", "verdict": "compatible", "profile": "server", "probes": [{"id": "x", "status": "ok"}],
+              "settings": {"dtype": "float32", "backend": "cpu", "variants": []},
               "kernels": nk.kernels_record(cell), "env": {"vllm_dist": "vllm 0.33.0+ops.cpu.0.32.0"}}
     assert not [p for p in identity_problems(record) if "id" in p]
     unlabelled = {k: v for k, v in record.items() if k != "kernels"}

@@ -17,6 +17,7 @@ from compat.harness.report import build_report, render_markdown
 from compat.harness.verdict import decide
 from compat.shared.records import to_json
 from compat.shared.results import load_cell
+from record_factory import probe_record, shown_pairs
 
 GPU = RESULTS / "vllm-0.22.1__speculators-0.4.0.1__gpu.json"  # kept as its .json.gz
 
@@ -27,11 +28,11 @@ def record() -> dict:
 
 
 def _block_hasher(decision):
-    return next(cls for p, cls in decision.classes if p.get("id") == "block_hasher")
+    return next(cls for p, cls in shown_pairs(decision) if p.get("id") == "block_hasher")
 
 
 def _new(decision) -> int:
-    return sum(len(new_findings(cls)) for _p, cls in decision.classes)
+    return sum(len(new_findings(cls)) for _p, cls in shown_pairs(decision))
 
 
 def _probe(record: dict, pid: str) -> dict:
@@ -54,10 +55,15 @@ def test_without_the_rule_the_same_record_reads_new(record, monkeypatch):
     assert _block_hasher(decision).kind == "new" and _new(decision) == 1 and decision.gate == 1
 
 
+def _leak(probe, probes, *args):
+    """causes.older_harness_leak on the probes written as JSON, typed."""
+    return causes.older_harness_leak(probe_record(probe), [probe_record(p) for p in probes], *args)
+
+
 def test_a_newer_harness_or_another_exception_is_still_a_finding(record):
-    assert causes.older_harness_leak(_probe(record, "block_hasher"), record["probes"], 1) is None  # had the fix
-    assert causes.older_harness_leak(_probe(record, "block_hasher"), record["probes"], 0, "0" * 40) is None
+    assert _leak(_probe(record, "block_hasher"), record["probes"], 1) is None  # had the fix
+    assert _leak(_probe(record, "block_hasher"), record["probes"], 0, "0" * 40) is None
     other = copy.deepcopy(record)
     _probe(other, "block_hasher")["error"] = {"type": "AssertionError", "message": "no block hashes", "where": None}
-    assert causes.older_harness_leak(_probe(other, "block_hasher"), other["probes"], 0) is None
+    assert _leak(_probe(other, "block_hasher"), other["probes"], 0) is None
     assert _block_hasher(decide(other)).kind == "new"

@@ -19,6 +19,7 @@ from compat.harness.report import build_report, render_html, render_markdown
 from compat.harness.verdict import FINDING, decide
 from compat.shared.breakages import BY_ID, REGISTRY
 from compat.shared.presentation import STYLES
+from record_factory import shown_pairs
 from test_verdict import BLOCK_HASHER, BLOCK_POOL, REF, cell, err, probe, reference
 
 ENTRY = BY_ID["block_hasher"]
@@ -59,10 +60,10 @@ def test_new_behind_a_known_exception_counts_as_new_everywhere():
     raw["nodeids"] = ["tests/probes/test_x.py::test_ref[batch]"]
     record = cell([BLOCK_HASHER, raw] + reference()[1:])
     decision = decide(record)
-    cls = next(c for p, c in decision.classes if p["id"] == REF)
+    cls = next(c for p, c in shown_pairs(decision) if p["id"] == REF)
     assert cls.kind == "known" and [f.kind for f in new_findings(cls)] == ["new"] and new_findings(cls)[0] is cls.behind
     assert decision.gate == FINDING
-    assert tally([decision.classes])["new"] == 1
+    assert tally([shown_pairs(decision)])["new"] == 1
     assert f"{REF}[batch]" in rerun_candidates(decision)
     report = build_report([record])
     assert report["summary"]["probes"]["new"] == 1

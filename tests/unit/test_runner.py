@@ -420,7 +420,10 @@ def test_a_rerun_refused_for_gpu_memory_confirms_nothing():
     was run again alone while an earlier server still held the GPU's memory, and vLLM refused to start. The same
     status and exception type as the first run, but not a second outcome: the first stands, unconfirmed and not
     flaky, and the rerun says why."""
+    import dataclasses
+
     from compat.harness.evidence import _rerun_flip
+    from compat.shared.records import ProbeRecord, Rerun, build
 
     data_fault = {"id": "every_layer_id_hybrid", "case": "hybrid", "status": "broken", "with_compat": "broken",
                   "error": {"type": "ContractViolation", "where": None,
@@ -436,7 +439,9 @@ def test_a_rerun_refused_for_gpu_memory_confirms_nothing():
     assert merged["status"] == "broken" and merged["rerun"]["status"] == "error", merged
     assert merged["rerun"]["cause"] == "environment" and merged["rerun"]["reason"].startswith(
         "the second run could not ask (environment): vllm serve exited 1"), merged["rerun"]
-    assert _rerun_flip(merged) is None
+    declared = {f.name for f in dataclasses.fields(Rerun)}  # records.Rerun declares no `cause`: what is read of it
+    assert _rerun_flip(build(ProbeRecord, {**merged, "rerun": {k: v for k, v in merged["rerun"].items()
+                                                               if k in declared}})) is None
     [again] = cell_run.merge_rerun([data_fault], [data_fault], [key], None)  # the same fault twice: confirmed
     assert again["rerun"]["status"] == "broken" and "cause" not in again["rerun"]
     [flipped] = cell_run.merge_rerun([data_fault], [dict(data_fault, status="ok", error=None)], [key], None)

@@ -21,6 +21,7 @@ from compat.harness.verdict import PASS, decide
 from compat.shared import records
 from compat.shared.records import SHAPES_KEYS, RecordError, migrate, validate_cell
 from compat.shared.results import load_cell, read_json, write_json_atomic
+from record_factory import shown_cell
 
 ROOT = Path(__file__).resolve().parents[2]
 # schema 3, compatible: its workload_shapes probe's raw and with-compat runs each drew and showed the workload
@@ -44,7 +45,7 @@ def decided(tmp_path: Path, cell: dict[str, Any]):
     path = tmp_path / "results" / f"{cell['id']}.json"
     write_json_atomic(path, cell)
     d = decide(load_cell(path))
-    return path.name, d, list(d.reasons) + [str(p.get("reason")) for p in d.checked["probes"]]
+    return path.name, d, list(d.reasons) + [str(p.get("reason")) for p in shown_cell(d)["probes"]]
 
 
 # --------------------------------------------------------------------------- the migration

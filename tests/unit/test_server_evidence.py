@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 from compat.harness.verdict import PASS, UNTESTED, decide
+from record_factory import shown_pairs
 
 EVIDENCE = Path(__file__).resolve().parents[2] / "reports" / "cpu-server-variants"
 
@@ -46,7 +47,7 @@ def test_the_harness_judges_it_from_its_figures_and_says_what_schema_1_cannot_pr
     assert cell["env"]["hs_connectors"] == "0.9.0" and cell["verdict"] == "compatible"
     decision = decide(cell)
     assert (decision.verdict, decision.gate) == ("error", UNTESTED), decision.reasons
-    contradicted = [p for p, _ in decision.classes if p.get("cause") == "record"]
+    contradicted = [p for p, _ in shown_pairs(decision) if p.get("cause") == "record"]
     assert [(p["id"], p["case"]) for p in contradicted] == [("layer_ids_by_model", "hybrid")]
     assert "layer id 6" in contradicted[0]["reason"] and "schema-1" in contradicted[0]["reason"]
 
@@ -55,10 +56,10 @@ CLIENT_EVIDENCE = EVIDENCE.parent / "cpu-server-client"
 
 
 def test_the_0_7_client_cell_s_short_rows_are_one_known_breakage_in_every_probe_that_saw_them():
-    from compat.harness.classify import classify_cell
+    from record_factory import classified
     cell = json.loads((CLIENT_EVIDENCE / "results" / "vllm-0.22.1__speculators-0.7.0.2__cpu.json").read_text())
     broken = {(p["id"], p["case"]): (c.kind, c.breakage.id if c.breakage else None)
-              for p, c in classify_cell(cell) if p["status"] == "broken"}
+              for p, c in classified(cell) if p["status"] == "broken"}
     assert broken == {key: ("known", "connector_prefix_cache_rows_client") for key in [
         ("payload_schema", None), ("write_completion", None), ("layer_ids_by_model", "llama"),
         ("hidden_states_match_reference", "repeated"), ("hidden_states_match_reference", "shared_prefix")]}
@@ -74,13 +75,13 @@ def read(folder: Path, cell_id: str) -> dict:
 
 
 def test_deepseek_loses_its_final_layer_on_the_gpu_build_of_0_24_and_keeps_it_from_0_25():
-    from compat.harness.classify import classify_cell
+    from record_factory import classified
     gpu = read(GPU_VARIANTS / "v024-s090-deepseek-fa3", "vllm-0.24.0__speculators-0.9.0__gpu")
-    lost = {(p["id"], p["case"]): (p, c) for p, c in classify_cell(gpu)}[("layer_ids_by_model", "deepseek_v3")]
+    lost = {(p["id"], p["case"]): (p, c) for p, c in classified(gpu)}[("layer_ids_by_model", "deepseek_v3")]
     assert lost[0]["status"] == "broken" and lost[0]["detail"]["variant"]["mla"]["enabled"]
     assert (lost[1].kind, lost[1].breakage.id) == ("known", "deepseek_final_layer")
     cpu = read(DEEPSEEK_025, "vllm-0.25.0__speculators-0.9.0__cpu")
-    kept = {(p["id"], p["case"]): (p, c) for p, c in classify_cell(cpu)}[("layer_ids_by_model", "deepseek_v3")]
+    kept = {(p["id"], p["case"]): (p, c) for p, c in classified(cpu)}[("layer_ids_by_model", "deepseek_v3")]
     matched = {k: v["matches_index"] for k, v in kept[0]["detail"]["layer_ids"].items()}
     assert matched == {"1": 1, "3": 3, "6": 6, "7": 7}
     assert kept[1].kind == "as-expected-ok", kept[1].note  # the registry's removed_in is where it was seen fixed

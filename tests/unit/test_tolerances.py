@@ -32,7 +32,7 @@ from compat.shared.tolerances import (
     summarize,
     summary_disagreement,
 )
-from record_factory import complete, figures_pass_json
+from record_factory import cell_record, complete, figures_pass_json, probe_record, shown_cell
 
 ROOT = Path(__file__).resolve().parents[2]
 CORPUS = Path(__file__).parent / "corpus"
@@ -41,6 +41,12 @@ V1_0110 = CORPUS / "real" / "vllm-0.11.0__speculators-0.3.0__cpu.json"  # schema
 V2_0110 = CORPUS / "schema2" / "vllm-0.11.0__speculators-0.3.0__cpu.json"  # schema 2, compatible
 V2_SERVER = CORPUS / "schema2" / "vllm-0.32.0__speculators-0.9.0__cpu.json"  # schema 2, layer ids, compatible
 V1_LAYER_IDS = ROOT / "reports/cpu-deepseek-final-layer/results/vllm-0.25.0__speculators-0.9.0__cpu.json"  # schema 1
+
+
+# a cell whose settings name no model: its data probes compared the Llama fixture unless a variant names another
+UNNAMED_MODEL = cell_record(complete({"id": "vllm-0.22.1__speculators-0.8.1__cpu", "vllm": "0.22.1",
+                                      "speculators": "0.8.1", "backend": "cpu", "verdict": "compatible",
+                                      "settings": {}, "probes": []}))
 
 
 def genuine_files() -> list[Path]:
@@ -60,7 +66,7 @@ def find(cell: dict, pid: str, case: str | None = None) -> dict:
 
 
 def shown(decision, pid: str, case: str | None = None) -> dict:
-    return find(decision.checked, pid, case)
+    return find(shown_cell(decision), pid, case)
 
 
 def native() -> dict:
@@ -181,9 +187,9 @@ def test_a_variant_names_its_fixture_for_the_writer_and_the_checker():
     assert {"every_layer_id_hybrid[hybrid]", "layer_ids_by_model[hybrid]"} <= {k for k, _ in data_keys}
     for key, variant in data_keys:
         pid, _, case = key.partition("[")
-        probe = {"id": pid, "case": case.rstrip("]") or None}
-        assert evidence.fixture_of({"settings": {}}, probe) == Variant(variant, "m", 1).fixture, key
-    assert evidence.fixture_of({"settings": {}}, {"id": REF, "case": "batch"}) == "llama"
+        probe = probe_record({"id": pid, "case": case.rstrip("]") or None, "status": "ok"})
+        assert evidence.fixture_of(UNNAMED_MODEL, probe) == Variant(variant, "m", 1).fixture, key
+    assert evidence.fixture_of(UNNAMED_MODEL, probe_record({"id": REF, "case": "batch", "status": "ok"})) == "llama"
 
 
 def test_a_summary_is_what_its_rows_give():
@@ -268,10 +274,11 @@ def test_every_genuine_figure_implies_a_scale_its_fixture_gives_and_every_row_sc
     rows_seen = implied_seen = 0
     for path in genuine_files():
         cell = load(path)
-        for p in cell.get("probes") or []:
+        loaded = records.load_record(copy.deepcopy(cell))  # its probes in the record's order, typed
+        for p, typed_probe in zip(cell.get("probes") or [], loaded.probes):
             if p.get("id") not in DATA_PROBES:
                 continue
-            fixture = evidence.fixture_of(cell, p)
+            fixture = evidence.fixture_of(loaded, typed_probe)
             for key in ("figures", "with_compat_figures"):
                 for row in (p.get(key) or {}).get("rows") or []:
                     if row.get("scale") is not None:
@@ -339,7 +346,7 @@ def test_a_native_record_keeps_its_verdict():
     assert validate_cell(copy.deepcopy(cell))["schema_version"] == records.SCHEMA_VERSION
     d = decide(cell)
     assert (d.verdict, d.gate) == ("compatible", PASS), d.reasons
-    assert figures_disagree(find(cell, REF, "batch")) == (None, None)
+    assert figures_disagree(probe_record(find(cell, REF, "batch"))) == (None, None)
 
 
 @pytest.mark.parametrize("edit", sorted(EDITS_3))

@@ -223,59 +223,59 @@ def test_each_trap_gives_its_verdict_and_exit_status(tmp_path, base, trap, verdi
 
 
 def test_the_bare_assert_elsewhere_is_new_not_known():
-    from compat.harness.classify import classify_cell
+    from record_factory import classified
 
-    classes = dict((p["id"], c) for p, c in classify_cell(trapped(SEEDS, bare_assert_elsewhere)) if not p.get("case"))
+    classes = dict((p["id"], c) for p, c in classified(trapped(SEEDS, bare_assert_elsewhere)) if not p.get("case"))
     assert classes["block_hasher"].kind == "new"
     assert "block_pool" in classes["block_hasher"].note
 
 
 def test_one_root_cause_is_not_reported_as_another_probes_breakage():
-    from compat.harness.classify import classify_cell
+    from record_factory import classified
 
-    classes = dict((p["id"], c) for p, c in classify_cell(trapped(SEEDS, block_hasher_reports_the_request_typeerror))
+    classes = dict((p["id"], c) for p, c in classified(trapped(SEEDS, block_hasher_reports_the_request_typeerror))
                    if not p.get("case"))
     assert classes["request_signature"].kind == "known"
     assert classes["block_hasher"].kind == "new"
 
 
 def test_the_real_seeds_pair_is_all_known_and_the_silent_faults_behind_it_are_named():
-    from compat.harness.classify import classify_cell
+    from record_factory import classified
 
     cell = real(SEEDS)
-    for probe, cls in classify_cell(cell):
+    for probe, cls in classified(cell):
         if probe["status"] == "broken" and not cls.advisory:
             assert cls.kind == "known", (probe["id"], probe.get("case"), cls.note)
-    behind = {p["case"]: c.behind.breakage.id for p, c in classify_cell(cell) if c.behind is not None}
+    behind = {p["case"]: c.behind.breakage.id for p, c in classified(cell) if c.behind is not None}
     assert behind == {"repeated": "prefix_caching_default", "shared_prefix": "prefix_caching_default",
                       "multi_step": "chunked_prefill_default"}
 
 
 def test_the_real_022_server_cell_names_one_cause_and_the_fault_behind_it():
-    from compat.harness.classify import classify_cell
+    from record_factory import classified
 
-    for probe, cls in classify_cell(real(SERVER_022)):
+    for probe, cls in classified(real(SERVER_022)):
         if probe["status"] == "broken":
             assert (cls.kind, cls.breakage.id) == ("known", "connector_chunked_prefill"), (probe["id"], cls.note)
-    behind = {(p["id"], p.get("case")): c.behind.breakage.id for p, c in classify_cell(real(SERVER_022)) if c.behind}
+    behind = {(p["id"], p.get("case")): c.behind.breakage.id for p, c in classified(real(SERVER_022)) if c.behind}
     assert behind[("payload_schema", None)] == "connector_prefix_cache_rows"  # its `[repeated]` case failed
     assert behind[("hidden_states_match_reference", "shared_prefix")] == "connector_prefix_cache_rows"
 
 
 def test_a_shimmed_cpu_limit_that_passes_is_not_fixed():
-    from compat.harness.classify import classify_cell
+    from record_factory import classified
 
-    kinds = {(p["id"], p.get("case")): c.kind for p, c in classify_cell(real(SERVER))}
+    kinds = {(p["id"], p.get("case")): c.kind for p, c in classified(real(SERVER))}
     assert kinds[("payload_schema", None)] == "as-expected-ok"
     shims = {s["id"] for s in real(SERVER)["env_shims"]}
     assert "cpu_hidden_states_connector" in shims
 
 
 def test_a_cpu_only_breakage_is_not_expected_on_a_gpu():
-    from compat.harness.classify import classify_cell
+    from record_factory import classified
 
     kinds = {(p["id"], p.get("case")): c.kind
-             for p, c in classify_cell(trapped(SERVER, on_a_gpu_without_the_cpu_fault))}
+             for p, c in classified(trapped(SERVER, on_a_gpu_without_the_cpu_fault))}
     assert kinds[("payload_schema", None)] == "as-expected-ok"  # not `fixed`: payload_schema was seen on CPU only
     assert "fixed" not in kinds.values()
 

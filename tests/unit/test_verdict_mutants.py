@@ -4,7 +4,7 @@ schema 1), the 16-bit drift rule, what a contradicted or not-the-contract probe 
 a breakage the probe names itself, the summary tallies, and a registry passed in by the caller.
 
 Every test states an observable outcome: the verdict, the gate, a class, the reasons, or the probe as
-the report shows it (`Decision.checked`, what `compat.json` carries per probe)."""
+the report shows it (each `Decision.probes` as JSON, what `compat.json` carries per probe)."""
 
 from __future__ import annotations
 
@@ -14,14 +14,33 @@ from pathlib import Path
 
 import pytest
 
-from compat.harness.classify import classify_probe, counts
+from compat.harness import classify
 from compat.harness.verdict import FINDING, PASS, UNTESTED, decide, matrix_gate
 from compat.shared import breakages
 from compat.shared.breakages import BY_ID, REGISTRY, Breakage, Symptom
 from compat.shared.probe_catalog import probes as catalog
 from compat.shared.records import Figures, RecordError, typed
 from compat.shared.tolerances import Tolerance, summarize
-from record_factory import complete, figures_pass_json, passing_figures
+from record_factory import (
+    cell_record,
+    complete,
+    figures_pass_json,
+    passing_figures,
+    probe_record,
+    shown_cell,
+    shown_pairs,
+)
+
+
+def classify_probe(probe, *args, **kw):
+    """classify.classify_probe on a probe written as its record's JSON, typed as the loader types it."""
+    return classify.classify_probe(probe_record(probe), *args, **kw)
+
+
+def counts(cells, *args):
+    """classify.counts over cells written as their records' JSON, typed."""
+    return classify.counts([cell_record(c) for c in cells], *args)
+
 
 CORPUS = Path(__file__).parent / "corpus"
 REF = "hidden_states_match_reference"
@@ -46,7 +65,7 @@ def find(cell: dict, pid: str, case: str | None = None) -> dict:
 
 def shown(decision, pid: str, case: str | None = None) -> dict:
     """The probe as the report shows it (the record as its evidence reads)."""
-    return find(decision.checked, pid, case)
+    return find(shown_cell(decision), pid, case)
 
 
 def probe(pid, status="ok", with_compat="ok", error=None, case=None, detail=None, reason=None):
@@ -571,7 +590,7 @@ def test_annotate_labels_each_probe_with_the_registry_or_the_classes_given():
     kind = lambda out: out["probes"][0]["classification"]["kind"]  # noqa: E731
     assert kind(annotate(c)) == "new"
     assert kind(annotate(c, REGISTRY + (EXTRA,))) == "known"
-    assert kind(annotate(c, classes=classify_cell(c, REGISTRY + (EXTRA,)))) == "known"
+    assert kind(annotate(c, classes=classify_cell(cell_record(c), REGISTRY + (EXTRA,)))) == "known"
 
 
 # --------------------------------------------------------------------------- advisory probes and adapter regressions
@@ -596,7 +615,7 @@ def test_an_advisory_probe_the_registry_expects_to_fail_that_passes_decides_noth
     fixed = probe("worker_logging", "ok", "broken")
     d = decide(cell([fixed, BLOCK_HASHER_REPAIRED] + reference("broken", "ok", error=RAISED)))
     assert (d.verdict, d.gate) == ("compatible-with-compat", PASS), d.reasons
-    assert next(c for p, c in d.classes if p["id"] == "worker_logging").kind == "fixed"
+    assert next(c for p, c in shown_pairs(d) if p["id"] == "worker_logging").kind == "fixed"
 
 
 BLOCK_HASHER_REPAIRED = probe("block_hasher", "broken", "ok", RAISED)
@@ -721,7 +740,9 @@ def test_a_schema1_broken_data_probe_is_not_contradicted_by_its_case_figures():
 
 
 def test_a_rejected_candidate_says_why_in_one_line():
-    untyped = probe("block_hasher", "broken", None, {"type": None, "message": "boom", "where": BLOCK_POOL})
+    untyped = probe("block_hasher", "broken", None, {"type": "", "message": "boom", "where": BLOCK_POOL})
+    with pytest.raises(RecordError, match="error.type: null"):  # an exception with no type at all: refused on load
+        probe_record(probe("block_hasher", "broken", None, {"type": None, "message": "boom", "where": BLOCK_POOL}))
     c = classify_probe(untyped, "0.16.0", "0.3.0")
     assert c.kind == "new"
     assert "rejected: block_hasher: no exception recorded, expected AssertionError/IndexError" in c.note
@@ -793,7 +814,7 @@ def test_a_with_compat_word_its_run_does_not_record_is_a_contradiction():
 def test_an_advisory_probe_that_passed_where_nothing_is_expected_decides_nothing():
     logging = probe("worker_logging", "ok", "broken")  # no entry expects it for speculators 0.9.0: as-expected-ok
     d = decide(cell([logging] + GOOD, vllm="0.11.0", spec="0.9.0"))
-    assert next(c for p, c in d.classes if p["id"] == "worker_logging").kind == "as-expected-ok"
+    assert next(c for p, c in shown_pairs(d) if p["id"] == "worker_logging").kind == "as-expected-ok"
     assert (d.verdict, d.gate) == ("compatible", PASS), d.reasons
 
 
