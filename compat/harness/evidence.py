@@ -29,6 +29,7 @@ from typing import Any, Iterable, Optional
 
 from compat.harness.causes import rerun_blocked, with_compat_run
 from compat.harness.checked import CheckedProbe
+from compat.harness.classify import is_advisory
 from compat.harness.invariants import cell_invariants, probe_invariants
 from compat.harness.matrix import DEFAULT_DTYPE, Cell
 from compat.harness.nearest_kernels import with_record_kernels
@@ -589,6 +590,7 @@ def recheck(cell: CellRecord) -> tuple[list[CheckedProbe], list[str]]:
     migrated = came_from == 1
     variants = _spec_variants(cell)
     probes = []
+    advisory_problems: list[str] = []
     seen: set[str] = set()
     for probe in cell.probes:
         key = probe.key
@@ -612,7 +614,10 @@ def recheck(cell: CellRecord) -> tuple[list[CheckedProbe], list[str]]:
         checked = CheckedProbe(probe)
         probes.append(_contradicted(checked, why) if why else _compat_contradicted(checked, compat_why)
                       if compat_why else checked)
+        if (why or compat_why) and is_advisory(probes[-1].record):  # it decides nothing; the record contradicts itself
+            advisory_problems.append(f"{key} (advisory) {CONTRADICTS}{why or compat_why}")
     problems, absent = manifest_problems(cell, (p.record.key for p in probes))
+    problems += advisory_problems
     probes += [CheckedProbe(_absent(key)) for key in absent]
     problems += env_problems(cell) + identity_problems(cell) + cell_invariants(cell)
     return probes, problems

@@ -179,3 +179,20 @@ def test_the_in_process_sequences_are_the_cases_inputs():
     assert "for n in (37, 100, 9)" in text and "for n in (60, 45, 81)" in text and "range(17)" in text, text
     assert IN_PROCESS_SEQUENCES == {"batch": 3, "repeated": 3, "shared_prefix": 3, "multi_step": 17, "tp2": 3}
     assert "'tp2': batch" in text and "'repeated': batch" in text
+
+
+OUTPUT_TOKENS = ROOT / "published/results/vllm-0.32.0__speculators-0.9.0__cpu__variants-none.json"  # compatible
+
+
+@pytest.mark.parametrize("field", ["rows_per_request", "digest"])
+def test_an_advisory_probe_whose_record_contradicts_itself_leaves_the_cell_error(tmp_path, field):
+    """output_token_rows decides nothing (advisory), but a record whose own evidence fails an invariant anywhere is
+    not to be trusted: the cell reads error and names the probe and the field (it read compatible before)."""
+    cell = genuine(OUTPUT_TOKENS)
+    assert decided(tmp_path, cell)[1].verdict == "compatible"
+    sent = probe(cell, "output_token_rows")["detail"]["output_tokens"]
+    sent[field] = [n + 1 for n in sent[field]] if field == "rows_per_request" else "0" * 16
+    name, d = decided(tmp_path, cell)
+    assert d.verdict == "error" and d.gate != PASS, d.reasons
+    assert any(r.startswith("output_token_rows (advisory) the record contradicts itself") and field in r
+               for r in d.reasons), d.reasons
