@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, Iterable
 from compat.harness.matrix import VLLM_DIST, Cell, check_released
 from compat.harness.pypi import PackageIndex, PackageIndexError
 from compat.shared.probe_catalog import contracts
+from compat.shared.records import ProbeStatus, RecordError, Static, Verdict, load_record, typed
 
 if TYPE_CHECKING:
     from compat.harness.static.sources import SourceCache
@@ -74,36 +75,39 @@ def attach(record: dict[str, Any], static: dict[str, Any]) -> dict[str, Any]:
     return record
 
 
-def _static_outcome(static: dict[str, Any], kind: str, target: str) -> str | None:
-    outcomes = [f["outcome"] for f in static.get("findings") or []
-                if f.get("kind") == kind and f.get("target") == target]
+def _static_outcome(static: Static, kind: str, target: str) -> str | None:
+    outcomes = [f.outcome for f in static.findings if f.kind == kind and f.target == target]
     if not outcomes:
         return None
     return "broken" if "broken" in outcomes else outcomes[0]
 
 
 def disagreements(record: dict[str, Any], static: dict[str, Any]) -> list[str]:
-    if static.get("verdict") == "error" or not record.get("probes"):
+    """Where the runtime record and the static result disagree, each read typed (a record or a static result that
+    does not hold its schema compares nothing here: the report refuses the record by name)."""
+    try:
+        cell, layer = load_record(record), typed(Static, static)
+    except RecordError:
+        return []
+    if layer.verdict == "error" or not cell.probes:
         return []
     found = []
-    for probe in record.get("probes") or []:
-        contract = PROBE_CONTRACTS.get(str(probe.get("id")))
-        status = probe.get("status")
-        if contract is None or status not in ("ok", "broken"):
+    for probe in cell.probes:
+        contract = PROBE_CONTRACTS.get(probe.id)
+        if contract is None or probe.status not in (ProbeStatus.OK, ProbeStatus.BROKEN):
             continue
-        outcome = _static_outcome(static, *contract)
-        if outcome == "broken" and status == "ok":
-            found.append(f"{probe['id']}: the static layer finds {contract[1]} broken, the runtime probe passed "
+        outcome = _static_outcome(layer, *contract)
+        if outcome == "broken" and probe.status is ProbeStatus.OK:
+            found.append(f"{probe.id}: the static layer finds {contract[1]} broken, the runtime probe passed "
                          f"(a static break the runtime never hits)")
-        elif outcome == "ok" and status == "broken":
-            found.append(f"{probe['id']}: broken at runtime, but {contract[1]} binds statically "
+        elif outcome == "ok" and probe.status is ProbeStatus.BROKEN:
+            found.append(f"{probe.id}: broken at runtime, but {contract[1]} binds statically "
                          f"(a runtime break no signature shows)")
-    verdict = record.get("verdict")
-    if static.get("verdict") == "api-compatible" and verdict in ("incompatible", "compatible-with-compat"):
-        broken = sorted({str(p.get("id")) for p in record.get("probes") or [] if p.get("status") == "broken"})
-        found.append(f"static api-compatible, runtime {verdict}: broken at runtime with no static sign: "
+    if layer.verdict == "api-compatible" and cell.verdict in (Verdict.INCOMPATIBLE, Verdict.COMPATIBLE_WITH_COMPAT):
+        broken = sorted({p.id for p in cell.probes if p.status is ProbeStatus.BROKEN})
+        found.append(f"static api-compatible, runtime {cell.verdict}: broken at runtime with no static sign: "
                      f"{', '.join(broken)} (silent or behavioural changes)")
-    if static.get("verdict") == "api-incompatible" and verdict == "compatible":
+    if layer.verdict == "api-incompatible" and cell.verdict is Verdict.COMPATIBLE:
         found.append("static api-incompatible, runtime compatible: the static breaks are not on the path the "
                      "probes run")
     return found
