@@ -159,7 +159,7 @@ def support_json(rows: dict[str, dict[str, Any]], records: dict[str, CellRecord]
             entry = {k: cell.get(k) for k in ("vllm", "provenance", "outcome", "verdict", "fix", "nearest")}
             entry["source"] = typed.source
             if typed.check:
-                entry["check"] = typed.check
+                entry["check"] = to_json(typed.check)
             record = records.get(typed.cell_id)
             if record is not None:
                 entry["evidence"] = evidence(record)

@@ -53,7 +53,8 @@ PLACES: dict[str, Optional[frozenset[str]]] = {
     "compat/worker/adapter_extension.py": frozenset({"embed_input_ids"}),
     # bench scripts reading stored records
     "bench/diagnosis_time.py": frozenset({"hidden_states_match_reference"}),
-    "bench/redteam_records.py": frozenset({"hidden_states_match_reference", "worker_logging"}),
+    "bench/redteam_records.py": frozenset({"hidden_states_match_reference", "worker_logging", "workload_shapes",
+                                          "output_token_rows"}),  # the edits of those probes' own evidence
     # the integration tests look up the probes whose measured findings they assert
     "tests/integration/test_default_matrix.py": ANY,
     "tests/integration/test_server_cells.py": ANY,
