@@ -1334,10 +1334,12 @@ def report_document(kind: str, doc: dict, tmp: Path, target: str = "") -> tuple[
             (folder / "support").mkdir()
             (folder / "support" / f"speculators-{doc.get('fixed')}.json").write_text(json.dumps(doc), encoding="utf-8")
             for cell in doc.get("cells") or []:  # the records its cells name: their own, and an inference's source
-                named = [ROOT / "published/results" / f"{cell['cell_id']}.json"] if cell.get("cell_id") else []
+                # published records are kept as .json.gz (issue 45): the folder gets each as it is kept
+                named = glob.glob(str(ROOT / "published/results" / f"{cell['cell_id']}.json*")) \
+                    if cell.get("cell_id") else []
                 if cell.get("source"):
                     named += glob.glob(str(ROOT / "published/results" / (f"vllm-{cell['source'][0]}__speculators-"
-                                                                         f"{cell['source'][1]}__{doc.get('backend')}*.json")))
+                                                                         f"{cell['source'][1]}__{doc.get('backend')}*.json*")))
                 for record in map(Path, named):
                     if record.is_file():
                         (folder / record.name).write_bytes(record.read_bytes())
