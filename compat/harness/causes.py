@@ -172,15 +172,54 @@ def rerun_blocked(first: Optional[ProbeError], second: Optional[ProbeError]) -> 
     return blocked is not None and blocked.cause is Cause.ENVIRONMENT and cause_of(first) is None
 
 
-def with_compat_run(probe: ProbeRecord) -> dict[str, Any]:
-    """The with-compat run's own record, which the probe's detail keeps (`detail.with_compat`); {} where none."""
-    adapted = probe.detail.get("with_compat")
-    return adapted if isinstance(adapted, dict) else {}
+@dataclass(frozen=True)
+class SubRun:
+    """A run a probe's detail keeps beside its own, as the probe wrote it: the with-compat run (`detail.with_compat`)
+    or the api_only run (`detail.api_only`). `words` is the whole (empty where the detail keeps none), for the
+    readers of its symptoms and summaries (compat.shared.breakages.data_symptoms, the figure re-check)."""
+    words: dict[str, Any]
+
+    @classmethod
+    def of(cls, probe: ProbeRecord, key: str) -> "SubRun":
+        found = probe.detail.get(key)
+        return cls(found if isinstance(found, dict) else {})
+
+    @property
+    def kept(self) -> bool:
+        return bool(self.words)
+
+    @property
+    def status(self) -> Optional[str]:
+        """Its status word as written (not checked against ProbeStatus: a record's own words are re-checked)."""
+        said = self.words.get("status")
+        return None if said is None else str(said)
+
+    @property
+    def error(self) -> Optional[ProbeError]:
+        return error_in(self.words.get("error"))
+
+    @property
+    def detail(self) -> Any:
+        return self.words.get("detail")
+
+    @property
+    def figures(self) -> Any:
+        return self.words.get("figures")
+
+
+def with_compat_run(probe: ProbeRecord) -> SubRun:
+    """The with-compat run's own record, which the probe's detail keeps (`detail.with_compat`)."""
+    return SubRun.of(probe, "with_compat")
+
+
+def api_only_run(probe: ProbeRecord) -> SubRun:
+    """The api_only run's record (exception-fixing adapters only), kept in the probe's detail (`detail.api_only`)."""
+    return SubRun.of(probe, "api_only")
 
 
 def with_compat_error(probe: ProbeRecord) -> Optional[ProbeError]:
     """The exception the probe's with-compat run recorded, if any."""
-    return error_in(with_compat_run(probe).get("error"))
+    return with_compat_run(probe).error
 
 
 def with_compat_not_contract(probe: CheckedProbe, rule: CauseRule) -> CheckedProbe:

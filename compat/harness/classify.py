@@ -24,7 +24,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, Iterable, Optional, Sequence, overload
 
-from compat.harness.causes import error_in, with_compat_run
+from compat.harness.causes import api_only_run, with_compat_run
 from compat.harness.checked import CheckedProbe
 from compat.shared.breakages import REGISTRY, Breakage, data_symptoms
 from compat.shared.probe_catalog import ids_where
@@ -134,12 +134,6 @@ def _named_breakage(probe: ProbeRecord) -> Optional[str]:
     (classified as `behind`)."""
     named = probe.detail.get("breakage")
     return None if not named or isinstance(probe.detail.get("api_only"), dict) else str(named)
-
-
-def _api_only_run(probe: ProbeRecord) -> dict[str, Any]:
-    """The api_only run's record, which the probe's detail keeps (`detail.api_only`); {} where none."""
-    found = probe.detail.get("api_only")
-    return found if isinstance(found, dict) else {}
 
 
 def _words(error: Optional[ProbeError]) -> Optional[dict[str, Any]]:
@@ -281,14 +275,14 @@ def _new_note(pid: str, case: Optional[str], error: Optional[ProbeError], data: 
 def _behind(probe: ProbeRecord, pid: str, case: Optional[str], applicable: list[Breakage],
             registry: tuple[Breakage, ...], vllm: str, speculators: str, backend: str) -> ProbeClass | None:
     """What the api_only run found behind the raw exception: a silent entry of this case, or NEW."""
-    api_only = _api_only_run(probe)
-    if api_only.get("status") != "broken":
+    api_only = api_only_run(probe)
+    if api_only.status != "broken":
         return None
-    data = data_symptoms(api_only)
-    error = error_in(api_only.get("error"))
+    data = data_symptoms(api_only.words)
+    error = api_only.error
     if not data and error is None:
         return ProbeClass(ProbeKind.ERROR, None,
-                          f"the api_only run did not finish: {str(api_only.get('error'))[:200]}")
+                          f"the api_only run did not finish: {str(api_only.words.get('error'))[:200]}")
     case = failing_case(case, error)
     candidates = [e for e in applicable if e.probe == pid and e.symptom.silent] + _candidates(pid, applicable)
     entry, rejected = explain_failure(pid, case, error, data, candidates)
@@ -303,10 +297,10 @@ def _with_compat_known(probe: ProbeRecord, pid: str, case: Optional[str],
     """The applicable entry that explains the with-compat run's own failure (another breakage the
     repair uncovered, e.g. a model's fault behind a launch refusal), if any."""
     adapted = with_compat_run(probe)
-    if adapted.get("status") != "broken":
+    if adapted.status != "broken":
         return None
-    inner = raw if isinstance(raw := adapted.get("detail"), dict) else {}
-    error = error_in(adapted.get("error"))
+    inner = raw if isinstance(raw := adapted.detail, dict) else {}
+    error = adapted.error
     entry, _ = explain_failure(pid, failing_case(case, error), error, data_symptoms(inner),
                                _candidates(pid, applicable))
     return entry

@@ -27,7 +27,7 @@ import dataclasses
 import re
 from typing import Any, Iterable, Optional
 
-from compat.harness.causes import rerun_blocked, with_compat_run
+from compat.harness.causes import api_only_run, rerun_blocked, with_compat_run
 from compat.harness.checked import CheckedProbe
 from compat.harness.classify import is_advisory
 from compat.harness.invariants import cell_invariants, probe_invariants
@@ -275,17 +275,12 @@ def _least_allowed(detail: dict[str, Any], name: str) -> float:
 
 
 def _with_compat_detail(probe: ProbeRecord) -> Any:
-    return with_compat_run(probe).get("detail")
+    return with_compat_run(probe).detail
 
 
 def _own_detail(probe: ProbeRecord) -> Optional[dict[str, Any]]:
     """The probe's own words, None where its record holds none (a schema-1 data probe then has no figures)."""
     return probe.detail if held(probe, "detail") else None
-
-
-def _api_only_run(probe: ProbeRecord) -> dict[str, Any]:
-    found = probe.detail.get("api_only")
-    return found if isinstance(found, dict) else {}
 
 
 ANSWERED = (ProbeStatus.OK, ProbeStatus.BROKEN)
@@ -302,9 +297,9 @@ def figures_disagree(probe: ProbeRecord, came_from: int = SCHEMA_VERSION,
     the rows compared some); one of schema 1 no rows: the scale its max abs / max rel implies must
     be one the `fixture` gives (tolerances.REFERENCE_SCALES). The api_only run's figures count as
     the raw run's."""
-    behind = _api_only_run(probe)
+    behind = api_only_run(probe)
     raw_runs = [("detail", probe.detail, "figures", to_json(probe.figures)),
-                ("detail.api_only", behind, "detail.api_only.figures", behind.get("figures"))]
+                ("detail.api_only", behind.words, "detail.api_only.figures", behind.figures)]
     compat_runs = [("detail.with_compat.detail", _with_compat_detail(probe), "with_compat_figures",
                     to_json(probe.with_compat_figures))]
     raw_why = compat_why = None
@@ -552,7 +547,7 @@ def _record_contradiction(probe: ProbeRecord, migrated: bool) -> Optional[str]:
     flip = _rerun_flip(probe)
     if flip:
         return flip
-    stated = with_compat_run(probe).get("status")  # the with-compat run's own word
+    stated = with_compat_run(probe).status  # the with-compat run's own word
     adapted = probe.with_compat.value if probe.with_compat is not None else None
     if migrated and stated is None and not (status is ProbeStatus.BROKEN and probe.with_compat is ProbeStatus.OK):
         return None  # schema 1: the with-compat run's record is required only behind a repair it claims
@@ -614,8 +609,9 @@ def recheck(cell: CellRecord) -> tuple[list[CheckedProbe], list[str]]:
         checked = CheckedProbe(probe)
         probes.append(_contradicted(checked, why) if why else _compat_contradicted(checked, compat_why)
                       if compat_why else checked)
-        if (why or compat_why) and is_advisory(probes[-1].record):  # it decides nothing; the record contradicts itself
-            advisory_problems.append(f"{key} (advisory) {CONTRADICTS}{why or compat_why}")
+        # an advisory probe decides nothing, but a record whose evidence fails an invariant is not to be trusted
+        if (invariant or compat_invariant) and is_advisory(probes[-1].record):
+            advisory_problems.append(f"{key} (advisory) {CONTRADICTS}{invariant or compat_invariant}")
     problems, absent = manifest_problems(cell, (p.record.key for p in probes))
     problems += advisory_problems
     probes += [CheckedProbe(_absent(key)) for key in absent]
