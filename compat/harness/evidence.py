@@ -609,9 +609,9 @@ def recheck(cell: CellRecord) -> tuple[list[CheckedProbe], list[str]]:
         checked = CheckedProbe(probe)
         probes.append(_contradicted(checked, why) if why else _compat_contradicted(checked, compat_why)
                       if compat_why else checked)
-        # an advisory probe decides nothing, but a record whose evidence fails an invariant is not to be trusted
-        if (invariant or compat_invariant) and is_advisory(probes[-1].record):
-            advisory_problems.append(f"{key} (advisory) {CONTRADICTS}{invariant or compat_invariant}")
+        # an advisory probe decides nothing, but a record that contradicts itself anywhere is not to be trusted
+        if (why or compat_why) and is_advisory(probes[-1].record):
+            advisory_problems.append(f"{key} (advisory) {CONTRADICTS}{why or compat_why}")
     problems, absent = manifest_problems(cell, (p.record.key for p in probes))
     problems += advisory_problems
     probes += [CheckedProbe(_absent(key)) for key in absent]

@@ -454,7 +454,23 @@ def not_applicable(cell: CellRecord, probe: ProbeRecord) -> Optional[str]:
 def cell_invariants(cell: CellRecord) -> list[str]:
     if not cell.probes:
         return []
-    return _dtype(cell) + _versions(cell) + _backend(cell) + _provenance(cell)
+    return _dtype(cell) + _versions(cell) + _backend(cell) + _provenance(cell) + _static_disagreements(cell)
+
+
+def _static_disagreements(cell: CellRecord) -> list[str]:
+    """The per-probe disagreements the runner wrote beside the static result (`static.disagreements`), derived
+    again from the record's own statuses: a contract probe's status edited after the run gives others."""
+    from compat.harness.static.layers import probe_disagreements
+
+    if cell.static is None or cell.static.disagreements is None:
+        return []
+    written = {d for d in cell.static.disagreements if not d.startswith("static api-")}  # the verdict's lines
+    derived = set(probe_disagreements(cell, cell.static))
+    if written == derived:
+        return []
+    differ = sorted(written ^ derived)[0]
+    return [f"{_where(cell, 'static.disagreements')}: the run wrote {len(written)} probe disagreement(s) with the "
+            f"static layer, its probes' statuses give {len(derived)} (first that differs: {differ[:160]!r})"]
 
 
 def _dtype(cell: CellRecord) -> list[str]:

@@ -196,3 +196,20 @@ def test_an_advisory_probe_whose_record_contradicts_itself_leaves_the_cell_error
     assert d.verdict == "error" and d.gate != PASS, d.reasons
     assert any(r.startswith("output_token_rows (advisory) the record contradicts itself") and field in r
                for r in d.reasons), d.reasons
+
+
+REPAIRED = ROOT / "published/results/vllm-0.12.0__speculators-0.3.0__cpu.json"  # compatible-with-compat
+
+
+def test_a_contract_probe_whose_status_was_edited_after_the_run_contradicts_the_static_disagreements(tmp_path):
+    """A broken probe rewritten as ok, its exception removed, its with-compat run left ok: nothing in the probe
+    refutes it, but the disagreements the runner wrote beside the static result came from the status it ran
+    with (static.disagreements), and the record's statuses now give others."""
+    cell = genuine(REPAIRED)
+    assert decided(tmp_path, cell)[1].verdict == "compatible-with-compat"
+    edited = probe(cell, "scheduler_config_fields")
+    assert edited["status"] == "broken" and edited["with_compat"] == "ok"
+    edited.update(status="ok", error=None)
+    name, d = decided(tmp_path, cell)
+    assert d.verdict not in CLAIMS and d.gate != PASS, d.reasons
+    assert any(name in r and "static.disagreements" in r for r in d.reasons), d.reasons

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, Iterable
 from compat.harness.matrix import VLLM_DIST, Cell, check_released
 from compat.harness.pypi import PackageIndex, PackageIndexError
 from compat.shared.probe_catalog import contracts
-from compat.shared.records import ProbeStatus, RecordError, Static, Verdict, load_record, typed
+from compat.shared.records import CellRecord, ProbeStatus, RecordError, Static, Verdict, load_record, typed
 
 if TYPE_CHECKING:
     from compat.harness.static.sources import SourceCache
@@ -89,7 +89,23 @@ def disagreements(record: dict[str, Any], static: dict[str, Any]) -> list[str]:
         cell, layer = load_record(record), typed(Static, static)
     except RecordError:
         return []
+    found = probe_disagreements(cell, layer)
     if layer.verdict == "error" or not cell.probes:
+        return found
+    if layer.verdict == "api-compatible" and cell.verdict in (Verdict.INCOMPATIBLE, Verdict.COMPATIBLE_WITH_COMPAT):
+        broken = sorted({p.id for p in cell.probes if p.status is ProbeStatus.BROKEN})
+        found.append(f"static api-compatible, runtime {cell.verdict}: broken at runtime with no static sign: "
+                     f"{', '.join(broken)} (silent or behavioural changes)")
+    if layer.verdict == "api-incompatible" and cell.verdict is Verdict.COMPATIBLE:
+        found.append("static api-incompatible, runtime compatible: the static breaks are not on the path the "
+                     "probes run")
+    return found
+
+
+def probe_disagreements(cell: CellRecord, layer: Static) -> list[str]:
+    """Each contract probe whose runtime status the static layer's finding for its contract contradicts: what
+    the runner writes in `static.disagreements`, and compat.harness.invariants derives again from the record."""
+    if layer.verdict == "error":
         return []
     found = []
     for probe in cell.probes:
@@ -103,13 +119,6 @@ def disagreements(record: dict[str, Any], static: dict[str, Any]) -> list[str]:
         elif outcome == "ok" and probe.status is ProbeStatus.BROKEN:
             found.append(f"{probe.id}: broken at runtime, but {contract[1]} binds statically "
                          f"(a runtime break no signature shows)")
-    if layer.verdict == "api-compatible" and cell.verdict in (Verdict.INCOMPATIBLE, Verdict.COMPATIBLE_WITH_COMPAT):
-        broken = sorted({p.id for p in cell.probes if p.status is ProbeStatus.BROKEN})
-        found.append(f"static api-compatible, runtime {cell.verdict}: broken at runtime with no static sign: "
-                     f"{', '.join(broken)} (silent or behavioural changes)")
-    if layer.verdict == "api-incompatible" and cell.verdict is Verdict.COMPATIBLE:
-        found.append("static api-incompatible, runtime compatible: the static breaks are not on the path the "
-                     "probes run")
     return found
 
 
