@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import IO, Any, Callable
 
 from compat.harness import executed
-from compat.harness.causes import error_in, first_line, rerun_blocked
+from compat.harness.causes import first_line, rerun_blocked
 from compat.harness.cell_envs import (
     REPO_ROOT,
     CellEnv,
@@ -42,7 +42,17 @@ from compat.shared.cell_spec import SPEC_VARIABLE, CellSpec, KimiSuiteSpec
 from compat.shared.gpus import describe_gpus, host_gpu_names
 from compat.shared.manifest import expected_manifest
 from compat.shared.profiles import profile_for
-from compat.shared.records import RERUN_BLOCKED, SCHEMA_VERSION, Cause, StepKind, probe_key
+from compat.shared.records import (
+    RERUN_BLOCKED,
+    SCHEMA_VERSION,
+    Cause,
+    ProbeRecord,
+    ProbeStatus,
+    RecordError,
+    StepKind,
+    probe_key,
+    typed,
+)
 from compat.shared.results import ResultFileError, read_json
 
 TOKEN_VARIABLE = "COMPAT_CELL_TOKEN"
@@ -152,20 +162,23 @@ def run_cell(cell: Cell, recipe: Recipe | None, work_dir: Path, *, model_dir: Pa
     record["probes"] = outcome["probes"]
     record["error"] = outcome["error"]
     record["env_shims"] = merge_shims(record["env_shims"], outcome["probes"])
-    doubtful = rerun_candidates(decide(record))
+    decision = decide(record)
+    doubtful = rerun_candidates(decision)
+    rerun_seconds = None
     if doubtful and not outcome["error"]:
         echo(f"[compat] {cell.id}: running {len(doubtful)} probe(s) again alone before they decide: "
              f"{', '.join(doubtful)}")
         # its servers write under rerun/: the first run's logs and files stay as the first run left them
         again = run_probes(cell, env, work_dir, spec=replace(spec, work_dir=str(work_dir / RERUN_DIR)), suites=suites,
                            echo=echo, settings=environment,
-                           select=[n for p in record["probes"] if probe_key(p) in doubtful
-                                   for n in p.get("nodeids") or []],
+                           select=[n for p, _ in decision.probes if p.record.key in doubtful
+                                   for n in p.record.nodeids or []],
                            name="probes-rerun", stop=stop)
         record["probes"] = merge_rerun(record["probes"], again["probes"], doubtful, again["error"])
-        record["seconds"]["rerun"] = round(time.monotonic() - probes_started - record["seconds"]["probes"], 2)
+        rerun_seconds = record["seconds"]["rerun"] = round(time.monotonic() - probes_started
+                                                           - record["seconds"]["probes"], 2)
     record["steps"] = cell_steps(env.seconds, "reused" if env.reused else "built", outcome,
-                                 record["seconds"]["probes"], record["seconds"].get("rerun"))
+                                 record["seconds"]["probes"], rerun_seconds)
     record["verdict"] = decide(record).verdict
     echo(f"[compat] {cell.id}: {record['verdict']} (install {record['seconds']['install']:.0f}s, "
          f"probes {record['seconds']['probes']:.0f}s)")
@@ -227,38 +240,58 @@ def merge_rerun(probes: list[dict[str, Any]], again: list[dict[str, Any]], keys:
                 error: str | None) -> list[dict[str, Any]]:
     """Both outcomes are kept (`rerun`); one that flips reads `flaky`, never `ok`. A second run that failed for the
     environment (a cause rule) where the first did not gave no second outcome: `rerun` says so, the first stands
-    unconfirmed."""
+    unconfirmed. The runs compare typed; the record stays the JSON it is written as."""
     by_key = {probe_key(p): p for p in again}
     out = []
     for probe in probes:
         key = probe_key(probe)
-        if key not in keys:
+        first = _probe_or_none(probe)
+        if key not in keys or first is None:
             out.append(probe)
             continue
-        second = by_key.get(key)
+        written = by_key.get(key)
         probe = dict(probe)
-        if second is None:
+        if written is None:
             probe["rerun"] = {"status": "error", "reason": f"the second run did not report it: {error or 'no record'}"}
             out.append(probe)
             continue
-        probe["rerun"] = {k: second.get(k) for k in ("status", "with_compat", "error", "reason", "seconds")}
-        blocked = error_in(second.get("error"))
-        if rerun_blocked(error_in(probe.get("error")), blocked):
-            # the second run failed before it could ask (GPU memory still held, a port): no second outcome
-            probe["rerun"].update(status="error", cause="environment",
-                                  reason=f"{RERUN_BLOCKED} (environment): {first_line(blocked)[:200]}")
+        second = _probe_or_none(written)
+        if second is None:
+            probe["rerun"] = {"status": "error", "reason": "the second run's record of it does not read"}
             out.append(probe)
             continue
-        if (second.get("status"), (second.get("error") or {}).get("type")) != \
-                (probe.get("status"), (probe.get("error") or {}).get("type")):
-            first = f"{probe.get('status')}" + (f" ({probe['error'].get('type')})" if probe.get("error") else "")
-            then = f"{second.get('status')}" + (f" ({second['error'].get('type')})" if second.get("error") else "")
-            probe.update(status="flaky",
-                         reason=f"flaky: first run {first}, run again alone {then}; neither is believed",
-                         with_compat="flaky" if second.get("with_compat") != probe.get("with_compat")
-                         else probe.get("with_compat"))
+        probe["rerun"] = {k: written.get(k) for k in ("status", "with_compat", "error", "reason", "seconds")}
+        if rerun_blocked(first.error, second.error):
+            # the second run failed before it could ask (GPU memory still held, a port): no second outcome
+            probe["rerun"].update(status=ProbeStatus.ERROR.value, cause=Cause.ENVIRONMENT.value,
+                                  reason=f"{RERUN_BLOCKED} (environment): {first_line(second.error)[:200]}")
+            out.append(probe)
+            continue
+        if _outcome(second) != _outcome(first):
+            said = f"first run {_said(first)}, run again alone {_said(second)}"
+            probe.update(status=ProbeStatus.FLAKY.value, reason=f"flaky: {said}; neither is believed",
+                         with_compat=ProbeStatus.FLAKY.value if second.with_compat is not first.with_compat
+                         else first.with_compat.value if first.with_compat is not None else None)
         out.append(probe)
     return out
+
+
+def _probe_or_none(written: dict[str, Any]) -> ProbeRecord | None:
+    """A probe as the runner wrote it, typed; None where its JSON is partial (a run cut short)."""
+    try:
+        probe: ProbeRecord = typed(ProbeRecord, written)
+    except RecordError:
+        return None
+    return probe
+
+
+def _outcome(probe: ProbeRecord) -> tuple[ProbeStatus, str | None]:
+    """What a run of a probe and its second run compare: the status and the exception's type."""
+    return probe.status, probe.error.type if probe.error is not None else None
+
+
+def _said(probe: ProbeRecord) -> str:
+    return probe.status.value + (f" ({probe.error.type})" if probe.error is not None else "")
 
 
 def merge_shims(shims: list[dict[str, Any]], probes: list[dict[str, Any]]) -> list[dict[str, Any]]:
