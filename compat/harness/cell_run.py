@@ -17,9 +17,9 @@ import subprocess
 import threading
 import time
 import uuid
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import IO, Any, Callable
+from typing import IO, Any, Callable, Optional
 
 from compat.harness import executed
 from compat.harness.causes import first_line, rerun_blocked
@@ -443,11 +443,11 @@ def run_probes(cell: Cell, env: CellEnv, work_dir: Path, *, spec: CellSpec, suit
         error = (f"probe run exited {process.returncode} "
                  f"({PYTEST_EXIT_MEANING.get(process.returncode, 'killed or crashed')})")
     written = _read_result(result_file)
-    probes = list(written.get("probes", []))
+    probes = list(written.probes)
     if error:
         probes = _mark_unfinished(probes, result_file, error, log_path)
     return {"probes": probes, "error": error, "token": token, "launched_at": launched_at,
-            "first_probe_at": written.get("first_probe_at"), "steps": written.get("steps") or []}
+            "first_probe_at": written.first_probe_at, "steps": written.steps}
 
 
 class CellInterrupted(Exception):
@@ -554,27 +554,47 @@ def processes_with_token(token: str) -> list[int]:
     return found
 
 
-def _read_result(result_file: Path) -> dict[str, Any]:
+@dataclass(frozen=True)
+class Collected:
+    """A probe the run collected: reported `error` where the run ended before it."""
+    id: str
+    case: Optional[str] = None
+    advisory: bool = False
+
+    @property
+    def key(self) -> str:
+        return f"{self.id}[{self.case}]" if self.case else self.id
+
+
+@dataclass(frozen=True)
+class ProbeResults:
+    """The probe run's result file as compat.cell.pytest_plugin writes it: each probe's record (kept as the JSON the
+    cell's record holds), what was collected, when the first probe began, and the steps the probes timed."""
+    probes: list[dict[str, Any]] = field(default_factory=list)
+    collected: list[Collected] = field(default_factory=list)
+    first_probe_at: Optional[float] = None
+    steps: list[dict[str, Any]] = field(default_factory=list)
+
+
+def _read_result(result_file: Path) -> ProbeResults:
+    """The result file, typed; empty where the run wrote none (or none of that shape)."""
     try:
-        return dict(read_json(result_file, "probe results"))
-    except ResultFileError:
-        return {}
+        results: ProbeResults = typed(ProbeResults, read_json(result_file, "probe results"))
+    except (ResultFileError, RecordError):
+        return ProbeResults()
+    return results
 
 
 def _mark_unfinished(probes: list[dict[str, Any]], result_file: Path, error: str,
                      log_path: Path) -> list[dict[str, Any]]:
     """Probes that were collected but never reported become `error`, with the log tail."""
-    try:
-        collected = read_json(result_file, "probe results").get("collected", [])
-    except ResultFileError:
-        collected = []
     done = {probe_key(p) for p in probes}
     log_tail = tail(log_path, 15)
-    for item in collected:  # both suites collect the keys they share (e.g. hidden_states_match_reference[batch])
-        if probe_key(item) not in done:
-            done.add(probe_key(item))
-            probes.append({"id": item["id"], "case": item.get("case"), "status": "error",
-                           "with_compat": None, "advisory": item.get("advisory", False), "error": None,
+    for item in _read_result(result_file).collected:  # both suites collect the keys they share
+        if item.key not in done:
+            done.add(item.key)
+            probes.append({"id": item.id, "case": item.case, "status": "error",
+                           "with_compat": None, "advisory": item.advisory, "error": None,
                            "reason": f"did not run: {error}\n{log_tail}", "seconds": 0.0, "detail": {}})
     if not probes:
         probes.append({"id": "probe_run", "case": None, "status": "error", "with_compat": None,
