@@ -159,13 +159,13 @@ def run_cell(cell: Cell, recipe: Recipe | None, work_dir: Path, *, model_dir: Pa
         summary = executed.collect(work_dir, env.python)
         echo(f"[compat] {cell.id}: executed vLLM code: {summary}")
     record["seconds"]["probes"] = round(time.monotonic() - probes_started, 2)
-    record["probes"] = outcome["probes"]
-    record["error"] = outcome["error"]
-    record["env_shims"] = merge_shims(record["env_shims"], outcome["probes"])
+    record["probes"] = outcome.probes
+    record["error"] = outcome.error
+    record["env_shims"] = merge_shims(record["env_shims"], outcome.probes)
     decision = decide(record)
     doubtful = rerun_candidates(decision)
     rerun_seconds = None
-    if doubtful and not outcome["error"]:
+    if doubtful and not outcome.error:
         echo(f"[compat] {cell.id}: running {len(doubtful)} probe(s) again alone before they decide: "
              f"{', '.join(doubtful)}")
         # its servers write under rerun/: the first run's logs and files stay as the first run left them
@@ -174,7 +174,7 @@ def run_cell(cell: Cell, recipe: Recipe | None, work_dir: Path, *, model_dir: Pa
                            select=[n for p, _ in decision.probes if p.record.key in doubtful
                                    for n in p.record.nodeids or []],
                            name="probes-rerun", stop=stop)
-        record["probes"] = merge_rerun(record["probes"], again["probes"], doubtful, again["error"])
+        record["probes"] = merge_rerun(record["probes"], again.probes, doubtful, again.error)
         rerun_seconds = record["seconds"]["rerun"] = round(time.monotonic() - probes_started
                                                            - record["seconds"]["probes"], 2)
     record["steps"] = cell_steps(env.seconds, "reused" if env.reused else "built", outcome,
@@ -185,7 +185,7 @@ def run_cell(cell: Cell, recipe: Recipe | None, work_dir: Path, *, model_dir: Pa
     return record
 
 
-def cell_steps(install: float, how: str, outcome: dict[str, Any], probes: float,
+def cell_steps(install: float, how: str, outcome: ProbeRun, probes: float,
                rerun: float | None) -> list[dict[str, Any]]:
     """Where the cell's time went, in order: the install, the probe process's startup (until its first
     probe), the steps the probes timed (compat.cell.steps, each with when it began), the NEW findings'
@@ -196,15 +196,15 @@ def cell_steps(install: float, how: str, outcome: dict[str, Any], probes: float,
         return out if at is None else {**out, "at": round(at, 2)}
 
     out = [step(StepKind.INSTALL, f"the cell's venv, {how}", install)]
-    launched, first = outcome.get("launched_at"), outcome.get("first_probe_at")
+    launched, first = outcome.launched_at, outcome.first_probe_at
     startup, timed = 0.0, []
-    if isinstance(launched, (int, float)):  # without a launch time no step can be placed
-        startup = first - launched if isinstance(first, (int, float)) else 0.0
-        timed = sorted(((float(s["started"]) - launched, float(s["seconds"]), s) for s in outcome.get("steps") or []
-                        if isinstance(s, dict) and isinstance(s.get("started"), (int, float))), key=_first)
+    if launched is not None:  # without a launch time no step can be placed
+        startup = first - launched if first is not None else 0.0
+        timed = sorted(((s.started - launched, s.seconds, s) for s in outcome.steps if s.started is not None),
+                       key=_first)
     if first is not None:
         out.append(step(StepKind.STARTUP, "interpreter, pytest and collection, until the first probe", startup, 0.0))
-    out += [step(StepKind(s["step"]), str(s["what"]), seconds, at) for at, seconds, s in timed]
+    out += [step(s.step, s.what, seconds, at) for at, seconds, s in timed]
     out.append(step(StepKind.OTHER, "imports, static probes and fixtures: in no step above",
                     probes - startup - covered([(at, at + seconds) for at, seconds, _ in timed])))
     if rerun is not None:
@@ -416,7 +416,7 @@ def probe_environment(cell: Cell, spec_file: Path, token: str, settings: dict[st
 def run_probes(cell: Cell, env: CellEnv, work_dir: Path, *, spec: CellSpec, suites: tuple[str, ...],
                echo: Callable[[str], None],
                settings: dict[str, str] | None = None, select: list[str] | None = None,
-               name: str = "probes", stop: threading.Event | None = None) -> dict[str, Any]:
+               name: str = "probes", stop: threading.Event | None = None) -> ProbeRun:
     """The probe run (pytest in the cell's interpreter), told `spec` through one file in `work_dir`;
     `select`: these test node ids only."""
     token = uuid.uuid4().hex
@@ -446,8 +446,7 @@ def run_probes(cell: Cell, env: CellEnv, work_dir: Path, *, spec: CellSpec, suit
     probes = list(written.probes)
     if error:
         probes = _mark_unfinished(probes, result_file, error, log_path)
-    return {"probes": probes, "error": error, "token": token, "launched_at": launched_at,
-            "first_probe_at": written.first_probe_at, "steps": written.steps}
+    return ProbeRun(probes, error, token, launched_at, written.first_probe_at, tuple(written.steps))
 
 
 class CellInterrupted(Exception):
@@ -567,13 +566,34 @@ class Collected:
 
 
 @dataclass(frozen=True)
+class TimedStep:
+    """A step a probe timed (compat.cell.steps): its kind, what it did, how long, and when it began (epoch seconds)."""
+    step: StepKind
+    what: str
+    seconds: float
+    started: Optional[float] = None
+
+
+@dataclass(frozen=True)
 class ProbeResults:
     """The probe run's result file as compat.cell.pytest_plugin writes it: each probe's record (kept as the JSON the
     cell's record holds), what was collected, when the first probe began, and the steps the probes timed."""
     probes: list[dict[str, Any]] = field(default_factory=list)
     collected: list[Collected] = field(default_factory=list)
     first_probe_at: Optional[float] = None
-    steps: list[dict[str, Any]] = field(default_factory=list)
+    steps: list[TimedStep] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class ProbeRun:
+    """One probe run of a cell: each probe's record as JSON, the run's own failure (a crash, a timeout), the token
+    its processes carried, when it launched and when its first probe began (epoch seconds), the steps it timed."""
+    probes: list[dict[str, Any]]
+    error: Optional[str] = None
+    token: str = ""
+    launched_at: Optional[float] = None
+    first_probe_at: Optional[float] = None
+    steps: tuple[TimedStep, ...] = ()
 
 
 def _read_result(result_file: Path) -> ProbeResults:
