@@ -459,3 +459,16 @@ def test_a_rerun_refused_for_gpu_memory_confirms_nothing():
                                                "batch noise"})
     [answered] = cell_run.merge_rerun([data_fault], [drift], [key], None)
     assert answered["rerun"]["status"] == "broken" and "cause" not in answered["rerun"], answered["rerun"]
+
+
+def test_a_second_run_whose_record_does_not_read_confirms_nothing():
+    """The runs compare typed: a second run's probe JSON that does not hold the record's shape (no status) gives no
+    second outcome; the first stands as it was, never flaky."""
+    first = {"id": "kv_cache_config_api", "status": "broken", "with_compat": "broken",
+             "error": {"type": "KeyError", "message": "'no_such_group'", "where": None}}
+    [merged] = cell_run.merge_rerun([first], [{"id": "kv_cache_config_api"}], ["kv_cache_config_api"], None)
+    assert merged["status"] == "broken" and merged["rerun"] == {
+        "status": "error", "reason": "the second run's record of it does not read"}, merged
+    [flipped] = cell_run.merge_rerun([first], [dict(first, status="broken", with_compat="ok")],
+                                     ["kv_cache_config_api"], None)
+    assert (flipped["status"], flipped["with_compat"]) == ("broken", "broken")  # the same status and type: no flip
