@@ -31,7 +31,7 @@ def main() -> int:
     rows = {}
     for s in args.speculators or speculators_releases(cache):
         started = time.monotonic()
-        planned = support.plan(gather("vllm", s, args.backend, cache, echo=lambda _: None)["facts"], "vllm")
+        planned = support.plan(gather("vllm", s, args.backend, cache, echo=lambda _: None).facts, "vllm")
         counts = {k: sum(p.kind == k for p in planned) for k in
                   (support.RUNTIME, support.INFERRED, support.STATIC_ONLY, support.RESOLVER)}
         rows[s] = {"counts": counts, "seconds": round(time.monotonic() - started, 1),

@@ -17,8 +17,10 @@ backend of the same pair. Probes are matched by `compat.shared.results.probe_key
 from __future__ import annotations
 
 import math
-from typing import Any, Iterable
+from dataclasses import dataclass
+from typing import Any, Iterable, Mapping
 
+from compat.shared.records import ProbeStatus
 from compat.shared.results import probe_key
 
 # Relative change below which a numeric detail value is "the same" (rounding noise between runs).
@@ -28,28 +30,55 @@ FIGURE_ABS_TOL = 1e-9
 _IGNORED_FIGURE_WORDS = ("seconds", "time", "elapsed", "duration", "pid")
 
 
-def cell_label(cell: dict[str, Any]) -> str:
+def _read(shown: Mapping[str, Any], name: str) -> Any:
+    """A key of a report's cell or probe as written, None where absent: a baseline may be any harness version's."""
+    return shown[name] if name in shown else None
+
+
+@dataclass(frozen=True)
+class ShownProbe:
+    """A probe of a report's cell as the diff compares it; status, error and classification as written."""
+    key: str
+    status: Any  # a ProbeStatus value
+    error: Any
+    classification: Any
+    detail: Any
+
+
+@dataclass(frozen=True)
+class ShownCell:
+    """A cell of a report (the baseline's, of any harness version, or the current one) as the diff compares it."""
+    label: str
+    key: tuple[str, ...]  # runs of one pair with other settings are other cells: the id carries them (matrix.Cell.id)
+    verdict: Any
+    probes: tuple[ShownProbe, ...]
+
+
+def shown_cell(cell: Mapping[str, Any]) -> ShownCell:
+    """A report's cell JSON read once."""
+    backend, extra = _read(cell, "backend"), str(_read(cell, "id") or "").split("__")[3:]
+    probes = tuple(ShownProbe(probe_key(p), _read(p, "status"), _read(p, "error"), _read(p, "classification"),
+                              _read(p, "detail")) for p in _read(cell, "probes") or [])
+    return ShownCell(cell_label(cell), (str(_read(cell, "vllm")), str(_read(cell, "speculators")), str(backend or ""),
+                                        *extra), _read(cell, "verdict"), probes)
+
+
+def cell_label(cell: Mapping[str, Any]) -> str:
     """The pair, its backend, and the settings its id carries beyond the defaults (`__bfloat16`, ...)."""
-    backend = cell.get("backend")
-    label = f"vLLM {cell.get('vllm')} × speculators {cell.get('speculators')}"
-    extra = str(cell.get("id") or "").split("__")[3:]
+    backend = _read(cell, "backend")
+    label = f"vLLM {_read(cell, 'vllm')} × speculators {_read(cell, 'speculators')}"
+    extra = str(_read(cell, "id") or "").split("__")[3:]
     inside = ", ".join(filter(None, [backend, *extra]))
     return f"{label} ({inside})" if inside else label
 
 
-def _key(cell: dict[str, Any]) -> tuple[str, ...]:
-    """Runs of one pair with other settings are other cells: the id carries them (matrix.Cell.id)."""
-    return (str(cell.get("vllm")), str(cell.get("speculators")), str(cell.get("backend") or ""),
-            *str(cell.get("id") or "").split("__")[3:])
-
-
-def _match(old_cells: list[dict[str, Any]], cell: dict[str, Any]) -> dict[str, Any] | None:
-    k = _key(cell)
+def _match(old_cells: list[ShownCell], cell: ShownCell) -> ShownCell | None:
+    k = cell.key
     for old in old_cells:
-        if _key(old) == k:
+        if old.key == k:
             return old
     for old in old_cells:
-        ok = _key(old)
+        ok = old.key
         if ok[:2] == k[:2] and (not ok[2] or not k[2]):
             return old
     return None
@@ -88,13 +117,12 @@ def _is_result_figure(key: str) -> bool:
     return not any(word in low for word in _IGNORED_FIGURE_WORDS)
 
 
-def diff(old_report: dict[str, Any], new_cells: Iterable[dict[str, Any]]) -> dict[str, Any]:
-    old_cells = list(old_report.get("cells") or [])
-    new_cells = list(new_cells)
+def diff(old_report: Mapping[str, Any], new_cells: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
+    old_cells = [shown_cell(c) for c in _read(old_report, "cells") or []]
     out: dict[str, Any] = {
         "baseline": {
-            "generated_at": old_report.get("generated_at"),
-            "harness_version": old_report.get("harness_version"),
+            "generated_at": _read(old_report, "generated_at"),
+            "harness_version": _read(old_report, "harness_version"),
         },
         "cells_added": [],
         "cells_removed": [],
@@ -105,55 +133,55 @@ def diff(old_report: dict[str, Any], new_cells: Iterable[dict[str, Any]]) -> dic
         "figure_changes": [],
     }
     matched: list[int] = []
-    for cell in new_cells:
-        label = cell_label(cell)
+    for cell in map(shown_cell, new_cells):
+        label = cell.label
         old = _match(old_cells, cell)
         if old is None:
             out["cells_added"].append(label)
-            for probe in cell.get("probes") or []:
-                if probe.get("status") == "broken":
+            for probe in cell.probes:
+                if probe.status == ProbeStatus.BROKEN:
                     out["new_breakages"].append(_breakage(label, probe, None))
             continue
         matched.append(id(old))
-        if old.get("verdict") != cell.get("verdict"):
-            out["verdict_changes"].append({"cell": label, "old": old.get("verdict"), "new": cell.get("verdict")})
-        old_probes = {probe_key(p): p for p in old.get("probes") or []}
-        for probe in cell.get("probes") or []:
-            key = probe_key(probe)
+        if old.verdict != cell.verdict:
+            out["verdict_changes"].append({"cell": label, "old": old.verdict, "new": cell.verdict})
+        old_probes = {p.key: p for p in old.probes}
+        for probe in cell.probes:
+            key = probe.key
             before = old_probes.get(key)
-            old_status = before.get("status") if before else None
-            status = probe.get("status")
-            if status == "broken" and old_status != "broken":
+            old_status = before.status if before is not None else None
+            status = probe.status
+            if status == ProbeStatus.BROKEN and old_status != ProbeStatus.BROKEN:
                 out["new_breakages"].append(_breakage(label, probe, old_status))
-            elif old_status == "broken" and status == "ok":
+            elif old_status == ProbeStatus.BROKEN and status == ProbeStatus.OK:
                 out["fixes"].append({"cell": label, "probe": key, "old_status": old_status, "status": status})
             elif before is not None and old_status != status:
                 out["status_changes"].append({"cell": label, "probe": key, "old": old_status, "new": status})
             if before is not None:
-                old_fig = numeric_leaves(before.get("detail") or {})
-                new_fig = numeric_leaves(probe.get("detail") or {})
+                old_fig = numeric_leaves(before.detail or {})
+                new_fig = numeric_leaves(probe.detail or {})
                 for fkey in sorted(set(old_fig) & set(new_fig)):
                     if _is_result_figure(fkey) and _figure_changed(old_fig[fkey], new_fig[fkey]):
                         out["figure_changes"].append(
                             {"cell": label, "probe": key, "key": fkey, "old": old_fig[fkey], "new": new_fig[fkey]}
                         )
         for key, before in old_probes.items():
-            if key not in {probe_key(p) for p in cell.get("probes") or []} and before.get("status") == "broken":
+            if key not in {p.key for p in cell.probes} and before.status == ProbeStatus.BROKEN:
                 out["status_changes"].append({"cell": label, "probe": key, "old": "broken", "new": None})
     for old in old_cells:
         if id(old) not in matched:
-            out["cells_removed"].append(cell_label(old))
+            out["cells_removed"].append(old.label)
     return out
 
 
-def _breakage(label: str, probe: dict[str, Any], old_status: str | None) -> dict[str, Any]:
+def _breakage(label: str, probe: ShownProbe, old_status: Any) -> dict[str, Any]:
     return {
         "cell": label,
-        "probe": probe_key(probe),
+        "probe": probe.key,
         "old_status": old_status,
-        "status": probe.get("status"),
-        "error": probe.get("error"),
-        "classification": probe.get("classification"),
+        "status": probe.status,
+        "error": probe.error,
+        "classification": probe.classification,
     }
 
 

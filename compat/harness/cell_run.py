@@ -17,12 +17,12 @@ import subprocess
 import threading
 import time
 import uuid
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import IO, Any, Callable
+from typing import IO, Any, Callable, Optional
 
 from compat.harness import executed
-from compat.harness.causes import error_in, first_line, rerun_blocked
+from compat.harness.causes import first_line, rerun_blocked
 from compat.harness.cell_envs import (
     REPO_ROOT,
     CellEnv,
@@ -42,7 +42,17 @@ from compat.shared.cell_spec import SPEC_VARIABLE, CellSpec, KimiSuiteSpec
 from compat.shared.gpus import describe_gpus, host_gpu_names
 from compat.shared.manifest import expected_manifest
 from compat.shared.profiles import profile_for
-from compat.shared.records import RERUN_BLOCKED, SCHEMA_VERSION, Cause, StepKind, probe_key
+from compat.shared.records import (
+    RERUN_BLOCKED,
+    SCHEMA_VERSION,
+    Cause,
+    ProbeRecord,
+    ProbeStatus,
+    RecordError,
+    StepKind,
+    probe_key,
+    typed,
+)
 from compat.shared.results import ResultFileError, read_json
 
 TOKEN_VARIABLE = "COMPAT_CELL_TOKEN"
@@ -149,30 +159,33 @@ def run_cell(cell: Cell, recipe: Recipe | None, work_dir: Path, *, model_dir: Pa
         summary = executed.collect(work_dir, env.python)
         echo(f"[compat] {cell.id}: executed vLLM code: {summary}")
     record["seconds"]["probes"] = round(time.monotonic() - probes_started, 2)
-    record["probes"] = outcome["probes"]
-    record["error"] = outcome["error"]
-    record["env_shims"] = merge_shims(record["env_shims"], outcome["probes"])
-    doubtful = rerun_candidates(decide(record))
-    if doubtful and not outcome["error"]:
+    record["probes"] = outcome.probes
+    record["error"] = outcome.error
+    record["env_shims"] = merge_shims(record["env_shims"], outcome.probes)
+    decision = decide(record)
+    doubtful = rerun_candidates(decision)
+    rerun_seconds = None
+    if doubtful and not outcome.error:
         echo(f"[compat] {cell.id}: running {len(doubtful)} probe(s) again alone before they decide: "
              f"{', '.join(doubtful)}")
         # its servers write under rerun/: the first run's logs and files stay as the first run left them
         again = run_probes(cell, env, work_dir, spec=replace(spec, work_dir=str(work_dir / RERUN_DIR)), suites=suites,
                            echo=echo, settings=environment,
-                           select=[n for p in record["probes"] if probe_key(p) in doubtful
-                                   for n in p.get("nodeids") or []],
+                           select=[n for p, _ in decision.probes if p.record.key in doubtful
+                                   for n in p.record.nodeids or []],
                            name="probes-rerun", stop=stop)
-        record["probes"] = merge_rerun(record["probes"], again["probes"], doubtful, again["error"])
-        record["seconds"]["rerun"] = round(time.monotonic() - probes_started - record["seconds"]["probes"], 2)
+        record["probes"] = merge_rerun(record["probes"], again.probes, doubtful, again.error)
+        rerun_seconds = record["seconds"]["rerun"] = round(time.monotonic() - probes_started
+                                                           - record["seconds"]["probes"], 2)
     record["steps"] = cell_steps(env.seconds, "reused" if env.reused else "built", outcome,
-                                 record["seconds"]["probes"], record["seconds"].get("rerun"))
+                                 record["seconds"]["probes"], rerun_seconds)
     record["verdict"] = decide(record).verdict
     echo(f"[compat] {cell.id}: {record['verdict']} (install {record['seconds']['install']:.0f}s, "
          f"probes {record['seconds']['probes']:.0f}s)")
     return record
 
 
-def cell_steps(install: float, how: str, outcome: dict[str, Any], probes: float,
+def cell_steps(install: float, how: str, outcome: ProbeRun, probes: float,
                rerun: float | None) -> list[dict[str, Any]]:
     """Where the cell's time went, in order: the install, the probe process's startup (until its first
     probe), the steps the probes timed (compat.cell.steps, each with when it began), the NEW findings'
@@ -183,15 +196,15 @@ def cell_steps(install: float, how: str, outcome: dict[str, Any], probes: float,
         return out if at is None else {**out, "at": round(at, 2)}
 
     out = [step(StepKind.INSTALL, f"the cell's venv, {how}", install)]
-    launched, first = outcome.get("launched_at"), outcome.get("first_probe_at")
+    launched, first = outcome.launched_at, outcome.first_probe_at
     startup, timed = 0.0, []
-    if isinstance(launched, (int, float)):  # without a launch time no step can be placed
-        startup = first - launched if isinstance(first, (int, float)) else 0.0
-        timed = sorted(((float(s["started"]) - launched, float(s["seconds"]), s) for s in outcome.get("steps") or []
-                        if isinstance(s, dict) and isinstance(s.get("started"), (int, float))), key=_first)
+    if launched is not None:  # without a launch time no step can be placed
+        startup = first - launched if first is not None else 0.0
+        timed = sorted(((s.started - launched, s.seconds, s) for s in outcome.steps if s.started is not None),
+                       key=_first)
     if first is not None:
         out.append(step(StepKind.STARTUP, "interpreter, pytest and collection, until the first probe", startup, 0.0))
-    out += [step(StepKind(s["step"]), str(s["what"]), seconds, at) for at, seconds, s in timed]
+    out += [step(s.step, s.what, seconds, at) for at, seconds, s in timed]
     out.append(step(StepKind.OTHER, "imports, static probes and fixtures: in no step above",
                     probes - startup - covered([(at, at + seconds) for at, seconds, _ in timed])))
     if rerun is not None:
@@ -227,38 +240,58 @@ def merge_rerun(probes: list[dict[str, Any]], again: list[dict[str, Any]], keys:
                 error: str | None) -> list[dict[str, Any]]:
     """Both outcomes are kept (`rerun`); one that flips reads `flaky`, never `ok`. A second run that failed for the
     environment (a cause rule) where the first did not gave no second outcome: `rerun` says so, the first stands
-    unconfirmed."""
+    unconfirmed. The runs compare typed; the record stays the JSON it is written as."""
     by_key = {probe_key(p): p for p in again}
     out = []
     for probe in probes:
         key = probe_key(probe)
-        if key not in keys:
+        first = _probe_or_none(probe)
+        if key not in keys or first is None:
             out.append(probe)
             continue
-        second = by_key.get(key)
+        written = by_key.get(key)
         probe = dict(probe)
-        if second is None:
+        if written is None:
             probe["rerun"] = {"status": "error", "reason": f"the second run did not report it: {error or 'no record'}"}
             out.append(probe)
             continue
-        probe["rerun"] = {k: second.get(k) for k in ("status", "with_compat", "error", "reason", "seconds")}
-        blocked = error_in(second.get("error"))
-        if rerun_blocked(error_in(probe.get("error")), blocked):
-            # the second run failed before it could ask (GPU memory still held, a port): no second outcome
-            probe["rerun"].update(status="error", cause="environment",
-                                  reason=f"{RERUN_BLOCKED} (environment): {first_line(blocked)[:200]}")
+        second = _probe_or_none(written)
+        if second is None:
+            probe["rerun"] = {"status": "error", "reason": "the second run's record of it does not read"}
             out.append(probe)
             continue
-        if (second.get("status"), (second.get("error") or {}).get("type")) != \
-                (probe.get("status"), (probe.get("error") or {}).get("type")):
-            first = f"{probe.get('status')}" + (f" ({probe['error'].get('type')})" if probe.get("error") else "")
-            then = f"{second.get('status')}" + (f" ({second['error'].get('type')})" if second.get("error") else "")
-            probe.update(status="flaky",
-                         reason=f"flaky: first run {first}, run again alone {then}; neither is believed",
-                         with_compat="flaky" if second.get("with_compat") != probe.get("with_compat")
-                         else probe.get("with_compat"))
+        probe["rerun"] = {k: written.get(k) for k in ("status", "with_compat", "error", "reason", "seconds")}
+        if rerun_blocked(first.error, second.error):
+            # the second run failed before it could ask (GPU memory still held, a port): no second outcome
+            probe["rerun"].update(status=ProbeStatus.ERROR.value, cause=Cause.ENVIRONMENT.value,
+                                  reason=f"{RERUN_BLOCKED} (environment): {first_line(second.error)[:200]}")
+            out.append(probe)
+            continue
+        if _outcome(second) != _outcome(first):
+            said = f"first run {_said(first)}, run again alone {_said(second)}"
+            probe.update(status=ProbeStatus.FLAKY.value, reason=f"flaky: {said}; neither is believed",
+                         with_compat=ProbeStatus.FLAKY.value if second.with_compat is not first.with_compat
+                         else first.with_compat.value if first.with_compat is not None else None)
         out.append(probe)
     return out
+
+
+def _probe_or_none(written: dict[str, Any]) -> ProbeRecord | None:
+    """A probe as the runner wrote it, typed; None where its JSON is partial (a run cut short)."""
+    try:
+        probe: ProbeRecord = typed(ProbeRecord, written)
+    except RecordError:
+        return None
+    return probe
+
+
+def _outcome(probe: ProbeRecord) -> tuple[ProbeStatus, str | None]:
+    """What a run of a probe and its second run compare: the status and the exception's type."""
+    return probe.status, probe.error.type if probe.error is not None else None
+
+
+def _said(probe: ProbeRecord) -> str:
+    return probe.status.value + (f" ({probe.error.type})" if probe.error is not None else "")
 
 
 def merge_shims(shims: list[dict[str, Any]], probes: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -383,7 +416,7 @@ def probe_environment(cell: Cell, spec_file: Path, token: str, settings: dict[st
 def run_probes(cell: Cell, env: CellEnv, work_dir: Path, *, spec: CellSpec, suites: tuple[str, ...],
                echo: Callable[[str], None],
                settings: dict[str, str] | None = None, select: list[str] | None = None,
-               name: str = "probes", stop: threading.Event | None = None) -> dict[str, Any]:
+               name: str = "probes", stop: threading.Event | None = None) -> ProbeRun:
     """The probe run (pytest in the cell's interpreter), told `spec` through one file in `work_dir`;
     `select`: these test node ids only."""
     token = uuid.uuid4().hex
@@ -410,11 +443,10 @@ def run_probes(cell: Cell, env: CellEnv, work_dir: Path, *, spec: CellSpec, suit
         error = (f"probe run exited {process.returncode} "
                  f"({PYTEST_EXIT_MEANING.get(process.returncode, 'killed or crashed')})")
     written = _read_result(result_file)
-    probes = list(written.get("probes", []))
+    probes = list(written.probes)
     if error:
         probes = _mark_unfinished(probes, result_file, error, log_path)
-    return {"probes": probes, "error": error, "token": token, "launched_at": launched_at,
-            "first_probe_at": written.get("first_probe_at"), "steps": written.get("steps") or []}
+    return ProbeRun(probes, error, token, launched_at, written.first_probe_at, tuple(written.steps))
 
 
 class CellInterrupted(Exception):
@@ -521,27 +553,68 @@ def processes_with_token(token: str) -> list[int]:
     return found
 
 
-def _read_result(result_file: Path) -> dict[str, Any]:
+@dataclass(frozen=True)
+class Collected:
+    """A probe the run collected: reported `error` where the run ended before it."""
+    id: str
+    case: Optional[str] = None
+    advisory: bool = False
+
+    @property
+    def key(self) -> str:
+        return f"{self.id}[{self.case}]" if self.case else self.id
+
+
+@dataclass(frozen=True)
+class TimedStep:
+    """A step a probe timed (compat.cell.steps): its kind, what it did, how long, and when it began (epoch seconds)."""
+    step: StepKind
+    what: str
+    seconds: float
+    started: Optional[float] = None
+
+
+@dataclass(frozen=True)
+class ProbeResults:
+    """The probe run's result file as compat.cell.pytest_plugin writes it: each probe's record (kept as the JSON the
+    cell's record holds), what was collected, when the first probe began, and the steps the probes timed."""
+    probes: list[dict[str, Any]] = field(default_factory=list)
+    collected: list[Collected] = field(default_factory=list)
+    first_probe_at: Optional[float] = None
+    steps: list[TimedStep] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class ProbeRun:
+    """One probe run of a cell: each probe's record as JSON, the run's own failure (a crash, a timeout), the token
+    its processes carried, when it launched and when its first probe began (epoch seconds), the steps it timed."""
+    probes: list[dict[str, Any]]
+    error: Optional[str] = None
+    token: str = ""
+    launched_at: Optional[float] = None
+    first_probe_at: Optional[float] = None
+    steps: tuple[TimedStep, ...] = ()
+
+
+def _read_result(result_file: Path) -> ProbeResults:
+    """The result file, typed; empty where the run wrote none (or none of that shape)."""
     try:
-        return dict(read_json(result_file, "probe results"))
-    except ResultFileError:
-        return {}
+        results: ProbeResults = typed(ProbeResults, read_json(result_file, "probe results"))
+    except (ResultFileError, RecordError):
+        return ProbeResults()
+    return results
 
 
 def _mark_unfinished(probes: list[dict[str, Any]], result_file: Path, error: str,
                      log_path: Path) -> list[dict[str, Any]]:
     """Probes that were collected but never reported become `error`, with the log tail."""
-    try:
-        collected = read_json(result_file, "probe results").get("collected", [])
-    except ResultFileError:
-        collected = []
     done = {probe_key(p) for p in probes}
     log_tail = tail(log_path, 15)
-    for item in collected:  # both suites collect the keys they share (e.g. hidden_states_match_reference[batch])
-        if probe_key(item) not in done:
-            done.add(probe_key(item))
-            probes.append({"id": item["id"], "case": item.get("case"), "status": "error",
-                           "with_compat": None, "advisory": item.get("advisory", False), "error": None,
+    for item in _read_result(result_file).collected:  # both suites collect the keys they share
+        if item.key not in done:
+            done.add(item.key)
+            probes.append({"id": item.id, "case": item.case, "status": "error",
+                           "with_compat": None, "advisory": item.advisory, "error": None,
                            "reason": f"did not run: {error}\n{log_tail}", "seconds": 0.0, "detail": {}})
     if not probes:
         probes.append({"id": "probe_run", "case": None, "status": "error", "with_compat": None,

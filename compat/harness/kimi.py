@@ -408,9 +408,9 @@ def run(options: argparse.Namespace, record: dict[str, Any]) -> int:
     outcome = run_probes(cell, env, work_dir, spec=spec, suites=(SUITE,), echo=lambda line: print(line, flush=True),
                          settings=suite_environment(mla))
     record.setdefault("seconds", {})["suite"] = round(time.monotonic() - started, 2)
-    record["probes"] = outcome["probes"]
-    record.update(figures(outcome["probes"]))
-    record["status"], record["reason"] = suite_status(outcome["probes"], outcome["error"])
+    record["probes"] = outcome.probes
+    record.update(figures(outcome.probes))
+    record["status"], record["reason"] = suite_status(outcome.probes, outcome.error)
     return 0 if record["status"] in ("ok", "skipped") else 1
 
 

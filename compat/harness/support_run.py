@@ -19,7 +19,7 @@ import json
 import random
 import sys
 import time
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable
 
@@ -39,9 +39,22 @@ def _echo(line: str) -> None:
     print(line, flush=True)
 
 
+@dataclass(frozen=True)
+class Gathered:
+    """What the static layer gives a row or column (gather): each pair's facts, the static table (static_table's
+    document), the fingerprints per (vLLM release, speculators era), each vLLM release's model runner in words, the
+    facts of the releases with the same extraction code (a row's siblings) and the seconds it took."""
+    facts: list[support.PairFacts]
+    table: dict[str, Any]
+    fingerprints: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
+    runners: dict[str, str] = field(default_factory=dict)
+    siblings: list[support.PairFacts] = field(default_factory=list)
+    seconds: float = 0.0
+
+
 def gather(axis: str, fixed: str, backend: str, cache: Any = None, index: Any = None,
            echo: Callable[[str], None] = _echo, vllm_range: tuple[str, str] | None = None,
-           candidate: str = "") -> dict[str, Any]:
+           candidate: str = "") -> Gathered:
     """The static table, fingerprints, runtime builds and pin conflicts of the row or column.
     `vllm_range`: a row's vLLM releases from A to B only; `candidate`: the wheel of a candidate build whose
     version is `fixed` (its cells infer only from its own runs: no other release's code stands for it)."""
@@ -68,14 +81,14 @@ def gather(axis: str, fixed: str, backend: str, cache: Any = None, index: Any = 
     echo(f"[support] static layer: {len(vllm)} vLLM x {len(speculators)} speculators in {table['seconds']['total']} s")
     builds = {r for r in cache.releases(VLLM_DIST[backend]) if not Version(r).is_postrelease}
     fingerprints: dict[tuple[str, str], dict[str, Any]] = {}
-    runners: dict[str, dict[str, Any]] = {}
+    runners: dict[str, str] = {}
     for v in vllm:
         try:
             sources = cache.get("vllm", v)
         except StaticError as exc:
-            runners[v] = {"text": f"not read: {exc}"}
+            runners[v] = f"not read: {exc}"
             continue
-        runners[v] = model_runner(sources)
+        runners[v] = model_runner(sources)["text"]
         for s in speculators:
             key = (v, era(s))
             if key not in fingerprints:
@@ -115,8 +128,7 @@ def gather(axis: str, fixed: str, backend: str, cache: Any = None, index: Any = 
                     speculators_fingerprint=spec_fingerprints[fixed]))
         echo(f"[support] releases with the same extraction code as {fixed}: {', '.join(siblings)} "
              "(their measured cells can stand for this row's)")
-    return {"facts": facts, "table": table, "fingerprints": fingerprints, "runners": runners,
-            "siblings": sibling_facts, "seconds": round(time.monotonic() - started, 1)}
+    return Gathered(facts, table, fingerprints, runners, sibling_facts, round(time.monotonic() - started, 1))
 
 
 def in_range(releases: list[str], vllm_range: tuple[str, str] | None) -> list[str]:
@@ -345,11 +357,11 @@ def run_support(settings: Settings) -> int:
                     and (answered := answer_from_published(fixed, backend, settings)) is not None:
                 return answered
         gathered = gather(axis, fixed, backend, vllm_range=request.vllm_range, candidate=request.candidate)
-        planned = support.plan(gathered["facts"], axis)
+        planned = support.plan(gathered.facts, axis)
         sibling_cells = {(f.vllm, f.speculators): settings.cell.apply(Cell(f.vllm, f.speculators, backend))
-                         for f in gathered.get("siblings") or []}
+                         for f in gathered.siblings}
         sibling_records = _kept(list(sibling_cells.values()), settings.output.results)
-        support.infer_across(planned, gathered["facts"], gathered.get("siblings") or [],
+        support.infer_across(planned, gathered.facts, gathered.siblings,
                              [pair for pair, cell in sibling_cells.items() if cell.id in sibling_records])
         seed = request.seed if request.seed is not None else random.SystemRandom().randrange(10**6)
         checks = support.pick_checks(planned, request.check_inferred, seed) if request.check_inferred else []
@@ -408,8 +420,8 @@ def run_support(settings: Settings) -> int:
     elif to_run:
         print(f"[support] --plan-only: {len(to_run)} runtime cell(s) not run: {', '.join(c.id for c in to_run)}")
     answers = support.answer(planned, measured_from(records),
-                             {(v, s): gathered["table"]["rows"][v][s].get("broken_lines") or []
-                              for v in gathered["table"]["rows"] for s in gathered["table"]["rows"][v]}, axis)
+                             {(v, s): gathered.table["rows"][v][s].get("broken_lines") or []
+                              for v in gathered.table["rows"] for s in gathered.table["rows"][v]}, axis)
     table = support_document(axis, fixed, backend, planned, answers, gathered, seed if checks else None)
     if request.vllm_range is not None:
         table["vllm_range"] = list(request.vllm_range)
@@ -428,7 +440,7 @@ def run_support(settings: Settings) -> int:
 
 
 def support_document(axis: str, fixed: str, backend: str, planned: list[support.Planned],
-                     answers: list[support.Answer], gathered: dict[str, Any], seed: int | None) -> dict[str, Any]:
+                     answers: list[support.Answer], gathered: Gathered, seed: int | None) -> dict[str, Any]:
     """What results/support/<row>.json holds and the report's support section reads."""
     counts: dict[str, int] = {}
     for p in planned:
@@ -440,10 +452,10 @@ def support_document(axis: str, fixed: str, backend: str, planned: list[support.
         "counts": counts,
         "ranges": {k: v for k, v in support.ranges(answers, axis).items()},
         "agreement": support.agreement(answers), "seed": seed,
-        "contracts": support.contract_support(_outcomes_along(axis, fixed, gathered["table"])),
-        "model_runners": {v: r.get("text", "") for v, r in gathered["runners"].items()},
-        "fingerprints": {f"{v}|{e}": fp for (v, e), fp in gathered["fingerprints"].items()},
-        "seconds_static": gathered["seconds"],
+        "contracts": support.contract_support(_outcomes_along(axis, fixed, gathered.table)),
+        "model_runners": dict(gathered.runners),
+        "fingerprints": {f"{v}|{e}": fp for (v, e), fp in gathered.fingerprints.items()},
+        "seconds_static": gathered.seconds,
     }
 
 

@@ -124,7 +124,7 @@ def _fake_gather(axis, fixed, backend, cache=None, index=None, echo=None, vllm_r
              for v in ("0.31.0", "0.32.0")]
     table = {"vllm": ["0.31.0", "0.32.0"], "speculators": [fixed],
              "rows": {v: {fixed: {"verdict": "api-compatible"}} for v in ("0.31.0", "0.32.0")}}
-    return {"facts": facts, "table": table, "fingerprints": {}, "runners": {}, "siblings": [], "seconds": 0}
+    return support_run.Gathered(facts, table)
 
 
 def test_a_candidate_row_is_measured_and_written_apart_from_the_released_rows(tmp_path, monkeypatch, capsys):
@@ -208,10 +208,10 @@ def test_a_candidate_built_from_a_releases_sources_gets_no_sibling_and_its_stati
     cache = SourceCache(index)
     lines: list[str] = []
     gathered = support_run.gather("vllm", version, "cpu", cache, index, lines.append, ("0.31.0", "0.32.0"), path)
-    assert [f.vllm for f in gathered["facts"]] == ["0.31.0", "0.32.0"]
-    assert gathered["siblings"] == [], lines
+    assert [f.vllm for f in gathered.facts] == ["0.31.0", "0.32.0"]
+    assert gathered.siblings == [], lines
     assert cache.get("speculators", version).how == f"local wheel {path}"
-    assert all(gathered["table"]["rows"][v][version]["verdict"] == "api-compatible" for v in ("0.31.0", "0.32.0"))
+    assert all(gathered.table["rows"][v][version]["verdict"] == "api-compatible" for v in ("0.31.0", "0.32.0"))
 
 
 def test_a_candidate_record_is_its_own_evidence_its_id_and_its_installed_version():

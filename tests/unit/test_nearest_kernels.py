@@ -443,7 +443,7 @@ def test_a_rows_plan_answers_a_static_only_pair_with_its_kept_nearest_kernel_cel
                  for v in ("0.32.0", "0.33.0", "0.34.0")]
         table = {"vllm": ["0.32.0", "0.33.0", "0.34.0"], "speculators": [fixed],
                  "rows": {v: {fixed: {"verdict": "api-compatible"}} for v in ("0.32.0", "0.33.0", "0.34.0")}}
-        return {"facts": facts, "table": table, "fingerprints": {}, "runners": {}, "siblings": [], "seconds": 0}
+        return support_run.Gathered(facts, table)
 
     monkeypatch.setattr(support_run, "gather", gather)
     results = tmp_path / "results"

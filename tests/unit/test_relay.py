@@ -68,11 +68,11 @@ def test_a_probe_that_stops_mid_line_is_stopped_at_the_cell_deadline(tmp_path):
                                   spec=cell_run.cell_spec(cell, tmp_path, tmp_path, probe_timeout=600, cell_timeout=15),
                                   suites=("tests/faults/partial_line_fault.py",), echo=lambda line: None)
     assert time.monotonic() - started < 40
-    assert outcome["error"].startswith("timeout"), outcome["error"]
-    [probe] = outcome["probes"]
+    assert outcome.error is not None and outcome.error.startswith("timeout"), outcome.error
+    [probe] = outcome.probes
     assert (probe["id"], probe["status"]) == ("fault_partial_line", "error")
     assert "did not run" in probe["reason"] and "stops mid-li" in probe["reason"]
-    assert cell_run.processes_with_token(outcome["token"]) == []
+    assert cell_run.processes_with_token(outcome.token) == []
 
 
 def test_relay_stops_a_running_cell_when_the_run_is_interrupted(tmp_path):

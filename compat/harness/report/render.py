@@ -14,8 +14,9 @@ import math
 import os
 import re
 import shutil
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping, Optional
 
 import jinja2
 
@@ -31,7 +32,7 @@ from compat.shared.breakages import Breakage
 from compat.shared.markdown import Md, md_code, md_escape
 from compat.shared.neutral import neutral
 from compat.shared.presentation import reference_url, symptom_text
-from compat.shared.records import ProbeRecord, ProbeStatus, build, held, to_json
+from compat.shared.records import ProbeRecord, ProbeStatus, RecordError, build, held, to_json, typed
 from compat.shared.results import write_json_atomic, write_text_atomic
 
 TEMPLATES = Path(__file__).parent / "templates"
@@ -291,7 +292,44 @@ def _kimi_probe(probe: dict[str, Any]) -> CheckedProbe:
     return CheckedProbe(build(ProbeRecord, dict(probe, status=probe.get("status") or ProbeStatus.ERROR.value)))
 
 
+@dataclass(frozen=True)
+class Summary:
+    """The report's summary (build.matrix_section): its cells per verdict, its probes per kind, the gate's exit code."""
+    verdicts: dict[str, int] = field(default_factory=dict)
+    probes: dict[str, int] = field(default_factory=dict)
+    exit_code: Optional[int] = None
+
+
+@dataclass(frozen=True)
+class ReportSections:
+    """The report's own sections beside its cells (build_report's, each absent where it did not run), read once."""
+    summary: Summary
+    kimi: Optional[dict[str, Any]]  # the Kimi suite's own words (compat.harness.kimi)
+    changes: Optional[dict[str, Any]]  # baseline.diff's
+    bisect: Any
+    flips: list[Any]
+    support: Any
+    cells: list[Any]
+
+
+def report_sections(report: Mapping[str, Any]) -> ReportSections:
+    """The sections of a report as built or as read back from its compat.json; a summary not of the shape
+    build writes reads as none."""
+    def section(name: str) -> Any:
+        return report[name] if name in report else None
+
+    try:
+        summary: Summary = typed(Summary, section("summary") or {})
+    except RecordError:
+        summary = Summary()
+    kimi = section("kimi")
+    return ReportSections(summary=summary, kimi=kimi if isinstance(kimi, dict) else None,
+                          changes=section("changes") or None, bisect=section("bisect"), flips=section("flips") or [],
+                          support=section("support"), cells=section("cells") or [])
+
+
 def view_model(report: dict[str, Any]) -> dict[str, Any]:
+    sections = report_sections(report)
     cells = [_cell_view(c) for c in decided_cells(report)]
     vllms = sorted({c["vllm"] for c in cells}, key=version_key)
     specs = sorted({c["speculators"] for c in cells}, key=version_key)
@@ -301,7 +339,6 @@ def view_model(report: dict[str, Any]) -> dict[str, Any]:
     where_backend = ", ".join(
         "GPU (CUDA)" if b in ("cuda", "gpu") else b.upper() if b == "cpu" else b for b in backends
     ) or "unknown backend"
-    summary = report.get("summary") or {}
     attention = [
         {"cell": c, "probe": p}
         for c in cells
@@ -310,9 +347,9 @@ def view_model(report: dict[str, Any]) -> dict[str, Any]:
         or p["adapter_regression"]
     ]
     attention.sort(key=lambda a: 0 if a["probe"]["new_findings"] else 1 if a["probe"]["kind"] == "error" else 2)
-    kimi = report.get("kimi")
+    kimi = sections.kimi
     kimi_view = None
-    if isinstance(kimi, dict):
+    if kimi is not None:
         kimi_view = {
             "status": kimi.get("status") or kimi.get("verdict"),
             "reason": kimi.get("reason"),
@@ -330,17 +367,17 @@ def view_model(report: dict[str, Any]) -> dict[str, Any]:
         "grid": grid,
         "machine": machine,
         "where_backend": where_backend,
-        "summary": summary,
+        "summary": sections.summary,
         "verdict_symbols": VERDICT_SYMBOLS,
         "status_symbols": STATUS_SYMBOLS,
         "attention": attention,
-        "changes": report.get("changes"),
-        "changes_empty": _baseline.is_empty(report["changes"]) if report.get("changes") else True,
+        "changes": sections.changes,
+        "changes_empty": _baseline.is_empty(sections.changes) if sections.changes else True,
         "kimi": kimi_view,
-        "bisect": report.get("bisect"),
-        "flips": report.get("flips") or [],
-        "support_table": support_table.fragments(report.get("support"), markdown_type=Md),
-        "gate": GATE_WORDS.get(code, "unknown") if isinstance(code := summary.get("exit_code"), int) else "unknown",
+        "bisect": sections.bisect,
+        "flips": sections.flips,
+        "support_table": support_table.fragments(sections.support, markdown_type=Md),
+        "gate": GATE_WORDS.get(code, "unknown") if (code := sections.summary.exit_code) is not None else "unknown",
     }
 
 
@@ -429,7 +466,8 @@ def render_comment(report: dict[str, Any], link: str | None = None, bound: int =
     the verdicts), then each finding that needs attention (NEW first), then each cell that is not compatible,
     and the link to the full report; what does not fit is counted, never cut mid-line."""
     view = view_model(report)
-    summary, probes = view["summary"], view["summary"].get("probes") or {}
+    summary: Summary = view["summary"]
+    probes = summary.probes
     head = ["## vLLM × speculators: hidden-state extraction compatibility", "",
             f"gate: **{view['gate']}** · {len(view['cells'])} cell(s)"
             + (f" · {probes.get('known', 0)} known, {probes.get('new', 0)} NEW, {probes.get('fixed', 0)} fixed"
@@ -437,7 +475,7 @@ def render_comment(report: dict[str, Any], link: str | None = None, bound: int =
     answer = str(view["support_table"]["markdown"]).split("\n### ", 1)[0].rstrip()
     if answer:
         head += [answer, ""]
-    verdicts = ", ".join(f"{VERDICT_SYMBOLS.get(v, '?')} {n} {v}" for v, n in (summary.get("verdicts") or {}).items()
+    verdicts = ", ".join(f"{VERDICT_SYMBOLS.get(v, '?')} {n} {v}" for v, n in summary.verdicts.items()
                          if n)
     head += [f"Cells: {verdicts or 'none'}", ""]
     lines = ["### Needs attention", ""] if view["attention"] else []
@@ -485,5 +523,5 @@ def write_reports(report: dict[str, Any], out_dir: Path) -> dict[str, Any]:
         write_text_atomic(out_dir / name, text)
     paths.update(html=out_dir / FIRST_PAGE, md=out_dir / "compat.md", comment=out_dir / COMMENT,
                  pages=[out_dir / name for name in pages if name != FIRST_PAGE])
-    paths["junit"] = write_junit(report.get("cells") or [], out_dir / "junit")
+    paths["junit"] = write_junit(report_sections(report).cells, out_dir / "junit")
     return paths
