@@ -21,14 +21,14 @@ def test_killed_worker_and_hang_leave_nothing_behind(tmp_path):
 
     spec = cell_run.cell_spec(CELL, tmp_path, tiny_llama.ensure(), probe_timeout=900, cell_timeout=150)
     outcome = cell_run.run_probes(CELL, env, tmp_path, spec=spec, suites=("tests/faults",), echo=lambda line: None)
-    assert outcome["error"].startswith("timeout"), outcome["error"]
-    [probe] = outcome["probes"]
+    assert outcome.error is not None and outcome.error.startswith("timeout"), outcome.error
+    [probe] = outcome.probes
     assert probe["status"] == "error"
     assert "did not run" in probe["reason"]
     workers = json.loads((tmp_path / "worker_pids.json").read_text())
     assert len(workers) == 2  # the engine was up: one worker killed, one left hanging
     assert _still_running(workers) == []
-    assert cell_run.processes_with_token(outcome["token"]) == []
+    assert cell_run.processes_with_token(outcome.token) == []
 
 
 def _still_running(pids: list[int], grace: float = 15.0) -> list[int]:
