@@ -109,13 +109,8 @@ def describe(wheel: str) -> dict[str, Any]:
     return {"wheel": path.name, "path": str(path), "sha256": digest}
 
 
-def is_candidate(record: dict[str, Any]) -> bool:
-    """Whether a cell record or a row document is a candidate's (never a released row's): its `candidate`."""
-    return bool(record.get("candidate") or f"__{CANDIDATE}" in str(record.get("id") or ""))
-
-
-def is_candidate_record(record: CellRecord) -> bool:
-    """is_candidate of a typed cell record."""
+def is_candidate(record: CellRecord) -> bool:
+    """Whether a cell record is a candidate build's (never a released row's): its `candidate`, or its id."""
     return record.candidate is not None or f"__{CANDIDATE}" in record.id
 
 

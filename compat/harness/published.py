@@ -299,10 +299,10 @@ def add_folder(folder: Path, results: Path = RESULTS) -> list[str]:
     id replaces the older: git keeps the history). Every file is validated first. A record is kept as
     `<cell-id>.json.gz`, its bytes exactly (gzip_bytes: the same record, the same file; one already
     compressed is copied as it is), and a plain `<cell-id>.json` of the same cell there is removed."""
-    from compat.harness.candidate import is_candidate_record
+    from compat.harness.candidate import is_candidate
 
     cells = {p: load_cell(p) for p in record_files(folder) if not p.name.startswith(("kimi", "."))}
-    cells = {p: record for p, record in cells.items() if not is_candidate_record(record)}  # a build, not a release
+    cells = {p: record for p, record in cells.items() if not is_candidate(record)}  # a build, not a release
     docs = {p: read_json(p, "support row") for p in sorted((folder / "support").glob("speculators-*.json"))}
     partial = [p.name for p, doc in docs.items() if isinstance(doc, dict) and doc.get("vllm_range")]
     if partial:  # a row of --vllm-range A..B holds only its range: it would replace the whole published row

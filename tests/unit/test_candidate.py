@@ -174,9 +174,14 @@ def test_the_report_says_first_that_a_row_is_a_candidate_and_never_merges_it_wit
 
 
 def test_a_candidate_record_is_known_by_its_candidate_or_id():
-    assert candidate.is_candidate({"id": "vllm-0.32.0__speculators-0.9.1__cpu__candidate"})
-    assert candidate.is_candidate({"candidate": {"wheel": "w.whl", "path": "w.whl", "sha256": ""}})
-    assert not candidate.is_candidate({"id": "vllm-0.32.0__speculators-0.9.0__cpu", "settings": {}})
+    from compat.shared.records import Backend, Candidate, CellRecord, Verdict
+
+    def record(cell_id: str, built: Candidate | None = None) -> CellRecord:
+        return CellRecord(4, cell_id, "0.32.0", "0.9.1", Backend.CPU, Verdict.ERROR, [], candidate=built)
+
+    assert candidate.is_candidate(record("vllm-0.32.0__speculators-0.9.1__cpu__candidate"))
+    assert candidate.is_candidate(record("vllm-0.32.0__speculators-0.9.1__cpu", Candidate("w.whl", "w.whl", "")))
+    assert not candidate.is_candidate(record("vllm-0.32.0__speculators-0.9.0__cpu"))
 
 
 def _pypi_reachable() -> bool:
