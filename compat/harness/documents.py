@@ -27,10 +27,9 @@ import enum
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping, Optional, Sequence
 
+from compat.harness.evidence import CONTRADICTS
 from compat.harness.support import OUTCOME_OF_VERDICT, RUNTIME_PROVENANCES, Answer, Provenance, ranges
 from compat.shared.records import ProbeRecord, ProbeStatus, RecordError, Verdict, typed
-
-CONTRADICTS = "the record contradicts itself: "
 
 
 class DocumentError(ValueError):
